@@ -1,0 +1,238 @@
+//! The runtime handle: which store, which defaults; installed once per process or scoped to a task.
+
+use std::future::Future;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use crate::error::Error;
+use crate::key::OperationId;
+use crate::retry::RetryPolicy;
+use crate::store::Store;
+
+/// A runtime: the store that records outcomes and the defaults every tool starts from.
+///
+/// Cheap to clone (one `Arc`). Install one per process at start-up with [`Idem::install`], or
+/// run a future under one with [`Idem::scope`] (tests do this, so each test has its own store).
+///
+/// ```
+/// use idem_runtime::{Idem, MemoryStore, RetryPolicy};
+/// use std::time::Duration;
+///
+/// let idem = Idem::builder()
+///     .store(MemoryStore::new())
+///     .retry(RetryPolicy::default().with_max_attempts(5))
+///     .lease(Duration::from_secs(60))
+///     .build();
+/// # let _ = idem;
+/// ```
+#[derive(Clone)]
+pub struct Idem {
+    inner: Arc<Settings>,
+}
+
+/// What an [`Idem`] holds.
+pub(crate) struct Settings {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) lease: Duration,
+    pub(crate) ttl: Duration,
+    pub(crate) wait: Duration,
+    pub(crate) store_timeout: Duration,
+}
+
+impl std::fmt::Debug for Idem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Idem")
+            .field("retry", &self.inner.retry)
+            .field("lease", &self.inner.lease)
+            .field("ttl", &self.inner.ttl)
+            .field("wait", &self.inner.wait)
+            .finish_non_exhaustive()
+    }
+}
+
+tokio::task_local! {
+    static SCOPED: Idem;
+}
+
+static INSTALLED: OnceLock<Idem> = OnceLock::new();
+
+/// Makes the runtime used when none is installed or scoped (the `sqlite` store, when built in).
+type DefaultFactory = fn() -> Result<Idem, String>;
+static DEFAULT_FACTORY: OnceLock<DefaultFactory> = OnceLock::new();
+static DEFAULT: OnceLock<Result<Idem, String>> = OnceLock::new();
+
+/// Returned by [`Idem::install`] when a runtime is already installed.
+#[derive(Debug, thiserror::Error)]
+#[error("idemkit: a runtime is already installed in this process; install once at start-up, or use `Idem::scope` for a task")]
+pub struct AlreadyInstalled;
+
+impl Idem {
+    /// A runtime over `store`, with the default settings.
+    pub fn new(store: impl Store) -> Self {
+        Self::builder().store(store).build()
+    }
+
+    /// Starts a runtime's settings.
+    pub fn builder() -> IdemBuilder {
+        IdemBuilder::default()
+    }
+
+    /// Makes this the runtime of every call in the process that has no scoped one.
+    pub fn install(self) -> Result<(), AlreadyInstalled> {
+        INSTALLED.set(self).map_err(|_| AlreadyInstalled)
+    }
+
+    /// Runs `fut` with this runtime in place of the installed one (tasks it spawns do not
+    /// inherit it: scope them too).
+    pub async fn scope<F: Future>(&self, fut: F) -> F::Output {
+        SCOPED.scope(self.clone(), fut).await
+    }
+
+    /// The runtime in force here: the scoped one, else the installed one, else the default one.
+    ///
+    /// `Err` carries why there is none (no store built in, or the default store failed to open).
+    pub fn current() -> Result<Idem, String> {
+        if let Ok(idem) = SCOPED.try_with(Idem::clone) {
+            return Ok(idem);
+        }
+        if let Some(idem) = INSTALLED.get() {
+            return Ok(idem.clone());
+        }
+        match DEFAULT_FACTORY.get() {
+            Some(make) => DEFAULT.get_or_init(make).clone(),
+            None => Err("no runtime is installed and no default store is built in".to_owned()),
+        }
+    }
+
+    /// Registers how to make the runtime used when none is installed or scoped; the first
+    /// registration wins. Stores built into this crate call it; programs should install instead.
+    #[doc(hidden)]
+    pub fn set_default_factory(make: DefaultFactory) {
+        let _ = DEFAULT_FACTORY.set(make);
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
+    /// The default retry policy of side-effect and read-only tools.
+    pub fn retry_policy(&self) -> RetryPolicy {
+        self.inner.retry
+    }
+
+    pub(crate) fn settings(&self) -> &Settings {
+        &self.inner
+    }
+
+    /// The id of the operation called `name`: a UUID v4 minted on first use and stored before it
+    /// is returned, then the same id for ever after, also after a restart (with a durable store).
+    /// Use it as a key field of an operation that has no natural identity.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use idem_runtime::{Idem, MemoryStore};
+    ///
+    /// let idem = Idem::new(MemoryStore::new());
+    /// let first = idem.operation("plan-42/step-3").await?;
+    /// assert_eq!(first, idem.operation("plan-42/step-3").await?);
+    /// # Ok::<(), idem_runtime::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub async fn operation(&self, name: &str) -> Result<OperationId, Error> {
+        let fresh = Uuid::new_v4();
+        let fut = self.inner.store.operation_id(name, fresh);
+        let stored = match tokio::time::timeout(self.inner.store_timeout, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(crate::StoreError::unavailable(format!(
+                "the store did not answer within {:?}",
+                self.inner.store_timeout
+            ))),
+        };
+        stored.map(OperationId::from_uuid).map_err(|source| Error::Store {
+            tool: format!("operation `{name}`"),
+            key: None,
+            source,
+        })
+    }
+}
+
+/// Settings of an [`Idem`]; [`IdemBuilder::build`] makes it.
+#[must_use]
+#[derive(Default)]
+pub struct IdemBuilder {
+    store: Option<Arc<dyn Store>>,
+    retry: Option<RetryPolicy>,
+    lease: Option<Duration>,
+    ttl: Option<Duration>,
+    wait: Option<Duration>,
+    store_timeout: Option<Duration>,
+}
+
+impl IdemBuilder {
+    /// Where claims and outcomes are kept (required).
+    pub fn store(mut self, store: impl Store) -> Self {
+        self.store = Some(Arc::new(store));
+        self
+    }
+
+    /// Like [`IdemBuilder::store`], for a store already shared.
+    pub fn shared_store(mut self, store: Arc<dyn Store>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// The retry policy tools start from (default: [`RetryPolicy::default`]).
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = Some(policy);
+        self
+    }
+
+    /// How long a claim holds before another call may take the operation over (default 30 s).
+    /// Make it longer than a tool's slowest run, retries included.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// How long a record is kept (default 24 h); older ones are treated as absent.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// How long a call waits for another call of the same key to finish before it returns
+    /// [`Error::InFlight`] (default 30 s).
+    pub fn in_flight_wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// How long one store operation may take before it counts as a store failure (default 10 s).
+    pub fn store_timeout(mut self, timeout: Duration) -> Self {
+        self.store_timeout = Some(timeout);
+        self
+    }
+
+    /// The runtime.
+    ///
+    /// # Panics
+    ///
+    /// Without a store: there is no sensible default for where money-moving records live.
+    pub fn build(self) -> Idem {
+        let store = self.store.expect("idemkit: `Idem::builder()` needs `.store(...)` before `.build()`");
+        Idem {
+            inner: Arc::new(Settings {
+                store,
+                retry: self.retry.unwrap_or_default(),
+                lease: self.lease.unwrap_or(Duration::from_secs(30)),
+                ttl: self.ttl.unwrap_or(Duration::from_secs(24 * 60 * 60)),
+                wait: self.wait.unwrap_or(Duration::from_secs(30)),
+                store_timeout: self.store_timeout.unwrap_or(Duration::from_secs(10)),
+            }),
+        }
+    }
+}

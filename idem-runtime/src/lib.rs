@@ -1,0 +1,86 @@
+//! The runtime of [idemkit](https://docs.rs/idemkit): idempotency keys, retries by failure kind,
+//! the executor protocol and the stores it records outcomes in.
+//!
+//! Most programs use it through the `idemkit` facade and its attributes; everything here is also
+//! usable by hand:
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! use idem_runtime::{Classify, Failure, Idem, MemoryStore, Tool};
+//!
+//! #[derive(Debug)]
+//! struct PayError(String);
+//! impl Classify for PayError {
+//!     fn classify(&self) -> Failure { Failure::Ambiguous }
+//! }
+//! impl From<idem_runtime::Error> for PayError {
+//!     fn from(e: idem_runtime::Error) -> Self { PayError(e.to_string()) }
+//! }
+//!
+//! let idem = Idem::new(MemoryStore::new());
+//! let mut charges = 0;
+//! for _retry_by_the_agent in 0..3 {
+//!     let receipt: Result<u64, PayError> = Tool::new("charge")
+//!         .idem(&idem)
+//!         .side_effect(&[("customer_id", &"cus_1"), ("period", &"2026-11")], &4200u64, |_key| {
+//!             charges += 1;
+//!             async { Ok(4200) }
+//!         })
+//!         .await;
+//!     assert_eq!(receipt.unwrap(), 4200);
+//! }
+//! assert_eq!(charges, 1);
+//! # });
+//! ```
+//!
+//! # The protocol
+//!
+//! | # | situation | what happens |
+//! | --- | --- | --- |
+//! | S1 | first call, succeeds | body runs once; outcome stored as completed; returned |
+//! | S2 | same key and same arguments again, after completion | stored outcome returned; body not run |
+//! | S3 | same key, different other arguments | [`Error::KeyReuse`]; body not run |
+//! | S4 | body fails `Transient`/`Ambiguous`/`RetryAfter`, then succeeds | retried with the identical key; stored; returned |
+//! | S5 | body fails `Permanent` | not retried; record released; error returned |
+//! | S6 | retries exhausted | last error returned; `Transient`: released; `Ambiguous`: kept, and the next call takes it over with the same key |
+//! | S7 | same key, concurrently | exactly one body runs; the others wait (bounded) for its outcome, or get [`Error::InFlight`] |
+//! | S8 | the process dies mid-call | the lease expires; the next call takes over with the same key |
+//! | S9 | the store is unreachable or its data corrupt | [`Error::Store`]; the body is not run |
+//! | S10 | the record is older than its time-to-live (default 24 h) | treated as absent |
+//! | S11 | a lease holder finishes after its lease was taken over | its write is refused; the new holder's record stands |
+
+#![warn(missing_docs)]
+
+mod error;
+mod exec;
+mod fingerprint;
+mod idem;
+mod key;
+mod observe;
+mod registry;
+mod retry;
+pub mod store;
+
+#[cfg(feature = "conformance")]
+#[doc(hidden)]
+pub mod conformance;
+
+pub use error::{Error, StoreError, StoreErrorKind};
+pub use exec::{Tool, run_side_effect};
+pub use fingerprint::{Fingerprint, Fingerprinter};
+pub use idem::{AlreadyInstalled, Idem, IdemBuilder};
+pub use key::{IdempotencyKey, KeyHasher, KeyPart, KeyValue, OperationId};
+pub use observe::{CallInfo, CallOutcome, observe};
+pub use registry::{DuplicateTools, ToolInfo, ToolKind, check_unique_tool_names, find_duplicates, tools};
+pub use retry::{Classify, Failure, RetryPolicy, Schedule};
+pub use store::Store;
+pub use store::memory::MemoryStore;
+
+/// What generated code reaches, and nothing else should: the paths are not a stable API.
+#[doc(hidden)]
+pub mod __private {
+    pub use inventory;
+    pub use serde;
+    pub use serde_json;
+    pub use uuid;
+}

@@ -1,0 +1,180 @@
+//! An in-process store, for tests and single-process programs that may forget on restart.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::{
+    Claim, ClaimRequest, Existing, ExistingState, LeaseToken, Record, RecordState, Store, Written,
+};
+use crate::error::StoreError;
+use crate::fingerprint::Fingerprint;
+use crate::key::IdempotencyKey;
+
+/// Keeps records in a map in memory; its clock is tokio's, so tests can pause and advance it.
+///
+/// Nothing survives the process: use the SQLite store for anything that must.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    records: HashMap<[u8; 16], Rec>,
+    operations: HashMap<String, Uuid>,
+}
+
+#[derive(Debug, Clone)]
+struct Rec {
+    tool: String,
+    fingerprint: Fingerprint,
+    state: State,
+    expires_at: Instant,
+}
+
+#[derive(Debug, Clone)]
+enum State {
+    Running { token: LeaseToken, lease_until: Instant },
+    Completed { outcome: Vec<u8> },
+    Ambiguous { note: String },
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave a record half-written (each operation
+        // replaces whole values), so a poisoned lock is still consistent.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The live record of `key` held by `token`, if it is still held by it.
+    fn held<'a>(inner: &'a mut Inner, key: &IdempotencyKey, token: LeaseToken, now: Instant) -> Option<&'a mut Rec> {
+        inner.records.get_mut(key.as_bytes()).filter(|rec| {
+            rec.expires_at > now && matches!(rec.state, State::Running { token: t, .. } if t == token)
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for MemoryStore {
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        let running = State::Running { token: req.token, lease_until: now + req.lease };
+        if let Some(rec) = inner.records.get_mut(req.key.as_bytes()).filter(|r| r.expires_at > now) {
+            let same = rec.fingerprint == req.fingerprint;
+            let existing = match &rec.state {
+                State::Running { lease_until, .. } if same && *lease_until <= now => None,
+                State::Ambiguous { .. } if same => None,
+                State::Running { lease_until, .. } => {
+                    Some(ExistingState::Running { lease_remaining: lease_until.saturating_duration_since(now) })
+                }
+                State::Completed { outcome } => Some(ExistingState::Completed { outcome: outcome.clone() }),
+                State::Ambiguous { .. } => Some(ExistingState::Ambiguous),
+            };
+            return Ok(match existing {
+                Some(state) => Claim::Existing(Existing { fingerprint: rec.fingerprint, state }),
+                None => {
+                    // Take over: same operation, its holder gone or given up.
+                    rec.state = running;
+                    rec.expires_at = now + req.ttl;
+                    Claim::Acquired
+                }
+            });
+        }
+        inner.records.insert(
+            *req.key.as_bytes(),
+            Rec { tool: req.tool.to_owned(), fingerprint: req.fingerprint, state: running, expires_at: now + req.ttl },
+        );
+        Ok(Claim::Acquired)
+    }
+
+    async fn complete(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        outcome: &[u8],
+        ttl: Duration,
+    ) -> Result<Written, StoreError> {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        Ok(match Self::held(&mut inner, key, token, now) {
+            Some(rec) => {
+                rec.state = State::Completed { outcome: outcome.to_vec() };
+                rec.expires_at = now + ttl;
+                Written::Applied
+            }
+            None => Written::Fenced,
+        })
+    }
+
+    async fn release(&self, key: &IdempotencyKey, token: LeaseToken) -> Result<Written, StoreError> {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        if Self::held(&mut inner, key, token, now).is_none() {
+            return Ok(Written::Fenced);
+        }
+        inner.records.remove(key.as_bytes());
+        Ok(Written::Applied)
+    }
+
+    async fn mark_ambiguous(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        note: &str,
+        ttl: Duration,
+    ) -> Result<Written, StoreError> {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        Ok(match Self::held(&mut inner, key, token, now) {
+            Some(rec) => {
+                rec.state = State::Ambiguous { note: note.to_owned() };
+                rec.expires_at = now + ttl;
+                Written::Applied
+            }
+            None => Written::Fenced,
+        })
+    }
+
+    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        let now = Instant::now();
+        let inner = self.lock();
+        Ok(inner.records.get(key.as_bytes()).filter(|r| r.expires_at > now).map(|rec| Record {
+            tool: rec.tool.clone(),
+            fingerprint: rec.fingerprint,
+            state: match &rec.state {
+                State::Running { token, lease_until } => RecordState::Running {
+                    token: *token,
+                    lease_remaining: lease_until.saturating_duration_since(now),
+                },
+                State::Completed { outcome } => RecordState::Completed { outcome: outcome.clone() },
+                State::Ambiguous { note } => RecordState::Ambiguous { note: note.clone() },
+            },
+            expires_in: rec.expires_at.saturating_duration_since(now),
+        }))
+    }
+
+    async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        let expired: Vec<[u8; 16]> =
+            inner.records.iter().filter(|(_, r)| r.expires_at <= now).map(|(k, _)| *k).take(limit).collect();
+        for k in &expired {
+            inner.records.remove(k);
+        }
+        Ok(expired.len())
+    }
+
+    async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
+        Ok(*self.lock().operations.entry(name.to_owned()).or_insert(fresh))
+    }
+}

@@ -1,0 +1,221 @@
+//! The store trait: where claims and outcomes are kept, and what each operation must do.
+//!
+//! Every implementation obeys the same state machine (and the same conformance suite):
+//!
+//! ```text
+//!              claim (absent or expired)                 complete (token matches)
+//!   absent ───────────────────────────────▶ Running ─────────────────────────────▶ Completed
+//!      ▲                                    │  ▲  │
+//!      │         release (token matches)    │  │  │ mark_ambiguous (token matches)
+//!      └────────────────────────────────────┘  │  ▼
+//!                                              └─ Ambiguous
+//!          claim, same fingerprint, and the lease expired or the record is Ambiguous: take over
+//! ```
+//!
+//! A record whose time-to-live has passed is absent for every operation. A write by a holder
+//! whose token is no longer the record's is refused ([`Written::Fenced`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use crate::error::StoreError;
+use crate::fingerprint::Fingerprint;
+use crate::key::IdempotencyKey;
+
+pub mod memory;
+
+/// The token of one lease on a record: writes that carry a stale token are refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LeaseToken(pub Uuid);
+
+impl LeaseToken {
+    /// A fresh random token.
+    pub fn new() -> Self {
+        LeaseToken(Uuid::new_v4())
+    }
+}
+
+impl Default for LeaseToken {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// What a claim asks of the store.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest<'a> {
+    /// The operation's key.
+    pub key: IdempotencyKey,
+    /// The tool's name, kept for operators.
+    pub tool: &'a str,
+    /// The fingerprint of the other arguments.
+    pub fingerprint: Fingerprint,
+    /// The token the new lease gets (the caller makes it, so a lost reply can be recognised).
+    pub token: LeaseToken,
+    /// How long the lease lasts: past it, another call may take over.
+    pub lease: Duration,
+    /// How long the record lasts from now: past it, it is treated as absent.
+    pub ttl: Duration,
+}
+
+/// What a claim got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// The caller holds the lease (a new record, or a takeover) and must run the operation.
+    Acquired,
+    /// A live record exists and the caller may not run: see its state.
+    Existing(Existing),
+}
+
+/// A live record that a claim did not take.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Existing {
+    /// The fingerprint the record was made with: if it is not the caller's, the key was reused.
+    pub fingerprint: Fingerprint,
+    /// Where the record stands.
+    pub state: ExistingState,
+}
+
+/// Where a record that was not taken stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExistingState {
+    /// Another holder's lease is live for this much longer.
+    Running {
+        /// Time until the lease expires.
+        lease_remaining: Duration,
+    },
+    /// The operation completed with this serialized outcome.
+    Completed {
+        /// The outcome as the executor stored it (JSON).
+        outcome: Vec<u8>,
+    },
+    /// The operation ran out of attempts and may have happened (only reported when the
+    /// fingerprint differs; with the same fingerprint the claim takes it over).
+    Ambiguous,
+}
+
+/// Whether a holder's write was applied.
+#[must_use]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    /// The record changed as asked.
+    Applied,
+    /// The caller's token is no longer the record's (its lease was taken over, or the record
+    /// expired): nothing changed.
+    Fenced,
+}
+
+/// A record as an operator sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// The tool that made it.
+    pub tool: String,
+    /// The fingerprint it was made with.
+    pub fingerprint: Fingerprint,
+    /// Where it stands.
+    pub state: RecordState,
+    /// Time until it expires.
+    pub expires_in: Duration,
+}
+
+/// Where a record stands, as an operator sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordState {
+    /// A holder is running it.
+    Running {
+        /// The holder's token.
+        token: LeaseToken,
+        /// Time until its lease expires (zero when it already has).
+        lease_remaining: Duration,
+    },
+    /// Completed with this serialized outcome.
+    Completed {
+        /// The outcome (JSON).
+        outcome: Vec<u8>,
+    },
+    /// Ran out of attempts after a failure that may have taken effect.
+    Ambiguous {
+        /// The last error, as the executor wrote it.
+        note: String,
+    },
+}
+
+/// Where claims and outcomes are kept. See the module docs for the state machine every
+/// implementation obeys; `idem_runtime::conformance` tests it.
+#[async_trait::async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Atomically: takes the record (absent, expired, or same fingerprint with an expired lease
+    /// or ambiguous) for `req.token`, or reports the live record.
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError>;
+
+    /// Records the outcome and keeps it for `ttl`, if `token` still holds the lease.
+    async fn complete(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        outcome: &[u8],
+        ttl: Duration,
+    ) -> Result<Written, StoreError>;
+
+    /// Deletes the record, if `token` still holds the lease: the operation did not happen, so a
+    /// later call may run it again.
+    async fn release(&self, key: &IdempotencyKey, token: LeaseToken) -> Result<Written, StoreError>;
+
+    /// Keeps the record as ambiguous (it may have happened) for `ttl`, if `token` still holds
+    /// the lease: the next call with the same arguments takes it over at once, with the same key.
+    async fn mark_ambiguous(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        note: &str,
+        ttl: Duration,
+    ) -> Result<Written, StoreError>;
+
+    /// The live record of `key`, if any.
+    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError>;
+
+    /// Deletes up to `limit` expired records; returns how many.
+    async fn prune(&self, limit: usize) -> Result<usize, StoreError>;
+
+    /// The operation id stored under `name`, storing `fresh` first if there is none.
+    async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError>;
+}
+
+#[async_trait::async_trait]
+impl<S: Store + ?Sized> Store for Arc<S> {
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        (**self).claim(req).await
+    }
+    async fn complete(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        outcome: &[u8],
+        ttl: Duration,
+    ) -> Result<Written, StoreError> {
+        (**self).complete(key, token, outcome, ttl).await
+    }
+    async fn release(&self, key: &IdempotencyKey, token: LeaseToken) -> Result<Written, StoreError> {
+        (**self).release(key, token).await
+    }
+    async fn mark_ambiguous(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        note: &str,
+        ttl: Duration,
+    ) -> Result<Written, StoreError> {
+        (**self).mark_ambiguous(key, token, note, ttl).await
+    }
+    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        (**self).get(key).await
+    }
+    async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
+        (**self).prune(limit).await
+    }
+    async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
+        (**self).operation_id(name, fresh).await
+    }
+}
