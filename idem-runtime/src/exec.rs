@@ -15,7 +15,7 @@ use tracing::field::Empty;
 use crate::error::{Error, StoreError};
 use crate::fingerprint::Fingerprint;
 use crate::idem::{Idem, Settings};
-use crate::key::{IdempotencyKey, KeyPart};
+use crate::key::{IdempotencyKey, KeyField};
 use crate::observe::{CallInfo, CallOutcome, report};
 use crate::retry::{Classify, Failure, RetryPolicy};
 use crate::store::{Claim, ClaimRequest, Existing, ExistingState, LeaseToken, Written};
@@ -70,7 +70,15 @@ pub struct Tool<'a> {
 impl<'a> Tool<'a> {
     /// The tool called `name`. The name is part of every key it derives.
     pub const fn new(name: &'a str) -> Self {
-        Tool { name, idem: None, retry: None, max_attempts: None, lease: None, ttl: None, wait: None }
+        Tool {
+            name,
+            idem: None,
+            retry: None,
+            max_attempts: None,
+            lease: None,
+            ttl: None,
+            wait: None,
+        }
     }
 
     /// The tool's name.
@@ -125,7 +133,10 @@ impl<'a> Tool<'a> {
     fn runtime(&self) -> Result<Idem, Error> {
         match self.idem {
             Some(idem) => Ok(idem.clone()),
-            None => Idem::current().map_err(|reason| Error::NotConfigured { tool: self.name.to_owned(), reason }),
+            None => Idem::current().map_err(|reason| Error::NotConfigured {
+                tool: self.name.to_owned(),
+                reason,
+            }),
         }
     }
 
@@ -134,7 +145,7 @@ impl<'a> Tool<'a> {
     /// [`Tool::run_keyed`]. The key is derived here, once, before any attempt.
     pub fn side_effect<T, E, A, F, Fut>(
         self,
-        key_fields: &[(&str, &dyn KeyPart)],
+        key_fields: &[KeyField<'_>],
         args: &A,
         attempt: F,
     ) -> impl Future<Output = Result<T, E>> + use<'a, T, E, A, F, Fut>
@@ -150,7 +161,13 @@ impl<'a> Tool<'a> {
         async move {
             let fingerprint = match fingerprint {
                 Ok(fp) => fp,
-                Err(source) => return Err(Error::Arguments { tool: self.name.to_owned(), source }.into()),
+                Err(source) => {
+                    return Err(Error::Arguments {
+                        tool: self.name.to_owned(),
+                        source,
+                    }
+                    .into());
+                }
             };
             self.run_keyed(key, fingerprint, attempt).await
         }
@@ -159,7 +176,12 @@ impl<'a> Tool<'a> {
     /// Runs a side effect whose key and fingerprint are already made (what the macros expand
     /// to): claims the key, runs `attempt` with retries by [`Classify`], and completes or
     /// releases the record. See the crate docs for the behaviours S1–S11.
-    pub async fn run_keyed<T, E, F, Fut>(self, key: IdempotencyKey, fingerprint: Fingerprint, attempt: F) -> Result<T, E>
+    pub async fn run_keyed<T, E, F, Fut>(
+        self,
+        key: IdempotencyKey,
+        fingerprint: Fingerprint,
+        attempt: F,
+    ) -> Result<T, E>
     where
         T: Serialize + DeserializeOwned,
         E: Classify + From<Error>,
@@ -175,7 +197,9 @@ impl<'a> Tool<'a> {
             replayed = Empty,
             outcome = Empty,
         );
-        self.protocol(key, fingerprint, attempt, span.clone()).instrument(span).await
+        self.protocol(key, fingerprint, attempt, span.clone())
+            .instrument(span)
+            .await
     }
 
     async fn protocol<T, E, F, Fut>(
@@ -191,7 +215,11 @@ impl<'a> Tool<'a> {
         F: FnMut(IdempotencyKey) -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        let call = CallRecord { tool: self.name, key, span };
+        let call = CallRecord {
+            tool: self.name,
+            key,
+            span,
+        };
         let idem = match self.runtime() {
             Ok(idem) => idem,
             Err(e) => return Err(call.refused(e).into()),
@@ -200,7 +228,14 @@ impl<'a> Tool<'a> {
         let token = LeaseToken::new();
         let lease = self.lease.unwrap_or(s.lease);
         let ttl = self.ttl.unwrap_or(s.ttl);
-        let req = ClaimRequest { key, tool: self.name, fingerprint, token, lease, ttl };
+        let req = ClaimRequest {
+            key,
+            tool: self.name,
+            fingerprint,
+            token,
+            lease,
+            ttl,
+        };
 
         match claim(s, &req, self.wait.unwrap_or(s.wait)).await {
             Ok(Begin::Run) => {}
@@ -232,7 +267,12 @@ impl<'a> Tool<'a> {
                     let failure = err.classify();
                     match schedule.next_delay(failure, started.elapsed()) {
                         Some(delay) => {
-                            tracing::warn!(attempt = attempts, ?failure, ?delay, "attempt failed; retrying with the same key");
+                            tracing::warn!(
+                                attempt = attempts,
+                                ?failure,
+                                ?delay,
+                                "attempt failed; retrying with the same key"
+                            );
                             tokio::time::sleep(delay).await;
                         }
                         None => break Err((err, failure)),
@@ -244,21 +284,49 @@ impl<'a> Tool<'a> {
         match result {
             Ok(value) => {
                 let recorded = match serde_json::to_vec(&value) {
-                    Ok(bytes) => write(s, &call, "complete", s.store.complete(&key, token, &bytes, ttl)).await,
+                    Ok(bytes) => {
+                        write(
+                            s,
+                            &call,
+                            "complete",
+                            s.store.complete(&key, token, &bytes, ttl),
+                        )
+                        .await
+                    }
                     Err(e) => {
                         tracing::error!(error = %e, "the outcome does not serialize; keeping the record as ambiguous");
                         let note = format!("the outcome did not serialize: {e}");
-                        let _ = write(s, &call, "mark_ambiguous", s.store.mark_ambiguous(&key, token, &note, ttl)).await;
+                        let _ = write(
+                            s,
+                            &call,
+                            "mark_ambiguous",
+                            s.store.mark_ambiguous(&key, token, &note, ttl),
+                        )
+                        .await;
                         false
                     }
                 };
-                call.finish(attempts, if recorded { CallOutcome::Completed } else { CallOutcome::Unrecorded });
+                call.finish(
+                    attempts,
+                    if recorded {
+                        CallOutcome::Completed
+                    } else {
+                        CallOutcome::Unrecorded
+                    },
+                );
                 Ok(value)
             }
             Err((err, failure)) => {
                 if failure == Failure::Ambiguous {
-                    let note = format!("{attempts} attempt(s); the last failed and may have taken effect");
-                    let _ = write(s, &call, "mark_ambiguous", s.store.mark_ambiguous(&key, token, &note, ttl)).await;
+                    let note =
+                        format!("{attempts} attempt(s); the last failed and may have taken effect");
+                    let _ = write(
+                        s,
+                        &call,
+                        "mark_ambiguous",
+                        s.store.mark_ambiguous(&key, token, &note, ttl),
+                    )
+                    .await;
                 } else {
                     let _ = write(s, &call, "release", s.store.release(&key, token)).await;
                 }
@@ -276,13 +344,22 @@ impl<'a> Tool<'a> {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        let span = tracing::info_span!("idemkit.read_only", tool = self.name, attempts = Empty, outcome = Empty);
+        let span = tracing::info_span!(
+            "idemkit.read_only",
+            tool = self.name,
+            attempts = Empty,
+            outcome = Empty
+        );
         let base = match self.runtime() {
             Ok(idem) => idem.retry_policy(),
             Err(_) => RetryPolicy::default(),
         };
         let mut schedule = self.policy(base).schedule();
-        let call = CallRecord { tool: self.name, key: IdempotencyKey::from_uuid(uuid::Uuid::nil()), span: span.clone() };
+        let call = CallRecord {
+            tool: self.name,
+            key: IdempotencyKey::from_uuid(uuid::Uuid::nil()),
+            span: span.clone(),
+        };
         async move {
             let started = Instant::now();
             let mut attempts = 0u32;
@@ -297,7 +374,12 @@ impl<'a> Tool<'a> {
                         let failure = err.classify();
                         match schedule.next_delay(failure, started.elapsed()) {
                             Some(delay) => {
-                                tracing::debug!(attempt = attempts, ?failure, ?delay, "read failed; retrying");
+                                tracing::debug!(
+                                    attempt = attempts,
+                                    ?failure,
+                                    ?delay,
+                                    "read failed; retrying"
+                                );
                                 tokio::time::sleep(delay).await;
                             }
                             None => {
@@ -343,7 +425,7 @@ impl<'a> Tool<'a> {
 /// ```
 pub fn run_side_effect<'a, T, E, A, F, Fut>(
     tool: &'a str,
-    key_fields: &[(&str, &dyn KeyPart)],
+    key_fields: &[KeyField<'_>],
     args: &A,
     attempt: F,
 ) -> impl Future<Output = Result<T, E>> + use<'a, T, E, A, F, Fut>
@@ -366,7 +448,11 @@ struct CallRecord<'a> {
 
 impl CallRecord<'_> {
     fn store_error(&self, source: StoreError) -> Error {
-        Error::Store { tool: self.tool.to_owned(), key: Some(self.key), source }
+        Error::Store {
+            tool: self.tool.to_owned(),
+            key: Some(self.key),
+            source,
+        }
     }
 
     fn refused(&self, err: Error) -> Error {
@@ -380,14 +466,31 @@ impl CallRecord<'_> {
         self.span.record("attempts", attempts);
         self.span.record("replayed", replayed);
         self.span.record("outcome", outcome.as_str());
-        tracing::info!(attempts, replayed, outcome = outcome.as_str(), "side effect finished");
-        report(CallInfo { tool: self.tool.to_owned(), key: Some(self.key), attempts, replayed, outcome });
+        tracing::info!(
+            attempts,
+            replayed,
+            outcome = outcome.as_str(),
+            "side effect finished"
+        );
+        report(CallInfo {
+            tool: self.tool.to_owned(),
+            key: Some(self.key),
+            attempts,
+            replayed,
+            outcome,
+        });
     }
 
     fn finish_read(&self, attempts: u32, outcome: CallOutcome) {
         self.span.record("attempts", attempts);
         self.span.record("outcome", outcome.as_str());
-        report(CallInfo { tool: self.tool.to_owned(), key: None, attempts, replayed: false, outcome });
+        report(CallInfo {
+            tool: self.tool.to_owned(),
+            key: None,
+            attempts,
+            replayed: false,
+            outcome,
+        });
     }
 }
 
@@ -399,7 +502,11 @@ enum Begin {
 /// Claims the key, waiting (bounded) while another holder's lease is live.
 async fn claim(s: &Settings, req: &ClaimRequest<'_>, wait: Duration) -> Result<Begin, Error> {
     let tool = req.tool;
-    let store_error = |source| Error::Store { tool: tool.to_owned(), key: Some(req.key), source };
+    let store_error = |source| Error::Store {
+        tool: tool.to_owned(),
+        key: Some(req.key),
+        source,
+    };
     let started = Instant::now();
     let mut nap = Duration::from_millis(10);
     loop {
@@ -409,18 +516,31 @@ async fn claim(s: &Settings, req: &ClaimRequest<'_>, wait: Duration) -> Result<B
         };
         let Existing { fingerprint, state } = existing;
         if fingerprint != req.fingerprint {
-            return Err(Error::KeyReuse { tool: tool.to_owned(), key: req.key });
+            return Err(Error::KeyReuse {
+                tool: tool.to_owned(),
+                key: req.key,
+            });
         }
         match state {
             ExistingState::Completed { outcome } => return Ok(Begin::Replay(outcome)),
             ExistingState::Running { lease_remaining } => {
                 let waited = started.elapsed();
                 if waited >= wait {
-                    return Err(Error::InFlight { tool: tool.to_owned(), key: req.key, waited });
+                    return Err(Error::InFlight {
+                        tool: tool.to_owned(),
+                        key: req.key,
+                        waited,
+                    });
                 }
                 // Wake at the lease's end at the latest, to take over a holder that died.
-                let pause = nap.min(lease_remaining + Duration::from_millis(1)).min(wait - waited);
-                tracing::debug!(?pause, ?lease_remaining, "another call holds the key; waiting for its outcome");
+                let pause = nap
+                    .min(lease_remaining + Duration::from_millis(1))
+                    .min(wait - waited);
+                tracing::debug!(
+                    ?pause,
+                    ?lease_remaining,
+                    "another call holds the key; waiting for its outcome"
+                );
                 tokio::time::sleep(pause).await;
                 nap = (nap * 2).min(Duration::from_millis(500));
             }
@@ -435,10 +555,16 @@ async fn claim(s: &Settings, req: &ClaimRequest<'_>, wait: Duration) -> Result<B
 }
 
 /// Runs a store operation under the runtime's store timeout.
-async fn timed<T>(s: &Settings, op: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+async fn timed<T>(
+    s: &Settings,
+    op: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
     match tokio::time::timeout(s.store_timeout, op).await {
         Ok(result) => result,
-        Err(_) => Err(StoreError::unavailable(format!("the store did not answer within {:?}", s.store_timeout))),
+        Err(_) => Err(StoreError::unavailable(format!(
+            "the store did not answer within {:?}",
+            s.store_timeout
+        ))),
     }
 }
 

@@ -49,10 +49,10 @@ impl IdempotencyKey {
     ///
     /// `fields` pairs each field's name (the last segment of its path: `args.customer_id` →
     /// `"customer_id"`) with its value.
-    pub fn derive(tool: &str, fields: &[(&str, &dyn KeyPart)]) -> Self {
+    pub fn derive(tool: &str, fields: &[KeyField<'_>]) -> Self {
         let mut hasher = KeyHasher::new(tool, fields.len());
         for (name, value) in fields {
-            hasher.field(name, *value);
+            hasher.field(name, value);
         }
         hasher.finish()
     }
@@ -120,6 +120,10 @@ impl<'de> serde::Deserialize<'de> for IdempotencyKey {
     }
 }
 
+/// One key field: its name and its value. The value is `Sync` so that a call's future stays
+/// `Send` while the field list is borrowed.
+pub type KeyField<'a> = (&'a str, &'a (dyn KeyPart + Sync));
+
 /// Streams encoding v1 into SHA-256 without building the byte string first.
 ///
 /// [`IdempotencyKey::derive`] is the usual way in; this is for callers that know their fields
@@ -138,11 +142,15 @@ impl KeyHasher {
         sha.update(DOMAIN);
         put_len_prefixed(&mut sha, tool.as_bytes());
         sha.update(be32(n_fields).to_be_bytes());
-        KeyHasher { sha, expected: n_fields, seen: 0 }
+        KeyHasher {
+            sha,
+            expected: n_fields,
+            seen: 0,
+        }
     }
 
     /// Adds the next key field.
-    pub fn field(&mut self, name: &str, value: &dyn KeyPart) -> &mut Self {
+    pub fn field(&mut self, name: &str, value: &(impl KeyPart + ?Sized)) -> &mut Self {
         self.seen += 1;
         put_len_prefixed(&mut self.sha, name.as_bytes());
         let mut int_buf = itoa::Buffer::new();
@@ -350,7 +358,9 @@ impl KeyPart for IdempotencyKey {
 /// (also after a restart). Use it as a key field.
 ///
 /// Get one with [`Idem::operation`](crate::Idem::operation).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(transparent)]
 pub struct OperationId(Uuid);
 

@@ -69,9 +69,11 @@ pub use error::{Error, StoreError, StoreErrorKind};
 pub use exec::{Tool, run_side_effect};
 pub use fingerprint::{Fingerprint, Fingerprinter};
 pub use idem::{AlreadyInstalled, Idem, IdemBuilder};
-pub use key::{IdempotencyKey, KeyHasher, KeyPart, KeyValue, OperationId};
+pub use key::{IdempotencyKey, KeyField, KeyHasher, KeyPart, KeyValue, OperationId};
 pub use observe::{CallInfo, CallOutcome, observe};
-pub use registry::{DuplicateTools, ToolInfo, ToolKind, check_unique_tool_names, find_duplicates, tools};
+pub use registry::{
+    DuplicateTools, ToolInfo, ToolKind, check_unique_tool_names, find_duplicates, tools,
+};
 pub use retry::{Classify, Failure, RetryPolicy, Schedule};
 pub use store::Store;
 pub use store::memory::MemoryStore;

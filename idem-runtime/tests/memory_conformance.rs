@@ -1,0 +1,7 @@
+//! The conformance suite (S1–S11) on the memory store.
+
+async fn fresh_store() -> idem_runtime::MemoryStore {
+    idem_runtime::MemoryStore::new()
+}
+
+idem_runtime::conformance_tests!(fresh_store);
