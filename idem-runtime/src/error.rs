@@ -109,7 +109,11 @@ pub struct StoreError {
 impl StoreError {
     /// A failure of `kind`, described by `message` (what happened, and what to do).
     pub fn new(kind: StoreErrorKind, message: impl Into<String>) -> Self {
-        StoreError { kind, message: message.into(), source: None }
+        StoreError {
+            kind,
+            message: message.into(),
+            source: None,
+        }
     }
 
     /// The store could not be reached.

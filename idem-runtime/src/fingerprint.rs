@@ -79,7 +79,8 @@ impl Fingerprinter {
         name: &str,
         value: &T,
     ) -> Result<&mut Self, serde_json::Error> {
-        self.args.insert(name.to_owned(), serde_json::to_value(value)?);
+        self.args
+            .insert(name.to_owned(), serde_json::to_value(value)?);
         Ok(self)
     }
 
@@ -102,7 +103,11 @@ fn write_canonical(sha: &mut Sha256, value: &Value) {
                 if i > 0 {
                     sha.update(b",");
                 }
-                sha.update(serde_json::to_string(k).expect("a string serializes").as_bytes());
+                sha.update(
+                    serde_json::to_string(k)
+                        .expect("a string serializes")
+                        .as_bytes(),
+                );
                 sha.update(b":");
                 write_canonical(sha, v);
             }

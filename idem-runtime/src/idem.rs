@@ -66,7 +66,9 @@ static DEFAULT: OnceLock<Result<Idem, String>> = OnceLock::new();
 
 /// Returned by [`Idem::install`] when a runtime is already installed.
 #[derive(Debug, thiserror::Error)]
-#[error("idemkit: a runtime is already installed in this process; install once at start-up, or use `Idem::scope` for a task")]
+#[error(
+    "idemkit: a runtime is already installed in this process; install once at start-up, or use `Idem::scope` for a task"
+)]
 pub struct AlreadyInstalled;
 
 impl Idem {
@@ -152,11 +154,13 @@ impl Idem {
                 self.inner.store_timeout
             ))),
         };
-        stored.map(OperationId::from_uuid).map_err(|source| Error::Store {
-            tool: format!("operation `{name}`"),
-            key: None,
-            source,
-        })
+        stored
+            .map(OperationId::from_uuid)
+            .map_err(|source| Error::Store {
+                tool: format!("operation `{name}`"),
+                key: None,
+                source,
+            })
     }
 }
 
@@ -223,7 +227,9 @@ impl IdemBuilder {
     ///
     /// Without a store: there is no sensible default for where money-moving records live.
     pub fn build(self) -> Idem {
-        let store = self.store.expect("idemkit: `Idem::builder()` needs `.store(...)` before `.build()`");
+        let store = self
+            .store
+            .expect("idemkit: `Idem::builder()` needs `.store(...)` before `.build()`");
         Idem {
             inner: Arc::new(Settings {
                 store,

@@ -48,7 +48,10 @@ pub struct DuplicateTools {
 
 impl fmt::Display for DuplicateTools {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "idemkit: tools share a name, so their keys would collide; give each a distinct `name = \"...\"`:")?;
+        writeln!(
+            f,
+            "idemkit: tools share a name, so their keys would collide; give each a distinct `name = \"...\"`:"
+        )?;
         for (name, infos) in &self.duplicates {
             write!(f, "  `{name}` is defined at")?;
             for (i, info) in infos.iter().enumerate() {
@@ -76,11 +79,17 @@ pub fn check_unique_tool_names() -> Result<(), DuplicateTools> {
 }
 
 /// The duplicate names among `infos`.
-pub fn find_duplicates(infos: impl IntoIterator<Item = &'static ToolInfo>) -> Result<(), DuplicateTools> {
+pub fn find_duplicates(
+    infos: impl IntoIterator<Item = &'static ToolInfo>,
+) -> Result<(), DuplicateTools> {
     let mut by_name: BTreeMap<&'static str, Vec<&'static ToolInfo>> = BTreeMap::new();
     for info in infos {
         by_name.entry(info.name).or_default().push(info);
     }
     let duplicates: Vec<_> = by_name.into_iter().filter(|(_, v)| v.len() > 1).collect();
-    if duplicates.is_empty() { Ok(()) } else { Err(DuplicateTools { duplicates }) }
+    if duplicates.is_empty() {
+        Ok(())
+    } else {
+        Err(DuplicateTools { duplicates })
+    }
 }

@@ -91,7 +91,10 @@ impl Default for RetryPolicy {
 impl RetryPolicy {
     /// One attempt, no retries.
     pub fn no_retry() -> Self {
-        RetryPolicy { max_attempts: 1, ..Self::default() }
+        RetryPolicy {
+            max_attempts: 1,
+            ..Self::default()
+        }
     }
 
     /// The same policy with `n` attempts in all.
@@ -129,7 +132,11 @@ impl RetryPolicy {
             .with_max_delay(self.max_delay)
             .with_max_times(self.max_attempts.saturating_sub(1) as usize)
             .build();
-        Schedule { ceilings, rng: fastrand::Rng::new(), max_elapsed: self.max_elapsed }
+        Schedule {
+            ceilings,
+            rng: fastrand::Rng::new(),
+            max_elapsed: self.max_elapsed,
+        }
     }
 }
 

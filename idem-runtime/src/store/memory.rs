@@ -38,9 +38,16 @@ struct Rec {
 
 #[derive(Debug, Clone)]
 enum State {
-    Running { token: LeaseToken, lease_until: Instant },
-    Completed { outcome: Vec<u8> },
-    Ambiguous { note: String },
+    Running {
+        token: LeaseToken,
+        lease_until: Instant,
+    },
+    Completed {
+        outcome: Vec<u8>,
+    },
+    Ambiguous {
+        note: String,
+    },
 }
 
 impl MemoryStore {
@@ -56,9 +63,15 @@ impl MemoryStore {
     }
 
     /// The live record of `key` held by `token`, if it is still held by it.
-    fn held<'a>(inner: &'a mut Inner, key: &IdempotencyKey, token: LeaseToken, now: Instant) -> Option<&'a mut Rec> {
+    fn held<'a>(
+        inner: &'a mut Inner,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        now: Instant,
+    ) -> Option<&'a mut Rec> {
         inner.records.get_mut(key.as_bytes()).filter(|rec| {
-            rec.expires_at > now && matches!(rec.state, State::Running { token: t, .. } if t == token)
+            rec.expires_at > now
+                && matches!(rec.state, State::Running { token: t, .. } if t == token)
         })
     }
 }
@@ -68,20 +81,32 @@ impl Store for MemoryStore {
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
         let now = Instant::now();
         let mut inner = self.lock();
-        let running = State::Running { token: req.token, lease_until: now + req.lease };
-        if let Some(rec) = inner.records.get_mut(req.key.as_bytes()).filter(|r| r.expires_at > now) {
+        let running = State::Running {
+            token: req.token,
+            lease_until: now + req.lease,
+        };
+        if let Some(rec) = inner
+            .records
+            .get_mut(req.key.as_bytes())
+            .filter(|r| r.expires_at > now)
+        {
             let same = rec.fingerprint == req.fingerprint;
             let existing = match &rec.state {
                 State::Running { lease_until, .. } if same && *lease_until <= now => None,
                 State::Ambiguous { .. } if same => None,
-                State::Running { lease_until, .. } => {
-                    Some(ExistingState::Running { lease_remaining: lease_until.saturating_duration_since(now) })
-                }
-                State::Completed { outcome } => Some(ExistingState::Completed { outcome: outcome.clone() }),
+                State::Running { lease_until, .. } => Some(ExistingState::Running {
+                    lease_remaining: lease_until.saturating_duration_since(now),
+                }),
+                State::Completed { outcome } => Some(ExistingState::Completed {
+                    outcome: outcome.clone(),
+                }),
                 State::Ambiguous { .. } => Some(ExistingState::Ambiguous),
             };
             return Ok(match existing {
-                Some(state) => Claim::Existing(Existing { fingerprint: rec.fingerprint, state }),
+                Some(state) => Claim::Existing(Existing {
+                    fingerprint: rec.fingerprint,
+                    state,
+                }),
                 None => {
                     // Take over: same operation, its holder gone or given up.
                     rec.state = running;
@@ -92,7 +117,12 @@ impl Store for MemoryStore {
         }
         inner.records.insert(
             *req.key.as_bytes(),
-            Rec { tool: req.tool.to_owned(), fingerprint: req.fingerprint, state: running, expires_at: now + req.ttl },
+            Rec {
+                tool: req.tool.to_owned(),
+                fingerprint: req.fingerprint,
+                state: running,
+                expires_at: now + req.ttl,
+            },
         );
         Ok(Claim::Acquired)
     }
@@ -108,7 +138,9 @@ impl Store for MemoryStore {
         let mut inner = self.lock();
         Ok(match Self::held(&mut inner, key, token, now) {
             Some(rec) => {
-                rec.state = State::Completed { outcome: outcome.to_vec() };
+                rec.state = State::Completed {
+                    outcome: outcome.to_vec(),
+                };
                 rec.expires_at = now + ttl;
                 Written::Applied
             }
@@ -116,7 +148,11 @@ impl Store for MemoryStore {
         })
     }
 
-    async fn release(&self, key: &IdempotencyKey, token: LeaseToken) -> Result<Written, StoreError> {
+    async fn release(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+    ) -> Result<Written, StoreError> {
         let now = Instant::now();
         let mut inner = self.lock();
         if Self::held(&mut inner, key, token, now).is_none() {
@@ -137,7 +173,9 @@ impl Store for MemoryStore {
         let mut inner = self.lock();
         Ok(match Self::held(&mut inner, key, token, now) {
             Some(rec) => {
-                rec.state = State::Ambiguous { note: note.to_owned() };
+                rec.state = State::Ambiguous {
+                    note: note.to_owned(),
+                };
                 rec.expires_at = now + ttl;
                 Written::Applied
             }
@@ -148,26 +186,37 @@ impl Store for MemoryStore {
     async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
         let now = Instant::now();
         let inner = self.lock();
-        Ok(inner.records.get(key.as_bytes()).filter(|r| r.expires_at > now).map(|rec| Record {
-            tool: rec.tool.clone(),
-            fingerprint: rec.fingerprint,
-            state: match &rec.state {
-                State::Running { token, lease_until } => RecordState::Running {
-                    token: *token,
-                    lease_remaining: lease_until.saturating_duration_since(now),
+        Ok(inner
+            .records
+            .get(key.as_bytes())
+            .filter(|r| r.expires_at > now)
+            .map(|rec| Record {
+                tool: rec.tool.clone(),
+                fingerprint: rec.fingerprint,
+                state: match &rec.state {
+                    State::Running { token, lease_until } => RecordState::Running {
+                        token: *token,
+                        lease_remaining: lease_until.saturating_duration_since(now),
+                    },
+                    State::Completed { outcome } => RecordState::Completed {
+                        outcome: outcome.clone(),
+                    },
+                    State::Ambiguous { note } => RecordState::Ambiguous { note: note.clone() },
                 },
-                State::Completed { outcome } => RecordState::Completed { outcome: outcome.clone() },
-                State::Ambiguous { note } => RecordState::Ambiguous { note: note.clone() },
-            },
-            expires_in: rec.expires_at.saturating_duration_since(now),
-        }))
+                expires_in: rec.expires_at.saturating_duration_since(now),
+            }))
     }
 
     async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
         let now = Instant::now();
         let mut inner = self.lock();
-        let expired: Vec<[u8; 16]> =
-            inner.records.iter().filter(|(_, r)| r.expires_at <= now).map(|(k, _)| *k).take(limit).collect();
+        let expired: Vec<[u8; 16]> = inner
+            .records
+            .iter()
+            .filter(|(_, r)| r.expires_at <= now)
+            .map(|(k, _)| *k)
+            .take(limit)
+            .collect();
         for k in &expired {
             inner.records.remove(k);
         }
@@ -175,6 +224,10 @@ impl Store for MemoryStore {
     }
 
     async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
-        Ok(*self.lock().operations.entry(name.to_owned()).or_insert(fresh))
+        Ok(*self
+            .lock()
+            .operations
+            .entry(name.to_owned())
+            .or_insert(fresh))
     }
 }

@@ -161,7 +161,8 @@ pub trait Store: Send + Sync + 'static {
 
     /// Deletes the record, if `token` still holds the lease: the operation did not happen, so a
     /// later call may run it again.
-    async fn release(&self, key: &IdempotencyKey, token: LeaseToken) -> Result<Written, StoreError>;
+    async fn release(&self, key: &IdempotencyKey, token: LeaseToken)
+    -> Result<Written, StoreError>;
 
     /// Keeps the record as ambiguous (it may have happened) for `ttl`, if `token` still holds
     /// the lease: the next call with the same arguments takes it over at once, with the same key.
@@ -197,7 +198,11 @@ impl<S: Store + ?Sized> Store for Arc<S> {
     ) -> Result<Written, StoreError> {
         (**self).complete(key, token, outcome, ttl).await
     }
-    async fn release(&self, key: &IdempotencyKey, token: LeaseToken) -> Result<Written, StoreError> {
+    async fn release(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+    ) -> Result<Written, StoreError> {
         (**self).release(key, token).await
     }
     async fn mark_ambiguous(
