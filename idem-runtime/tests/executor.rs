@@ -1,0 +1,336 @@
+//! The executor beyond the conformance rows: backoff bounds on tokio's paused clock, messages,
+//! read-only tools, fingerprints, runtime resolution, and what a call reports.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use idem_runtime::{
+    CallOutcome, Classify, Error, Failure, Fingerprint, Idem, IdempotencyKey, MemoryStore,
+    RetryPolicy, Tool, observe,
+};
+use tokio::time::Instant;
+
+#[derive(Debug)]
+enum E {
+    Body(Failure),
+    Idem(Error),
+}
+
+impl Classify for E {
+    fn classify(&self) -> Failure {
+        match self {
+            E::Body(f) => *f,
+            E::Idem(_) => Failure::Permanent,
+        }
+    }
+}
+
+impl From<Error> for E {
+    fn from(e: Error) -> Self {
+        E::Idem(e)
+    }
+}
+
+fn idem() -> Idem {
+    Idem::new(MemoryStore::new())
+}
+
+/// Runs side effect `t` that fails with `failure` forever; returns when each attempt started.
+async fn attempt_times(tool: Tool<'_>, failure: Failure) -> (Vec<Duration>, Failure) {
+    let start = Instant::now();
+    let times = Mutex::new(Vec::new());
+    let result: Result<(), E> = tool
+        .side_effect(&[("n", &1u8)], &(), |_| {
+            times.lock().unwrap().push(start.elapsed());
+            async move { Err(E::Body(failure)) }
+        })
+        .await;
+    let Err(E::Body(last)) = result else {
+        panic!("expected the body's error")
+    };
+    (times.into_inner().unwrap(), last)
+}
+
+#[tokio::test(start_paused = true)]
+async fn backoff_waits_stay_under_capped_exponential_ceilings() {
+    let idem = idem();
+    let policy = RetryPolicy::default()
+        .with_max_attempts(8)
+        .with_initial_delay(Duration::from_millis(100))
+        .with_max_delay(Duration::from_millis(400))
+        .with_max_elapsed(Duration::from_secs(60));
+    let (times, last) =
+        attempt_times(Tool::new("t").idem(&idem).retry(policy), Failure::Transient).await;
+    assert_eq!(
+        (times.len(), last),
+        (8, Failure::Transient),
+        "bounded by attempts"
+    );
+    let ceilings = [100, 200, 400, 400, 400, 400, 400];
+    for (gap, ceiling) in times.windows(2).map(|w| w[1] - w[0]).zip(ceilings) {
+        assert!(
+            gap <= Duration::from_millis(ceiling),
+            "wait {gap:?} over its ceiling {ceiling} ms"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn full_jitter_draws_waits_across_the_whole_range() {
+    let policy = RetryPolicy::default()
+        .with_initial_delay(Duration::from_secs(1))
+        .with_max_delay(Duration::from_secs(1));
+    let waits: Vec<Duration> = (0..400)
+        .map(|_| {
+            policy
+                .schedule()
+                .next_delay(Failure::Ambiguous, Duration::ZERO)
+                .unwrap()
+        })
+        .collect();
+    assert!(waits.iter().all(|w| *w <= Duration::from_secs(1)));
+    // Full jitter, not "delay plus jitter": a good share of the waits are under half the ceiling.
+    let short = waits
+        .iter()
+        .filter(|w| **w < Duration::from_millis(500))
+        .count();
+    assert!(
+        (100..=300).contains(&short),
+        "{short} of 400 waits under half the ceiling"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn backoff_is_bounded_by_total_time() {
+    let idem = idem();
+    let policy = RetryPolicy::default()
+        .with_max_attempts(1000)
+        .with_initial_delay(Duration::from_millis(500))
+        .with_max_delay(Duration::from_millis(500))
+        .with_max_elapsed(Duration::from_secs(3));
+    let (times, _) =
+        attempt_times(Tool::new("t").idem(&idem).retry(policy), Failure::Ambiguous).await;
+    assert!(times.len() < 1000, "the time bound stopped it first");
+    assert!(
+        *times.last().unwrap() <= Duration::from_secs(3),
+        "no attempt starts after the bound: {times:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_is_honoured_exactly_and_counts_as_an_attempt() {
+    let idem = idem();
+    let policy = RetryPolicy::default()
+        .with_max_attempts(3)
+        .with_max_elapsed(Duration::from_secs(60));
+    let wait = Duration::from_secs(7);
+    let (times, last) = attempt_times(
+        Tool::new("t").idem(&idem).retry(policy),
+        Failure::RetryAfter(wait),
+    )
+    .await;
+    assert_eq!(times, vec![Duration::ZERO, wait, wait * 2]);
+    assert_eq!(last, Failure::RetryAfter(wait));
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_past_the_time_bound_is_not_waited_for() {
+    let idem = idem();
+    let policy = RetryPolicy::default().with_max_elapsed(Duration::from_secs(10));
+    let (times, _) = attempt_times(
+        Tool::new("t").idem(&idem).retry(policy),
+        Failure::RetryAfter(Duration::from_secs(60)),
+    )
+    .await;
+    assert_eq!(times, vec![Duration::ZERO]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn defaults_suit_an_interactive_agent() {
+    let idem = idem();
+    let (times, _) = attempt_times(Tool::new("t").idem(&idem), Failure::Transient).await;
+    assert_eq!(times.len(), 4);
+    assert!(*times.last().unwrap() < Duration::from_secs(10));
+}
+
+#[tokio::test]
+async fn key_reuse_names_the_tool_and_the_key_and_says_what_to_do() {
+    let idem = idem();
+    let call = |amount: u64| {
+        Tool::new("payments.charge").idem(&idem).side_effect(
+            &[("order", &1u8)],
+            &amount,
+            |_| async { Ok::<_, E>(()) },
+        )
+    };
+    call(100).await.unwrap();
+    let Err(E::Idem(err @ Error::KeyReuse { .. })) = call(200).await else {
+        panic!("expected KeyReuse")
+    };
+    let text = err.to_string();
+    let key = IdempotencyKey::derive("payments.charge", &[("order", &1u8)]);
+    assert!(
+        text.contains("`payments.charge`") && text.contains(key.as_str()),
+        "{text}"
+    );
+    assert!(
+        text.contains("not run") && text.contains("add the field"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn arguments_that_do_not_serialize_are_refused_before_the_body() {
+    let idem = idem();
+    let mut bad = BTreeMap::new();
+    bad.insert((1, 2), "a map with non-string keys has no JSON form");
+    let mut ran = false;
+    let result = Tool::new("t")
+        .idem(&idem)
+        .side_effect(&[("n", &1u8)], &bad, |_| {
+            ran = true;
+            async { Ok::<_, E>(()) }
+        })
+        .await;
+    assert!(matches!(result, Err(E::Idem(Error::Arguments { .. }))));
+    assert!(!ran);
+}
+
+#[tokio::test]
+async fn fingerprints_do_not_depend_on_map_order() {
+    let a = serde_json::json!({"b": 1, "a": {"y": [1, 2], "x": null}});
+    let mut reordered = serde_json::Map::new();
+    reordered.insert("a".into(), serde_json::json!({"x": null, "y": [1, 2]}));
+    reordered.insert("b".into(), serde_json::json!(1));
+    assert_eq!(
+        Fingerprint::of(&a).unwrap(),
+        Fingerprint::of(&reordered).unwrap()
+    );
+    assert_ne!(
+        Fingerprint::of(&a).unwrap(),
+        Fingerprint::of(&serde_json::json!({"b": 2})).unwrap()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn read_only_tools_retry_without_a_key_or_a_store() {
+    let mut runs = 0;
+    let (result, info) = observe(Tool::new("balance").read_only(|| {
+        runs += 1;
+        let n = runs;
+        async move {
+            if n < 3 {
+                Err(E::Body(Failure::Transient))
+            } else {
+                Ok(n * 100)
+            }
+        }
+    }))
+    .await;
+    assert_eq!(result.unwrap(), 300);
+    let info = info.unwrap();
+    assert_eq!(
+        (info.attempts, info.key, info.replayed, info.outcome),
+        (3, None, false, CallOutcome::Completed)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn read_only_tools_stop_on_permanent_failures() {
+    let mut runs = 0;
+    let result: Result<(), E> = Tool::new("balance")
+        .read_only(|| {
+            runs += 1;
+            async { Err(E::Body(Failure::Permanent)) }
+        })
+        .await;
+    assert!(matches!(result, Err(E::Body(Failure::Permanent))));
+    assert_eq!(runs, 1);
+}
+
+#[tokio::test]
+async fn observe_reports_key_attempts_and_replay() {
+    let idem = idem();
+    let call = || {
+        Tool::new("charge")
+            .idem(&idem)
+            .side_effect(&[("order", &5u32)], &(), |_| async { Ok::<_, E>(1) })
+    };
+    let (_, first) = observe(call()).await;
+    let first = first.unwrap();
+    let key = IdempotencyKey::derive("charge", &[("order", &5u32)]);
+    assert_eq!(
+        (
+            first.tool.as_str(),
+            first.key,
+            first.attempts,
+            first.replayed
+        ),
+        ("charge", Some(key), 1, false)
+    );
+    let (_, again) = observe(call()).await;
+    let again = again.unwrap();
+    assert_eq!(
+        (again.attempts, again.replayed, again.outcome),
+        (0, true, CallOutcome::Replayed)
+    );
+}
+
+#[tokio::test]
+async fn a_scoped_runtime_is_used_inside_its_scope_only() {
+    let a = idem();
+    let b = idem();
+    let runs = Arc::new(Mutex::new(0));
+    let call = || {
+        let runs = runs.clone();
+        Tool::new("t").side_effect(&[("n", &1u8)], &(), move |_| {
+            *runs.lock().unwrap() += 1;
+            async { Ok::<_, E>(()) }
+        })
+    };
+    a.scope(call()).await.unwrap();
+    a.scope(call()).await.unwrap();
+    b.scope(call()).await.unwrap();
+    assert_eq!(
+        *runs.lock().unwrap(),
+        2,
+        "a replays its own record; b has none"
+    );
+}
+
+#[tokio::test]
+async fn outcomes_that_do_not_serialize_are_returned_and_kept_ambiguous() {
+    let idem = idem();
+    let mut outcome = BTreeMap::new();
+    outcome.insert((1, 2), String::from("no JSON form"));
+    let (result, info) = observe(Tool::new("t").idem(&idem).side_effect(
+        &[("n", &1u8)],
+        &(),
+        |_| {
+            let outcome = outcome.clone();
+            async move { Ok::<_, E>(outcome) }
+        },
+    ))
+    .await;
+    assert_eq!(
+        result.unwrap(),
+        outcome,
+        "the effect happened: the caller gets its result"
+    );
+    assert_eq!(info.unwrap().outcome, CallOutcome::Unrecorded);
+    let key = IdempotencyKey::derive("t", &[("n", &1u8)]);
+    let record = idem.store().get(&key).await.unwrap().unwrap();
+    assert!(matches!(
+        record.state,
+        idem_runtime::store::RecordState::Ambiguous { .. }
+    ));
+}
+
+#[tokio::test]
+async fn install_is_once_per_process() {
+    // The only test in this binary that installs.
+    idem().install().unwrap();
+    assert!(idem().install().is_err());
+    assert!(Idem::current().is_ok());
+}
