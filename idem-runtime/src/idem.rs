@@ -64,6 +64,12 @@ type DefaultFactory = fn() -> Result<Idem, String>;
 static DEFAULT_FACTORY: OnceLock<DefaultFactory> = OnceLock::new();
 static DEFAULT: OnceLock<Result<Idem, String>> = OnceLock::new();
 
+/// The default runtime built into this crate: the SQLite store at its default path.
+#[cfg(feature = "sqlite")]
+const BUILT_IN_DEFAULT: Option<DefaultFactory> = Some(crate::store::sqlite::default_runtime);
+#[cfg(not(feature = "sqlite"))]
+const BUILT_IN_DEFAULT: Option<DefaultFactory> = None;
+
 /// Returned by [`Idem::install`] when a runtime is already installed.
 #[derive(Debug, thiserror::Error)]
 #[error(
@@ -103,7 +109,7 @@ impl Idem {
         if let Some(idem) = INSTALLED.get() {
             return Ok(idem.clone());
         }
-        match DEFAULT_FACTORY.get() {
+        match DEFAULT_FACTORY.get().copied().or(BUILT_IN_DEFAULT) {
             Some(make) => DEFAULT.get_or_init(make).clone(),
             None => Err("no runtime is installed and no default store is built in".to_owned()),
         }

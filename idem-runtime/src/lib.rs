@@ -77,6 +77,8 @@ pub use registry::{
 pub use retry::{Classify, Failure, RetryPolicy, Schedule};
 pub use store::Store;
 pub use store::memory::MemoryStore;
+#[cfg(feature = "sqlite")]
+pub use store::sqlite::{SqliteStore, Synchronous};
 
 /// What generated code reaches, and nothing else should: the paths are not a stable API.
 #[doc(hidden)]

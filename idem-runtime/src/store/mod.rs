@@ -25,6 +25,8 @@ use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
 
 pub mod memory;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
 
 /// The token of one lease on a record: writes that carry a stale token are refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,0 +1,63 @@
+//! The conformance suite (S1–S11, contention, operation ids) on `SqliteStore`, unchanged: each
+//! row gets a new file in a temporary directory.
+
+use std::time::Duration;
+
+use idem_runtime::store::{Claim, ClaimRequest, LeaseToken, Record, Written};
+use idem_runtime::{IdempotencyKey, SqliteStore, Store, StoreError};
+use uuid::Uuid;
+
+/// A `SqliteStore` on a new file, deleted with its directory when the row's store is dropped.
+struct TempSqlite {
+    store: SqliteStore,
+    _dir: tempfile::TempDir,
+}
+
+async fn fresh_store() -> TempSqlite {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let store = SqliteStore::open(dir.path().join("idemkit.db")).expect("a new store opens");
+    TempSqlite { store, _dir: dir }
+}
+
+#[async_trait::async_trait]
+impl Store for TempSqlite {
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        self.store.claim(req).await
+    }
+    async fn complete(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        outcome: &[u8],
+        ttl: Duration,
+    ) -> Result<Written, StoreError> {
+        self.store.complete(key, token, outcome, ttl).await
+    }
+    async fn release(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+    ) -> Result<Written, StoreError> {
+        self.store.release(key, token).await
+    }
+    async fn mark_ambiguous(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        note: &str,
+        ttl: Duration,
+    ) -> Result<Written, StoreError> {
+        self.store.mark_ambiguous(key, token, note, ttl).await
+    }
+    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        self.store.get(key).await
+    }
+    async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
+        self.store.prune(limit).await
+    }
+    async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
+        self.store.operation_id(name, fresh).await
+    }
+}
+
+idem_runtime::conformance_tests!(fresh_store);
