@@ -50,6 +50,8 @@ struct Inner {
     /// Idempotency records by key.
     keys: HashMap<String, KeyRecord>,
     next_id: u64,
+    /// How long every effect takes to execute.
+    latency: Duration,
 }
 
 enum KeyRecord {
@@ -106,6 +108,11 @@ impl FakeProvider {
         self.lock().faults.extend(faults);
     }
 
+    /// Makes every effect take `latency` to execute (the key is reserved meanwhile).
+    pub fn set_latency(&self, latency: Duration) {
+        self.lock().latency = latency;
+    }
+
     /// How many effects of `kind` were committed.
     pub fn count(&self, kind: &str) -> usize {
         self.lock().effects.get(kind).map_or(0, Vec::len)
@@ -136,7 +143,10 @@ async fn create(
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let request_hash = hash(&request);
-    let fault = inner.lock().unwrap().faults.pop_front();
+    let (fault, latency) = {
+        let mut state = inner.lock().unwrap();
+        (state.faults.pop_front(), state.latency)
+    };
     match fault {
         Some(Fault::FailBeforeCommit) => {
             return (
@@ -198,10 +208,20 @@ async fn create(
             }
         }
     }
+    // If the client goes away before the commit, the server drops this future: free the key,
+    // as a provider whose transaction rolled back would.
+    let mut reservation = Reservation {
+        inner: &inner,
+        key: key.as_deref(),
+    };
 
-    if let Some(Fault::Latency(d)) = fault {
+    let extra = match fault {
+        Some(Fault::Latency(d)) => d,
+        _ => Duration::ZERO,
+    };
+    if !(latency + extra).is_zero() {
         // Executing: a request with the same key meanwhile gets 409.
-        tokio::time::sleep(d).await;
+        tokio::time::sleep(latency + extra).await;
     }
 
     // Commit the effect.
@@ -226,12 +246,29 @@ async fn create(
         }
         body
     };
+    reservation.key = None;
 
     if fault == Some(Fault::DropAfterCommit) {
         // Committed, but the response never arrives: the client times out.
         std::future::pending::<()>().await;
     }
     (StatusCode::OK, axum::Json(body)).into_response()
+}
+
+struct Reservation<'a> {
+    inner: &'a Mutex<Inner>,
+    key: Option<&'a str>,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if let Some(key) = self.key {
+            let mut state = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            if matches!(state.keys.get(key), Some(KeyRecord::Executing { .. })) {
+                state.keys.remove(key);
+            }
+        }
+    }
 }
 
 async fn balance(State(inner): State<Arc<Mutex<Inner>>>, Path(customer): Path<String>) -> Response {
