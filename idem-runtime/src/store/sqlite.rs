@@ -86,7 +86,7 @@ pub(crate) fn default_runtime() -> Result<Idem, String> {
     let path = default_path()?;
     tracing::info!(
         path = %path.display(),
-        "idemkit: no runtime installed; recording outcomes in the default SQLite store (set {DEFAULT_PATH_ENV} to move it)"
+        "no runtime installed; recording outcomes in the default SQLite store (set {DEFAULT_PATH_ENV} to move it)"
     );
     Ok(Idem::new(SqliteStore::builder(path).open_lazily()))
 }
@@ -240,7 +240,7 @@ impl SqliteStore {
             Err(e) => Err(StoreError::new(
                 StoreErrorKind::Other,
                 format!(
-                    "idemkit: an operation on the store {} did not finish: {e}",
+                    "an operation on the store {} did not finish: {e}",
                     self.path().display()
                 ),
             )),
@@ -512,7 +512,7 @@ impl Store for SqliteStore {
                 .map_err(|e| sql_error(path, "store an operation id in", e))?;
             Uuid::from_slice(&id).map_err(|_| {
                 StoreError::corrupt(format!(
-                    "idemkit: the operation id of `{name}` in {} is {} bytes, not a 16-byte UUID; \
+                    "the operation id of `{name}` in {} is {} bytes, not a 16-byte UUID; \
                      delete that row (`DELETE FROM operations WHERE name = '{name}'`) or restore the file from a backup",
                     path.display(),
                     id.len()
@@ -610,7 +610,7 @@ fn decode(
 
 fn corrupt(path: &Path, key: &IdempotencyKey, column: &str, what: &str) -> StoreError {
     StoreError::corrupt(format!(
-        "idemkit: the record of key {key} in {} is corrupt: its `{column}` {what}; delete that row \
+        "the record of key {key} in {} is corrupt: its `{column}` {what}; delete that row \
          (`DELETE FROM records WHERE key = '{key}'`, which forgets whether the operation ran) or restore the file \
          from a backup",
         path.display()
@@ -625,28 +625,28 @@ fn sql_error(path: &Path, what: &str, e: rusqlite::Error) -> StoreError {
         Some(ErrorCode::NotADatabase) => (
             StoreErrorKind::Incompatible,
             format!(
-                "{p} is not a SQLite database (or its header is damaged), so it is not an idemkit store; \
+                "it is not a SQLite database (or its header is damaged), so not an idemkit store; \
                  move that file away, or set {DEFAULT_PATH_ENV} (or the store's path) to another file"
             ),
         ),
         Some(ErrorCode::DatabaseCorrupt) => (
             StoreErrorKind::Corrupt,
             format!(
-                "{p} is corrupt; restore it from a backup, or move it away to start afresh \
+                "the file is corrupt; restore it from a backup, or move it away to start afresh \
                  (records of operations in flight are then lost)"
             ),
         ),
         Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => (
             StoreErrorKind::Unavailable,
             format!(
-                "{p} stayed locked by another connection beyond the busy timeout; retry, or raise the store's \
+                "it stayed locked by another connection beyond the busy timeout; retry, or raise the store's \
                  `busy_timeout` if many processes write at once"
             ),
         ),
         Some(ErrorCode::CannotOpen | ErrorCode::PermissionDenied | ErrorCode::ReadOnly) => (
             StoreErrorKind::Unavailable,
             format!(
-                "{p} cannot be opened for writing; make the file and its directory writable by this user \
+                "it cannot be opened for writing; make the file and its directory writable by this user \
                  (SQLite also creates `-wal` and `-shm` files beside it), or set {DEFAULT_PATH_ENV} \
                  (or the store's path) to a writable place"
             ),
@@ -654,19 +654,17 @@ fn sql_error(path: &Path, what: &str, e: rusqlite::Error) -> StoreError {
         Some(ErrorCode::DiskFull | ErrorCode::SystemIoFailure) => (
             StoreErrorKind::Unavailable,
             format!(
-                "{p} could not be written (disk full or I/O error); free space or fix the disk, then retry"
+                "it could not be written (disk full or I/O error); free space or fix the disk, then retry"
             ),
         ),
         _ => (
             StoreErrorKind::Other,
-            format!(
-                "{p} failed; see the cause, and check the file with `sqlite3 {p} 'PRAGMA integrity_check'`"
-            ),
+            format!("check the file with `sqlite3 {p} 'PRAGMA integrity_check'`"),
         ),
     };
     StoreError::new(
         kind,
-        format!("idemkit: could not {what} the store at {p}: {e}. {advice}"),
+        format!("could not {what} the store at {p} ({e}): {advice}"),
     )
     .with_source(e)
 }
@@ -678,7 +676,7 @@ fn open_connection(path: &Path, settings: &SqliteStoreBuilder) -> Result<Connect
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| {
             StoreError::unavailable(format!(
-                "idemkit: cannot create the directory {} for the store {p}: {e}; create it (writable by this user), \
+                "cannot create the directory {} for the store {p}: {e}; create it (writable by this user), \
                  or set {DEFAULT_PATH_ENV} (or the store's path) to a writable place",
                 dir.display()
             ))
@@ -692,7 +690,7 @@ fn open_connection(path: &Path, settings: &SqliteStoreBuilder) -> Result<Connect
     // first claim.
     if conn.is_readonly("main").map_err(opening)? {
         return Err(StoreError::unavailable(format!(
-            "idemkit: the store {p} is read-only for this user; make the file and its directory writable, \
+            "the store {p} is read-only for this user; make the file and its directory writable, \
              or set {DEFAULT_PATH_ENV} (or the store's path) to a writable place"
         )));
     }
@@ -704,7 +702,7 @@ fn open_connection(path: &Path, settings: &SqliteStoreBuilder) -> Result<Connect
         .map_err(opening)?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(StoreError::unavailable(format!(
-            "idemkit: the store {p} cannot use write-ahead logging (journal mode stays `{mode}`); \
+            "the store {p} cannot use write-ahead logging (journal mode stays `{mode}`); \
              put it on a local filesystem (not a network share), or set {DEFAULT_PATH_ENV} to a path on one"
         )));
     }
@@ -729,7 +727,7 @@ fn check_ours(path: &Path, app_id: i64, version: i64) -> Result<(), StoreError> 
         return Err(StoreError::new(
             StoreErrorKind::Incompatible,
             format!(
-                "idemkit: {p} is a SQLite database of another application (application_id {app_id:#x}), not an \
+                "{p} is a SQLite database of another application (application_id {app_id:#x}), not an \
                  idemkit store; it was not changed. Set {DEFAULT_PATH_ENV} (or the store's path) to another file"
             ),
         ));
@@ -738,7 +736,7 @@ fn check_ours(path: &Path, app_id: i64, version: i64) -> Result<(), StoreError> 
         return Err(StoreError::new(
             StoreErrorKind::Incompatible,
             format!(
-                "idemkit: the store {p} has schema version {version}, written by a newer idemkit; this build knows \
+                "the store {p} has schema version {version}, written by a newer idemkit; this build knows \
                  versions up to {}. It was not changed: upgrade idemkit in this program, or set {DEFAULT_PATH_ENV} \
                  (or the store's path) to another file",
                 sql::SCHEMA_VERSION
@@ -768,7 +766,7 @@ fn migrate(conn: &Connection, path: &Path) -> Result<(), StoreError> {
                 return Err(StoreError::new(
                     StoreErrorKind::Incompatible,
                     format!(
-                        "idemkit: {} is a SQLite database with {tables} table(s) of its own, not an idemkit store; \
+                        "{} is a SQLite database with {tables} table(s) of its own, not an idemkit store; \
                          it was not changed. Set {DEFAULT_PATH_ENV} (or the store's path) to a new file",
                         path.display()
                     ),
@@ -783,7 +781,7 @@ fn migrate(conn: &Connection, path: &Path) -> Result<(), StoreError> {
             conn.execute_batch(migration).map_err(failed)?;
             conn.pragma_update(None, "user_version", from as i64 + 1)
                 .map_err(failed)?;
-            tracing::info!(path = %path.display(), version = from + 1, "idemkit: store schema migrated");
+            tracing::info!(path = %path.display(), version = from + 1, "store schema migrated");
         }
         conn.pragma_update(None, "application_id", sql::APPLICATION_ID)
             .map_err(failed)?;
