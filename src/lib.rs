@@ -46,6 +46,78 @@ pub use idem_runtime::*;
 pub mod __private {
     pub use idem_runtime::__private::*;
     pub use idem_runtime::{
-        Classify, Error, Fingerprinter, IdempotencyKey, KeyPart, Tool, ToolInfo, ToolKind,
+        Classify, Error, Fingerprint, Fingerprinter, IdempotencyKey, KeyHasher, KeyPart, Tool,
+        ToolInfo, ToolKind,
     };
+
+    use std::future::Future;
+
+    use idem_runtime::__private::serde::Serialize;
+    use idem_runtime::__private::serde::de::DeserializeOwned;
+
+    /// The fingerprint of the arguments that are not key fields, keeping the first serialization
+    /// failure, which the call reports as `Error::Arguments` without running the tool.
+    #[derive(Debug, Default)]
+    pub struct Arguments {
+        fingerprinter: Fingerprinter,
+        failed: Option<idem_runtime::__private::serde_json::Error>,
+    }
+
+    impl Arguments {
+        /// No arguments yet.
+        pub fn new() -> Self {
+            Self::default()
+        }
+
+        /// Adds one argument; its `Serialize` bound is checked at the argument's span.
+        pub fn arg<T: Serialize + ?Sized>(mut self, name: &str, value: &T) -> Self {
+            if self.failed.is_none()
+                && let Err(e) = self.fingerprinter.arg(name, value)
+            {
+                self.failed = Some(e);
+            }
+            self
+        }
+
+        /// The fingerprint, or why an argument did not serialize.
+        pub fn finish(self) -> Result<Fingerprint, idem_runtime::__private::serde_json::Error> {
+            match self.failed {
+                None => Ok(self.fingerprinter.finish()),
+                Some(e) => Err(e),
+            }
+        }
+    }
+
+    /// What `#[side_effect]` calls: the protocol with the key derived by the wrapper. `T` and `E`
+    /// are named by the expansion at the user's spans, so an unmet bound (C8) points there.
+    pub async fn side_effect<T, E, F, Fut>(
+        tool: Tool<'_>,
+        key: IdempotencyKey,
+        arguments: Result<Fingerprint, idem_runtime::__private::serde_json::Error>,
+        attempt: F,
+    ) -> Result<T, E>
+    where
+        T: Serialize + DeserializeOwned,
+        E: Classify + From<Error>,
+        F: FnMut(IdempotencyKey) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        match arguments {
+            Ok(fingerprint) => tool.run_keyed(key, fingerprint, attempt).await,
+            Err(source) => Err(E::from(Error::Arguments {
+                tool: tool.name().to_owned(),
+                source,
+            })),
+        }
+    }
+
+    /// What `#[read_only]` calls.
+    pub async fn read_only<T, E, F, Fut>(tool: Tool<'_>, attempt: F) -> Result<T, E>
+    where
+        E: Classify,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        tool.read_only(attempt).await
+    }
 }

@@ -1,15 +1,123 @@
-//! Attribute macros of idemkit (placeholders until the attributes land).
+//! Attribute macros of [idemkit](https://docs.rs/idemkit): `#[side_effect(key = "...")]` and
+//! `#[read_only]`. Use them through the `idemkit` facade, which re-exports them.
+//!
+//! The crate is split by stage: [`attr`] parses the arguments, [`ast`] models the function,
+//! [`valid`] runs every check, [`expand`] generates the wrapper (or, on any error, the item as
+//! written plus the errors, so one mistake gives one error).
 
 use proc_macro::TokenStream;
+use proc_macro2::TokenStream as TokenStream2;
+
+mod ast;
+mod attr;
+mod ctxt;
+mod expand;
+mod valid;
+
+use ast::Kind;
 
 /// Marks an `async fn` as a tool with a side effect, keyed by the named fields.
+///
+/// ```ignore
+/// use idemkit::{side_effect, IdempotencyKey};
+///
+/// /// Charges a customer once per purpose and period.
+/// #[side_effect(key = "customer_id, purpose, period", max_attempts = 5)]
+/// async fn charge(
+///     key: &IdempotencyKey, // optional; injected, never passed by callers
+///     customer_id: &str,
+///     purpose: &str,
+///     period: &str,
+///     amount_cents: u64,
+/// ) -> Result<Receipt, PayError> {
+///     provider.charge(key.as_str(), customer_id, amount_cents).await
+/// }
+///
+/// let receipt = charge("cus_1", "subscription", "2026-11", 4200).await?;
+/// ```
+///
+/// # Arguments
+///
+/// | argument | meaning |
+/// | --- | --- |
+/// | `key = "a, b.c, self.d"` or `key(a, b.c, self.d)` | **required**: the fields that identify the operation, in key order. Each is a parameter, a name bound by a destructuring parameter, or `self`, followed by field accesses. The field's name in the key is the last segment (`args.customer_id` → `customer_id`). |
+/// | `name = "payments.charge"` | the tool's name, part of every key (default: the function's name). Pin it to keep keys stable across renames. |
+/// | `max_attempts = 5` | attempts in all, the first included (default: the runtime's retry policy). |
+/// | `retry = <expr>` | a whole `idemkit::RetryPolicy` for this tool. |
+/// | `lease = "30s"` | how long a claim holds before another call may take over. |
+/// | `ttl = "24h"` | how long the outcome is kept. |
+/// | `wait = "10s"` | how long a concurrent call of the same key waits for the outcome. |
+/// | `idem = <expr>` | the runtime to use, e.g. `idem = self.idem` (an `Idem`, `&Idem` or `Arc<Idem>`); default: the runtime in force (`Idem::current`). |
+/// | `crate = path` | where the `idemkit` crate is, when it is renamed (default `::idemkit`). |
+///
+/// Durations are numbers with units `ms`, `s`, `m`, `h`, `d`, combinable: `"1h30m"`.
+///
+/// # What the wrapper does
+///
+/// Callers see the signature as written, minus the `&IdempotencyKey` parameter. On each call the
+/// wrapper derives the key from the key fields **once**, fingerprints every other argument (they
+/// must be `serde::Serialize`; a destructuring parameter contributes the names it binds), and runs
+/// the body through the executor protocol, attempt by attempt. Each attempt gets its arguments
+/// anew: owned arguments are cloned (so they must be `Clone`), references are copied. The body is
+/// moved into the attempt closure, so nothing can call it around the wrapper.
+///
+/// The return type must be written as `Result<T, E>` (any path ending in `Result` with two
+/// arguments); one-argument aliases such as `anyhow::Result<T>` are rejected, because `E` must
+/// implement `idemkit::Classify` and `From<idemkit::Error>`. `T` must be `Serialize +
+/// DeserializeOwned`: the first outcome is stored and replayed. Methods take `&self`.
+///
+/// Minting an identifier in the body (`Uuid::new_v4()`, `Uuid::now_v7()`,
+/// `IdempotencyKey::random()`, `OperationId::new()`, `Ulid::new()`, `rand::random()`,
+/// `nanoid!()`) is a compile error: it would run once per attempt.
 #[proc_macro_attribute]
-pub fn side_effect(_args: TokenStream, item: TokenStream) -> TokenStream {
-    item
+pub fn side_effect(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand(Kind::SideEffect, args.into(), item.into()).into()
 }
 
-/// Marks an `async fn` as a read-only tool: retried freely, no key, no store.
+/// Marks an `async fn` as a read-only tool: retried by `idemkit::Classify`, no key, no store.
+///
+/// ```ignore
+/// #[read_only(max_attempts = 3)]
+/// async fn balance(customer_id: &str) -> Result<Cents, PayError> { … }
+/// ```
+///
+/// Arguments: `name = "..."`, `max_attempts = N`, `retry = <expr>`, `idem = <expr>`,
+/// `crate = path`, as for [`macro@side_effect`]. A `key` is an error: read-only tools need none.
 #[proc_macro_attribute]
-pub fn read_only(_args: TokenStream, item: TokenStream) -> TokenStream {
-    item
+pub fn read_only(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand(Kind::ReadOnly, args.into(), item.into()).into()
 }
+
+/// The whole expansion of one attribute: parse → validate → expand, or, on any error, the item
+/// as written plus every error.
+fn expand(kind: Kind, args: TokenStream2, item: TokenStream2) -> TokenStream2 {
+    let cx = ctxt::Ctxt::default();
+    let args = attr::parse(&cx, args);
+    let func: syn::ItemFn = match syn::parse2(item.clone()) {
+        Ok(func) => func,
+        Err(e) => {
+            cx.syn_error(syn::Error::new(
+                e.span(),
+                format!(
+                    "{} goes on an `async fn` with a body (a free function, or a method taking `&self`): {e}",
+                    kind.attribute()
+                ),
+            ));
+            let errors = cx.finish().map(|e| e.to_compile_error());
+            return quote::quote!(#item #errors);
+        }
+    };
+    let tool = ast::Tool::new(kind, func);
+    let plan = valid::check(&cx, &args, &tool);
+    match (cx.finish(), plan) {
+        (None, Some(plan)) => expand::tool(&args, &tool, &plan),
+        (errors, _) => {
+            let item = expand::fallback(&args, &tool);
+            let errors = errors.map(|e| e.to_compile_error());
+            quote::quote!(#item #errors)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,173 @@
+//! A typed model of the annotated function: which parameter is the injected key, which are
+//! plain names, which destructure, and what the return type says. No judgement here: that is
+//! `valid`'s job.
+
+use proc_macro2::Span;
+use syn::visit::Visit;
+use syn::{
+    FnArg, GenericArgument, Ident, ItemFn, Pat, PatType, PathArguments, Receiver, ReturnType, Type,
+};
+
+/// Which attribute is expanding.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Kind {
+    SideEffect,
+    ReadOnly,
+}
+
+impl Kind {
+    pub fn attribute(self) -> &'static str {
+        match self {
+            Kind::SideEffect => "#[side_effect]",
+            Kind::ReadOnly => "#[read_only]",
+        }
+    }
+}
+
+/// The annotated function.
+pub(crate) struct Tool {
+    pub kind: Kind,
+    pub item: ItemFn,
+    pub receiver: Option<Receiver>,
+    pub params: Vec<Param>,
+}
+
+/// One parameter other than `self`.
+pub(crate) struct Param {
+    pub arg: PatType,
+    pub role: Role,
+}
+
+pub(crate) enum Role {
+    /// `key: &IdempotencyKey`: supplied by the wrapper, absent from the callers' signature.
+    InjectedKey,
+    /// `customer_id: &str`, maybe `mut`: keeps its name in the callers' signature.
+    Named(Ident),
+    /// A destructuring pattern (`Parameters(ChargeReq { customer_id, .. })`): the callers'
+    /// signature names it `fresh`; the body destructures it as written.
+    Pattern { fresh: Ident, bindings: Vec<Ident> },
+}
+
+impl Param {
+    /// The name the parameter has in the wrapper's signature (none for the injected key).
+    pub fn outer_ident(&self) -> Option<&Ident> {
+        match &self.role {
+            Role::InjectedKey => None,
+            Role::Named(ident) => Some(ident),
+            Role::Pattern { fresh, .. } => Some(fresh),
+        }
+    }
+}
+
+impl Tool {
+    pub fn new(kind: Kind, item: ItemFn) -> Self {
+        let mut receiver = None;
+        let mut params = Vec::new();
+        for (index, arg) in item.sig.inputs.iter().enumerate() {
+            match arg {
+                FnArg::Receiver(r) => receiver = Some(r.clone()),
+                FnArg::Typed(pt) => {
+                    let role = if is_key_type(&pt.ty) {
+                        Role::InjectedKey
+                    } else {
+                        match &*pt.pat {
+                            Pat::Ident(pi) if pi.subpat.is_none() => Role::Named(pi.ident.clone()),
+                            pat => Role::Pattern {
+                                fresh: Ident::new(
+                                    &format!("__idemkit_arg{index}"),
+                                    Span::mixed_site(),
+                                ),
+                                bindings: bindings(pat),
+                            },
+                        }
+                    };
+                    params.push(Param {
+                        arg: pt.clone(),
+                        role,
+                    });
+                }
+            }
+        }
+        Tool {
+            kind,
+            item,
+            receiver,
+            params,
+        }
+    }
+
+    pub fn injected_key(&self) -> Option<&Param> {
+        self.params
+            .iter()
+            .find(|p| matches!(p.role, Role::InjectedKey))
+    }
+}
+
+/// `&IdempotencyKey`, `&'a idemkit::IdempotencyKey`: the type of the injected key.
+pub(crate) fn is_key_type(ty: &Type) -> bool {
+    match peel(ty) {
+        Type::Reference(r) if r.mutability.is_none() => match peel(&r.elem) {
+            Type::Path(p) if p.qself.is_none() => p
+                .path
+                .segments
+                .last()
+                .is_some_and(|s| s.ident == "IdempotencyKey" && s.arguments.is_empty()),
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+fn peel(ty: &Type) -> &Type {
+    match ty {
+        Type::Paren(p) => peel(&p.elem),
+        Type::Group(g) => peel(&g.elem),
+        other => other,
+    }
+}
+
+/// `Result<T, E>` (any path whose last segment is `Result` with two type arguments) → `(T, E)`.
+pub(crate) fn result_types(output: &ReturnType) -> Option<(&Type, &Type)> {
+    let ReturnType::Type(_, ty) = output else {
+        return None;
+    };
+    let Type::Path(p) = peel(ty) else { return None };
+    let last = p.path.segments.last()?;
+    if last.ident != "Result" {
+        return None;
+    }
+    let PathArguments::AngleBracketed(args) = &last.arguments else {
+        return None;
+    };
+    let mut types = args.args.iter().filter_map(|a| match a {
+        GenericArgument::Type(t) => Some(t),
+        _ => None,
+    });
+    match (types.next(), types.next(), types.next()) {
+        (Some(t), Some(e), None) if args.args.len() == 2 => Some((t, e)),
+        _ => None,
+    }
+}
+
+/// The names a pattern binds, in order.
+fn bindings(pat: &Pat) -> Vec<Ident> {
+    struct Bindings(Vec<Ident>);
+    impl<'ast> Visit<'ast> for Bindings {
+        fn visit_pat_ident(&mut self, p: &'ast syn::PatIdent) {
+            self.0.push(p.ident.clone());
+            syn::visit::visit_pat_ident(self, p);
+        }
+        fn visit_pat_or(&mut self, p: &'ast syn::PatOr) {
+            // Every alternative binds the same names.
+            if let Some(first) = p.cases.first() {
+                self.visit_pat(first);
+            }
+        }
+        // Paths, types and expressions inside a pattern bind nothing.
+        fn visit_expr(&mut self, _: &'ast syn::Expr) {}
+        fn visit_type(&mut self, _: &'ast Type) {}
+    }
+    let mut b = Bindings(Vec::new());
+    b.visit_pat(pat);
+    b.0
+}

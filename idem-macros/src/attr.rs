@@ -1,0 +1,333 @@
+//! Parsing of the attributes' arguments: `key = "..."`, `key(...)`, `name = "..."` and the knobs.
+//!
+//! Parsing recovers: an unknown or malformed argument is recorded in the [`Ctxt`] and skipped, so
+//! every mistake in one attribute is reported at once and the rest still expands.
+
+use proc_macro2::{Span, TokenStream, TokenTree};
+use quote::ToTokens;
+use syn::ext::IdentExt;
+use syn::parse::{ParseStream, Parser};
+use syn::punctuated::Punctuated;
+use syn::{Expr, Ident, LitInt, LitStr, Path, Token};
+
+use crate::ctxt::Ctxt;
+
+/// Every argument either attribute understands; `valid` decides which apply to which attribute.
+pub(crate) const ARGUMENTS: &[&str] = &[
+    "key",
+    "name",
+    "max_attempts",
+    "retry",
+    "lease",
+    "ttl",
+    "wait",
+    "idem",
+    "crate",
+];
+
+/// The arguments of one `#[side_effect(...)]` or `#[read_only(...)]`, as written.
+#[derive(Default)]
+pub(crate) struct Args {
+    pub key: Option<KeyArg>,
+    pub name: Option<LitStr>,
+    pub max_attempts: Option<(Ident, u32)>,
+    pub retry: Option<(Ident, Expr)>,
+    pub lease: Option<(Ident, Millis)>,
+    pub ttl: Option<(Ident, Millis)>,
+    pub wait: Option<(Ident, Millis)>,
+    pub idem: Option<(Ident, Expr)>,
+    pub krate: Option<Path>,
+}
+
+/// A duration written as `"30s"`, in milliseconds.
+#[derive(Clone, Copy)]
+pub(crate) struct Millis(pub u64);
+
+/// `key = "a, b.c"` or `key(a, b.c)`.
+pub(crate) struct KeyArg {
+    /// The whole argument, for errors about the argument itself (C6).
+    pub tokens: TokenStream,
+    /// Where an empty list is reported: the string, or the parentheses.
+    pub list_span: Span,
+    pub paths: Vec<KeyPath>,
+}
+
+/// One key field as written: a root (a parameter, a binding, or `self`) and field accesses.
+pub(crate) struct KeyPath {
+    pub root: Ident,
+    pub fields: Vec<Ident>,
+    /// Where errors about this field point: the string in the string form (stable Rust cannot
+    /// point inside it), the very name in the list form.
+    pub span: Span,
+}
+
+impl KeyPath {
+    /// The field's name in the key: the last segment of its path.
+    pub fn key_name(&self) -> String {
+        self.fields.last().unwrap_or(&self.root).unraw().to_string()
+    }
+
+    /// The path as written, `args.customer_id`.
+    pub fn display(&self) -> String {
+        let mut s = self.root.unraw().to_string();
+        for f in &self.fields {
+            s.push('.');
+            s.push_str(&f.unraw().to_string());
+        }
+        s
+    }
+}
+
+/// Parses the arguments, recording every problem in `cx`.
+pub(crate) fn parse(cx: &Ctxt, tokens: TokenStream) -> Args {
+    let mut args = Args::default();
+    let parser = |input: ParseStream| {
+        while !input.is_empty() {
+            let ident = input.call(Ident::parse_any)?;
+            argument(cx, &mut args, &ident, input)?;
+            if input.is_empty() {
+                break;
+            }
+            input.parse::<Token![,]>()?;
+        }
+        Ok(())
+    };
+    if let Err(e) = parser.parse2(tokens) {
+        cx.syn_error(e);
+    }
+    args
+}
+
+fn argument(cx: &Ctxt, args: &mut Args, ident: &Ident, input: ParseStream) -> syn::Result<()> {
+    let name = ident.to_string();
+    let once = |taken: bool| {
+        if taken {
+            cx.error(
+                ident.span(),
+                format!("`{name}` is given twice; give each argument once"),
+            );
+        }
+    };
+    match name.as_str() {
+        "key" => {
+            once(args.key.is_some());
+            let key = key_arg(cx, ident, input)?;
+            args.key.get_or_insert(key);
+        }
+        "name" => {
+            once(args.name.is_some());
+            input.parse::<Token![=]>()?;
+            let lit: LitStr = input.parse()?;
+            if lit.value().trim().is_empty() {
+                cx.error(lit.span(), "a tool's name cannot be empty: it is part of every key; write e.g. `name = \"payments.charge\"`");
+            }
+            args.name.get_or_insert(lit);
+        }
+        "max_attempts" => {
+            once(args.max_attempts.is_some());
+            input.parse::<Token![=]>()?;
+            let lit: LitInt = input.parse()?;
+            match lit.base10_parse::<u32>() {
+                Ok(n) if n >= 1 => {
+                    args.max_attempts.get_or_insert((ident.clone(), n));
+                }
+                _ => cx.error(
+                    lit.span(),
+                    "`max_attempts` counts every attempt, the first included: write a whole number of at least 1, e.g. `max_attempts = 5`",
+                ),
+            }
+        }
+        "lease" | "ttl" | "wait" => {
+            let slot = match name.as_str() {
+                "lease" => &mut args.lease,
+                "ttl" => &mut args.ttl,
+                _ => &mut args.wait,
+            };
+            once(slot.is_some());
+            input.parse::<Token![=]>()?;
+            let lit: LitStr = input.parse()?;
+            match parse_duration(&lit.value()) {
+                Some(ms) if ms == 0 && name != "wait" => cx.error(
+                    lit.span(),
+                    format!("`{name}` must be longer than zero, e.g. `{name} = \"30s\"`"),
+                ),
+                Some(ms) => {
+                    slot.get_or_insert((ident.clone(), Millis(ms)));
+                }
+                None => cx.error(
+                    lit.span(),
+                    format!(
+                        "cannot read {:?} as a duration: write numbers with units ms, s, m, h or d, e.g. `{name} = \"30s\"` or `\"1h30m\"`",
+                        lit.value()
+                    ),
+                ),
+            }
+        }
+        "idem" | "retry" => {
+            let slot = if name == "idem" {
+                &mut args.idem
+            } else {
+                &mut args.retry
+            };
+            once(slot.is_some());
+            input.parse::<Token![=]>()?;
+            let expr: Expr = input.parse()?;
+            slot.get_or_insert((ident.clone(), expr));
+        }
+        "crate" => {
+            once(args.krate.is_some());
+            input.parse::<Token![=]>()?;
+            let path = if input.peek(LitStr) {
+                input.parse::<LitStr>()?.parse()?
+            } else {
+                input.call(Path::parse_mod_style)?
+            };
+            args.krate.get_or_insert(path);
+        }
+        _ => {
+            let hint = match crate::valid::closest(&name, ARGUMENTS.iter().copied()) {
+                Some(close) => format!("did you mean `{close}`? "),
+                None => String::new(),
+            };
+            cx.error(
+                ident.span(),
+                format!(
+                    "unknown argument `{name}`; {hint}the arguments are: {}",
+                    ARGUMENTS.join(", ")
+                ),
+            );
+            // Skip its value, so the arguments after it are still read.
+            while !input.is_empty() && !input.peek(Token![,]) {
+                input.parse::<TokenTree>()?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn key_arg(cx: &Ctxt, ident: &Ident, input: ParseStream) -> syn::Result<KeyArg> {
+    let mut tokens = ident.to_token_stream();
+    if input.peek(Token![=]) {
+        let eq: Token![=] = input.parse()?;
+        let lit: LitStr = input.parse()?;
+        eq.to_tokens(&mut tokens);
+        lit.to_tokens(&mut tokens);
+        let span = lit.span();
+        let paths = match lit.parse_with(Punctuated::<KeyPath, Token![,]>::parse_terminated) {
+            Ok(list) => list.into_iter().map(|p| KeyPath { span, ..p }).collect(),
+            Err(e) => {
+                cx.error(
+                    span,
+                    format!(
+                        "cannot read the key fields {:?}: {e}; write a comma-separated list of parameter names or paths, e.g. `key = \"customer_id, args.period\"`",
+                        lit.value()
+                    ),
+                );
+                Vec::new()
+            }
+        };
+        Ok(KeyArg {
+            tokens,
+            list_span: span,
+            paths,
+        })
+    } else if input.peek(syn::token::Paren) {
+        let content;
+        let parens = syn::parenthesized!(content in input);
+        let list = Punctuated::<KeyPath, Token![,]>::parse_terminated(&content)?;
+        let group =
+            proc_macro2::Group::new(proc_macro2::Delimiter::Parenthesis, list.to_token_stream());
+        let mut group = group;
+        group.set_span(parens.span.join());
+        tokens.extend([TokenTree::Group(group)]);
+        Ok(KeyArg {
+            tokens,
+            list_span: parens.span.join(),
+            paths: list.into_iter().collect(),
+        })
+    } else {
+        Err(syn::Error::new(
+            ident.span(),
+            "write the key fields as `key = \"customer_id, period\"` or `key(customer_id, period)`",
+        ))
+    }
+}
+
+impl syn::parse::Parse for KeyPath {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let root = if input.peek(Token![self]) {
+            input.call(Ident::parse_any)?
+        } else {
+            input.parse()?
+        };
+        let mut fields = Vec::new();
+        while input.peek(Token![.]) {
+            input.parse::<Token![.]>()?;
+            fields.push(input.parse::<Ident>()?);
+        }
+        let span = fields.last().unwrap_or(&root).span();
+        Ok(KeyPath { root, fields, span })
+    }
+}
+
+impl ToTokens for KeyPath {
+    fn to_tokens(&self, tokens: &mut TokenStream) {
+        self.root.to_tokens(tokens);
+        for f in &self.fields {
+            Token![.](f.span()).to_tokens(tokens);
+            f.to_tokens(tokens);
+        }
+    }
+}
+
+/// `"250ms"`, `"30s"`, `"5m"`, `"24h"`, `"7d"`, `"1h30m"` → milliseconds.
+pub(crate) fn parse_duration(text: &str) -> Option<u64> {
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return None;
+    }
+    let mut total: u64 = 0;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        if digits == 0 {
+            return None;
+        }
+        let n: u64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let (unit, len) = if rest.starts_with("ms") {
+            (1, 2)
+        } else {
+            match rest.chars().next()? {
+                's' => (1_000, 1),
+                'm' => (60_000, 1),
+                'h' => (3_600_000, 1),
+                'd' => (86_400_000, 1),
+                _ => return None,
+            }
+        };
+        total = total.checked_add(n.checked_mul(unit)?)?;
+        rest = rest[len..].trim_start();
+    }
+    Some(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+
+    #[test]
+    fn durations_read_as_written() {
+        assert_eq!(parse_duration("250ms"), Some(250));
+        assert_eq!(parse_duration("30s"), Some(30_000));
+        assert_eq!(parse_duration("5m"), Some(300_000));
+        assert_eq!(parse_duration("24h"), Some(86_400_000));
+        assert_eq!(parse_duration("1h30m"), Some(5_400_000));
+        assert_eq!(parse_duration("7d"), Some(604_800_000));
+        assert_eq!(parse_duration("30"), None);
+        assert_eq!(parse_duration("s"), None);
+        assert_eq!(parse_duration("3x"), None);
+        assert_eq!(parse_duration(""), None);
+    }
+}

@@ -1,0 +1,309 @@
+//! Code generation: the wrapper that keeps the written signature (minus the injected key) and runs
+//! the original body, moved into the attempt closure, through the runtime.
+//!
+//! Everything the expansion names is reached through `::idemkit::__private` (or the `crate = ...`
+//! path), never through a crate the user may have renamed or never named.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{ToTokens, format_ident, quote, quote_spanned};
+use syn::{Attribute, FnArg, Ident, Meta, Pat};
+
+use crate::ast::{Kind, Param, Role, Tool};
+use crate::attr::Args;
+use crate::valid::Plan;
+
+/// `::idemkit::__private`, or `<crate = ...>::__private`.
+pub(crate) fn private(args: &Args) -> TokenStream {
+    match &args.krate {
+        Some(path) => quote!(#path::__private),
+        None => quote!(::idemkit::__private),
+    }
+}
+
+/// The internal local every attempt's key arrives in; invisible to the body (mixed-site hygiene).
+fn key_local() -> Ident {
+    Ident::new("__idemkit_key", Span::mixed_site())
+}
+
+pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
+    let private = private(args);
+    let attrs = outer_attrs(&tool.item.attrs);
+    let vis = &tool.item.vis;
+    let sig = outer_signature(tool);
+    let register = registration(&private, tool, plan);
+    let settings = settings(&private, args, &plan.name);
+    let attempt = attempt_closure(&private, tool);
+    let (ok, err) = (&plan.ok, &plan.err);
+    let name = &plan.name;
+
+    let body = match tool.kind {
+        Kind::SideEffect => {
+            let key = key_local();
+            let destructure = tool.params.iter().filter_map(|p| match &p.role {
+                Role::Pattern { fresh, bindings } if !bindings.is_empty() => {
+                    let pat = &p.arg.pat;
+                    Some(quote! {
+                        #[allow(unused_variables, unused_mut)]
+                        let #pat = ::core::clone::Clone::clone(&#fresh);
+                    })
+                }
+                _ => None,
+            });
+            let hasher = Ident::new("__idemkit_hasher", Span::mixed_site());
+            let n_fields = plan.keys.len();
+            // C3: each value is borrowed at the user's span, so a non-`KeyPart` type is reported there.
+            let key_fields = plan.keys.iter().map(|k| {
+                let (field, path) = (&k.name, &k.path);
+                let value = quote_spanned!(k.span=> &#path);
+                quote!(#hasher.field(#field, #value);)
+            });
+            let fingerprint = plan.fingerprint.iter().map(|f| {
+                let (arg, ident) = (&f.name, &f.ident);
+                let value = quote_spanned!(f.span=> &#ident);
+                quote!(.arg(#arg, #value))
+            });
+            let args_local = Ident::new("__idemkit_args", Span::mixed_site());
+            quote! {
+                #register
+                #(#destructure)*
+                // The key is derived here, once, before the first attempt.
+                let #key = {
+                    let mut #hasher = #private::KeyHasher::new(#name, #n_fields);
+                    #(#key_fields)*
+                    #hasher.finish()
+                };
+                let #args_local = #private::Arguments::new() #(#fingerprint)* .finish();
+                // C8: `T` and `E` are named at the user's spans, so an unmet bound points at them.
+                #private::side_effect::<#ok, #err, _, _>(#settings, #key, #args_local, #attempt).await
+            }
+        }
+        Kind::ReadOnly => quote! {
+            #register
+            #private::read_only::<#ok, #err, _, _>(#settings, #attempt).await
+        },
+    };
+    quote! {
+        #(#attrs)*
+        #vis #sig {
+            #body
+        }
+    }
+}
+
+/// The item as written, minus the injected key parameter (bound to a placeholder inside the
+/// body, so the body still type-checks): what is emitted next to the errors.
+pub(crate) fn fallback(args: &Args, tool: &Tool) -> TokenStream {
+    let private = private(args);
+    let attrs = outer_attrs(&tool.item.attrs);
+    let vis = &tool.item.vis;
+    let mut sig = tool.item.sig.clone();
+    sig.inputs = sig
+        .inputs
+        .into_iter()
+        .filter(|arg| !matches!(arg, FnArg::Typed(pt) if crate::ast::is_key_type(&pt.ty)))
+        .collect();
+    let stmts = &tool.item.block.stmts;
+    let key = tool.injected_key().map(|p| {
+        let pat = &p.arg.pat;
+        quote! {
+            let #pat: &#private::IdempotencyKey =
+                &#private::IdempotencyKey::from_uuid(#private::uuid::Uuid::nil());
+        }
+    });
+    quote! {
+        #(#attrs)*
+        #vis #sig {
+            #key
+            #(#stmts)*
+        }
+    }
+}
+
+/// Outer attributes as written; inner ones (`#![allow(...)]` in the body) become outer ones.
+fn outer_attrs(attrs: &[Attribute]) -> Vec<TokenStream> {
+    attrs
+        .iter()
+        .map(|a| {
+            let meta = &a.meta;
+            let pound = &a.pound_token;
+            quote!(#pound[#meta])
+        })
+        .collect()
+}
+
+/// The signature callers see: as written, minus the injected key, with destructuring patterns
+/// given a plain name and `mut`/`ref` dropped (they belong to the body, which rebinds).
+fn outer_signature(tool: &Tool) -> TokenStream {
+    let mut sig = tool.item.sig.clone();
+    let mut params = tool.params.iter();
+    sig.inputs = sig
+        .inputs
+        .into_iter()
+        .filter_map(|arg| match arg {
+            FnArg::Receiver(r) => Some(FnArg::Receiver(r)),
+            FnArg::Typed(mut pt) => {
+                let param = params.next().expect("one model entry per parameter");
+                let ident = param.outer_ident()?.clone();
+                pt.pat = Box::new(Pat::Ident(syn::PatIdent {
+                    attrs: Vec::new(),
+                    by_ref: None,
+                    mutability: None,
+                    ident,
+                    subpat: None,
+                }));
+                Some(FnArg::Typed(pt))
+            }
+        })
+        .collect();
+    sig.into_token_stream()
+}
+
+/// The closure run once per attempt: hands every argument anew (cloned; a reference clones for
+/// free), then runs the original body in an `async move` block.
+fn attempt_closure(private: &TokenStream, tool: &Tool) -> TokenStream {
+    let per_attempt = tool.params.iter().filter_map(per_attempt_clone);
+    let rebind = tool.params.iter().filter_map(rebind);
+    let key = key_local();
+    let injected = tool.injected_key().map(|p| {
+        let pat = &p.arg.pat;
+        quote!(let #pat: &#private::IdempotencyKey = &#key;)
+    });
+    let output = match &tool.item.sig.output {
+        syn::ReturnType::Type(_, ty) => ty.to_token_stream(),
+        syn::ReturnType::Default => quote!(()),
+    };
+    let block = &tool.item.block;
+    // The "fake return edge" (tracing-attributes): pins the block's output type before the body
+    // is checked, so `?` and `.into()` in the body infer as they do in the function.
+    let body = quote! {
+        #[allow(
+            unknown_lints,
+            unreachable_code,
+            clippy::diverging_sub_expression,
+            clippy::let_unit_value,
+            clippy::unreachable,
+            clippy::empty_loop
+        )]
+        if false {
+            let __idemkit_fake_return: #output = loop {};
+            return __idemkit_fake_return;
+        }
+        #(#rebind)*
+        #injected
+        #block
+    };
+    match tool.kind {
+        Kind::SideEffect => quote! {
+            |#key: #private::IdempotencyKey| {
+                #(#per_attempt)*
+                async move { #body }
+            }
+        },
+        Kind::ReadOnly => quote! {
+            || {
+                #(#per_attempt)*
+                async move { #body }
+            }
+        },
+    }
+}
+
+fn per_attempt_clone(p: &Param) -> Option<TokenStream> {
+    match &p.role {
+        Role::InjectedKey => None,
+        Role::Pattern { bindings, .. } if bindings.is_empty() => None,
+        Role::Named(ident) | Role::Pattern { fresh: ident, .. } => {
+            Some(quote!(let #ident = ::core::clone::Clone::clone(&#ident);))
+        }
+    }
+}
+
+/// Inside the attempt, the parameter as written: `let mut note = note;`, or the destructuring.
+fn rebind(p: &Param) -> Option<TokenStream> {
+    let pat = &p.arg.pat;
+    match &p.role {
+        Role::InjectedKey => None,
+        Role::Pattern { bindings, .. } if bindings.is_empty() => None,
+        Role::Pattern { fresh, .. } => Some(quote!(let #pat = #fresh;)),
+        Role::Named(ident) => match &**pat {
+            Pat::Ident(pi) if pi.by_ref.is_none() && pi.mutability.is_none() => None,
+            _ => Some(quote!(let #pat = #ident;)),
+        },
+    }
+}
+
+/// `Tool::new(name)` with the knobs of the attribute.
+fn settings(private: &TokenStream, args: &Args, name: &str) -> TokenStream {
+    let mut tool = quote!(#private::Tool::new(#name));
+    if let Some((kw, expr)) = &args.idem {
+        let method = format_ident!("idem", span = kw.span());
+        tool.extend(quote!(.#method(&#expr)));
+    }
+    if let Some((kw, expr)) = &args.retry {
+        let method = format_ident!("retry", span = kw.span());
+        tool.extend(quote!(.#method(#expr)));
+    }
+    if let Some((_, n)) = &args.max_attempts {
+        tool.extend(quote!(.max_attempts(#n)));
+    }
+    for (method, value) in [
+        ("lease", &args.lease),
+        ("ttl", &args.ttl),
+        ("in_flight_wait", &args.wait),
+    ] {
+        if let Some((_, ms)) = value {
+            let method = format_ident!("{method}");
+            let ms = ms.0;
+            tool.extend(quote!(.#method(::core::time::Duration::from_millis(#ms))));
+        }
+    }
+    tool
+}
+
+/// Registers the tool in the registry a program can list (`idemkit::tools()`).
+fn registration(private: &TokenStream, tool: &Tool, plan: &Plan) -> TokenStream {
+    let name = &plan.name;
+    let kind = match tool.kind {
+        Kind::SideEffect => quote!(SideEffect),
+        Kind::ReadOnly => quote!(ReadOnly),
+    };
+    let key_fields = plan.keys.iter().map(|k| &k.name);
+    let description = description(&tool.item.attrs);
+    quote! {
+        #private::inventory::submit! {
+            #private::ToolInfo {
+                name: #name,
+                kind: #private::ToolKind::#kind,
+                key_fields: &[#(#key_fields),*],
+                description: #description,
+                module_path: ::core::module_path!(),
+                file: ::core::file!(),
+                line: ::core::line!(),
+            }
+        }
+    }
+}
+
+/// The doc comment, lines joined, the one space after `///` dropped.
+fn description(attrs: &[Attribute]) -> String {
+    let lines: Vec<String> = attrs
+        .iter()
+        .filter(|a| a.path().is_ident("doc"))
+        .filter_map(|a| match &a.meta {
+            Meta::NameValue(nv) => match &nv.value {
+                syn::Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Str(s),
+                    ..
+                }) => Some(s.value()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .flat_map(|doc| {
+            doc.lines()
+                .map(|l| l.strip_prefix(' ').unwrap_or(l).trim_end().to_owned())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    lines.join("\n").trim().to_owned()
+}

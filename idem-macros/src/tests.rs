@@ -1,0 +1,98 @@
+//! Snapshots of the expansion, so reviewers can read the generated code (insta + prettyplease).
+
+use quote::quote;
+
+use crate::ast::Kind;
+
+fn pretty(tokens: proc_macro2::TokenStream) -> String {
+    let file: syn::File = syn::parse2(tokens).expect("the expansion parses as items");
+    prettyplease::unparse(&file)
+}
+
+#[test]
+fn expansion_of_a_side_effect_tool() {
+    let out = crate::expand(
+        Kind::SideEffect,
+        quote!(
+            key = "customer_id, purpose, period",
+            name = "payments.charge",
+            max_attempts = 5,
+            lease = "30s"
+        ),
+        quote! {
+            /// Charges a customer once per purpose and period.
+            pub async fn charge(
+                key: &IdempotencyKey,
+                customer_id: &str,
+                purpose: &str,
+                period: &str,
+                amount_cents: u64,
+                mut note: String,
+            ) -> Result<Receipt, PayError> {
+                note.push('!');
+                provider().charge(key.as_str(), customer_id, amount_cents, &note).await
+            }
+        },
+    );
+    let text = pretty(out);
+    assert!(!text.contains("compile_error"), "{text}");
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn expansion_of_a_method_with_a_destructured_parameter() {
+    let out = crate::expand(
+        Kind::SideEffect,
+        quote!(key(self.account, customer_id), idem = self.idem),
+        quote! {
+            async fn refund(
+                &self,
+                Parameters(RefundReq { customer_id, amount, .. }): Parameters<RefundReq>,
+            ) -> Result<u64, PayError> {
+                Ok(amount)
+            }
+        },
+    );
+    let text = pretty(out);
+    assert!(!text.contains("compile_error"), "{text}");
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn expansion_of_a_read_only_tool() {
+    let out = crate::expand(
+        Kind::ReadOnly,
+        quote!(max_attempts = 3),
+        quote! {
+            /// The customer's balance.
+            async fn balance(customer_id: &str) -> Result<u64, PayError> {
+                provider().balance(customer_id).await
+            }
+        },
+    );
+    let text = pretty(out);
+    assert!(!text.contains("compile_error"), "{text}");
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn errors_keep_the_item_and_collect_every_mistake() {
+    let out = crate::expand(
+        Kind::SideEffect,
+        quote!(key = "custmer_id", retries = 3),
+        quote! {
+            async fn charge(key: &IdempotencyKey, customer_id: &str) -> Result<u64, PayError> {
+                Ok(1)
+            }
+        },
+    );
+    let text = out.to_string();
+    assert_eq!(text.matches("compile_error").count(), 2, "{text}");
+    assert!(text.contains("did you mean `customer_id`?"), "{text}");
+    assert!(text.contains("unknown argument `retries`"), "{text}");
+    // The item is still there, without the injected key in its signature.
+    assert!(
+        text.contains("async fn charge (customer_id : & str)"),
+        "{text}"
+    );
+}

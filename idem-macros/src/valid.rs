@@ -1,0 +1,487 @@
+//! Every semantic check (C1, C2, C4–C7, C9 of the contract), apart from code generation.
+//!
+//! C3 (a key field that is not `KeyPart`), C8 (the error or output type lacks a trait) and a
+//! misspelt field inside a struct (`args.custmer_id`) are left to rustc: the expansion touches
+//! each at the user's span, so rustc's own error, with the runtime traits'
+//! `#[diagnostic::on_unimplemented]` text, points at the right token.
+
+use std::collections::BTreeMap;
+
+use proc_macro2::{Span, TokenStream};
+use quote::{ToTokens, quote};
+use syn::ext::IdentExt;
+use syn::spanned::Spanned;
+use syn::visit::Visit;
+use syn::{Ident, Type};
+
+use crate::ast::{self, Kind, Role, Tool};
+use crate::attr::{Args, KeyPath};
+use crate::ctxt::Ctxt;
+
+/// What the expansion needs, once everything checked out.
+pub(crate) struct Plan {
+    /// The tool's name (part of every key).
+    pub name: String,
+    pub keys: Vec<KeyField>,
+    /// The arguments fingerprinted: every parameter or binding that is not a whole key field.
+    pub fingerprint: Vec<Fingerprinted>,
+    pub ok: Type,
+    pub err: Type,
+}
+
+pub(crate) struct KeyField {
+    /// Its name in the key: the last segment of its path.
+    pub name: String,
+    /// The path, as tokens at the user's spans.
+    pub path: TokenStream,
+    /// Where a type error about it points.
+    pub span: Span,
+}
+
+pub(crate) struct Fingerprinted {
+    pub name: String,
+    pub ident: Ident,
+    pub span: Span,
+}
+
+/// Runs every check, recording each failure in `cx`; returns the plan when there was none.
+pub(crate) fn check(cx: &Ctxt, args: &Args, tool: &Tool) -> Option<Plan> {
+    arguments(cx, args, tool.kind);
+    signature(cx, tool);
+    let output = output(cx, tool);
+    let (keys, fingerprint) = match tool.kind {
+        Kind::SideEffect => {
+            minted_keys(cx, &tool.item.block);
+            key_fields(cx, args, tool)
+        }
+        Kind::ReadOnly => (Vec::new(), Vec::new()),
+    };
+    if cx.has_errors() {
+        return None;
+    }
+    let (ok, err) = output?;
+    let name = match &args.name {
+        Some(lit) => lit.value(),
+        None => tool.item.sig.ident.unraw().to_string(),
+    };
+    Some(Plan {
+        name,
+        keys,
+        fingerprint,
+        ok,
+        err,
+    })
+}
+
+/// C1, C6, C9 (empty key list), and the knobs that do not apply to the attribute.
+fn arguments(cx: &Ctxt, args: &Args, kind: Kind) {
+    match kind {
+        Kind::SideEffect => match &args.key {
+            None => cx.error(
+                Span::call_site(),
+                "#[side_effect] needs a key: name the fields that identify the operation, \
+                 e.g. `#[side_effect(key = \"customer_id, period\")]`; the key is derived from them once, \
+                 before the first attempt, and every retry reuses it",
+            ),
+            Some(key) if key.paths.is_empty() => cx.error(
+                key.list_span,
+                "the key list is empty: name at least one field that identifies the operation, \
+                 e.g. `key = \"customer_id, period\"`; an operation with no natural identity can key on an \
+                 `OperationId` from `idem.operation(\"...\")`",
+            ),
+            Some(_) => {}
+        },
+        Kind::ReadOnly => {
+            if let Some(key) = &args.key {
+                cx.error_spanned(
+                    &key.tokens,
+                    "read-only tools need no key: they may run any number of times, so nothing is recorded; \
+                     remove `key`, or use #[side_effect(key = ...)] if the tool acts on the world",
+                );
+            }
+            for (ident, _) in [&args.lease, &args.ttl, &args.wait].into_iter().flatten() {
+                cx.error(
+                    ident.span(),
+                    format!(
+                        "`{ident}` does not apply to #[read_only]: read-only tools keep no record in the store; remove it"
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// C5, the receiver, the parameters.
+fn signature(cx: &Ctxt, tool: &Tool) {
+    let sig = &tool.item.sig;
+    let attribute = tool.kind.attribute();
+    if sig.asyncness.is_none() {
+        let fn_token = &sig.fn_token;
+        let ident = &sig.ident;
+        cx.error_spanned(
+            quote!(#fn_token #ident),
+            format!(
+                "{attribute} goes on an `async fn`: each attempt is awaited, with backoff between attempts; \
+                 write `async fn {ident}(...)`"
+            ),
+        );
+    }
+    if let Some(r) = &tool.receiver {
+        let shared = match (&r.reference, &r.colon_token) {
+            (Some(_), _) => r.mutability.is_none(),
+            (None, Some(_)) => matches!(&*r.ty, Type::Reference(t) if t.mutability.is_none()),
+            (None, None) => false,
+        };
+        if !shared {
+            cx.error_spanned(
+                r,
+                format!(
+                    "{attribute} methods take `&self`: every attempt gets the receiver anew, and only a shared \
+                     reference can be handed to several attempts; use `&self` (with interior mutability if needed)"
+                ),
+            );
+        }
+    }
+    let mut injected = 0;
+    for p in &tool.params {
+        match &p.role {
+            Role::InjectedKey => {
+                injected += 1;
+                if tool.kind == Kind::ReadOnly {
+                    cx.error_spanned(
+                        &p.arg,
+                        "read-only tools need no key, and get none: remove this `&IdempotencyKey` parameter",
+                    );
+                } else if injected > 1 {
+                    cx.error_spanned(
+                        &p.arg,
+                        "the key is injected once: keep a single `key: &IdempotencyKey` parameter",
+                    );
+                }
+            }
+            Role::Named(_) | Role::Pattern { .. } => {
+                if let Type::Reference(r) = &*p.arg.ty
+                    && r.mutability.is_some()
+                {
+                    cx.error_spanned(
+                        &p.arg.ty,
+                        "a tool's arguments are handed to every attempt, which a `&mut` cannot be; \
+                         take it by value (it is cloned per attempt) or by shared reference",
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// C7: the return type is `Result<T, E>`.
+fn output(cx: &Ctxt, tool: &Tool) -> Option<(Type, Type)> {
+    let sig = &tool.item.sig;
+    if let Some((ok, err)) = ast::result_types(&sig.output) {
+        return Some((ok.clone(), err.clone()));
+    }
+    let attribute = tool.kind.attribute();
+    let what = "a tool returns `Result<T, E>`, with `E: idemkit::Classify + From<idemkit::Error>` \
+                (which failures to retry, and the runtime's own errors)";
+    match &sig.output {
+        syn::ReturnType::Default => cx.error(
+            sig.paren_token.span.close(),
+            format!("{attribute}: {what}; add `-> Result<T, E>`"),
+        ),
+        syn::ReturnType::Type(_, ty) => {
+            let one_arg_result = matches!(&**ty, Type::Path(p) if p.path.segments.last().is_some_and(|s| s.ident == "Result"));
+            let advice = if one_arg_result {
+                "; a one-argument alias such as `anyhow::Result<T>` or `io::Result<T>` hides the error type: \
+                 write `Result<T, YourError>` in full"
+            } else {
+                "; wrap the value in `Result<_, YourError>`"
+            };
+            cx.error_spanned(ty, format!("{attribute}: {what}{advice}"));
+        }
+    }
+    None
+}
+
+/// C2, C9: resolves each key path to a parameter, a binding or `self`; works out the fingerprint.
+fn key_fields(cx: &Ctxt, args: &Args, tool: &Tool) -> (Vec<KeyField>, Vec<Fingerprinted>) {
+    let Some(key) = &args.key else {
+        return (Vec::new(), Vec::new());
+    };
+    // Names a key path may start at, and whether each is a parameter (vs a binding).
+    let mut roots: BTreeMap<String, Ident> = BTreeMap::new();
+    for p in &tool.params {
+        match &p.role {
+            Role::Named(ident) => {
+                roots.insert(ident.unraw().to_string(), ident.clone());
+            }
+            Role::Pattern { bindings, .. } => {
+                for b in bindings {
+                    roots.insert(b.unraw().to_string(), b.clone());
+                }
+            }
+            Role::InjectedKey => {}
+        }
+    }
+    let injected_name = tool.injected_key().and_then(|p| match &*p.arg.pat {
+        syn::Pat::Ident(pi) => Some(pi.ident.unraw().to_string()),
+        _ => None,
+    });
+
+    let mut fields = Vec::new();
+    let mut whole: Vec<String> = Vec::new();
+    let mut seen_paths: BTreeMap<String, ()> = BTreeMap::new();
+    let mut seen_names: BTreeMap<String, String> = BTreeMap::new();
+    for path in &key.paths {
+        let shown = path.display();
+        if seen_paths.insert(shown.clone(), ()).is_some() {
+            cx.error(
+                path.span,
+                format!("key field `{shown}` is named twice; name each field once"),
+            );
+            continue;
+        }
+        let name = path.key_name();
+        if let Some(other) = seen_names.insert(name.clone(), shown.clone()) {
+            cx.error(
+                path.span,
+                format!(
+                    "key fields `{other}` and `{shown}` would both be called `{name}` in the key (a field is named \
+                     by the last segment of its path), so they could be swapped without changing it; key on one of them"
+                ),
+            );
+            continue;
+        }
+        let root = path.root.unraw().to_string();
+        if root == "self" {
+            if tool.receiver.is_none() {
+                cx.error(
+                    path.span,
+                    format!(
+                        "key field `{shown}` starts at `self`, but `{}` takes no `self`",
+                        tool.item.sig.ident
+                    ),
+                );
+                continue;
+            }
+        } else if Some(&root) == injected_name.as_ref() {
+            cx.error(
+                path.span,
+                format!("key field `{shown}` names the injected key itself; the key is made from the fields, not of itself"),
+            );
+            continue;
+        } else if !roots.contains_key(&root) {
+            unknown_root(cx, tool, path, &root, &roots);
+            continue;
+        }
+        if path.fields.is_empty() {
+            whole.push(root.clone());
+        }
+        fields.push(resolve(tool, path, name));
+    }
+
+    let mut fingerprint = Vec::new();
+    for p in &tool.params {
+        let candidates: Vec<&Ident> = match &p.role {
+            Role::Named(ident) => vec![ident],
+            Role::Pattern { bindings, .. } => bindings.iter().collect(),
+            Role::InjectedKey => Vec::new(),
+        };
+        for ident in candidates {
+            let name = ident.unraw().to_string();
+            if !whole.contains(&name) {
+                fingerprint.push(Fingerprinted {
+                    name,
+                    ident: ident.clone(),
+                    span: p.arg.ty.span(),
+                });
+            }
+        }
+    }
+    (fields, fingerprint)
+}
+
+/// A key path's tokens and the span its type errors point at: the parameter's type for a whole
+/// parameter (`amount: f64` → `f64`), else the path as written in the attribute.
+fn resolve(tool: &Tool, path: &KeyPath, name: String) -> KeyField {
+    let param_ty = tool.params.iter().find_map(|p| match &p.role {
+        Role::Named(ident) if path.fields.is_empty() && *ident == path.root => {
+            Some(p.arg.ty.span())
+        }
+        _ => None,
+    });
+    match param_ty {
+        Some(span) => {
+            let mut root = path.root.clone();
+            root.set_span(span);
+            KeyField {
+                name,
+                path: root.into_token_stream(),
+                span,
+            }
+        }
+        None => KeyField {
+            name,
+            path: path.to_token_stream(),
+            span: path.span,
+        },
+    }
+}
+
+/// C2: names the field, suggests the closest name.
+fn unknown_root(
+    cx: &Ctxt,
+    tool: &Tool,
+    path: &KeyPath,
+    root: &str,
+    roots: &BTreeMap<String, Ident>,
+) {
+    let shown = path.display();
+    let mut candidates: Vec<&str> = roots.keys().map(String::as_str).collect();
+    if tool.receiver.is_some() {
+        candidates.push("self");
+    }
+    let hint = match closest(root, candidates.iter().copied()) {
+        Some(close) => {
+            let mut fixed = close.to_owned();
+            for f in &path.fields {
+                fixed.push('.');
+                fixed.push_str(&f.unraw().to_string());
+            }
+            format!("did you mean `{fixed}`?")
+        }
+        None if candidates.is_empty() => "the function has no parameter to key on".to_owned(),
+        None => format!(
+            "key fields start at one of: {}",
+            candidates
+                .iter()
+                .map(|c| format!("`{c}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    cx.error(
+        path.span,
+        format!(
+            "unknown key field `{shown}`: `{root}` is not a parameter of `{}`; {hint}",
+            tool.item.sig.ident
+        ),
+    );
+}
+
+/// The candidate closest to `word` by edit distance, if close enough to be a likely typo.
+pub(crate) fn closest<'a>(
+    word: &str,
+    candidates: impl Iterator<Item = &'a str>,
+) -> Option<&'a str> {
+    let limit = (word.chars().count().max(3)) / 3;
+    candidates
+        .map(|c| (edit_distance(word, c), c))
+        .filter(|(d, _)| *d <= limit.max(1))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let cost = usize::from(ca != *cb);
+            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// Calls that mint a fresh identifier: inside the body they run once per attempt (C4).
+const MINTS: &[(&str, &str)] = &[
+    ("Uuid", "new_v4"),
+    ("Uuid", "new_v7"),
+    ("Uuid", "now_v7"),
+    ("Uuid", "now_v6"),
+    ("Uuid", "now_v1"),
+    ("IdempotencyKey", "random"),
+    ("IdempotencyKey", "new"),
+    ("IdempotencyKey", "new_v4"),
+    ("OperationId", "new"),
+    ("OperationId", "random"),
+    ("Ulid", "new"),
+    ("Ulid", "generate"),
+    ("rand", "random"),
+    ("nanoid", "nanoid"),
+];
+
+/// C4: the body mints a key.
+fn minted_keys(cx: &Ctxt, body: &syn::Block) {
+    struct Finder<'a> {
+        cx: &'a Ctxt,
+    }
+    impl<'ast> Visit<'ast> for Finder<'_> {
+        fn visit_expr_call(&mut self, call: &'ast syn::ExprCall) {
+            if let syn::Expr::Path(p) = &*call.func {
+                let segs: Vec<String> = p
+                    .path
+                    .segments
+                    .iter()
+                    .map(|s| s.ident.to_string())
+                    .collect();
+                if let [.., ty, f] = segs.as_slice()
+                    && MINTS.iter().any(|(t, m)| t == ty && m == f)
+                {
+                    let func = &call.func;
+                    self.cx.error_spanned(
+                        call,
+                        format!(
+                            "`{}()` mints a new identifier on every attempt, and a fresh key per attempt dedupes nothing: \
+                             a retry after a lost response would act again. Take the key derived once from the key fields \
+                             (add a `key: &IdempotencyKey` parameter), or key on an `OperationId` from `idem.operation(\"...\")`",
+                            func.to_token_stream().to_string().replace(' ', "")
+                        ),
+                    );
+                }
+            }
+            syn::visit::visit_expr_call(self, call);
+        }
+        fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+            if mac
+                .path
+                .segments
+                .last()
+                .is_some_and(|s| s.ident == "nanoid")
+            {
+                self.cx.error_spanned(
+                    mac,
+                    "`nanoid!()` mints a new identifier on every attempt, and a fresh key per attempt dedupes nothing; \
+                     take the key derived once from the key fields (add a `key: &IdempotencyKey` parameter)",
+                );
+                return;
+            }
+            // `format!("{}", Uuid::new_v4())` and the like: look inside when the tokens are expressions.
+            let parser = syn::punctuated::Punctuated::<syn::Expr, syn::Token![,]>::parse_terminated;
+            if let Ok(exprs) = mac.parse_body_with(parser) {
+                for e in &exprs {
+                    self.visit_expr(e);
+                }
+            }
+        }
+    }
+    Finder { cx }.visit_block(body);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::closest;
+
+    #[test]
+    fn closest_suggests_typos_only() {
+        let names = ["customer_id", "purpose", "period"];
+        assert_eq!(
+            closest("custmer_id", names.iter().copied()),
+            Some("customer_id")
+        );
+        assert_eq!(closest("perid", names.iter().copied()), Some("period"));
+        assert_eq!(closest("amount", names.iter().copied()), None);
+    }
+}
