@@ -77,6 +77,10 @@ pub use registry::{
 pub use retry::{Classify, Failure, RetryPolicy, Schedule};
 pub use store::Store;
 pub use store::memory::MemoryStore;
+#[cfg(feature = "postgres")]
+pub use store::postgres::{PostgresStore, PostgresStoreBuilder};
+#[cfg(feature = "redis")]
+pub use store::redis::{RedisStore, RedisStoreBuilder};
 #[cfg(feature = "sqlite")]
 pub use store::sqlite::{SqliteStore, Synchronous};
 

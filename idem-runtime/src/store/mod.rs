@@ -25,6 +25,10 @@ use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
 
 pub mod memory;
+#[cfg(feature = "postgres")]
+pub mod postgres;
+#[cfg(feature = "redis")]
+pub mod redis;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 

@@ -1,0 +1,37 @@
+//! The conformance suite (S1–S11) on the Redis store, against the server at
+//! `IDEMKIT_TEST_REDIS_URL` (`scripts/test-servers.sh start` runs one). Each row gets a key prefix
+//! of its own.
+
+use idem_runtime::RedisStore;
+
+async fn fresh_store() -> RedisStore {
+    let Some(url) = server_url() else {
+        // A skip must be seen: the whole file stops here, after saying so.
+        std::process::exit(0);
+    };
+    RedisStore::builder(url)
+        .prefix(format!("conformance:{}:", uuid::Uuid::new_v4().simple()))
+        .connect()
+        .await
+        .expect("the Redis store connects")
+}
+
+/// The test server's URL; under CI a missing one is a failure, elsewhere a loud skip.
+fn server_url() -> Option<String> {
+    const VAR: &str = "IDEMKIT_TEST_REDIS_URL";
+    match std::env::var(VAR) {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false") => {
+            panic!("{VAR} is not set under CI: .ci/run starts Redis and sets it")
+        }
+        _ => {
+            eprintln!(
+                "\n==========\nSKIPPED: set {VAR} to run the Redis store tests \
+                 (eval \"$(scripts/test-servers.sh start)\")\n==========\n"
+            );
+            None
+        }
+    }
+}
+
+idem_runtime::conformance_tests!(fresh_store);
