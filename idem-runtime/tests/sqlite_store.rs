@@ -1,0 +1,221 @@
+//! `SqliteStore` on its own: the file it makes, what survives reopening it, pruning in bounded
+//! batches, concurrent openers of a new file, and async callers kept off SQLite's waits.
+//! (The protocol rows S1–S11 are in `sqlite_conformance.rs`, processes in `sqlite_processes.rs`.)
+
+use std::time::Duration;
+
+use idem_runtime::store::sqlite::sql::{APPLICATION_ID, SCHEMA_VERSION};
+use idem_runtime::store::{Claim, ClaimRequest, LeaseToken, RecordState, Written};
+use idem_runtime::{Fingerprint, IdempotencyKey, SqliteStore, Store, Synchronous};
+use uuid::Uuid;
+
+fn key(n: u128) -> IdempotencyKey {
+    IdempotencyKey::from_uuid(Uuid::from_u128(n))
+}
+
+fn request(n: u128, ttl: Duration) -> ClaimRequest<'static> {
+    ClaimRequest {
+        key: key(n),
+        tool: "charge",
+        fingerprint: Fingerprint([n as u8; 32]),
+        token: LeaseToken::new(),
+        lease: Duration::from_secs(30),
+        ttl,
+    }
+}
+
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
+#[tokio::test]
+async fn a_new_store_creates_its_directory_and_a_wal_file_marked_with_idemkits_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nested/state/idemkit.db");
+    let store = SqliteStore::builder(&path)
+        .synchronous(Synchronous::Normal)
+        .busy_timeout(Duration::from_secs(1))
+        .open()
+        .unwrap();
+    assert_eq!(store.path(), path);
+    assert_eq!(
+        store.claim(&request(1, DAY)).await.unwrap(),
+        Claim::Acquired
+    );
+
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let pragma = |name: &str| -> String {
+        conn.query_row(&format!("SELECT * FROM pragma_{name}"), [], |r| {
+            r.get::<_, rusqlite::types::Value>(0)
+        })
+        .map(|v| format!("{v:?}"))
+        .unwrap()
+    };
+    assert_eq!(pragma("journal_mode"), "Text(\"wal\")");
+    assert_eq!(pragma("user_version"), format!("Integer({SCHEMA_VERSION})"));
+    assert_eq!(
+        pragma("application_id"),
+        format!("Integer({APPLICATION_ID})")
+    );
+}
+
+#[tokio::test]
+async fn a_lazily_opened_store_creates_its_file_at_the_first_operation() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idemkit.db");
+    let store = SqliteStore::builder(&path).open_lazily();
+    assert!(!path.exists(), "nothing is opened before it is needed");
+    assert_eq!(
+        store.claim(&request(1, DAY)).await.unwrap(),
+        Claim::Acquired
+    );
+    assert!(path.is_file());
+}
+
+#[tokio::test]
+async fn outcomes_ambiguous_records_and_operation_ids_survive_reopening_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idemkit.db");
+    let minted = Uuid::new_v4();
+    {
+        let store = SqliteStore::open(&path).unwrap();
+        let (done, unsure) = (request(1, DAY), request(2, DAY));
+        assert_eq!(store.claim(&done).await.unwrap(), Claim::Acquired);
+        assert_eq!(
+            store
+                .complete(&done.key, done.token, b"{\"receipt\":1}", DAY)
+                .await
+                .unwrap(),
+            Written::Applied
+        );
+        assert_eq!(store.claim(&unsure).await.unwrap(), Claim::Acquired);
+        let marked = store
+            .mark_ambiguous(&unsure.key, unsure.token, "timed out", DAY)
+            .await
+            .unwrap();
+        assert_eq!(marked, Written::Applied);
+        assert_eq!(
+            store.operation_id("plan-42/step-3", minted).await.unwrap(),
+            minted
+        );
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    let done = store
+        .get(&key(1))
+        .await
+        .unwrap()
+        .expect("the completed record");
+    assert_eq!(
+        (done.tool.as_str(), done.fingerprint, done.state),
+        (
+            "charge",
+            Fingerprint([1; 32]),
+            RecordState::Completed {
+                outcome: b"{\"receipt\":1}".to_vec()
+            }
+        )
+    );
+    assert!(done.expires_in > DAY - Duration::from_secs(60) && done.expires_in <= DAY);
+    let unsure = store
+        .get(&key(2))
+        .await
+        .unwrap()
+        .expect("the ambiguous record");
+    assert_eq!(
+        unsure.state,
+        RecordState::Ambiguous {
+            note: "timed out".into()
+        }
+    );
+    assert_eq!(
+        store
+            .operation_id("plan-42/step-3", Uuid::new_v4())
+            .await
+            .unwrap(),
+        minted
+    );
+}
+
+#[tokio::test]
+async fn prune_deletes_expired_records_in_bounded_batches_and_keeps_live_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("idemkit.db")).unwrap();
+    for n in 1..=5 {
+        // A time-to-live of zero: expired as soon as written.
+        assert_eq!(
+            store.claim(&request(n, Duration::ZERO)).await.unwrap(),
+            Claim::Acquired
+        );
+    }
+    assert_eq!(
+        store.claim(&request(6, DAY)).await.unwrap(),
+        Claim::Acquired
+    );
+
+    assert_eq!(store.prune(2).await.unwrap(), 2);
+    assert_eq!(store.prune(10).await.unwrap(), 3);
+    assert_eq!(store.prune(10).await.unwrap(), 0);
+    assert!(
+        store.get(&key(6)).await.unwrap().is_some(),
+        "the live record stays"
+    );
+}
+
+#[test]
+fn eight_threads_opening_one_new_file_at_once_all_get_a_working_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idemkit.db");
+    let start = std::sync::Barrier::new(8);
+    let stores: Vec<SqliteStore> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8)
+            .map(|_| {
+                s.spawn(|| {
+                    start.wait();
+                    SqliteStore::open(&path)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap().expect("every opener succeeds"))
+            .collect()
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let req = request(1, DAY);
+        assert_eq!(stores[0].claim(&req).await.unwrap(), Claim::Acquired);
+        for store in &stores[1..] {
+            assert!(
+                matches!(store.claim(&req).await.unwrap(), Claim::Existing(_)),
+                "one file, one record"
+            );
+        }
+    });
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_claim_waiting_for_another_writer_leaves_the_async_runtime_free() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idemkit.db");
+    let store = SqliteStore::open(&path).unwrap();
+    // Another connection (another process, say) holds the write lock.
+    let blocker = rusqlite::Connection::open(&path).unwrap();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+
+    let claim = tokio::spawn({
+        let store = store.clone();
+        async move { store.claim(&request(1, DAY)).await }
+    });
+    // The runtime has one thread: had the claim waited on it, this task could not run until
+    // the claim gave up.
+    let other = tokio::spawn(async { "ran meanwhile" });
+    assert_eq!(other.await.unwrap(), "ran meanwhile");
+    assert!(
+        !claim.is_finished(),
+        "the claim is still waiting for the lock"
+    );
+
+    blocker.execute_batch("COMMIT").unwrap();
+    assert_eq!(claim.await.unwrap().unwrap(), Claim::Acquired);
+}
