@@ -631,17 +631,15 @@ fn sql_error(path: &Path, what: &str, e: rusqlite::Error) -> StoreError {
         ),
         Some(ErrorCode::DatabaseCorrupt) => (
             StoreErrorKind::Corrupt,
-            format!(
-                "the file is corrupt; restore it from a backup, or move it away to start afresh \
-                 (records of operations in flight are then lost)"
-            ),
+            "the file is corrupt; restore it from a backup, or move it away to start afresh \
+             (records of operations in flight are then lost)"
+                .to_owned(),
         ),
         Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => (
             StoreErrorKind::Unavailable,
-            format!(
-                "it stayed locked by another connection beyond the busy timeout; retry, or raise the store's \
-                 `busy_timeout` if many processes write at once"
-            ),
+            "it stayed locked by another connection beyond the busy timeout; retry, or raise the store's \
+             `busy_timeout` if many processes write at once"
+                .to_owned(),
         ),
         Some(ErrorCode::CannotOpen | ErrorCode::PermissionDenied | ErrorCode::ReadOnly) => (
             StoreErrorKind::Unavailable,
@@ -653,9 +651,7 @@ fn sql_error(path: &Path, what: &str, e: rusqlite::Error) -> StoreError {
         ),
         Some(ErrorCode::DiskFull | ErrorCode::SystemIoFailure) => (
             StoreErrorKind::Unavailable,
-            format!(
-                "it could not be written (disk full or I/O error); free space or fix the disk, then retry"
-            ),
+            "it could not be written (disk full or I/O error); free space or fix the disk, then retry".to_string(),
         ),
         _ => (
             StoreErrorKind::Other,
