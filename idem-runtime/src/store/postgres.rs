@@ -143,9 +143,17 @@ impl PostgresStore {
 
     async fn migrate_on(&self, client: &mut Object) -> Result<(), Migration> {
         let tx = client.transaction().await?;
-        if let Some(schema) = &self.sql.schema {
-            tx.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
-                .await?;
+        if let Some((schema, name)) = &self.sql.schema {
+            // Only when missing: `CREATE SCHEMA IF NOT EXISTS` needs CREATE on the database even
+            // when the schema exists, which a least-privileged role does not have.
+            let exists = tx
+                .query_opt("SELECT 1 FROM pg_namespace WHERE nspname = $1", &[name])
+                .await?
+                .is_some();
+            if !exists {
+                tx.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
+                    .await?;
+            }
         }
         let version_table = &self.sql.version;
         tx.batch_execute(&format!(
@@ -436,7 +444,8 @@ impl Store for PostgresStore {
 /// The statements, with the table names filled in once.
 #[derive(Clone)]
 struct Sql {
-    schema: Option<String>,
+    /// The schema, quoted and as named.
+    schema: Option<(String, String)>,
     table: String,
     records: String,
     operations: String,
@@ -454,10 +463,10 @@ struct Sql {
 impl Sql {
     fn new(schema: Option<&str>, table: &str) -> Result<Self, StoreError> {
         let table = identifier(table)?;
-        let schema = schema.map(identifier).transpose()?.map(|s| quote(&s));
+        let schema = schema.map(identifier).transpose()?.map(|s| (quote(&s), s));
         // The derived names (`<table>_operations`) fit: the checked name has at most 40 bytes.
         let qualify = |name: &str| match &schema {
-            Some(s) => format!("{s}.{}", quote(name)),
+            Some((s, _)) => format!("{s}.{}", quote(name)),
             None => quote(name),
         };
         let t = qualify(&table);
@@ -598,10 +607,14 @@ fn pg_error(e: tokio_postgres::Error, what: &str) -> StoreError {
     } else {
         StoreErrorKind::Other
     };
+    let said = match e.as_db_error() {
+        Some(db) => format!("{} ({})", db.message(), db.code().code()),
+        None => e.to_string(),
+    };
     StoreError::new(
         kind,
         format!(
-            "PostgreSQL failed while {what}: {e}; check that the server is up and the role may use the table"
+            "PostgreSQL failed while {what}: {said}; check that the server is up and the role may use the table"
         ),
     )
     .with_source(e)

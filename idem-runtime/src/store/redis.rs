@@ -44,10 +44,11 @@
 //! This store's connection is a single-node, self-reconnecting one (redis-rs's
 //! `ConnectionManager`); operation ids (`<prefix>op:<name>`) never expire.
 
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{RedisError, Script, Value};
+use redis::{ErrorKind, RedisError, Script, Value};
 use uuid::Uuid;
 
 use super::{
@@ -152,7 +153,7 @@ return ARGV[1]
 /// limits.
 #[derive(Clone)]
 pub struct RedisStore {
-    conn: ConnectionManager,
+    conn: Arc<Connection>,
     prefix: String,
     grace: Duration,
     scripts: &'static Scripts,
@@ -163,6 +164,32 @@ impl std::fmt::Debug for RedisStore {
         f.debug_struct("RedisStore")
             .field("prefix", &self.prefix)
             .finish_non_exhaustive()
+    }
+}
+
+/// The connection, and what it takes to open a new one.
+struct Connection {
+    current: RwLock<ConnectionManager>,
+    client: redis::Client,
+    config: ConnectionManagerConfig,
+}
+
+impl Connection {
+    fn get(&self) -> ConnectionManager {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Replaces a manager that stopped reconnecting: redis-rs retries only I/O failures, so a
+    /// connection refused once at the handshake (a disabled user, a password being rotated)
+    /// would fail every later call.
+    async fn renew(&self) -> Result<(), RedisError> {
+        let fresh =
+            ConnectionManager::new_with_config(self.client.clone(), self.config.clone()).await?;
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = fresh;
+        Ok(())
     }
 }
 
@@ -237,12 +264,15 @@ impl RedisStore {
         }
         let mut attempt = 0;
         loop {
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn.get();
             match invocation.invoke_async::<T>(&mut conn).await {
                 Ok(value) => return Ok(value),
                 Err(e) if attempt < RETRIES_ON_LOST_CONNECTION && connection_lost(&e) => {
                     attempt += 1;
                     tracing::warn!(what, attempt, error = %e, "redis connection lost; sending the script again");
+                    if e.kind() == ErrorKind::AuthenticationFailed {
+                        self.conn.renew().await.map_err(|e| redis_error(e, what))?;
+                    }
                 }
                 Err(e) => return Err(redis_error(e, what)),
             }
@@ -285,11 +315,15 @@ impl RedisStoreBuilder {
             // Few, quick reconnection attempts: a dead server surfaces as `Error::Store` fast.
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_millis(500));
-        let conn = ConnectionManager::new_with_config(client, config)
+        let conn = ConnectionManager::new_with_config(client.clone(), config.clone())
             .await
             .map_err(|e| redis_error(e, "connecting"))?;
         Ok(RedisStore {
-            conn,
+            conn: Arc::new(Connection {
+                current: RwLock::new(conn),
+                client,
+                config,
+            }),
             prefix: self.prefix,
             grace: self.grace,
             scripts: scripts(),
@@ -448,7 +482,7 @@ impl Store for RedisStore {
         let mut cursor: u64 = 0;
         let mut pruned = 0;
         loop {
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn.get();
             let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
                 .arg(cursor)
                 .arg("MATCH")

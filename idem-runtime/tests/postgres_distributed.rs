@@ -1,0 +1,412 @@
+//! The PostgreSQL store as many workers use it: separate pools contending for one key, fencing
+//! across workers, and connections that die mid-call. Needs `IDEMKIT_TEST_POSTGRES_URL` with a
+//! role that may create roles and schemas (`scripts/test-servers.sh start` runs such a server).
+
+use std::future::Future;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use idem_runtime::store::{Claim, ClaimRequest, LeaseToken, RecordState, Written};
+use idem_runtime::{
+    CallOutcome, Classify, Error, Failure, Fingerprint, Idem, IdempotencyKey, PostgresStore, Store,
+    StoreErrorKind, Tool, observe,
+};
+use tokio_postgres::NoTls;
+
+/// The test server's URL; under CI a missing one is a failure, elsewhere a loud skip.
+fn server_url() -> Option<String> {
+    const VAR: &str = "IDEMKIT_TEST_POSTGRES_URL";
+    match std::env::var(VAR) {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false") => {
+            panic!("{VAR} is not set under CI: .ci/run starts PostgreSQL and sets it")
+        }
+        _ => {
+            eprintln!(
+                "\n==========\nSKIPPED: set {VAR} to run the PostgreSQL store tests \
+                 (eval \"$(scripts/test-servers.sh start)\")\n==========\n"
+            );
+            None
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum TestError {
+    Store(StoreErrorKind),
+    Other(String),
+}
+
+impl Classify for TestError {
+    fn classify(&self) -> Failure {
+        Failure::Permanent
+    }
+}
+
+impl From<Error> for TestError {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::Store { source, .. } => TestError::Store(source.kind()),
+            other => TestError::Other(other.to_string()),
+        }
+    }
+}
+
+fn unique(prefix: &str) -> String {
+    format!(
+        "{prefix}_{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    )
+}
+
+fn key_of(order: u64) -> IdempotencyKey {
+    IdempotencyKey::derive("charge", &[("order", &order)])
+}
+
+/// Calls tool `charge` for `order`; the body counts its run in `runs`, then awaits `during`.
+async fn charge<Fut: Future<Output = ()>>(
+    idem: &Idem,
+    order: u64,
+    runs: &AtomicU32,
+    during: impl FnOnce() -> Fut,
+) -> (Result<String, TestError>, CallOutcome) {
+    let mut during = Some(during);
+    let (result, info) = observe(Tool::new("charge").idem(idem).side_effect(
+        &[("order", &order)],
+        &4200u64,
+        |key| {
+            let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
+            let during = during.take().expect("the body runs at most once per call");
+            async move {
+                during().await;
+                Ok::<_, TestError>(format!("receipt {n} for {key}"))
+            }
+        },
+    ))
+    .await;
+    (result, info.expect("every call reports").outcome)
+}
+
+async fn worker_store(url: &str, table: &str) -> PostgresStore {
+    PostgresStore::builder(url)
+        .schema("idemkit_test")
+        .table(table)
+        .max_connections(4)
+        .connect()
+        .await
+        .expect("the store connects")
+}
+
+async fn admin(url: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(url, NoTls)
+        .await
+        .expect("an admin connection");
+    tokio::spawn(conn);
+    client
+}
+
+/// 32 tasks spread over 4 workers (4 stores, 4 pools) call one key at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn contention_32_tasks_over_4_pools_run_the_body_once() {
+    let Some(url) = server_url() else { return };
+    let table = unique("contention");
+    let mut workers = Vec::new();
+    for _ in 0..4 {
+        workers.push(Idem::new(worker_store(&url, &table).await));
+    }
+    let runs = Arc::new(AtomicU32::new(0));
+    let start = Arc::new(tokio::sync::Barrier::new(32));
+    let tasks: Vec<_> = (0..32)
+        .map(|i| {
+            let (idem, runs, start) = (workers[i % 4].clone(), runs.clone(), start.clone());
+            tokio::spawn(async move {
+                start.wait().await;
+                charge(&idem, 1, &runs, || {
+                    tokio::time::sleep(Duration::from_millis(100))
+                })
+                .await
+            })
+        })
+        .collect();
+    let mut outputs = Vec::new();
+    let mut replays = 0;
+    for task in tasks {
+        let (result, outcome) = task.await.unwrap();
+        outputs.push(result.expect("every caller gets the outcome"));
+        replays += usize::from(outcome == CallOutcome::Replayed);
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "exactly one body ran");
+    assert!(outputs.iter().all(|o| *o == outputs[0]), "{outputs:?}");
+    assert_eq!(replays, 31);
+}
+
+/// Worker A's lease expires and worker B (another pool) takes over; A's late writes are refused
+/// and B's record stands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_across_workers() {
+    let Some(url) = server_url() else { return };
+    let table = unique("fencing");
+    let (a, b) = (
+        worker_store(&url, &table).await,
+        worker_store(&url, &table).await,
+    );
+    let req = |token| ClaimRequest {
+        key: key_of(7),
+        tool: "charge",
+        fingerprint: Fingerprint::of(&4200u64).unwrap(),
+        token,
+        lease: Duration::from_millis(200),
+        ttl: Duration::from_secs(60),
+    };
+    let (old, new) = (LeaseToken::new(), LeaseToken::new());
+    let ttl = Duration::from_secs(60);
+    assert_eq!(a.claim(&req(old)).await.unwrap(), Claim::Acquired);
+    assert!(matches!(
+        b.claim(&req(new)).await.unwrap(),
+        Claim::Existing(_)
+    ));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(b.claim(&req(new)).await.unwrap(), Claim::Acquired);
+    assert_eq!(
+        a.complete(&key_of(7), old, b"\"a\"", ttl).await.unwrap(),
+        Written::Fenced
+    );
+    assert_eq!(
+        a.mark_ambiguous(&key_of(7), old, "late", ttl)
+            .await
+            .unwrap(),
+        Written::Fenced
+    );
+    assert_eq!(a.release(&key_of(7), old).await.unwrap(), Written::Fenced);
+    assert_eq!(
+        b.complete(&key_of(7), new, b"\"b\"", ttl).await.unwrap(),
+        Written::Applied
+    );
+    for store in [&a, &b] {
+        assert_eq!(
+            store.get(&key_of(7)).await.unwrap().unwrap().state,
+            RecordState::Completed {
+                outcome: b"\"b\"".to_vec()
+            },
+            "B's record stands, seen from both workers"
+        );
+    }
+}
+
+/// A role of its own per fault test, so its connections (and only they) can be killed.
+struct Faulty {
+    admin: tokio_postgres::Client,
+    role: String,
+    store: PostgresStore,
+}
+
+impl Faulty {
+    async fn new(url: &str) -> Self {
+        let admin = admin(url).await;
+        let role = unique("idemkit_fault");
+        admin
+            .batch_execute(&format!(
+                "CREATE ROLE {role} LOGIN; CREATE SCHEMA {role} AUTHORIZATION {role};"
+            ))
+            .await
+            .expect("the test role may create roles and schemas");
+        let mut config = tokio_postgres::Config::from_str(url).unwrap();
+        config.user(&role);
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager).max_size(2).build().unwrap();
+        let store = PostgresStore::from_pool(pool, Some(&role), "records")
+            .await
+            .expect("the store connects as the fault role");
+        Faulty { admin, role, store }
+    }
+
+    /// Terminates every backend of the store's role; returns how many.
+    async fn kill(&self) -> i64 {
+        kill(&self.admin, &self.role).await
+    }
+
+    async fn drop_role(self) {
+        let Faulty { admin, role, store } = self;
+        drop(store);
+        kill(&admin, &role).await;
+        admin
+            .batch_execute(&format!("DROP SCHEMA {role} CASCADE; DROP ROLE {role};"))
+            .await
+            .unwrap();
+    }
+}
+
+async fn kill(admin: &tokio_postgres::Client, role: &str) -> i64 {
+    admin
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = $1",
+            &[&role],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// The backends of `role` waiting on a row lock.
+async fn lock_waiters(admin: &tokio_postgres::Client, role: &str) -> Vec<i32> {
+    admin
+        .query(
+            "SELECT pid FROM pg_stat_activity WHERE usename = $1 AND wait_event_type = 'Lock'",
+            &[&role],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+async fn completed(store: &PostgresStore, order: u64) -> bool {
+    matches!(
+        store.get(&key_of(order)).await.unwrap().map(|r| r.state),
+        Some(RecordState::Completed { .. })
+    )
+}
+
+/// The pool's connections are killed between calls: the next claim runs on a fresh connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_killed_before_the_claim() {
+    let Some(url) = server_url() else { return };
+    let f = Faulty::new(&url).await;
+    let idem = Idem::new(f.store.clone());
+    let runs = AtomicU32::new(0);
+    let (first, _) = charge(&idem, 1, &runs, || async {}).await;
+    first.unwrap();
+    assert!(f.kill().await >= 1, "the store had a live connection");
+    let (second, outcome) = charge(&idem, 2, &runs, || async {}).await;
+    assert_eq!((second.is_ok(), outcome), (true, CallOutcome::Completed));
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "one run per operation");
+    assert!(completed(&f.store, 2).await);
+    f.drop_role().await;
+}
+
+/// The connection dies while the body runs: `complete` is sent again on a fresh connection, so
+/// the outcome is recorded and a repeat replays it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_killed_while_the_body_runs() {
+    let Some(url) = server_url() else { return };
+    let f = Faulty::new(&url).await;
+    let idem = Idem::new(f.store.clone());
+    let runs = AtomicU32::new(0);
+    let (result, outcome) = charge(&idem, 1, &runs, || async {
+        assert!(f.kill().await >= 1, "the claim's connection was live");
+    })
+    .await;
+    assert_eq!((result.is_ok(), outcome), (true, CallOutcome::Completed));
+    assert!(completed(&f.store, 1).await);
+    let (again, outcome) = charge(&idem, 1, &runs, || async {}).await;
+    assert_eq!((again, outcome), (result, CallOutcome::Replayed));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    f.drop_role().await;
+}
+
+/// The backend is killed while the claim statement itself runs (it waits on a row lock another
+/// session holds): the claim is sent again on a new backend, and the body runs once, after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_killed_during_the_claim_statement() {
+    let Some(url) = server_url() else { return };
+    let f = Faulty::new(&url).await;
+    let role = f.role.clone();
+    // An expired row for the key, so the claim's upsert has a row to wait for.
+    f.admin
+        .execute(
+            &format!(
+                "INSERT INTO {role}.records (key, tool, fingerprint, state, token, lease_until, expires_at)
+                 VALUES ($1, 'charge', $2, 'running', $3, now() - interval '1 hour', now() - interval '1 second')"
+            ),
+            &[&key_of(3).as_uuid(), &vec![0u8; 32], &uuid::Uuid::new_v4()],
+        )
+        .await
+        .unwrap();
+    let locker = admin(&url).await;
+    locker.batch_execute("BEGIN").await.unwrap();
+    locker
+        .execute(
+            &format!("SELECT 1 FROM {role}.records WHERE key = $1 FOR UPDATE"),
+            &[&key_of(3).as_uuid()],
+        )
+        .await
+        .unwrap();
+
+    let idem = Idem::new(f.store.clone());
+    let runs = Arc::new(AtomicU32::new(0));
+    let call = {
+        let runs = runs.clone();
+        tokio::spawn(async move { charge(&idem, 3, &runs, || async {}).await })
+    };
+    let first = wait_for_waiter(&f.admin, &role, None).await;
+    assert_eq!(kill(&f.admin, &role).await, 1, "only the claim's backend");
+    let second = wait_for_waiter(&f.admin, &role, Some(first)).await;
+    assert_ne!(first, second, "the claim was sent again on a new backend");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "no run without a claim");
+    locker.batch_execute("COMMIT").await.unwrap();
+
+    let (result, outcome) = call.await.unwrap();
+    assert_eq!((result.is_ok(), outcome), (true, CallOutcome::Completed));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert!(completed(&f.store, 3).await);
+    f.drop_role().await;
+}
+
+/// Polls (bounded) until a backend of `role` other than `not` waits on a lock.
+async fn wait_for_waiter(admin: &tokio_postgres::Client, role: &str, not: Option<i32>) -> i32 {
+    for _ in 0..500 {
+        if let Some(pid) = lock_waiters(admin, role)
+            .await
+            .into_iter()
+            .find(|p| Some(*p) != not)
+        {
+            return pid;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("no backend of {role} waited on the row lock within 10 s");
+}
+
+/// The server refuses the store's role outright: the call fails closed with `Error::Store` and
+/// the body does not run; once the role may log in again, the same call runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_refusing_the_store_fails_closed() {
+    let Some(url) = server_url() else { return };
+    let f = Faulty::new(&url).await;
+    let role = f.role.clone();
+    let idem = Idem::new(f.store.clone());
+    let runs = AtomicU32::new(0);
+    charge(&idem, 1, &runs, || async {}).await.0.unwrap();
+    f.admin
+        .batch_execute(&format!("ALTER ROLE {role} NOLOGIN"))
+        .await
+        .unwrap();
+    f.kill().await;
+    let (refused, outcome) = charge(&idem, 2, &runs, || async {}).await;
+    assert_eq!(
+        (refused, outcome),
+        (
+            Err(TestError::Store(StoreErrorKind::Unavailable)),
+            CallOutcome::Refused
+        )
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the body did not run");
+    f.admin
+        .batch_execute(&format!("ALTER ROLE {role} LOGIN"))
+        .await
+        .unwrap();
+    let (ran, outcome) = charge(&idem, 2, &runs, || async {}).await;
+    assert_eq!((ran.is_ok(), outcome), (true, CallOutcome::Completed));
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    f.drop_role().await;
+}

@@ -1,0 +1,334 @@
+//! The Redis store as many workers use it: separate connections contending for one key, fencing
+//! across workers, and connections killed mid-call (`CLIENT KILL`). Needs `IDEMKIT_TEST_REDIS_URL`
+//! with a user that may manage ACL users (`scripts/test-servers.sh start` runs such a server).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use idem_runtime::store::{Claim, ClaimRequest, LeaseToken, RecordState, Written};
+use idem_runtime::{
+    CallOutcome, Classify, Error, Failure, Fingerprint, Idem, IdempotencyKey, RedisStore, Store,
+    StoreErrorKind, Tool, observe,
+};
+
+/// The test server's URL; under CI a missing one is a failure, elsewhere a loud skip.
+fn server_url() -> Option<String> {
+    const VAR: &str = "IDEMKIT_TEST_REDIS_URL";
+    match std::env::var(VAR) {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false") => {
+            panic!("{VAR} is not set under CI: .ci/run starts Redis and sets it")
+        }
+        _ => {
+            eprintln!(
+                "\n==========\nSKIPPED: set {VAR} to run the Redis store tests \
+                 (eval \"$(scripts/test-servers.sh start)\")\n==========\n"
+            );
+            None
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum TestError {
+    Store(StoreErrorKind),
+    Other(String),
+}
+
+impl Classify for TestError {
+    fn classify(&self) -> Failure {
+        Failure::Permanent
+    }
+}
+
+impl From<Error> for TestError {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::Store { source, .. } => TestError::Store(source.kind()),
+            other => TestError::Other(other.to_string()),
+        }
+    }
+}
+
+fn unique(prefix: &str) -> String {
+    format!(
+        "{prefix}_{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    )
+}
+
+fn key_of(order: u64) -> IdempotencyKey {
+    IdempotencyKey::derive("charge", &[("order", &order)])
+}
+
+/// Calls tool `charge` for `order`; the body counts its run in `runs`, then awaits `during`.
+async fn charge<Fut: Future<Output = ()>>(
+    idem: &Idem,
+    order: u64,
+    runs: &AtomicU32,
+    during: impl FnOnce() -> Fut,
+) -> (Result<String, TestError>, CallOutcome) {
+    let mut during = Some(during);
+    let (result, info) = observe(Tool::new("charge").idem(idem).side_effect(
+        &[("order", &order)],
+        &4200u64,
+        |key| {
+            let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
+            let during = during.take().expect("the body runs at most once per call");
+            async move {
+                during().await;
+                Ok::<_, TestError>(format!("receipt {n} for {key}"))
+            }
+        },
+    ))
+    .await;
+    (result, info.expect("every call reports").outcome)
+}
+
+async fn worker_store(url: &str, prefix: &str) -> RedisStore {
+    RedisStore::builder(url)
+        .prefix(prefix)
+        .connect()
+        .await
+        .expect("the store connects")
+}
+
+async fn admin(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("an admin connection")
+}
+
+/// 32 tasks spread over 4 workers (4 stores, 4 connections) call one key at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn contention_32_tasks_over_4_pools_run_the_body_once() {
+    let Some(url) = server_url() else { return };
+    let prefix = format!("{}:", unique("contention"));
+    let mut workers = Vec::new();
+    for _ in 0..4 {
+        workers.push(Idem::new(worker_store(&url, &prefix).await));
+    }
+    let runs = Arc::new(AtomicU32::new(0));
+    let start = Arc::new(tokio::sync::Barrier::new(32));
+    let tasks: Vec<_> = (0..32)
+        .map(|i| {
+            let (idem, runs, start) = (workers[i % 4].clone(), runs.clone(), start.clone());
+            tokio::spawn(async move {
+                start.wait().await;
+                charge(&idem, 1, &runs, || {
+                    tokio::time::sleep(Duration::from_millis(100))
+                })
+                .await
+            })
+        })
+        .collect();
+    let mut outputs = Vec::new();
+    let mut replays = 0;
+    for task in tasks {
+        let (result, outcome) = task.await.unwrap();
+        outputs.push(result.expect("every caller gets the outcome"));
+        replays += usize::from(outcome == CallOutcome::Replayed);
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "exactly one body ran");
+    assert!(outputs.iter().all(|o| *o == outputs[0]), "{outputs:?}");
+    assert_eq!(replays, 31);
+}
+
+/// Worker A's lease expires and worker B (another connection) takes over; A's late writes are refused
+/// and B's record stands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_across_workers() {
+    let Some(url) = server_url() else { return };
+    let prefix = format!("{}:", unique("fencing"));
+    let (a, b) = (
+        worker_store(&url, &prefix).await,
+        worker_store(&url, &prefix).await,
+    );
+    let req = |token| ClaimRequest {
+        key: key_of(7),
+        tool: "charge",
+        fingerprint: Fingerprint::of(&4200u64).unwrap(),
+        token,
+        lease: Duration::from_millis(200),
+        ttl: Duration::from_secs(60),
+    };
+    let (old, new) = (LeaseToken::new(), LeaseToken::new());
+    let ttl = Duration::from_secs(60);
+    assert_eq!(a.claim(&req(old)).await.unwrap(), Claim::Acquired);
+    assert!(matches!(
+        b.claim(&req(new)).await.unwrap(),
+        Claim::Existing(_)
+    ));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(b.claim(&req(new)).await.unwrap(), Claim::Acquired);
+    assert_eq!(
+        a.complete(&key_of(7), old, b"\"a\"", ttl).await.unwrap(),
+        Written::Fenced
+    );
+    assert_eq!(
+        a.mark_ambiguous(&key_of(7), old, "late", ttl)
+            .await
+            .unwrap(),
+        Written::Fenced
+    );
+    assert_eq!(a.release(&key_of(7), old).await.unwrap(), Written::Fenced);
+    assert_eq!(
+        b.complete(&key_of(7), new, b"\"b\"", ttl).await.unwrap(),
+        Written::Applied
+    );
+    for store in [&a, &b] {
+        assert_eq!(
+            store.get(&key_of(7)).await.unwrap().unwrap().state,
+            RecordState::Completed {
+                outcome: b"\"b\"".to_vec()
+            },
+            "B's record stands, seen from both workers"
+        );
+    }
+}
+
+/// An ACL user of its own per fault test, so its connections (and only they) can be killed.
+struct Faulty {
+    admin: redis::aio::MultiplexedConnection,
+    user: String,
+    store: RedisStore,
+}
+
+impl Faulty {
+    async fn new(url: &str) -> Self {
+        let mut admin = admin(url).await;
+        let user = unique("idemkit_fault");
+        let prefix = format!("{user}:");
+        acl(
+            &mut admin,
+            &user,
+            &["on", ">secret", &format!("~{prefix}*"), "+@all"],
+        )
+        .await;
+        let with_user = url.replacen("redis://", &format!("redis://{user}:secret@"), 1);
+        let store = RedisStore::builder(with_user)
+            .prefix(prefix)
+            .timeout(Duration::from_secs(2))
+            .connect()
+            .await
+            .expect("the store connects as the fault user");
+        Faulty { admin, user, store }
+    }
+
+    /// Kills every connection of the store's user; returns how many.
+    async fn kill(&self) -> i64 {
+        redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("USER")
+            .arg(&self.user)
+            .query_async(&mut self.admin.clone())
+            .await
+            .unwrap()
+    }
+
+    async fn set(&self, on: &str) {
+        acl(&mut self.admin.clone(), &self.user, &[on]).await;
+    }
+
+    async fn drop_user(self) {
+        let Faulty {
+            mut admin,
+            user,
+            store,
+        } = self;
+        drop(store);
+        let _: i64 = redis::cmd("ACL")
+            .arg("DELUSER")
+            .arg(&user)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+    }
+}
+
+async fn acl(admin: &mut redis::aio::MultiplexedConnection, user: &str, rules: &[&str]) {
+    let () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(user)
+        .arg(rules)
+        .query_async(admin)
+        .await
+        .expect("the test user may manage ACL users");
+}
+
+async fn completed(store: &RedisStore, order: u64) -> bool {
+    matches!(
+        store.get(&key_of(order)).await.unwrap().map(|r| r.state),
+        Some(RecordState::Completed { .. })
+    )
+}
+
+/// The store's connection is killed between calls: the next claim is sent again once it has
+/// reconnected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_killed_before_the_claim() {
+    let Some(url) = server_url() else { return };
+    let f = Faulty::new(&url).await;
+    let idem = Idem::new(f.store.clone());
+    let runs = AtomicU32::new(0);
+    charge(&idem, 1, &runs, || async {}).await.0.unwrap();
+    assert_eq!(f.kill().await, 1, "the store's one connection");
+    let (second, outcome) = charge(&idem, 2, &runs, || async {}).await;
+    assert_eq!((second.is_ok(), outcome), (true, CallOutcome::Completed));
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "one run per operation");
+    assert!(completed(&f.store, 2).await);
+    f.drop_user().await;
+}
+
+/// The connection is killed while the body runs: `complete` is sent again after the reconnect,
+/// so the outcome is recorded and a repeat replays it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_killed_while_the_body_runs() {
+    let Some(url) = server_url() else { return };
+    let f = Faulty::new(&url).await;
+    let idem = Idem::new(f.store.clone());
+    let runs = AtomicU32::new(0);
+    let (result, outcome) = charge(&idem, 1, &runs, || async {
+        assert_eq!(f.kill().await, 1, "the claim's connection was live");
+    })
+    .await;
+    assert_eq!((result.is_ok(), outcome), (true, CallOutcome::Completed));
+    assert!(completed(&f.store, 1).await);
+    let (again, outcome) = charge(&idem, 1, &runs, || async {}).await;
+    assert_eq!((again, outcome), (result, CallOutcome::Replayed));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    f.drop_user().await;
+}
+
+/// The server refuses the store's user outright: the call fails closed with `Error::Store` and
+/// the body does not run; once the user is enabled again, the same call runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_refusing_the_store_fails_closed() {
+    let Some(url) = server_url() else { return };
+    let f = Faulty::new(&url).await;
+    let idem = Idem::new(f.store.clone());
+    let runs = AtomicU32::new(0);
+    charge(&idem, 1, &runs, || async {}).await.0.unwrap();
+    f.set("off").await;
+    f.kill().await;
+    let (refused, outcome) = charge(&idem, 2, &runs, || async {}).await;
+    assert!(
+        matches!(refused, Err(TestError::Store(_))),
+        "fails closed: {refused:?}"
+    );
+    assert_eq!(outcome, CallOutcome::Refused);
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the body did not run");
+    f.set("on").await;
+    let (ran, outcome) = charge(&idem, 2, &runs, || async {}).await;
+    assert_eq!(
+        (ran.is_ok(), outcome),
+        (true, CallOutcome::Completed),
+        "{ran:?}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    f.drop_user().await;
+}
