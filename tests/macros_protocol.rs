@@ -361,3 +361,13 @@ fn registry_lists_every_annotated_tool() {
     assert_eq!(balance.description, "Looks a balance up; retried freely.");
     idemkit::check_unique_tool_names().unwrap();
 }
+
+#[test]
+fn wrapped_calls_are_send_so_agents_can_spawn_them() {
+    fn assert_send<F: std::future::Future + Send>(_: &F) {}
+    let p = Provider::default();
+    let charge = p.charge("cus_1", "subscription", "2026-11", 4200);
+    assert_send(&charge);
+    let balance = p.balance("cus_1");
+    assert_send(&balance);
+}

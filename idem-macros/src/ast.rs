@@ -118,6 +118,15 @@ pub(crate) fn is_key_type(ty: &Type) -> bool {
     }
 }
 
+/// The written key type without its reference (`&'a IdempotencyKey` → `IdempotencyKey`): the
+/// wrapper binds the key with the user's own path, so their import of it stays used.
+pub(crate) fn key_referent(ty: &Type) -> &Type {
+    match peel(ty) {
+        Type::Reference(r) => &r.elem,
+        other => other,
+    }
+}
+
 fn peel(ty: &Type) -> &Type {
     match ty {
         Type::Paren(p) => peel(&p.elem),

@@ -185,10 +185,19 @@ fn argument(cx: &Ctxt, args: &mut Args, ident: &Ident, input: ParseStream) -> sy
             args.krate.get_or_insert(path);
         }
         _ => {
-            let hint = match crate::valid::closest(&name, ARGUMENTS.iter().copied()) {
-                Some(close) => format!("did you mean `{close}`? "),
-                None => String::new(),
+            let alias = match name.as_str() {
+                "retries" | "max_retries" | "attempts" | "retry_count" => Some("max_attempts"),
+                "runtime" | "store" | "idemkit" => Some("idem"),
+                "timeout" | "in_flight_wait" | "in_flight" => Some("wait"),
+                "expiry" | "expires" | "retention" => Some("ttl"),
+                "keys" | "key_fields" | "fields" => Some("key"),
+                _ => None,
             };
+            let hint =
+                match alias.or_else(|| crate::valid::closest(&name, ARGUMENTS.iter().copied())) {
+                    Some(close) => format!("did you mean `{close}`? "),
+                    None => String::new(),
+                };
             cx.error(
                 ident.span(),
                 format!(

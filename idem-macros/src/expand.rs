@@ -6,6 +6,7 @@
 
 use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
 use syn::{Attribute, FnArg, Ident, Meta, Pat};
 
 use crate::ast::{Kind, Param, Role, Tool};
@@ -36,6 +37,8 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
     let (ok, err) = (&plan.ok, &plan.err);
     let name = &plan.name;
 
+    let checks = type_checks(&private, tool.kind, ok, err);
+    let runner = runner(&private, tool.kind, ok, err);
     let body = match tool.kind {
         Kind::SideEffect => {
             let key = key_local();
@@ -63,6 +66,7 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
                 quote!(.arg(#arg, #value))
             });
             let args_local = Ident::new("__idemkit_args", Span::mixed_site());
+
             quote! {
                 #register
                 #(#destructure)*
@@ -73,13 +77,14 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
                     #hasher.finish()
                 };
                 let #args_local = #private::Arguments::new() #(#fingerprint)* .finish();
-                // C8: `T` and `E` are named at the user's spans, so an unmet bound points at them.
-                #private::side_effect::<#ok, #err, _, _>(#settings, #key, #args_local, #attempt).await
+                #checks
+                #runner.side_effect(#settings, #key, #args_local, #attempt).await
             }
         }
         Kind::ReadOnly => quote! {
             #register
-            #private::read_only::<#ok, #err, _, _>(#settings, #attempt).await
+            #checks
+            #runner.read_only(#settings, #attempt).await
         },
     };
     quote! {
@@ -105,9 +110,9 @@ pub(crate) fn fallback(args: &Args, tool: &Tool) -> TokenStream {
     let stmts = &tool.item.block.stmts;
     let key = tool.injected_key().map(|p| {
         let pat = &p.arg.pat;
+        let ty = crate::ast::key_referent(&p.arg.ty);
         quote! {
-            let #pat: &#private::IdempotencyKey =
-                &#private::IdempotencyKey::from_uuid(#private::uuid::Uuid::nil());
+            let #pat: &#ty = &#private::IdempotencyKey::from_uuid(#private::uuid::Uuid::nil());
         }
     });
     quote! {
@@ -166,7 +171,8 @@ fn attempt_closure(private: &TokenStream, tool: &Tool) -> TokenStream {
     let key = key_local();
     let injected = tool.injected_key().map(|p| {
         let pat = &p.arg.pat;
-        quote!(let #pat: &#private::IdempotencyKey = &#key;)
+        let ty = crate::ast::key_referent(&p.arg.ty);
+        quote!(let #pat: &#ty = &#key;)
     });
     let output = match &tool.item.sig.output {
         syn::ReturnType::Type(_, ty) => ty.to_token_stream(),
@@ -306,4 +312,42 @@ fn description(attrs: &[Attribute]) -> String {
         })
         .collect();
     lines.join("\n").trim().to_owned()
+}
+
+/// C8: `T` and `E` named at the user's spans, so an unmet bound is reported there, once, with
+/// the trait's own `on_unimplemented` text.
+fn type_checks(private: &TokenStream, kind: Kind, ok: &syn::Type, err: &syn::Type) -> TokenStream {
+    let classify = quote_spanned!(err.span()=> #private::assert_classify::<#err>(););
+    match kind {
+        Kind::SideEffect => {
+            let output = quote_spanned!(ok.span()=> #private::assert_output::<#ok>(););
+            let from = quote_spanned!(err.span()=> #private::assert_from_error::<#err>(););
+            quote!(#output #classify #from)
+        }
+        Kind::ReadOnly => classify,
+    }
+}
+
+/// The runner, picked by autoref specialization: the real one when the types pass the checks,
+/// else one that is never run, so the call does not repeat the checks' errors at the attribute.
+fn runner(private: &TokenStream, kind: Kind, ok: &syn::Type, err: &syn::Type) -> TokenStream {
+    let (checked, unchecked, method) = match kind {
+        Kind::SideEffect => (
+            quote!(SideEffectChecked),
+            quote!(SideEffectUnchecked),
+            quote!(side_effect_runner),
+        ),
+        Kind::ReadOnly => (
+            quote!(ReadOnlyChecked),
+            quote!(ReadOnlyUnchecked),
+            quote!(read_only_runner),
+        ),
+    };
+    quote! {
+        {
+            #[allow(unused_imports)]
+            use #private::{#checked as _, #unchecked as _};
+            (&#private::Probe::<#ok, #err>::new()).#method()
+        }
+    }
 }

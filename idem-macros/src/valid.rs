@@ -181,12 +181,19 @@ fn output(cx: &Ctxt, tool: &Tool) -> Option<(Type, Type)> {
         return Some((ok.clone(), err.clone()));
     }
     let attribute = tool.kind.attribute();
-    let what = "a tool returns `Result<T, E>`, with `E: idemkit::Classify + From<idemkit::Error>` \
-                (which failures to retry, and the runtime's own errors)";
+    let what = match tool.kind {
+        Kind::SideEffect => {
+            "returns `Result<T, E>`: `T: Serialize + DeserializeOwned` (the outcome is stored and replayed), \
+             `E: idemkit::Classify + From<idemkit::Error>` (which failures to retry, and the runtime's own errors)"
+        }
+        Kind::ReadOnly => {
+            "returns `Result<T, E>` with `E: idemkit::Classify` (which failures to retry)"
+        }
+    };
     match &sig.output {
         syn::ReturnType::Default => cx.error(
             sig.paren_token.span.close(),
-            format!("{attribute}: {what}; add `-> Result<T, E>`"),
+            format!("a {attribute} tool {what}; add `-> Result<T, E>`"),
         ),
         syn::ReturnType::Type(_, ty) => {
             let one_arg_result = matches!(&**ty, Type::Path(p) if p.path.segments.last().is_some_and(|s| s.ident == "Result"));
@@ -196,7 +203,7 @@ fn output(cx: &Ctxt, tool: &Tool) -> Option<(Type, Type)> {
             } else {
                 "; wrap the value in `Result<_, YourError>`"
             };
-            cx.error_spanned(ty, format!("{attribute}: {what}{advice}"));
+            cx.error_spanned(ty, format!("a {attribute} tool {what}{advice}"));
         }
     }
     None

@@ -1,0 +1,209 @@
+//! What the attributes' expansions reach (`::idemkit::__private::…`), and nothing else should:
+//! re-exports, so generated code never names a crate the user may have renamed or never named,
+//! and the glue between a wrapper and the runtime. Not a stable API.
+
+use std::future::Future;
+use std::marker::PhantomData;
+
+pub use idem_runtime::__private::*;
+pub use idem_runtime::{
+    Classify, Error, Fingerprint, Fingerprinter, IdempotencyKey, KeyHasher, KeyPart, Tool,
+    ToolInfo, ToolKind,
+};
+
+use idem_runtime::__private::serde::Serialize;
+use idem_runtime::__private::serde::de::DeserializeOwned;
+
+/// The fingerprint of the arguments that are not key fields, keeping the first serialization
+/// failure, which the call reports as `Error::Arguments` without running the tool.
+#[derive(Debug, Default)]
+pub struct Arguments {
+    fingerprinter: Fingerprinter,
+    failed: Option<serde_json::Error>,
+}
+
+impl Arguments {
+    /// No arguments yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds one argument; its `Serialize` bound is checked at the argument's span.
+    pub fn arg<T: Serialize + ?Sized>(mut self, name: &str, value: &T) -> Self {
+        if self.failed.is_none()
+            && let Err(e) = self.fingerprinter.arg(name, value)
+        {
+            self.failed = Some(e);
+        }
+        self
+    }
+
+    /// The fingerprint, or why an argument did not serialize.
+    pub fn finish(self) -> Result<Fingerprint, serde_json::Error> {
+        match self.failed {
+            None => Ok(self.fingerprinter.finish()),
+            Some(e) => Err(e),
+        }
+    }
+}
+
+// C8. The expansion calls these with the tool's `T` and `E` written at the user's spans, so an
+// unmet bound is reported once, at that type, with the trait's `on_unimplemented` text.
+
+/// A side-effect tool's output is stored and replayed.
+pub fn assert_output<T: StoredOutcome>() {}
+
+/// `Serialize + DeserializeOwned`, under a name that can say why a tool's output needs them.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be stored and replayed as a side effect's outcome",
+    label = "`{Self}` must implement `serde::Serialize` and `serde::de::DeserializeOwned`",
+    note = "the first outcome of a side effect is stored, and a repeat of the call returns it instead of acting again: add `#[derive(serde::Serialize, serde::Deserialize)]` to `{Self}` (owned fields only, no borrowed `&str`)"
+)]
+pub trait StoredOutcome {}
+impl<T: Serialize + DeserializeOwned> StoredOutcome for T {}
+
+/// A tool's error says which failures to retry.
+pub fn assert_classify<E: Classify>() {}
+
+/// A side-effect tool's error carries the runtime's own errors.
+pub fn assert_from_error<E: FromIdemError>() {}
+
+/// `From<idemkit::Error>`, under a name that can say what to add when it is missing.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot carry idemkit's own errors",
+    label = "`{Self}` does not implement `From<idemkit::Error>`",
+    note = "add `impl From<idemkit::Error> for {Self}`: key reuse, a call still in flight and store failures reach the caller as your error type (classify them, usually as `Failure::Permanent`)"
+)]
+pub trait FromIdemError {}
+impl<E: From<Error>> FromIdemError for E {}
+
+// The call itself must not repeat those errors at the attribute: it goes through a runner chosen
+// by autoref specialization, the checked one when the bounds hold, else one that is never run
+// (the assertions above have already failed the build).
+
+/// Selects the runner for `T` and `E`.
+pub struct Probe<T, E>(PhantomData<fn() -> (T, E)>);
+
+impl<T, E> Probe<T, E> {
+    /// The probe.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        Probe(PhantomData)
+    }
+}
+
+/// The runner for types that passed the checks.
+pub struct Checked<T, E>(PhantomData<fn() -> (T, E)>);
+
+/// The runner for types that failed them; never run, because the build has failed.
+pub struct Unchecked<T, E>(PhantomData<fn() -> (T, E)>);
+
+/// Picked when `T` and `E` meet a side-effect tool's bounds.
+pub trait SideEffectChecked<T, E> {
+    /// The runner.
+    fn side_effect_runner(&self) -> Checked<T, E>;
+}
+
+impl<T: Serialize + DeserializeOwned, E: Classify + From<Error>> SideEffectChecked<T, E>
+    for Probe<T, E>
+{
+    fn side_effect_runner(&self) -> Checked<T, E> {
+        Checked(PhantomData)
+    }
+}
+
+/// Picked otherwise.
+pub trait SideEffectUnchecked<T, E> {
+    /// The runner.
+    fn side_effect_runner(&self) -> Unchecked<T, E>;
+}
+
+impl<T, E> SideEffectUnchecked<T, E> for &Probe<T, E> {
+    fn side_effect_runner(&self) -> Unchecked<T, E> {
+        Unchecked(PhantomData)
+    }
+}
+
+/// Picked when `E` meets a read-only tool's bound.
+pub trait ReadOnlyChecked<T, E> {
+    /// The runner.
+    fn read_only_runner(&self) -> Checked<T, E>;
+}
+
+impl<T, E: Classify> ReadOnlyChecked<T, E> for Probe<T, E> {
+    fn read_only_runner(&self) -> Checked<T, E> {
+        Checked(PhantomData)
+    }
+}
+
+/// Picked otherwise.
+pub trait ReadOnlyUnchecked<T, E> {
+    /// The runner.
+    fn read_only_runner(&self) -> Unchecked<T, E>;
+}
+
+impl<T, E> ReadOnlyUnchecked<T, E> for &Probe<T, E> {
+    fn read_only_runner(&self) -> Unchecked<T, E> {
+        Unchecked(PhantomData)
+    }
+}
+
+impl<T: Serialize + DeserializeOwned, E: Classify + From<Error>> Checked<T, E> {
+    /// What `#[side_effect]` runs: the protocol, with the key the wrapper derived.
+    pub async fn side_effect<F, Fut>(
+        self,
+        tool: Tool<'_>,
+        key: IdempotencyKey,
+        arguments: Result<Fingerprint, serde_json::Error>,
+        attempt: F,
+    ) -> Result<T, E>
+    where
+        F: FnMut(IdempotencyKey) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        match arguments {
+            Ok(fingerprint) => tool.run_keyed(key, fingerprint, attempt).await,
+            Err(source) => Err(E::from(Error::Arguments {
+                tool: tool.name().to_owned(),
+                source,
+            })),
+        }
+    }
+}
+
+impl<T, E: Classify> Checked<T, E> {
+    /// What `#[read_only]` runs.
+    pub async fn read_only<F, Fut>(self, tool: Tool<'_>, attempt: F) -> Result<T, E>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        tool.read_only(attempt).await
+    }
+}
+
+impl<T, E> Unchecked<T, E> {
+    /// Never run: a tool whose types fail the checks does not compile.
+    pub async fn side_effect<F, Fut>(
+        self,
+        _tool: Tool<'_>,
+        _key: IdempotencyKey,
+        _arguments: Result<Fingerprint, serde_json::Error>,
+        _attempt: F,
+    ) -> Result<T, E>
+    where
+        F: FnMut(IdempotencyKey) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        unreachable!("idemkit: a tool whose types fail the attribute's checks does not compile")
+    }
+
+    /// Never run: a tool whose types fail the checks does not compile.
+    pub async fn read_only<F, Fut>(self, _tool: Tool<'_>, _attempt: F) -> Result<T, E>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        unreachable!("idemkit: a tool whose types fail the attribute's checks does not compile")
+    }
+}

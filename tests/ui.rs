@@ -1,0 +1,44 @@
+//! The attributes' contract at compile time (DESIGN.md "Compile errors", C1–C9): every misuse is
+//! a compile error with a message that says what is wrong and what to do, at the offending
+//! token; the `.stderr` files are the expected diagnostics. The pass cases compile *and run*:
+//! each asserts the keys its tools derive.
+
+/// One case per contract row; the file names carry the row.
+const FAIL: &[&str] = &[
+    "c1_missing_key",
+    "c2_unknown_field",
+    "c2_unknown_field_list",
+    "c2_unknown_struct_field",
+    "c3_not_key_part",
+    "c4_mints_key",
+    "c5_not_async",
+    "c6_read_only_with_key",
+    "c7_not_result",
+    "c8_error_lacks_classify",
+    "c8_error_lacks_from",
+    "c8_output_not_serializable",
+    "c9_duplicate_key_field",
+    "c9_empty_key",
+    "c9_unknown_argument",
+];
+
+#[test]
+fn c1_to_c9_misuse_is_a_compile_error_at_the_offending_token() {
+    let t = trybuild::TestCases::new();
+    for case in FAIL {
+        t.compile_fail(format!("tests/ui/fail/{case}.rs"));
+    }
+    // Every row of the table has a case.
+    for row in 1..=9 {
+        assert!(
+            FAIL.iter().any(|c| c.starts_with(&format!("c{row}_"))),
+            "no ui case for C{row}"
+        );
+    }
+}
+
+#[test]
+fn attributes_accept_methods_generics_patterns_paths_newtypes_operation_ids_and_stacking() {
+    let t = trybuild::TestCases::new();
+    t.pass("tests/ui/pass/*.rs");
+}

@@ -1,0 +1,35 @@
+use idemkit::{Classify, Failure, IdempotencyKey, side_effect};
+
+#[derive(Debug)]
+struct PayError;
+impl Classify for PayError {
+    fn classify(&self) -> Failure {
+        Failure::Permanent
+    }
+}
+impl From<idemkit::Error> for PayError {
+    fn from(_: idemkit::Error) -> Self {
+        PayError
+    }
+}
+
+#[side_effect(key = "customer_id")]
+async fn charge(key: &IdempotencyKey, customer_id: &str) -> u64 {
+    let _ = (key, customer_id);
+    1
+}
+
+mod anyhow_like {
+    pub type Result<T> = std::result::Result<T, super::PayError>;
+}
+
+#[side_effect(key = "customer_id")]
+async fn refund(customer_id: &str) -> anyhow_like::Result<u64> {
+    let _ = customer_id;
+    Ok(1)
+}
+
+fn main() {
+    let _ = charge("cus_1");
+    let _ = refund("cus_1");
+}
