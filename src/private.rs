@@ -28,8 +28,8 @@ impl Arguments {
         Self::default()
     }
 
-    /// Adds one argument; its `Serialize` bound is checked at the argument's span.
-    pub fn arg<T: Serialize + ?Sized>(mut self, name: &str, value: &T) -> Self {
+    /// Adds one argument; its bound is checked at the argument's span.
+    pub fn arg<T: Fingerprinted + ?Sized>(mut self, name: &str, value: &T) -> Self {
         if self.failed.is_none()
             && let Err(e) = self.fingerprinter.arg(name, value)
         {
@@ -44,6 +44,32 @@ impl Arguments {
             None => Ok(self.fingerprinter.finish()),
             Some(e) => Err(e),
         }
+    }
+}
+
+/// `Serialize`, under a name that can say why a tool's other arguments need it.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be fingerprinted as an argument of a side effect",
+    label = "`{Self}` must implement `serde::Serialize`",
+    note = "the arguments that are not key fields are fingerprinted, so that a retry is told apart from a key reused for another operation: add `#[derive(serde::Serialize)]` to `{Self}`, or make the argument a key field"
+)]
+pub trait Fingerprinted: Serialize {}
+impl<T: Serialize + ?Sized> Fingerprinted for T {}
+
+/// Each attempt gets its arguments anew, by clone (a reference clones for free).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be handed to every attempt of a tool",
+    label = "`{Self}` must implement `Clone`",
+    note = "each attempt gets the tool's arguments anew, so an argument taken by value is cloned per attempt: derive or implement `Clone` for `{Self}`, or take it by reference (`&{Self}`)"
+)]
+pub trait PerAttempt {
+    /// A copy for the next attempt.
+    fn again(&self) -> Self;
+}
+impl<T: Clone> PerAttempt for T {
+    #[inline]
+    fn again(&self) -> Self {
+        self.clone()
     }
 }
 

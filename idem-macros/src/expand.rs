@@ -166,7 +166,10 @@ fn outer_signature(tool: &Tool) -> TokenStream {
 /// The closure run once per attempt: hands every argument anew (cloned; a reference clones for
 /// free), then runs the original body in an `async move` block.
 fn attempt_closure(private: &TokenStream, tool: &Tool) -> TokenStream {
-    let per_attempt = tool.params.iter().filter_map(per_attempt_clone);
+    let per_attempt = tool
+        .params
+        .iter()
+        .filter_map(|p| per_attempt_clone(private, p));
     let rebind = tool.params.iter().filter_map(rebind);
     let key = key_local();
     let injected = tool.injected_key().map(|p| {
@@ -214,12 +217,15 @@ fn attempt_closure(private: &TokenStream, tool: &Tool) -> TokenStream {
     }
 }
 
-fn per_attempt_clone(p: &Param) -> Option<TokenStream> {
+/// `let note = PerAttempt::again(&note);`, spanned at the parameter's type, so an argument that
+/// is not `Clone` is reported there.
+fn per_attempt_clone(private: &TokenStream, p: &Param) -> Option<TokenStream> {
     match &p.role {
         Role::InjectedKey => None,
         Role::Pattern { bindings, .. } if bindings.is_empty() => None,
         Role::Named(ident) | Role::Pattern { fresh: ident, .. } => {
-            Some(quote!(let #ident = ::core::clone::Clone::clone(&#ident);))
+            let again = quote_spanned!(p.arg.ty.span()=> #private::PerAttempt::again(&#ident));
+            Some(quote!(let #ident = #again;))
         }
     }
 }
