@@ -54,7 +54,10 @@ pub async fn charge(
     memo: Memo,
 ) -> Result<Receipt, PayError> {
     let _ = (customer_id, purpose, period, memo);
-    Ok(Receipt { key: key.to_string(), amount_cents })
+    Ok(Receipt {
+        key: key.to_string(),
+        amount_cents,
+    })
 }
 
 /// A balance, read freely.
@@ -72,8 +75,13 @@ mod tests {
     #[tokio::test]
     async fn renamed_dependencies_still_expand_and_key_the_same() {
         let idem = Idem::new(MemoryStore::new());
-        let memo = Memo { text: "monthly".into() };
-        let receipt = idem.scope(charge("cus_1", "subscription", "2026-11", 4200, memo)).await.unwrap();
+        let memo = Memo {
+            text: "monthly".into(),
+        };
+        let receipt = idem
+            .scope(charge("cus_1", "subscription", "2026-11", 4200, memo))
+            .await
+            .unwrap();
         assert_eq!(receipt.key, "32e00e40-1a53-8058-93c7-e9d1adc8ecaa");
         assert_eq!(balance("cus_1").await, Ok(100));
     }
