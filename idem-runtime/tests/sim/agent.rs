@@ -91,16 +91,31 @@ async fn run_plan(world: Arc<World>, host: usize, store: Arc<SimStore>) {
                 _ => {}
             }
             world.log(host, || format!("op {op} round {round}: {result:?}"));
-            let text = result.map_err(|e| match e {
-                PayError::Declined => "declined".to_owned(),
-                other => format!("{other:?}"),
-            });
-            world.record_result(host, op, text, done);
+            world.record_result(host, op, result.map_err(|e| error_kind(&e)), done);
             if done {
                 break;
             }
             tokio::time::sleep(world.delay(200..=3_000)).await;
         }
+    }
+}
+
+/// What a caller was told, if it is one of the clear answers a caller can act on; anything
+/// else (a key reused, a corrupt record, a receipt for another operation) is a failure.
+fn error_kind(e: &PayError) -> String {
+    use idem_runtime::StoreErrorKind;
+    match e {
+        PayError::Declined => "declined".to_owned(),
+        PayError::Timeout | PayError::Unavailable | PayError::RateLimited(_) => {
+            "attempts exhausted".to_owned()
+        }
+        PayError::Idem(Error::InFlight { .. }) => "in flight".to_owned(),
+        PayError::Idem(Error::Store { source, .. })
+            if source.kind() == StoreErrorKind::Unavailable =>
+        {
+            "store unavailable".to_owned()
+        }
+        other => format!("UNCLEAR: {other:?}"),
     }
 }
 

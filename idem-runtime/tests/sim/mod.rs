@@ -238,7 +238,7 @@ pub const FAULT_KINDS: &[&str] = &[
     "store reply lost after the write",
     "host crash mid-plan",
     "host crash while holding a lease",
-    "operation raced by two agents",
+    "operation raced by two agents (in both plans)",
 ];
 
 /// What the world saw happen because of the faults: evidence that the hard paths ran.
@@ -394,6 +394,7 @@ impl World {
     }
 
     /// The provider's atomic commit: the charge made under `key`, made now if there is none.
+    #[allow(clippy::result_large_err)] // the agent's own error type, which carries idemkit's
     fn provider_commit(&self, host: usize, key: &str, op: usize) -> Result<Receipt, net::PayError> {
         let now = self.now().as_millis();
         let mut st = self.state();
@@ -475,6 +476,11 @@ impl World {
             }
         }
         for (host, op, result) in &st.results {
+            if let Err(e) = result
+                && e.starts_with("UNCLEAR")
+            {
+                problems.push(format!("host {host} got {e} for operation {op}"));
+            }
             if let Ok(receipt) = result {
                 let made = st.provider.effects.get(op).map_or(&[][..], Vec::as_slice);
                 if made.first() != Some(receipt) {
@@ -511,7 +517,7 @@ impl World {
         let mut faults = st.faults.clone();
         for op in 0..self.cfg.ops.len() {
             if self.cfg.plans.iter().filter(|p| p.contains(&op)).count() > 1 {
-                faults.add("operation raced by two agents");
+                faults.add("operation raced by two agents (in both plans)");
             }
         }
         Ok(Report {
