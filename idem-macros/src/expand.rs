@@ -45,9 +45,11 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
             let destructure = tool.params.iter().filter_map(|p| match &p.role {
                 Role::Pattern { fresh, bindings } if !bindings.is_empty() => {
                     let pat = &p.arg.pat;
+                    let copy = quote_spanned!(p.arg.ty.span()=> #private::PerAttempt::again(&#fresh));
                     Some(quote! {
+                        // Its bindings, for the key and the fingerprint.
                         #[allow(unused_variables, unused_mut)]
-                        let #pat = ::core::clone::Clone::clone(&#fresh);
+                        let #pat = #copy;
                     })
                 }
                 _ => None,

@@ -26,12 +26,14 @@ where
     K: KeyPart + Clone + Display,
     A: Serialize + Clone + Display,
 {
-    Ok(format!("{id}/{label}/{payload}/{key}"))
+    // `?` converts into the declared error type: the body's output type is pinned before it is checked.
+    let n: u32 = "7".parse::<u32>().map_err(|e| PayError(e.to_string()))?;
+    Ok(format!("{id}/{label}/{payload}/{key}/{n}"))
 }
 
 fn main() {
     let idem = Idem::new(MemoryStore::new());
     let out = block_on(idem.scope(record(42u32, "x", String::from("p")))).unwrap();
     let key = IdempotencyKey::derive("record", &[("id", &42u32), ("label", &"x")]);
-    assert_eq!(out, format!("42/x/p/{key}"));
+    assert_eq!(out, format!("42/x/p/{key}/7"));
 }
