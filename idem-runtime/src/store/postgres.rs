@@ -27,6 +27,16 @@
 //! the TLS connector you trust (`tokio-postgres-rustls`, `postgres-native-tls`) and pass it to
 //! [`PostgresStore::from_pool`].
 //!
+//! # A lost connection
+//!
+//! When the connection dies under a statement (a terminated backend, a failover, a reset socket),
+//! the store sends the statement again on a fresh connection, twice at most, then reports
+//! [`StoreErrorKind::Unavailable`]. That is safe because the caller's lease token makes every
+//! write repeatable: a claim that already went through finds its own token and is granted again,
+//! and a `complete` or `mark_ambiguous` repeated by the same holder writes the same thing again.
+//! (Beyond what the memory store does, then: a second `complete` with the same token is applied,
+//! not fenced.)
+//!
 //! # Tables
 //!
 //! With the default name `idemkit`: `idemkit` (one row per key), `idemkit_operations` (operation
