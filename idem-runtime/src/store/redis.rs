@@ -38,14 +38,14 @@
 //!
 //! A record stops counting at its time-to-live (the scripts compare with `TIME`) and Redis
 //! deletes it by itself a grace period later (`PEXPIREAT`, default one minute); within the grace
-//! [`Store::prune`](crate::Store::prune) removes expired records eagerly (it `SCAN`s this store's
+//! [`Store::prune`] removes expired records eagerly (it `SCAN`s this store's
 //! prefix on the connected node). Nothing needs to call `prune` for memory to be reclaimed.
 //!
 //! # A lost connection
 //!
 //! A script whose connection dies (`CLIENT KILL`, a restart, a reset socket) is sent again once
 //! the connection is back, twice at most, then reported as
-//! [`StoreErrorKind::Unavailable`](crate::StoreErrorKind::Unavailable). The caller's lease token
+//! [`StoreErrorKind::Unavailable`]. The caller's lease token
 //! makes that safe: a claim that already went through finds its own token and is granted again;
 //! a repeated `complete` or `mark_ambiguous` by the same holder writes the same thing again.
 //!
