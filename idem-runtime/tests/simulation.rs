@@ -50,9 +50,11 @@ fn every_operation_takes_effect_exactly_once_under_faults() {
     let seeds = env_u64("IDEMKIT_SIM_SEEDS").unwrap_or(SEEDS);
     let (total, failures, runs) = run_seeds(0..seeds, protocol);
     eprintln!(
-        "{runs} seeds, {} calls returned, {} charges made, {} seeds failed",
+        "{runs} seeds, {} calls returned, {} charges made, slowest world done after {:?} \
+         (simulated), {} seeds failed",
         total.calls,
         total.charges,
+        total.finished_at,
         failures.len()
     );
     eprintln!("faults injected:\n{}", total.faults);

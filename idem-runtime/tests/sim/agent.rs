@@ -11,7 +11,7 @@ use super::{Protocol, Receipt, World};
 
 /// How many times an agent calls one operation before it gives up on it (a liveness failure:
 /// after the world heals every operation must finish well within this).
-const MAX_ROUNDS: u32 = 500;
+const MAX_ROUNDS: u32 = 100;
 
 /// Runs `host`'s plan, restarting it after each scheduled crash, until one incarnation finishes.
 pub async fn supervise(world: Arc<World>, host: usize) {
