@@ -6,8 +6,9 @@
 //! - `IDEMKIT_SIM_SEED=1234`: run that one seed, printing every event (the replay command a
 //!   failure prints).
 //! - `IDEMKIT_SIM_SEEDS=20000`: run that many seeds instead of the default.
-//! - `IDEMKIT_SIM_BREAK=key-per-attempt` (or `key-per-call`): run the agents with a broken
-//!   protocol, to watch the simulation catch it.
+//! - `IDEMKIT_SIM_BREAK=key-per-attempt` (or `key-per-call`, or `no-takeover` for a store
+//!   that never hands a dead holder's lease over): run a broken protocol, to watch the
+//!   simulation catch it.
 
 mod sim;
 
@@ -85,19 +86,20 @@ fn a_seed_replays_exactly() {
     }
 }
 
-/// Runs the agents with `protocol` (a broken one) and returns the seeds that found duplicates.
-fn seeds_catching(protocol: Protocol, seeds: u64) -> Vec<u64> {
+/// Runs the agents with `protocol` (a broken one) and returns the seeds that caught it: by
+/// duplicates, or (`stuck`) by callers left without their outcome.
+fn seeds_catching(protocol: Protocol, seeds: u64, stuck: bool) -> Vec<u64> {
     let (_, failures, _) = run_seeds(0..seeds, protocol);
     failures
         .iter()
-        .filter(|f| f.duplicates)
+        .filter(|f| if stuck { f.stuck } else { f.duplicates })
         .map(|f| f.seed)
         .collect()
 }
 
 #[test]
 fn the_simulation_catches_a_key_minted_per_attempt() {
-    let caught = seeds_catching(Protocol::KeyPerAttempt, 200);
+    let caught = seeds_catching(Protocol::KeyPerAttempt, 200, false);
     eprintln!(
         "key minted per attempt: {} of 200 seeds charged twice; replay one with: {}",
         caught.len(),
@@ -114,7 +116,7 @@ fn the_simulation_catches_a_key_minted_per_attempt() {
 
 #[test]
 fn the_simulation_catches_a_key_minted_per_call() {
-    let caught = seeds_catching(Protocol::KeyPerCall, 200);
+    let caught = seeds_catching(Protocol::KeyPerCall, 200, false);
     eprintln!(
         "key minted per call: {} of 200 seeds charged twice; replay one with: {}",
         caught.len(),
@@ -126,5 +128,22 @@ fn the_simulation_catches_a_key_minted_per_call() {
     assert!(
         caught.len() >= 20,
         "the simulation should catch a key minted per call in many seeds, caught {caught:?}"
+    );
+}
+
+#[test]
+fn the_simulation_catches_a_store_that_never_hands_over_a_dead_holders_lease() {
+    let caught = seeds_catching(Protocol::NoTakeover, 100, true);
+    eprintln!(
+        "no takeover of expired leases: {} of 100 seeds left a caller without its outcome; replay one with: {}",
+        caught.len(),
+        caught
+            .first()
+            .map(|&s| replay_command(s, Protocol::NoTakeover))
+            .unwrap_or_default()
+    );
+    assert!(
+        caught.len() >= 10,
+        "the simulation should catch callers stuck behind a dead holder, caught {caught:?}"
     );
 }

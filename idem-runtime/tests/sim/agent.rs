@@ -130,7 +130,7 @@ async fn call(
     let args = serde_json::json!({ "amount_cents": spec.amount_cents });
     let tool = Tool::new("charge").idem(idem);
     match world.cfg.protocol {
-        Protocol::Correct => {
+        Protocol::Correct | Protocol::NoTakeover => {
             tool.side_effect(
                 &[("customer_id", &spec.customer), ("period", &spec.period)],
                 &args,

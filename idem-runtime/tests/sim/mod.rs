@@ -41,6 +41,9 @@ pub enum Protocol {
     /// Broken: the key includes a nonce minted per call, so a re-run after a crash or an
     /// exhausted call gets a new key.
     KeyPerCall,
+    /// Broken store: it never hands a dead holder's expired lease over (no S8), so the
+    /// operation's callers wait for ever.
+    NoTakeover,
 }
 
 impl Protocol {
@@ -50,6 +53,7 @@ impl Protocol {
             Protocol::Correct => None,
             Protocol::KeyPerAttempt => Some("key-per-attempt"),
             Protocol::KeyPerCall => Some("key-per-call"),
+            Protocol::NoTakeover => Some("no-takeover"),
         }
     }
 
@@ -59,8 +63,11 @@ impl Protocol {
             None | Some("") => Protocol::Correct,
             Some("key-per-attempt") => Protocol::KeyPerAttempt,
             Some("key-per-call") => Protocol::KeyPerCall,
+            Some("no-takeover") => Protocol::NoTakeover,
             Some(other) => {
-                panic!("IDEMKIT_SIM_BREAK={other}: expected key-per-attempt or key-per-call")
+                panic!(
+                    "IDEMKIT_SIM_BREAK={other}: expected key-per-attempt, key-per-call or no-takeover"
+                )
             }
         }
     }
@@ -275,6 +282,8 @@ pub struct SimFailure {
     pub seed: u64,
     pub protocol: Protocol,
     pub duplicates: bool,
+    /// Some caller never got its operation's outcome.
+    pub stuck: bool,
     pub problems: Vec<String>,
 }
 
@@ -457,6 +466,7 @@ impl World {
         let st = self.state();
         let mut problems = Vec::new();
         let mut duplicates = false;
+        let problems_before_plans;
         if !finished {
             problems.push(format!(
                 "hang: the agents had not finished after {SIM_DEADLINE:?} of simulated time"
@@ -494,6 +504,7 @@ impl World {
                 }
             }
         }
+        problems_before_plans = problems.len();
         for (host, plan) in self.cfg.plans.iter().enumerate() {
             for &op in plan {
                 let declined = self.cfg.ops[op].declined;
@@ -514,6 +525,7 @@ impl World {
                 seed: self.cfg.seed,
                 protocol: self.cfg.protocol,
                 duplicates,
+                stuck: !finished || problems.len() > problems_before_plans,
                 problems,
             });
         }

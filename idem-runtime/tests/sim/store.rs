@@ -7,12 +7,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem_runtime::store::{
-    Claim, ClaimRequest, ExistingState, LeaseToken, Record, RecordState, Written,
+    Claim, ClaimRequest, Existing, ExistingState, LeaseToken, Record, RecordState, Written,
 };
 use idem_runtime::{IdempotencyKey, MemoryStore, Store, StoreError};
 use uuid::Uuid;
 
-use super::World;
+use super::{Protocol, World};
 
 /// One incarnation's view of the shared store.
 pub struct SimStore {
@@ -92,6 +92,26 @@ impl Store for SimStore {
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
         self.reach().await?;
         let before = self.shared.get(&req.key).await?;
+        if self.world.cfg.protocol == Protocol::NoTakeover
+            && let Some(Record {
+                fingerprint,
+                state:
+                    RecordState::Running {
+                        lease_remaining: Duration::ZERO,
+                        ..
+                    },
+                ..
+            }) = before
+        {
+            // The broken store: an expired lease is reported as live, never handed over.
+            self.reply().await?;
+            return Ok(Claim::Existing(Existing {
+                fingerprint,
+                state: ExistingState::Running {
+                    lease_remaining: self.world.cfg.lease,
+                },
+            }));
+        }
         let claim = self.shared.claim(req).await?;
         let (w, h) = (&self.world, self.host);
         match (&claim, before.map(|r| r.state)) {
