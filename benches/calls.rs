@@ -1,0 +1,423 @@
+//! What a call through the attributes costs, with the memory store and an empty body:
+//!
+//! - `#[side_effect]` against a hand-written equivalent doing the same necessary work (derive the
+//!   key, SHA-256 of the other arguments' JSON, claim in a `Mutex<HashMap>`, run the body,
+//!   serialize the outcome, complete), and against the same workload on the memory store of the
+//!   `idempotent` crate (a peer library; 0.3.0, its newest release that builds on Rust 1.95:
+//!   1.0.0, 1.1.0 and 2.0.0 declare rust-version 1.98);
+//! - `#[read_only]` against the bare function;
+//! - 1,000 concurrent callers of one key: time until all are answered, body runs counted (exactly
+//!   one), against an in-process single-flight (`tokio::sync::OnceCell`) around the same body.
+//!
+//! Run: `cargo bench --bench calls` (or `benches/run.sh` for everything).
+
+mod support;
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::hint::black_box;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use criterion::Criterion;
+use idemkit::{Classify, Failure, Idem, IdempotencyKey, MemoryStore, read_only, side_effect};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use support::{Pair, record, summary};
+
+#[derive(Debug)]
+enum BenchError {
+    KeyReuse,
+    InFlight,
+    #[allow(dead_code)]
+    Idem(String),
+}
+
+impl Classify for BenchError {
+    fn classify(&self) -> Failure {
+        Failure::Permanent
+    }
+}
+
+impl From<idemkit::Error> for BenchError {
+    fn from(e: idemkit::Error) -> Self {
+        BenchError::Idem(e.to_string())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Receipt {
+    order_id: u64,
+    amount_cents: u64,
+}
+
+const TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// The body every variant runs: nothing but making its result.
+async fn body(order_id: u64, amount_cents: u64) -> Result<Receipt, BenchError> {
+    Ok(Receipt {
+        order_id,
+        amount_cents,
+    })
+}
+
+/// The subject: what a user writes.
+#[side_effect(key = "customer_id, order_id")]
+async fn charge(
+    customer_id: &str,
+    order_id: u64,
+    amount_cents: u64,
+) -> Result<Receipt, BenchError> {
+    let _ = customer_id;
+    body(order_id, amount_cents).await
+}
+
+/// The other arguments, as a hand-writer would fingerprint them (one field: already canonical).
+#[derive(Serialize)]
+struct ChargeArgs {
+    amount_cents: u64,
+}
+
+enum HandState {
+    Running(u64),
+    Completed(Vec<u8>),
+}
+
+struct HandRecord {
+    fingerprint: [u8; 32],
+    state: HandState,
+}
+
+/// The hand-written equivalent: a map behind a mutex, claim → body → complete.
+#[derive(Default)]
+struct HandStore {
+    records: Mutex<HashMap<[u8; 16], HandRecord>>,
+    tokens: AtomicU64,
+}
+
+async fn charge_by_hand(
+    store: &HandStore,
+    customer_id: &str,
+    order_id: u64,
+    amount_cents: u64,
+) -> Result<Receipt, BenchError> {
+    let key = IdempotencyKey::derive(
+        "charge",
+        &[("customer_id", &customer_id), ("order_id", &order_id)],
+    );
+    let args = serde_json::to_vec(&ChargeArgs { amount_cents }).expect("serializes");
+    let fingerprint: [u8; 32] = Sha256::digest(&args).into();
+    let token = store.tokens.fetch_add(1, Ordering::Relaxed);
+    match store.records.lock().unwrap().entry(*key.as_bytes()) {
+        Entry::Occupied(rec) => {
+            let rec = rec.get();
+            if rec.fingerprint != fingerprint {
+                return Err(BenchError::KeyReuse);
+            }
+            return match &rec.state {
+                HandState::Completed(outcome) => {
+                    Ok(serde_json::from_slice(outcome).expect("deserializes"))
+                }
+                HandState::Running(_) => Err(BenchError::InFlight),
+            };
+        }
+        Entry::Vacant(slot) => {
+            slot.insert(HandRecord {
+                fingerprint,
+                state: HandState::Running(token),
+            });
+        }
+    }
+    let result = body(order_id, amount_cents).await;
+    let mut records = store.records.lock().unwrap();
+    match &result {
+        Ok(receipt) => {
+            let outcome = serde_json::to_vec(receipt).expect("serializes");
+            if let Some(rec) = records.get_mut(key.as_bytes())
+                && matches!(rec.state, HandState::Running(t) if t == token)
+            {
+                rec.state = HandState::Completed(outcome);
+            }
+        }
+        Err(_) => {
+            records.remove(key.as_bytes());
+        }
+    }
+    result
+}
+
+/// The same workload on the peer library's memory store (an actor task behind a channel).
+async fn charge_on_peer(
+    store: &idempotent::store::memory::MemoryStore,
+    customer_id: &str,
+    order_id: u64,
+    amount_cents: u64,
+) -> Result<Receipt, BenchError> {
+    use idempotent::fingerprint::{DefaultFingerprintStrategy, FingerprintStrategy};
+    use idempotent::store::{IdempotencyStore, InsertResult};
+    use idempotent::{CachedResponse, IdempotencyEntry, Metadata, entry::ExistingEntry};
+
+    let key = IdempotencyKey::derive(
+        "charge",
+        &[("customer_id", &customer_id), ("order_id", &order_id)],
+    );
+    let key = idempotent::IdempotencyKey::new(key.as_str()).expect("a valid key");
+    let args = serde_json::to_vec(&ChargeArgs { amount_cents }).expect("serializes");
+    let fingerprint = DefaultFingerprintStrategy.compute("charge", &args);
+    let entry = IdempotencyEntry::new(fingerprint, TTL);
+    let token = match store.try_insert(&key, entry).await.expect("infallible") {
+        InsertResult::Claimed { fencing_token } => fencing_token,
+        InsertResult::Exists(ExistingEntry::Completed(done)) => {
+            if !done.fingerprint_matches(fingerprint) {
+                return Err(BenchError::KeyReuse);
+            }
+            return Ok(serde_json::from_slice(&done.response().body).expect("deserializes"));
+        }
+        InsertResult::Exists(ExistingEntry::Processing(_)) => return Err(BenchError::InFlight),
+    };
+    let result = body(order_id, amount_cents).await;
+    match &result {
+        Ok(receipt) => {
+            let outcome = serde_json::to_vec(receipt).expect("serializes");
+            let done = IdempotencyEntry::new(fingerprint, TTL).complete(CachedResponse {
+                status_code: 200,
+                metadata: Metadata::default(),
+                body: outcome.into(),
+            });
+            store.complete(&key, done, token).await.expect("infallible");
+        }
+        Err(_) => store.remove(&key).await.expect("infallible"),
+    }
+    result
+}
+
+#[read_only]
+async fn balance(customer_id: &str) -> Result<u64, BenchError> {
+    Ok(black_box(customer_id).len() as u64)
+}
+
+async fn balance_bare(customer_id: &str) -> Result<u64, BenchError> {
+    Ok(black_box(customer_id).len() as u64)
+}
+
+/// How often the body of `settle` ran.
+static SETTLE_RUNS: AtomicU32 = AtomicU32::new(0);
+/// How long `settle`'s body takes: a fast provider.
+const SETTLE_BODY: Duration = Duration::from_millis(1);
+
+async fn settle_body(job_id: u64) -> Result<u64, BenchError> {
+    SETTLE_RUNS.fetch_add(1, Ordering::SeqCst);
+    tokio::time::sleep(SETTLE_BODY).await;
+    Ok(job_id)
+}
+
+#[side_effect(key = "job_id")]
+async fn settle(job_id: u64) -> Result<u64, BenchError> {
+    settle_body(job_id).await
+}
+
+const CALLERS: usize = 1000;
+
+fn bench(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let next = AtomicU64::new(0);
+    let fresh = || next.fetch_add(1, Ordering::Relaxed);
+
+    // The three variants give the same receipts, and replay them.
+    rt.block_on(async {
+        let idem = Idem::new(MemoryStore::new());
+        let hand = HandStore::default();
+        let peer = idempotent::store::memory::MemoryStore::new(1024, Duration::from_secs(60));
+        for _ in 0..2 {
+            let want = Receipt {
+                order_id: 7,
+                amount_cents: 4200,
+            };
+            assert_eq!(idem.scope(charge("cus_1", 7, 4200)).await.unwrap(), want);
+            assert_eq!(charge_by_hand(&hand, "cus_1", 7, 4200).await.unwrap(), want);
+            assert_eq!(charge_on_peer(&peer, "cus_1", 7, 4200).await.unwrap(), want);
+        }
+    });
+
+    let mut group = c.benchmark_group("side-effect call, memory store, empty body");
+    let name = "#[side_effect] call (idemkit MemoryStore)";
+    group.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            let idem = Idem::new(MemoryStore::new());
+            let start = Instant::now();
+            rt.block_on(idem.scope(async {
+                for _ in 0..iters {
+                    black_box(charge("cus_1", fresh(), 4200).await.unwrap());
+                }
+            }));
+            record(name, iters, start.elapsed())
+        })
+    });
+    let name = "hand-written (Mutex<HashMap>)";
+    group.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            let hand = HandStore::default();
+            let start = Instant::now();
+            rt.block_on(async {
+                for _ in 0..iters {
+                    black_box(charge_by_hand(&hand, "cus_1", fresh(), 4200).await.unwrap());
+                }
+            });
+            record(name, iters, start.elapsed())
+        })
+    });
+    let name = "peer: idempotent 0.3.0 MemoryStore";
+    group.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            let start = Instant::now();
+            rt.block_on(async {
+                let peer =
+                    idempotent::store::memory::MemoryStore::new(1024, Duration::from_secs(60));
+                for _ in 0..iters {
+                    black_box(charge_on_peer(&peer, "cus_1", fresh(), 4200).await.unwrap());
+                }
+            });
+            record(name, iters, start.elapsed())
+        })
+    });
+    group.finish();
+
+    let mut group = c.benchmark_group("read-only call");
+    let idem = Idem::new(MemoryStore::new());
+    let name = "#[read_only] call";
+    group.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            let start = Instant::now();
+            rt.block_on(idem.scope(async {
+                for _ in 0..iters {
+                    black_box(balance(black_box("cus_1")).await.unwrap());
+                }
+            }));
+            record(name, iters, start.elapsed())
+        })
+    });
+    let name = "bare function";
+    group.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            let start = Instant::now();
+            rt.block_on(idem.scope(async {
+                for _ in 0..iters {
+                    black_box(balance_bare(black_box("cus_1")).await.unwrap());
+                }
+            }));
+            record(name, iters, start.elapsed())
+        })
+    });
+    group.finish();
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut group = c.benchmark_group("1,000 concurrent callers of one key");
+    group.sample_size(10);
+    let name = "1,000 callers, #[side_effect] (MemoryStore)";
+    group.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            let mut took = Duration::ZERO;
+            for _ in 0..iters {
+                let idem = Idem::new(MemoryStore::new());
+                let job = fresh();
+                let before = SETTLE_RUNS.load(Ordering::SeqCst);
+                let start = Instant::now();
+                rt.block_on(async {
+                    let tasks: Vec<_> = (0..CALLERS)
+                        .map(|_| {
+                            let idem = idem.clone();
+                            tokio::spawn(async move { idem.scope(settle(job)).await })
+                        })
+                        .collect();
+                    for t in tasks {
+                        assert_eq!(t.await.unwrap().unwrap(), job);
+                    }
+                });
+                took += start.elapsed();
+                let runs = SETTLE_RUNS.load(Ordering::SeqCst) - before;
+                assert_eq!(
+                    runs, 1,
+                    "{CALLERS} callers of one key ran the body {runs} times"
+                );
+            }
+            record(name, iters, took)
+        })
+    });
+    let name = "1,000 callers, single-flight (OnceCell)";
+    group.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            let mut took = Duration::ZERO;
+            for _ in 0..iters {
+                let cell = Arc::new(tokio::sync::OnceCell::new());
+                let job = fresh();
+                let before = SETTLE_RUNS.load(Ordering::SeqCst);
+                let start = Instant::now();
+                rt.block_on(async {
+                    let tasks: Vec<_> = (0..CALLERS)
+                        .map(|_| {
+                            let cell = cell.clone();
+                            tokio::spawn(async move {
+                                *cell.get_or_try_init(|| settle_body(job)).await.unwrap()
+                            })
+                        })
+                        .collect();
+                    for t in tasks {
+                        assert_eq!(t.await.unwrap(), job);
+                    }
+                });
+                took += start.elapsed();
+                assert_eq!(SETTLE_RUNS.load(Ordering::SeqCst) - before, 1);
+            }
+            record(name, iters, took)
+        })
+    });
+    group.finish();
+}
+
+fn main() {
+    let mut c = Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .configure_from_args();
+    bench(&mut c);
+    c.final_summary();
+    summary(
+        "calls",
+        &[
+            Pair {
+                subject: "#[side_effect] call (idemkit MemoryStore)",
+                baseline: "hand-written (Mutex<HashMap>)",
+                goal: Some(1.3),
+            },
+            Pair {
+                subject: "#[side_effect] call (idemkit MemoryStore)",
+                baseline: "peer: idempotent 0.3.0 MemoryStore",
+                goal: Some(1.0),
+            },
+            Pair {
+                subject: "#[read_only] call",
+                baseline: "bare function",
+                goal: None,
+            },
+            Pair {
+                subject: "1,000 callers, #[side_effect] (MemoryStore)",
+                baseline: "1,000 callers, single-flight (OnceCell)",
+                goal: None,
+            },
+        ],
+    );
+    println!(
+        "1,000 concurrent callers of one key: the body ran exactly once in every measured round \
+         (asserted; {} runs over all rounds, one per round)",
+        SETTLE_RUNS.load(Ordering::SeqCst)
+    );
+}

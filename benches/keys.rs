@@ -1,0 +1,125 @@
+//! Key derivation (`IdempotencyKey::derive`, what `#[side_effect]` expands to) for 1, 3 and 8
+//! key fields, against the floor: one raw SHA-256 of the same encoding-v1 bytes, encoded
+//! beforehand. The difference is what streaming the fields, the framing and making the UUID
+//! (version bits, the 36-character text) cost.
+//!
+//! Run: `cargo bench --bench keys` (or `benches/run.sh` for everything).
+
+mod support;
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use criterion::Criterion;
+use idemkit::{IdempotencyKey, KeyPart};
+use sha2::{Digest, Sha256};
+use support::{Pair, record, summary};
+use uuid::Uuid;
+
+/// Encoding v1 written out by hand (DESIGN.md "Keys"), for the baseline's input.
+fn encode_v1(tool: &str, fields: &[(&str, u8, Vec<u8>)]) -> Vec<u8> {
+    let mut out = b"idemkit:v1\0".to_vec();
+    let put = |b: &[u8], out: &mut Vec<u8>| {
+        out.extend_from_slice(&(b.len() as u32).to_be_bytes());
+        out.extend_from_slice(b);
+    };
+    put(tool.as_bytes(), &mut out);
+    out.extend_from_slice(&(fields.len() as u32).to_be_bytes());
+    for (name, tag, value) in fields {
+        put(name.as_bytes(), &mut out);
+        out.push(*tag);
+        put(value, &mut out);
+    }
+    out
+}
+
+fn bench(c: &mut Criterion) {
+    let order = Uuid::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef);
+    let values: [(&str, &(dyn KeyPart + Sync), u8, Vec<u8>); 8] = [
+        ("customer_id", &"cus_1", 1, b"cus_1".to_vec()),
+        ("purpose", &"subscription", 1, b"subscription".to_vec()),
+        ("period", &"2026-11", 1, b"2026-11".to_vec()),
+        ("order_id", &1042u64, 2, b"1042".to_vec()),
+        ("currency", &"eur", 1, b"eur".to_vec()),
+        ("line", &-7i32, 2, b"-7".to_vec()),
+        ("gift", &true, 3, vec![1]),
+        ("plan", &order, 5, order.as_bytes().to_vec()),
+    ];
+    let mut group = c.benchmark_group("key derivation");
+    for n in [1usize, 3, 8] {
+        let fields: Vec<(&str, &(dyn KeyPart + Sync))> = values[..n]
+            .iter()
+            .map(|(name, v, _, _)| (*name, *v))
+            .collect();
+        let encoded = encode_v1(
+            "charge",
+            &values[..n]
+                .iter()
+                .map(|(name, _, tag, bytes)| (*name, *tag, bytes.clone()))
+                .collect::<Vec<_>>(),
+        );
+        // The baseline hashes exactly the bytes the key is made of.
+        let mut first = [0u8; 16];
+        first.copy_from_slice(&Sha256::digest(&encoded)[..16]);
+        assert_eq!(
+            IdempotencyKey::derive("charge", &fields).as_uuid(),
+            Uuid::new_v8(first),
+            "the baseline's bytes are encoding v1"
+        );
+
+        let name = format!("derive, {n} field(s)");
+        group.bench_function(&name, |b| {
+            b.iter_custom(|iters| {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    black_box(IdempotencyKey::derive(
+                        black_box("charge"),
+                        black_box(&fields[..]),
+                    ));
+                }
+                record(&name, iters, start.elapsed())
+            })
+        });
+        println!("{n} field(s): {} bytes of encoding v1", encoded.len());
+        let raw = raw_name(n);
+        group.bench_function(&raw, |b| {
+            b.iter_custom(|iters| {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    black_box(Sha256::digest(black_box(&encoded[..])));
+                }
+                record(&raw, iters, start.elapsed())
+            })
+        });
+    }
+    group.finish();
+}
+
+fn raw_name(n: usize) -> String {
+    format!("raw SHA-256 of the same bytes, {n} field(s)")
+}
+
+fn main() {
+    let mut c = Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .configure_from_args();
+    bench(&mut c);
+    c.final_summary();
+    let names: Vec<(String, String)> = [1, 3, 8]
+        .into_iter()
+        .map(|n| (format!("derive, {n} field(s)"), raw_name(n)))
+        .collect();
+    let pairs: Vec<Pair<'_>> = names
+        .iter()
+        .map(|(s, b)| Pair {
+            subject: s,
+            baseline: b,
+            goal: Some(1.5),
+        })
+        .collect();
+    summary(
+        "key derivation vs one raw SHA-256 of the same bytes",
+        &pairs,
+    );
+}

@@ -1,0 +1,98 @@
+//! What every benchmark of this directory shares: each measured batch is kept per benchmark, and
+//! a summary puts each figure beside its baseline's, with the ratio, as measured in the same run.
+//!
+//! The figure of a benchmark is the median over its measured batches of time per iteration (the
+//! median, so a burst of load from elsewhere on the machine moves it less than the mean would).
+//! Lines starting with `RESULT` are what `benches/run.sh` gathers into the README's table.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Per benchmark: the time per iteration of each measured batch, in nanoseconds.
+static BATCHES: Mutex<BTreeMap<String, Vec<f64>>> = Mutex::new(BTreeMap::new());
+
+/// Keeps one measured batch of `iters` iterations of `name`; returns `took` for criterion.
+pub fn record(name: &str, iters: u64, took: Duration) -> Duration {
+    if iters > 0 {
+        let per = took.as_nanos() as f64 / iters as f64;
+        BATCHES
+            .lock()
+            .unwrap()
+            .entry(name.to_owned())
+            .or_default()
+            .push(per);
+    }
+    took
+}
+
+/// The median time per iteration of `name`, in nanoseconds.
+pub fn median_ns(name: &str) -> Option<f64> {
+    let batches = BATCHES.lock().unwrap();
+    let mut v = batches.get(name)?.clone();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// A figure beside its baseline: `subject` should take at most `goal` times `baseline`'s time
+/// (`None`: no goal, shown for information).
+pub struct Pair<'a> {
+    pub subject: &'a str,
+    pub baseline: &'a str,
+    pub goal: Option<f64>,
+}
+
+/// Human-readable duration.
+pub fn fmt_ns(ns: f64) -> String {
+    if ns >= 1e9 {
+        format!("{:.2} s", ns / 1e9)
+    } else if ns >= 1e6 {
+        format!("{:.2} ms", ns / 1e6)
+    } else if ns >= 1e3 {
+        format!("{:.2} µs", ns / 1e3)
+    } else {
+        format!("{ns:.0} ns")
+    }
+}
+
+/// Prints each pair: both figures, the time ratio subject/baseline, and whether the goal holds.
+pub fn summary(title: &str, pairs: &[Pair<'_>]) {
+    println!("\n{title} (median time per call over all measured batches; same run):");
+    for p in pairs {
+        let (Some(s), Some(b)) = (median_ns(p.subject), median_ns(p.baseline)) else {
+            println!("  {}: not measured (filtered out?)", p.subject);
+            continue;
+        };
+        let ratio = s / b;
+        let verdict = match p.goal {
+            Some(g) if ratio <= g => format!("goal ≤ {g}×: met"),
+            Some(g) => format!("goal ≤ {g}×: MISSED"),
+            None => "no goal".to_owned(),
+        };
+        println!(
+            "  {:<44} {:>10}   vs {:<40} {:>10}   ratio {ratio:>5.2}×   {verdict}",
+            p.subject,
+            fmt_ns(s),
+            p.baseline,
+            fmt_ns(b),
+        );
+        println!(
+            "RESULT\t{}\t{}\t{}\t{}\t{ratio:.2}\t{}",
+            p.subject,
+            fmt_ns(s),
+            p.baseline,
+            fmt_ns(b),
+            p.goal.map_or("—".to_owned(), |g| format!("≤ {g}×")),
+        );
+    }
+}
