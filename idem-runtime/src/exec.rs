@@ -472,7 +472,7 @@ impl CallRecord<'_> {
             outcome = outcome.as_str(),
             "side effect finished"
         );
-        report(CallInfo {
+        report(|| CallInfo {
             tool: self.tool.to_owned(),
             key: Some(self.key),
             attempts,
@@ -484,7 +484,7 @@ impl CallRecord<'_> {
     fn finish_read(&self, attempts: u32, outcome: CallOutcome) {
         self.span.record("attempts", attempts);
         self.span.record("outcome", outcome.as_str());
-        report(CallInfo {
+        report(|| CallInfo {
             tool: self.tool.to_owned(),
             key: None,
             attempts,
@@ -554,11 +554,17 @@ async fn claim(s: &Settings, req: &ClaimRequest<'_>, wait: Duration) -> Result<B
     }
 }
 
-/// Runs a store operation under the runtime's store timeout.
+/// Runs a store operation under the runtime's store timeout. An operation that answers on its
+/// first poll (an in-memory store) never needed the timer, so the timer starts only after it.
 async fn timed<T>(
     s: &Settings,
     op: impl Future<Output = Result<T, StoreError>>,
 ) -> Result<T, StoreError> {
+    let mut op = std::pin::pin!(op);
+    let first = std::future::poll_fn(|cx| std::task::Poll::Ready(op.as_mut().poll(cx))).await;
+    if let std::task::Poll::Ready(result) = first {
+        return result;
+    }
     match tokio::time::timeout(s.store_timeout, op).await {
         Ok(result) => result,
         Err(_) => Err(StoreError::unavailable(format!(

@@ -64,7 +64,9 @@ impl fmt::Display for Fingerprint {
 /// ```
 #[derive(Debug, Default)]
 pub struct Fingerprinter {
-    args: serde_json::Map<String, Value>,
+    // In the order added; sorted by name (the last of equal names winning, as in a JSON map) when
+    // finished, so no map is built.
+    args: Vec<(String, Value)>,
 }
 
 impl Fingerprinter {
@@ -80,13 +82,31 @@ impl Fingerprinter {
         value: &T,
     ) -> Result<&mut Self, serde_json::Error> {
         self.args
-            .insert(name.to_owned(), serde_json::to_value(value)?);
+            .push((name.to_owned(), serde_json::to_value(value)?));
         Ok(self)
     }
 
     /// The fingerprint of the arguments added so far.
-    pub fn finish(self) -> Fingerprint {
-        Fingerprint::of_value(&Value::Object(self.args))
+    pub fn finish(mut self) -> Fingerprint {
+        // Stable, so of equal names the last added stays last.
+        self.args.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut sha = Sha256::new();
+        sha.update(b"{");
+        let mut first = true;
+        for (i, (name, value)) in self.args.iter().enumerate() {
+            if self.args.get(i + 1).is_some_and(|next| next.0 == *name) {
+                continue;
+            }
+            if !first {
+                sha.update(b",");
+            }
+            first = false;
+            write_json(&mut sha, name);
+            sha.update(b":");
+            write_canonical(&mut sha, value);
+        }
+        sha.update(b"}");
+        Fingerprint(sha.finalize().into())
     }
 }
 
@@ -103,11 +123,7 @@ fn write_canonical(sha: &mut Sha256, value: &Value) {
                 if i > 0 {
                     sha.update(b",");
                 }
-                sha.update(
-                    serde_json::to_string(k)
-                        .expect("a string serializes")
-                        .as_bytes(),
-                );
+                write_json(sha, k);
                 sha.update(b":");
                 write_canonical(sha, v);
             }
@@ -123,11 +139,21 @@ fn write_canonical(sha: &mut Sha256, value: &Value) {
             }
             sha.update(b"]");
         }
-        scalar => write_scalar(sha, scalar),
+        scalar => write_json(sha, scalar),
     }
 }
 
-fn write_scalar(sha: &mut Sha256, value: &Value) {
-    let text = serde_json::to_string(value).expect("a JSON scalar serializes");
-    sha.update(text.as_bytes());
+/// serde_json's text of a string or a scalar, streamed into the hash (no `String` made).
+fn write_json<T: Serialize + ?Sized>(sha: &mut Sha256, value: &T) {
+    struct Hashing<'a>(&'a mut Sha256);
+    impl std::io::Write for Hashing<'_> {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.update(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    serde_json::to_writer(Hashing(sha), value).expect("a JSON string or scalar serializes");
 }

@@ -139,8 +139,12 @@ impl KeyHasher {
     /// Starts the key of `tool`, which will have exactly `n_fields` fields.
     pub fn new(tool: &str, n_fields: usize) -> Self {
         let mut sha = Sha256::new();
-        sha.update(DOMAIN);
-        put_len_prefixed(&mut sha, tool.as_bytes());
+        // Fixed-size pieces go in together: each update costs a copy and bookkeeping of its own.
+        let mut head = [0u8; DOMAIN.len() + 4];
+        head[..DOMAIN.len()].copy_from_slice(DOMAIN);
+        head[DOMAIN.len()..].copy_from_slice(&be32(tool.len()).to_be_bytes());
+        sha.update(head);
+        sha.update(tool.as_bytes());
         sha.update(be32(n_fields).to_be_bytes());
         KeyHasher {
             sha,
@@ -168,8 +172,9 @@ impl KeyHasher {
                 (5, &uuid_buf)
             }
         };
-        self.sha.update([tag]);
-        put_len_prefixed(&mut self.sha, bytes);
+        let len = be32(bytes.len()).to_be_bytes();
+        self.sha.update([tag, len[0], len[1], len[2], len[3]]);
+        self.sha.update(bytes);
         self
     }
 

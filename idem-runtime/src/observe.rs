@@ -89,6 +89,8 @@ pub async fn observe<F: Future>(fut: F) -> (F::Output, Option<CallInfo>) {
         .await
 }
 
-pub(crate) fn report(info: CallInfo) {
-    let _ = OBSERVED.try_with(|slot| *slot.borrow_mut() = Some(info));
+/// Hands what happened to the enclosing [`observe`], if any; `info` is only made when one is
+/// listening (it allocates).
+pub(crate) fn report(info: impl FnOnce() -> CallInfo) {
+    let _ = OBSERVED.try_with(|slot| *slot.borrow_mut() = Some(info()));
 }

@@ -1,6 +1,7 @@
 //! An in-process store, for tests and single-process programs that may forget on restart.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -85,46 +86,43 @@ impl Store for MemoryStore {
             token: req.token,
             lease_until: now + req.lease,
         };
-        if let Some(rec) = inner
-            .records
-            .get_mut(req.key.as_bytes())
-            .filter(|r| r.expires_at > now)
-        {
-            let same = rec.fingerprint == req.fingerprint;
-            let existing = match &rec.state {
-                State::Running { lease_until, .. } if same && *lease_until <= now => None,
-                State::Ambiguous { .. } if same => None,
-                State::Running { lease_until, .. } => Some(ExistingState::Running {
-                    lease_remaining: lease_until.saturating_duration_since(now),
-                }),
-                State::Completed { outcome } => Some(ExistingState::Completed {
-                    outcome: outcome.clone(),
-                }),
-                State::Ambiguous { .. } => Some(ExistingState::Ambiguous),
-            };
-            return Ok(match existing {
-                Some(state) => Claim::Existing(Existing {
-                    fingerprint: rec.fingerprint,
-                    state,
-                }),
-                None => {
-                    // Take over: same operation, its holder gone or given up.
-                    rec.state = running;
-                    rec.expires_at = now + req.ttl;
-                    Claim::Acquired
-                }
-            });
-        }
-        inner.records.insert(
-            *req.key.as_bytes(),
-            Rec {
-                tool: req.tool.to_owned(),
-                fingerprint: req.fingerprint,
-                state: running,
-                expires_at: now + req.ttl,
-            },
-        );
-        Ok(Claim::Acquired)
+        // One lookup: the entry is either live (decide below), or absent or expired (a new record).
+        let rec = match inner.records.entry(*req.key.as_bytes()) {
+            Entry::Occupied(live) if live.get().expires_at > now => live.into_mut(),
+            absent_or_expired => {
+                absent_or_expired.insert_entry(Rec {
+                    tool: req.tool.to_owned(),
+                    fingerprint: req.fingerprint,
+                    state: running,
+                    expires_at: now + req.ttl,
+                });
+                return Ok(Claim::Acquired);
+            }
+        };
+        let same = rec.fingerprint == req.fingerprint;
+        let existing = match &rec.state {
+            State::Running { lease_until, .. } if same && *lease_until <= now => None,
+            State::Ambiguous { .. } if same => None,
+            State::Running { lease_until, .. } => Some(ExistingState::Running {
+                lease_remaining: lease_until.saturating_duration_since(now),
+            }),
+            State::Completed { outcome } => Some(ExistingState::Completed {
+                outcome: outcome.clone(),
+            }),
+            State::Ambiguous { .. } => Some(ExistingState::Ambiguous),
+        };
+        Ok(match existing {
+            Some(state) => Claim::Existing(Existing {
+                fingerprint: rec.fingerprint,
+                state,
+            }),
+            None => {
+                // Take over: same operation, its holder gone or given up.
+                rec.state = running;
+                rec.expires_at = now + req.ttl;
+                Claim::Acquired
+            }
+        })
     }
 
     async fn complete(
