@@ -75,8 +75,8 @@ pub fn summary(title: &str, pairs: &[Pair<'_>]) {
         };
         let ratio = s / b;
         let verdict = match p.goal {
-            Some(g) if ratio <= g => format!("goal ≤ {g}×: met"),
-            Some(g) => format!("goal ≤ {g}×: MISSED"),
+            Some(g) if ratio <= g => format!("goal ≤ {g:.2}×: met"),
+            Some(g) => format!("goal ≤ {g:.2}×: MISSED"),
             None => "no goal".to_owned(),
         };
         println!(
@@ -92,7 +92,7 @@ pub fn summary(title: &str, pairs: &[Pair<'_>]) {
             fmt_ns(s),
             p.baseline,
             fmt_ns(b),
-            p.goal.map_or("—".to_owned(), |g| format!("≤ {g}×")),
+            p.goal.map_or("—".to_owned(), |g| format!("≤ {g:.2}×")),
         );
     }
 }

@@ -7,6 +7,9 @@
 //! Run: `cargo bench -p idem-runtime --features postgres,redis --bench distributed_stores`
 //! (prints criterion's figures, then a summary with the ratios).
 
+#[path = "../../benches/support/mod.rs"]
+mod support;
+
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -65,7 +68,7 @@ where
     let e = m.entry(name.to_owned()).or_default();
     e.0 += iters;
     e.1 += took;
-    took
+    support::record(name, iters, took)
 }
 
 async fn store_op(store: &dyn Store, fingerprint: Fingerprint) {
@@ -366,4 +369,18 @@ fn main() {
             h / s
         );
     }
+    drop(m);
+    let pairs: Vec<support::Pair<'_>> = pairs
+        .iter()
+        .map(|(store, hand)| support::Pair {
+            subject: store,
+            baseline: hand,
+            // ≥ 0.9× the throughput of the statements by hand.
+            goal: Some(1.0 / 0.9),
+        })
+        .collect();
+    support::summary(
+        "claim+complete, store vs the same statements by hand",
+        &pairs,
+    );
 }

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Runs every benchmark against its baseline and prints the README's "Performance" table.
+#
+#   benches/run.sh
+#
+# Starts PostgreSQL and Redis on loopback for the distributed stores (scripts/test-servers.sh, on
+# ports of their own so a test run's servers are left alone) when their binaries are installed and
+# no IDEMKIT_TEST_*_URL is set; without them those rows are skipped. Each figure is the median of
+# its measured batches; ratios are of figures taken in the same run (the stores' in interleaved
+# rounds). Takes about ten minutes on 2 cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+out="$(mktemp)"
+servers=""
+cleanup() {
+    rm -f "$out"
+    [[ -n "$servers" ]] && IDEMKIT_TEST_PG_PORT=55442 IDEMKIT_TEST_REDIS_PORT=56389 TMPDIR="$servers" \
+        scripts/test-servers.sh stop >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+
+if [[ -z "${IDEMKIT_TEST_POSTGRES_URL:-}" && -z "${IDEMKIT_TEST_REDIS_URL:-}" ]]; then
+    servers="$(mktemp -d)"
+    if started="$(IDEMKIT_TEST_PG_PORT=55442 IDEMKIT_TEST_REDIS_PORT=56389 TMPDIR="$servers" scripts/test-servers.sh start)"; then
+        eval "$started"
+    else
+        echo "run.sh: PostgreSQL/Redis not started; their rows are skipped" >&2
+    fi
+fi
+
+bench() { cargo bench "$@" 2>&1 | tee -a "$out" | grep -vE '^(RESULT|Benchmarking|Found|  [0-9]+ \()' ; }
+
+bench --bench keys
+bench --bench calls
+bench -p idem-runtime --features sqlite --bench sqlite_store
+if [[ -n "${IDEMKIT_TEST_POSTGRES_URL:-}${IDEMKIT_TEST_REDIS_URL:-}" ]]; then
+    bench -p idem-runtime --features postgres,redis --bench distributed_stores
+fi
+benches/build_cost.sh | tee -a "$out"
+
+echo
+echo "Measured $(date -u +%Y-%m-%d) on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+echo "| what | figure | baseline | baseline's figure | ratio | goal |"
+echo "| --- | ---: | --- | ---: | ---: | --- |"
+grep '^RESULT' "$out" | while IFS=$'\t' read -r _ what fig base bfig ratio goal; do
+    echo "| $what | $fig | $base | $bfig | ${ratio}× | $goal |"
+done
