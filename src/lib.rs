@@ -41,6 +41,9 @@
 pub use idem_macros::*;
 pub use idem_runtime::*;
 
+#[cfg(feature = "rmcp")]
+pub mod mcp;
+
 /// What the attributes' expansions reach; not a stable API.
 #[doc(hidden)]
 #[path = "private.rs"]

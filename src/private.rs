@@ -38,6 +38,30 @@ impl Arguments {
         self
     }
 
+    /// Adds one argument without its fields that are key fields (an MCP request: the key fields
+    /// are in the key already).
+    pub fn arg_except<T: Fingerprinted + ?Sized>(
+        self,
+        name: &str,
+        value: &T,
+        key_fields: &[&str],
+    ) -> Self {
+        match serde_json::to_value(value) {
+            Ok(serde_json::Value::Object(mut fields)) => {
+                for key_field in key_fields {
+                    fields.remove(*key_field);
+                }
+                self.arg(name, &fields)
+            }
+            Ok(other) => self.arg(name, &other),
+            Err(e) => {
+                let mut this = self;
+                this.failed.get_or_insert(e);
+                this
+            }
+        }
+    }
+
     /// The fingerprint, or why an argument did not serialize.
     pub fn finish(self) -> Result<Fingerprint, serde_json::Error> {
         match self.failed {
@@ -232,4 +256,23 @@ impl<T, E> Unchecked<T, E> {
     {
         unreachable!("idemkit: a tool whose types fail the attribute's checks does not compile")
     }
+}
+
+/// What an MCP tool's expansion reaches (feature `rmcp`).
+#[cfg(feature = "rmcp")]
+pub mod mcp {
+    pub use crate::mcp::{ToolOutput, read_only_output, side_effect_output};
+    pub use idem_runtime::observe;
+
+    /// An MCP tool's error becomes a tool error that names its reason.
+    pub fn assert_tool_error<E: ToolError>() {}
+
+    /// `std::error::Error + 'static`, under a name that can say why an MCP tool's error needs it.
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` cannot be reported as an MCP tool error",
+        label = "`{Self}` must implement `std::error::Error` (and be `'static`)",
+        note = "an MCP tool's failure is sent to the model as a tool error (`isError: true`) with its message, and its `source()` chain is searched for idemkit's own error to say why the call was refused: implement `std::fmt::Display` and `std::error::Error` for `{Self}` (e.g. with thiserror), with `source()` returning the `idemkit::Error` it carries"
+    )]
+    pub trait ToolError: std::error::Error + 'static {}
+    impl<E: std::error::Error + 'static> ToolError for E {}
 }

@@ -27,7 +27,14 @@ impl std::fmt::Display for PayError {
     }
 }
 
-impl std::error::Error for PayError {}
+impl std::error::Error for PayError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            PayError::Provider(e) => Some(e),
+            PayError::Idem(e) => Some(e),
+        }
+    }
+}
 
 impl From<ProviderError> for PayError {
     fn from(e: ProviderError) -> Self {

@@ -30,6 +30,8 @@ pub(crate) struct Tool {
     pub item: ItemFn,
     pub receiver: Option<Receiver>,
     pub params: Vec<Param>,
+    /// rmcp's `#[tool]` on the method, when there is one (MCP mode, see `mcp`).
+    pub mcp: Option<crate::mcp::McpTool>,
 }
 
 /// One parameter other than `self`.
@@ -93,6 +95,7 @@ impl Tool {
             item,
             receiver,
             params,
+            mcp: None,
         }
     }
 

@@ -8,7 +8,7 @@ use quote::ToTokens;
 use syn::ext::IdentExt;
 use syn::parse::{ParseStream, Parser};
 use syn::punctuated::Punctuated;
-use syn::{Expr, Ident, LitInt, LitStr, Path, Token};
+use syn::{Expr, Ident, LitBool, LitInt, LitStr, Path, Token};
 
 use crate::ctxt::Ctxt;
 
@@ -23,6 +23,8 @@ pub(crate) const ARGUMENTS: &[&str] = &[
     "wait",
     "idem",
     "crate",
+    "destructive",
+    "open_world",
 ];
 
 /// The arguments of one `#[side_effect(...)]` or `#[read_only(...)]`, as written.
@@ -37,6 +39,10 @@ pub(crate) struct Args {
     pub wait: Option<(Ident, Millis)>,
     pub idem: Option<(Ident, Expr)>,
     pub krate: Option<Path>,
+    /// MCP tools only: `destructiveHint`.
+    pub destructive: Option<(Ident, LitBool)>,
+    /// MCP tools only: `openWorldHint`.
+    pub open_world: Option<(Ident, LitBool)>,
 }
 
 /// A duration written as `"30s"`, in milliseconds.
@@ -173,6 +179,22 @@ fn argument(cx: &Ctxt, args: &mut Args, ident: &Ident, input: ParseStream) -> sy
             input.parse::<Token![=]>()?;
             let expr: Expr = input.parse()?;
             slot.get_or_insert((ident.clone(), expr));
+        }
+        "destructive" | "open_world" => {
+            let slot = if name == "destructive" {
+                &mut args.destructive
+            } else {
+                &mut args.open_world
+            };
+            once(slot.is_some());
+            input.parse::<Token![=]>()?;
+            let value: LitBool = input.parse().map_err(|e| {
+                syn::Error::new(
+                    e.span(),
+                    format!("write `{name} = true` or `{name} = false`"),
+                )
+            })?;
+            slot.get_or_insert((ident.clone(), value));
         }
         "crate" => {
             once(args.krate.is_some());

@@ -28,9 +28,9 @@ fn key_local() -> Ident {
 
 pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
     let private = private(args);
-    let attrs = outer_attrs(&tool.item.attrs);
+    let attrs = crate::mcp::attrs(args, tool, outer_attrs(&tool.item.attrs));
     let vis = &tool.item.vis;
-    let sig = outer_signature(tool);
+    let mut sig = outer_signature(tool);
     let register = registration(&private, tool, plan);
     let settings = settings(&private, args, &plan.name);
     let attempt = attempt_closure(&private, tool);
@@ -45,7 +45,8 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
             let destructure = tool.params.iter().filter_map(|p| match &p.role {
                 Role::Pattern { fresh, bindings } if !bindings.is_empty() => {
                     let pat = &p.arg.pat;
-                    let copy = quote_spanned!(p.arg.ty.span()=> #private::PerAttempt::again(&#fresh));
+                    let copy =
+                        quote_spanned!(p.arg.ty.span()=> #private::PerAttempt::again(&#fresh));
                     Some(quote! {
                         // Its bindings, for the key and the fingerprint.
                         #[allow(unused_variables, unused_mut)]
@@ -65,7 +66,10 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
             let fingerprint = plan.fingerprint.iter().map(|f| {
                 let (arg, ident) = (&f.name, &f.ident);
                 let value = quote_spanned!(f.span=> &#ident);
-                quote!(.arg(#arg, #value))
+                match f.except.as_slice() {
+                    [] => quote!(.arg(#arg, #value)),
+                    except => quote!(.arg_except(#arg, #value, &[#(#except),*])),
+                }
             });
             let args_local = Ident::new("__idemkit_args", Span::mixed_site());
 
@@ -89,12 +93,28 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
             #runner.read_only(#settings, #attempt).await
         },
     };
+    let body = match &tool.mcp {
+        None => body,
+        Some(_) => {
+            let key_fields: Vec<String> = plan.keys.iter().map(|k| k.name.clone()).collect();
+            let (output, body) = crate::mcp::serve(&private, tool, ok, err, &key_fields, body);
+            sig = replace_output(sig, output);
+            body
+        }
+    };
     quote! {
         #(#attrs)*
         #vis #sig {
             #body
         }
     }
+}
+
+/// `sig` (as tokens) with another return type.
+fn replace_output(sig: TokenStream, output: TokenStream) -> TokenStream {
+    let mut sig: syn::Signature = syn::parse2(sig).expect("a signature reparses");
+    sig.output = syn::parse_quote!(-> #output);
+    sig.into_token_stream()
 }
 
 /// The item as written, minus the injected key parameter (bound to a placeholder inside the
@@ -117,11 +137,11 @@ pub(crate) fn fallback(args: &Args, tool: &Tool) -> TokenStream {
             let #pat: &#ty = &#private::IdempotencyKey::from_uuid(#private::uuid::Uuid::nil());
         }
     });
+    let body = crate::mcp::fallback(&private, tool, &mut sig, quote!(#key #(#stmts)*));
     quote! {
         #(#attrs)*
         #vis #sig {
-            #key
-            #(#stmts)*
+            #body
         }
     }
 }

@@ -12,6 +12,7 @@ mod ast;
 mod attr;
 mod ctxt;
 mod expand;
+mod mcp;
 mod valid;
 
 use ast::Kind;
@@ -88,6 +89,29 @@ pub fn read_only(args: TokenStream, item: TokenStream) -> TokenStream {
     expand(Kind::ReadOnly, args.into(), item.into()).into()
 }
 
+/// Checks that every rmcp `#[tool]` method of an impl block is classified: `#[side_effect]` or
+/// `#[read_only]` (feature `rmcp`). Write it above rmcp's `#[tool_router]`:
+///
+/// ```ignore
+/// #[idemkit::classified_tools]
+/// #[tool_router]
+/// impl Payments {
+///     #[side_effect(key = "req.customer_id, req.period")]
+///     #[tool]
+///     async fn charge(&self, req: Parameters<ChargeReq>) -> Result<Receipt, PayError> { … }
+///
+///     #[tool] // error: MCP tool `refund` is not classified: mark it `#[side_effect(key = "...")]` …
+///     async fn refund(&self, req: Parameters<RefundReq>) -> Result<String, PayError> { … }
+/// }
+/// ```
+///
+/// It changes nothing in the impl block; it only fails the build when a tool is unclassified.
+#[cfg(feature = "rmcp")]
+#[proc_macro_attribute]
+pub fn classified_tools(args: TokenStream, item: TokenStream) -> TokenStream {
+    mcp::classified_tools(args.into(), item.into()).into()
+}
+
 /// The whole expansion of one attribute: parse → validate → expand, or, on any error, the item
 /// as written plus every error.
 fn expand(kind: Kind, args: TokenStream2, item: TokenStream2) -> TokenStream2 {
@@ -107,7 +131,9 @@ fn expand(kind: Kind, args: TokenStream2, item: TokenStream2) -> TokenStream2 {
             return quote::quote!(#item #errors);
         }
     };
-    let tool = ast::Tool::new(kind, func);
+    let mcp = mcp::find(&cx, kind, &func);
+    let mut tool = ast::Tool::new(kind, func);
+    tool.mcp = mcp;
     let plan = valid::check(&cx, &args, &tool);
     match (cx.finish(), plan) {
         (None, Some(plan)) => expand::tool(&args, &tool, &plan),

@@ -42,11 +42,14 @@ pub(crate) struct Fingerprinted {
     pub name: String,
     pub ident: Ident,
     pub span: Span,
+    /// Its fields that are key fields, left out (MCP requests only, see `mcp`).
+    pub except: Vec<String>,
 }
 
 /// Runs every check, recording each failure in `cx`; returns the plan when there was none.
 pub(crate) fn check(cx: &Ctxt, args: &Args, tool: &Tool) -> Option<Plan> {
     arguments(cx, args, tool.kind);
+    crate::mcp::check(cx, args, tool);
     signature(cx, tool);
     let output = output(cx, tool);
     let (keys, fingerprint) = match tool.kind {
@@ -62,7 +65,11 @@ pub(crate) fn check(cx: &Ctxt, args: &Args, tool: &Tool) -> Option<Plan> {
     let (ok, err) = output?;
     let name = match &args.name {
         Some(lit) => lit.value(),
-        None => tool.item.sig.ident.unraw().to_string(),
+        // An MCP tool's name (`#[tool(name = "...")]`) is what clients call it by.
+        None => match tool.mcp.as_ref().and_then(|m| m.name.clone()) {
+            Some(name) => name,
+            None => tool.item.sig.ident.unraw().to_string(),
+        },
     };
     Some(Plan {
         name,
@@ -115,7 +122,18 @@ fn arguments(cx: &Ctxt, args: &Args, kind: Kind) {
 fn signature(cx: &Ctxt, tool: &Tool) {
     let sig = &tool.item.sig;
     let attribute = tool.kind.attribute();
-    if sig.asyncness.is_none() {
+    if sig.asyncness.is_none() && crate::mcp::boxed_by_tool(sig) {
+        let fn_token = &sig.fn_token;
+        let ident = &sig.ident;
+        cx.error_spanned(
+            quote!(#fn_token #ident),
+            format!(
+                "write {attribute} above rmcp's `#[tool]`, not below it: attributes expand top to bottom, and `#[tool]` \
+                 has already made `{ident}` a boxed future, so {attribute} can neither wrap it nor derive its annotations. \
+                 Write `{attribute}` first, then `#[tool(...)]`, then `async fn {ident}(...)`"
+            ),
+        );
+    } else if sig.asyncness.is_none() {
         let fn_token = &sig.fn_token;
         let ident = &sig.ident;
         cx.error_spanned(
@@ -298,6 +316,7 @@ fn key_fields(cx: &Ctxt, args: &Args, tool: &Tool) -> (Vec<KeyField>, Vec<Finger
             if !whole.contains(&name) {
                 fingerprint.push(Fingerprinted {
                     name,
+                    except: crate::mcp::fingerprint_except(tool, args, ident),
                     ident: ident.clone(),
                     span: p.arg.ty.span(),
                 });
@@ -328,7 +347,8 @@ fn resolve(tool: &Tool, path: &KeyPath, name: String) -> KeyField {
         }
         None => KeyField {
             name,
-            path: path.to_token_stream(),
+            path: crate::mcp::key_path(tool, &path.root, &path.fields)
+                .unwrap_or_else(|| path.to_token_stream()),
             span: path.span,
         },
     }

@@ -1,0 +1,194 @@
+//! MCP tools served with [rmcp](https://docs.rs/rmcp) (feature `rmcp`).
+//!
+//! Write `#[side_effect(...)]` or `#[read_only]` **above** rmcp's `#[tool]` on a tool method, and
+//! `#[classified_tools]` above `#[tool_router]` on the impl block:
+//!
+//! ```ignore
+//! #[idemkit::classified_tools] // every #[tool] below must be #[side_effect] or #[read_only]
+//! #[tool_router]
+//! impl Payments {
+//!     /// Charges a customer once per purpose and period.
+//!     #[side_effect(key = "req.customer_id, req.purpose, req.period", destructive = false)]
+//!     #[tool]
+//!     async fn charge(&self, key: &IdempotencyKey, req: Parameters<ChargeReq>) -> Result<Receipt, PayError> {
+//!         self.provider.charge(key.as_str(), &req.0).await
+//!     }
+//!
+//!     /// The customer's balance.
+//!     #[read_only]
+//!     #[tool]
+//!     async fn balance(&self, Parameters(req): Parameters<BalanceReq>) -> Result<u64, PayError> { … }
+//! }
+//! ```
+//!
+//! - **Order**: our attribute goes above `#[tool]`. Attributes expand top to bottom, so ours sees
+//!   the `async fn` as written and rewrites `#[tool(...)]` before rmcp reads it. Below `#[tool]` it
+//!   would get rmcp's boxed future instead, which is a compile error saying to move it up.
+//! - **Annotations** come from the attribute: `#[read_only]` → `readOnlyHint: true`;
+//!   `#[side_effect]` → `readOnlyHint: false, idempotentHint: true`, and `destructiveHint` /
+//!   `openWorldHint` from `destructive = bool` / `open_world = bool`. A hint written in
+//!   `#[tool(annotations(...))]` that contradicts them is a compile error; a `title` is kept.
+//! - **Key fields** are fields of the request: `req.customer_id` for `req: Parameters<ChargeReq>`
+//!   (the wrapper reads `req.0.customer_id`), or the names bound by
+//!   `Parameters(ChargeReq { customer_id, .. })`. The other fields of the request are the
+//!   fingerprint, so the same key fields with another amount are refused, not run.
+//! - **Results**: the method serves [`ToolOutput`] (rmcp's `Result<CallToolResult, ErrorData>`).
+//!   A success carries `{"result": …, "replayed": bool, "idempotencyKey": "…"}` as structured
+//!   content and as text, and a replay says so in a sentence the model reads first. Every failure
+//!   — the tool's own, [`Error::KeyReuse`], [`Error::InFlight`], a store failure — is a tool error
+//!   (`isError: true`) that says what happened and whether calling again helps, never a protocol
+//!   error. The tool's error type must implement `std::error::Error` (its `source()` chain is
+//!   searched for idemkit's own error, to name the reason).
+//! - **`#[classified_tools]`** on the impl block fails the build for a `#[tool]` method that is
+//!   neither `#[side_effect]` nor `#[read_only]`.
+
+use std::error::Error as StdError;
+
+use idem_runtime::__private::serde::Serialize;
+use idem_runtime::__private::serde_json::{self, Value, json};
+use idem_runtime::{CallInfo, CallOutcome, Classify, Error, Failure};
+use rmcp::ErrorData;
+use rmcp::model::{CallToolResult, ContentBlock};
+
+/// What an idemkit MCP tool method returns to rmcp's router.
+pub type ToolOutput = Result<CallToolResult, ErrorData>;
+
+/// The MCP result of one call of a `#[side_effect]` tool: its outcome marked `replayed` (with a
+/// sentence saying so first) or, on failure, a tool error that explains it. `info` is what
+/// [`observe`](crate::observe) saw of the call; `key_fields` name the key fields for the model.
+pub fn side_effect_output<T, E>(
+    result: Result<T, E>,
+    info: Option<CallInfo>,
+    key_fields: &[&str],
+) -> ToolOutput
+where
+    T: Serialize,
+    E: StdError + Classify + 'static,
+{
+    let key = info
+        .as_ref()
+        .and_then(|i| i.key.as_ref())
+        .map(|k| k.to_string());
+    let replayed = info.as_ref().is_some_and(|i| i.replayed);
+    match result {
+        Ok(value) => {
+            let structured = json!({
+                "result": to_value(&value)?,
+                "replayed": replayed,
+                "idempotencyKey": key,
+            });
+            let mut out = CallToolResult::structured(structured);
+            if replayed {
+                let note = format!(
+                    "Replayed: an earlier call with the same arguments already did this (idempotency key {}). \
+                     This is its recorded result; nothing was done again.",
+                    key.as_deref().unwrap_or("?")
+                );
+                out.content.insert(0, ContentBlock::text(note));
+            }
+            Ok(out)
+        }
+        Err(e) => {
+            let refused = info
+                .as_ref()
+                .is_some_and(|i| i.outcome == CallOutcome::Refused);
+            Ok(failure(&e, refused, key, key_fields))
+        }
+    }
+}
+
+/// The MCP result of one call of a `#[read_only]` tool.
+pub fn read_only_output<T, E>(result: Result<T, E>) -> ToolOutput
+where
+    T: Serialize,
+    E: StdError + Classify + 'static,
+{
+    match result {
+        Ok(value) => Ok(CallToolResult::structured(
+            json!({ "result": to_value(&value)? }),
+        )),
+        Err(e) => Ok(failure(&e, false, None, &[])),
+    }
+}
+
+fn to_value<T: Serialize>(value: &T) -> Result<Value, ErrorData> {
+    serde_json::to_value(value).map_err(|e| {
+        ErrorData::internal_error(format!("the tool's result did not serialize: {e}"), None)
+    })
+}
+
+/// A tool error: why, in words a model can act on, then the error itself.
+fn failure<E>(e: &E, refused: bool, key: Option<String>, key_fields: &[&str]) -> CallToolResult
+where
+    E: StdError + Classify + 'static,
+{
+    let fields = key_fields.join(", ");
+    let (reason, explanation) = match idem_error(e) {
+        Some(Error::KeyReuse { key, .. }) => (
+            "key_reuse",
+            format!(
+                "Not run: the key fields ({fields}) name an operation that an earlier call made with different \
+                 arguments (idempotency key {key}). If you are retrying that call, call again with exactly its \
+                 arguments to get its result; if this is a new operation, change one of {fields}."
+            ),
+        ),
+        Some(Error::InFlight { key, .. }) => (
+            "in_flight",
+            format!(
+                "Not run: the same operation (idempotency key {key}) is still running in another call. Call again \
+                 later with the same arguments: you will get its outcome, and it will not be done twice."
+            ),
+        ),
+        Some(Error::Store { .. }) => (
+            "store_unavailable",
+            "Not run: the record of operations could not be reached, and the tool does not act when it cannot \
+             record (it might act twice). Call again later with the same arguments."
+                .to_owned(),
+        ),
+        Some(_) => (
+            "refused",
+            "Not run: idemkit refused the call (see the error).".to_owned(),
+        ),
+        None if refused => (
+            "refused",
+            "Not run: idemkit refused the call (see the error).".to_owned(),
+        ),
+        None => match e.classify() {
+            Failure::Permanent => (
+                "failed",
+                "The tool failed, and calling again with the same arguments will not help.".to_owned(),
+            ),
+            Failure::Ambiguous => (
+                "failed_ambiguous",
+                "The tool failed after retries, and may or may not have taken effect. Calling again with the \
+                 same arguments is safe: it reuses the same idempotency key, so it is not done twice."
+                    .to_owned(),
+            ),
+            Failure::Transient | Failure::RetryAfter(_) => (
+                "failed_transient",
+                "The tool failed after retries without taking effect. Calling again later with the same \
+                 arguments is safe."
+                    .to_owned(),
+            ),
+        },
+    };
+    let mut out = CallToolResult::structured_error(json!({
+        "error": e.to_string(),
+        "reason": reason,
+        "idempotencyKey": key,
+    }));
+    out.content.insert(0, ContentBlock::text(explanation));
+    out
+}
+
+/// idemkit's own error, if `e` is one or carries one in its `source()` chain.
+fn idem_error<'a>(e: &'a (dyn StdError + 'static)) -> Option<&'a Error> {
+    let mut next = Some(e);
+    while let Some(err) = next {
+        if let Some(found) = err.downcast_ref::<Error>() {
+            return Some(found);
+        }
+        next = err.source();
+    }
+    None
+}

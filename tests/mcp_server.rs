@@ -1,0 +1,201 @@
+//! The MCP example server, driven over stdio by rmcp's own client: the tool list carries the
+//! annotations the attributes imply; a repeated `charge` charges once and says it was replayed;
+//! the same key fields with another amount get a tool error that explains the reuse.
+//!
+//! The server is this test binary itself, started again as a child (`mcp_server_entry`), so it
+//! runs the example's code without building the example. `--nocapture` prints the `tools/list`.
+#![cfg(feature = "rmcp")]
+
+#[path = "../examples/mcp/mod.rs"]
+mod mcp;
+
+use fake_provider::FakeProvider;
+use rmcp::ServiceExt;
+use rmcp::model::{CallToolRequestParams, CallToolResult, Tool};
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::TokioChildProcess;
+use serde_json::{Value, json};
+
+const SERVE: &str = "IDEMKIT_MCP_SERVE";
+
+/// The server, when the test below starts this binary as one.
+#[tokio::test]
+async fn mcp_server_entry() {
+    if std::env::var_os(SERVE).is_some() {
+        let code = match mcp::serve_stdio().await {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("mcp server: {e}");
+                1
+            }
+        };
+        std::process::exit(code);
+    }
+}
+
+/// Starts the server as a child of this test, with the provider at `provider`.
+async fn start_server(provider: &FakeProvider) -> RunningService<RoleClient, ()> {
+    let mut command = tokio::process::Command::new(std::env::current_exe().unwrap());
+    command
+        .args([
+            "mcp_server_entry",
+            "--exact",
+            // Terse: the harness writes nothing on stdout before the test ends (stdout is the protocol).
+            "--quiet",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(SERVE, "1")
+        .env(mcp::PROVIDER_ENV, provider.base_url());
+    let transport = TokioChildProcess::new(command).expect("the server starts");
+    ().serve(transport)
+        .await
+        .expect("the MCP handshake with the server")
+}
+
+fn call(name: &'static str, arguments: Value) -> CallToolRequestParams {
+    let Value::Object(arguments) = arguments else {
+        panic!("arguments are an object")
+    };
+    CallToolRequestParams::new(name).with_arguments(arguments)
+}
+
+fn texts(result: &CallToolResult) -> Vec<String> {
+    result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect()
+}
+
+fn annotations(tools: &[Tool], name: &str) -> Value {
+    let tool = tools
+        .iter()
+        .find(|t| t.name == name)
+        .unwrap_or_else(|| panic!("no tool `{name}`"));
+    serde_json::to_value(&tool.annotations).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_list_carries_derived_annotations_and_a_repeated_charge_is_replayed() {
+    let provider = FakeProvider::start().await.unwrap();
+    let client = start_server(&provider).await;
+
+    let tools = client.list_all_tools().await.unwrap();
+    println!(
+        "tools/list:\n{}",
+        serde_json::to_string_pretty(&json!({ "tools": tools })).unwrap()
+    );
+    let mut names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    names.sort();
+    assert_eq!(names, ["balance", "charge", "refund", "send_receipt"]);
+    assert_eq!(
+        annotations(&tools, "balance"),
+        json!({"title": "Customer balance", "readOnlyHint": true})
+    );
+    assert_eq!(
+        annotations(&tools, "charge"),
+        json!({"readOnlyHint": false, "destructiveHint": false, "idempotentHint": true})
+    );
+    assert_eq!(
+        annotations(&tools, "refund"),
+        json!({"readOnlyHint": false, "destructiveHint": true, "idempotentHint": true})
+    );
+    assert_eq!(
+        annotations(&tools, "send_receipt"),
+        json!({"readOnlyHint": false, "destructiveHint": false, "idempotentHint": true})
+    );
+
+    // The same charge twice: one charge at the provider; the second result is the first one,
+    // marked as a replay in the structured content and in the text the model reads first.
+    let args = json!({"customer_id": "cus_1", "purpose": "subscription", "period": "2026-11", "amount_cents": 4200});
+    let first = client
+        .call_tool(call("charge", args.clone()))
+        .await
+        .unwrap();
+    println!(
+        "first charge:\n{}",
+        serde_json::to_string_pretty(&first).unwrap()
+    );
+    assert_eq!(first.is_error, Some(false), "{first:?}");
+    let first_out = first.structured_content.clone().unwrap();
+    assert_eq!(first_out["replayed"], false);
+    // DESIGN.md's golden key: tool `charge`, cus_1 / subscription / 2026-11.
+    assert_eq!(
+        first_out["idempotencyKey"],
+        "32e00e40-1a53-8058-93c7-e9d1adc8ecaa"
+    );
+    assert_eq!(
+        first_out["result"]["key"],
+        "32e00e40-1a53-8058-93c7-e9d1adc8ecaa"
+    );
+    assert!(!texts(&first)[0].contains("Replayed"));
+
+    let second = client
+        .call_tool(call("charge", args.clone()))
+        .await
+        .unwrap();
+    println!(
+        "second charge:\n{}",
+        serde_json::to_string_pretty(&second).unwrap()
+    );
+    assert_eq!(second.is_error, Some(false), "{second:?}");
+    let second_out = second.structured_content.clone().unwrap();
+    assert_eq!(second_out["replayed"], true);
+    assert_eq!(second_out["result"], first_out["result"]);
+    assert!(
+        texts(&second)[0].starts_with("Replayed:"),
+        "{:?}",
+        texts(&second)
+    );
+    assert_eq!(provider.count("charges"), 1);
+
+    // The same key fields with another amount: refused as a tool error, not run.
+    let other = json!({"customer_id": "cus_1", "purpose": "subscription", "period": "2026-11", "amount_cents": 9900});
+    let reused = client.call_tool(call("charge", other)).await.unwrap();
+    println!(
+        "same key fields, another amount:\n{}",
+        serde_json::to_string_pretty(&reused).unwrap()
+    );
+    assert_eq!(reused.is_error, Some(true), "{reused:?}");
+    let reused_out = reused.structured_content.clone().unwrap();
+    assert_eq!(reused_out["reason"], "key_reuse");
+    let explanation = &texts(&reused)[0];
+    assert!(
+        explanation.contains("customer_id, purpose, period")
+            && explanation.contains("different arguments"),
+        "{explanation}"
+    );
+    assert!(
+        reused_out["error"]
+            .as_str()
+            .unwrap()
+            .contains("different arguments")
+    );
+    assert_eq!(provider.count("charges"), 1);
+
+    // A read goes straight through: the provider's balance is the one charge.
+    let balance = client
+        .call_tool(call("balance", json!({"customer_id": "cus_1"})))
+        .await
+        .unwrap();
+    assert_eq!(balance.structured_content, Some(json!({"result": 4200})));
+
+    // A destructured request keys and fingerprints the same way: refund once per charge.
+    let charge_id = first_out["result"]["charge_id"].as_str().unwrap();
+    let refund = json!({"charge_id": charge_id, "amount_cents": 4200});
+    for _ in 0..2 {
+        let out = client
+            .call_tool(call("refund", refund.clone()))
+            .await
+            .unwrap();
+        assert_eq!(out.is_error, Some(false), "{out:?}");
+    }
+    assert_eq!(provider.count("refunds"), 1);
+    let partial = json!({"charge_id": charge_id, "amount_cents": 100});
+    let out = client.call_tool(call("refund", partial)).await.unwrap();
+    assert_eq!(out.is_error, Some(true));
+    assert_eq!(out.structured_content.unwrap()["reason"], "key_reuse");
+
+    client.cancel().await.unwrap();
+}
