@@ -24,6 +24,14 @@ const FAIL: &[&str] = &[
     "args_not_clone_or_serialize",
 ];
 
+/// Compiled only with the `rmcp` feature (the cases use rmcp).
+#[cfg(feature = "rmcp")]
+const MCP_FAIL: &[&str] = &[
+    "mcp_unclassified_tool",
+    "mcp_contradictory_annotation",
+    "mcp_wrong_order",
+];
+
 /// One `TestCases` for every case: trybuild builds them in one project, and two test functions
 /// (separate processes under nextest) would race on it.
 #[test]
@@ -38,6 +46,12 @@ fn c1_to_c9_misuse_fails_at_the_offending_token_and_accepted_forms_compile_and_r
     }
     let t = trybuild::TestCases::new();
     for case in FAIL {
+        t.compile_fail(format!("tests/ui/fail/{case}.rs"));
+    }
+    // MCP tools (feature `rmcp`): an unclassified tool in a `#[classified_tools]` router, a
+    // hand-written annotation that contradicts the attribute, the attribute below `#[tool]`.
+    #[cfg(feature = "rmcp")]
+    for case in MCP_FAIL {
         t.compile_fail(format!("tests/ui/fail/{case}.rs"));
     }
     // Methods on `&self`, generics, destructured parameters, struct field paths, `name =`,

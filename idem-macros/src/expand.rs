@@ -137,7 +137,7 @@ pub(crate) fn fallback(args: &Args, tool: &Tool) -> TokenStream {
             let #pat: &#ty = &#private::IdempotencyKey::from_uuid(#private::uuid::Uuid::nil());
         }
     });
-    let body = crate::mcp::fallback(&private, tool, &mut sig, quote!(#key #(#stmts)*));
+    let body = crate::mcp::fallback(&private, tool, &mut sig, key, quote!(#(#stmts)*));
     quote! {
         #(#attrs)*
         #vis #sig {

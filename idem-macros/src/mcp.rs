@@ -298,10 +298,27 @@ pub(crate) fn fallback(
     private: &TokenStream,
     tool: &Tool,
     sig: &mut syn::Signature,
+    key: Option<TokenStream>,
     stmts: TokenStream,
 ) -> TokenStream {
     if tool.mcp.is_none() {
-        return stmts;
+        if cfg!(feature = "rmcp") && boxed_by_tool(sig) {
+            // Below `#[tool]`: the router still takes this method; keep it a tool that compiles.
+            let boxed = match &sig.output {
+                syn::ReturnType::Type(_, ty) => ty.to_token_stream(),
+                syn::ReturnType::Default => quote!(()),
+            };
+            sig.output = syn::parse_quote! {
+                -> ::core::pin::Pin<::std::boxed::Box<dyn ::core::future::Future<Output = #private::mcp::ToolOutput> + ::core::marker::Send + '_>>
+            };
+            return quote! {
+                #[allow(unreachable_code, unused_variables, clippy::let_underscore_future)]
+                #key
+                let _: #boxed = { #stmts };
+                ::core::unreachable!("idemkit: a tool whose attribute has errors does not compile")
+            };
+        }
+        return quote!(#key #stmts);
     }
     let output = match &sig.output {
         syn::ReturnType::Type(_, ty) => ty.to_token_stream(),
@@ -315,6 +332,7 @@ pub(crate) fn fallback(
                 let __idemkit_fake_return: #output = loop {};
                 return __idemkit_fake_return;
             }
+            #key
             #stmts
         };
         ::core::unreachable!("idemkit: a tool whose attribute has errors does not compile")

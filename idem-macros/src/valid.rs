@@ -198,6 +198,10 @@ fn output(cx: &Ctxt, tool: &Tool) -> Option<(Type, Type)> {
     if let Some((ok, err)) = ast::result_types(&sig.output) {
         return Some((ok.clone(), err.clone()));
     }
+    if crate::mcp::boxed_by_tool(sig) {
+        // Reported once, as the order of the attributes (see `signature`).
+        return None;
+    }
     let attribute = tool.kind.attribute();
     let what = match tool.kind {
         Kind::SideEffect => {
