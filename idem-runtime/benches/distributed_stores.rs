@@ -68,7 +68,32 @@ where
     let e = m.entry(name.to_owned()).or_default();
     e.0 += iters;
     e.1 += took;
-    support::record(name, iters, took)
+    took
+}
+
+/// The figures of the summary: rounds that alternate store and baseline (the first two warm
+/// up), so both meet the same server and machine load.
+fn interleave(
+    store: &str,
+    hand: &str,
+    callers: usize,
+    s: &dyn Fn(u64) -> Duration,
+    h: &dyn Fn(u64) -> Duration,
+) {
+    let per_round = if callers == 1 { 200 } else { 1000 };
+    for round in 0..12 {
+        let (ts, th) = if round % 2 == 0 {
+            let ts = s(per_round);
+            (ts, h(per_round))
+        } else {
+            let th = h(per_round);
+            (s(per_round), th)
+        };
+        if round >= 2 {
+            support::record(store, per_round, ts);
+            support::record(hand, per_round, th);
+        }
+    }
 }
 
 async fn store_op(store: &dyn Store, fingerprint: Fingerprint) {
@@ -288,27 +313,24 @@ fn main() {
         group.throughput(Throughput::Elements(1));
         for callers in CALLERS {
             let name = format!("postgres store, {callers} callers");
-            let s = store.clone();
-            group.bench_function(format!("store/{callers}"), |b| {
-                b.iter_custom(|iters| {
+            let store_run = |iters: u64| {
+                let s = store.clone();
+                run(&rt, &name, iters, callers, move || {
                     let s = s.clone();
-                    run(&rt, &name, iters, callers, move || {
-                        let s = s.clone();
-                        async move { store_op(&*s, fingerprint).await }
-                    })
+                    async move { store_op(&*s, fingerprint).await }
                 })
-            });
+            };
             let hand_name = format!("postgres by hand, {callers} callers");
-            let h = hand.clone();
-            group.bench_function(format!("by_hand/{callers}"), |b| {
-                b.iter_custom(|iters| {
+            let hand_run = |iters: u64| {
+                let h = hand.clone();
+                run(&rt, &hand_name, iters, callers, move || {
                     let h = h.clone();
-                    run(&rt, &hand_name, iters, callers, move || {
-                        let h = h.clone();
-                        async move { h.op(&fingerprint.0).await }
-                    })
+                    async move { h.op(&fingerprint.0).await }
                 })
-            });
+            };
+            group.bench_function(format!("store/{callers}"), |b| b.iter_custom(&store_run));
+            group.bench_function(format!("by_hand/{callers}"), |b| b.iter_custom(&hand_run));
+            interleave(&name, &hand_name, callers, &store_run, &hand_run);
             pairs.push((name, hand_name));
         }
         group.finish();
@@ -328,27 +350,24 @@ fn main() {
         group.throughput(Throughput::Elements(1));
         for callers in CALLERS {
             let name = format!("redis store, {callers} callers");
-            let s = store.clone();
-            group.bench_function(format!("store/{callers}"), |b| {
-                b.iter_custom(|iters| {
+            let store_run = |iters: u64| {
+                let s = store.clone();
+                run(&rt, &name, iters, callers, move || {
                     let s = s.clone();
-                    run(&rt, &name, iters, callers, move || {
-                        let s = s.clone();
-                        async move { store_op(&*s, fingerprint).await }
-                    })
+                    async move { store_op(&*s, fingerprint).await }
                 })
-            });
+            };
             let hand_name = format!("redis by hand, {callers} callers");
-            let (h, fp) = (hand.clone(), fp_hex.clone());
-            group.bench_function(format!("by_hand/{callers}"), |b| {
-                b.iter_custom(|iters| {
+            let hand_run = |iters: u64| {
+                let (h, fp) = (hand.clone(), fp_hex.clone());
+                run(&rt, &hand_name, iters, callers, move || {
                     let (h, fp) = (h.clone(), fp.clone());
-                    run(&rt, &hand_name, iters, callers, move || {
-                        let (h, fp) = (h.clone(), fp.clone());
-                        async move { h.op(&fp).await }
-                    })
+                    async move { h.op(&fp).await }
                 })
-            });
+            };
+            group.bench_function(format!("store/{callers}"), |b| b.iter_custom(&store_run));
+            group.bench_function(format!("by_hand/{callers}"), |b| b.iter_custom(&hand_run));
+            interleave(&name, &hand_name, callers, &store_run, &hand_run);
             pairs.push((name, hand_name));
         }
         group.finish();
