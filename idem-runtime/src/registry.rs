@@ -66,13 +66,11 @@ impl fmt::Display for DuplicateTools {
 
 impl std::error::Error for DuplicateTools {}
 
-/// Checks that no two registered tools share a name; put it in a test:
+/// Checks that no two registered tools share a name; put it in a test of your own
+/// (`#[test] fn tool_names_are_unique() { … }`):
 ///
 /// ```
-/// #[test]
-/// fn tool_names_are_unique() {
-///     idem_runtime::check_unique_tool_names().unwrap();
-/// }
+/// idem_runtime::check_unique_tool_names().unwrap();
 /// ```
 pub fn check_unique_tool_names() -> Result<(), DuplicateTools> {
     find_duplicates(tools())

@@ -11,7 +11,9 @@ use tracing::{Event, Metadata, Subscriber};
 
 /// Records the fields of every span named `idemkit.*`, by span.
 #[derive(Clone, Default)]
-struct Spans(Arc<Mutex<Vec<(String, BTreeMap<String, String>)>>>);
+struct Spans(Arc<Mutex<Vec<(String, FieldMap)>>>);
+
+type FieldMap = BTreeMap<String, String>;
 
 struct Fields<'a>(&'a mut BTreeMap<String, String>);
 

@@ -466,7 +466,6 @@ impl World {
         let st = self.state();
         let mut problems = Vec::new();
         let mut duplicates = false;
-        let problems_before_plans;
         if !finished {
             problems.push(format!(
                 "hang: the agents had not finished after {SIM_DEADLINE:?} of simulated time"
@@ -504,7 +503,7 @@ impl World {
                 }
             }
         }
-        problems_before_plans = problems.len();
+        let problems_before_plans = problems.len();
         for (host, plan) in self.cfg.plans.iter().enumerate() {
             for &op in plan {
                 let declined = self.cfg.ops[op].declined;
