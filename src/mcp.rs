@@ -17,7 +17,7 @@
 //!     /// The customer's balance.
 //!     #[read_only]
 //!     #[tool]
-//!     async fn balance(&self, Parameters(req): Parameters<BalanceReq>) -> Result<u64, PayError> { … }
+//!     async fn balance(&self, Parameters(req): Parameters<BalanceReq>) -> Result<u64, PayError> { /* … */ }
 //! }
 //! ```
 //!

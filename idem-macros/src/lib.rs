@@ -1,8 +1,8 @@
 //! Attribute macros of [idemkit](https://docs.rs/idemkit): `#[side_effect(key = "...")]` and
 //! `#[read_only]`. Use them through the `idemkit` facade, which re-exports them.
 //!
-//! The crate is split by stage: [`attr`] parses the arguments, [`ast`] models the function,
-//! [`valid`] runs every check, [`expand`] generates the wrapper (or, on any error, the item as
+//! The crate is split by stage: `attr` parses the arguments, `ast` models the function,
+//! `valid` runs every check, `expand` generates the wrapper (or, on any error, the item as
 //! written plus the errors, so one mistake gives one error).
 
 use proc_macro::TokenStream;
@@ -79,7 +79,7 @@ pub fn side_effect(args: TokenStream, item: TokenStream) -> TokenStream {
 ///
 /// ```ignore
 /// #[read_only(max_attempts = 3)]
-/// async fn balance(customer_id: &str) -> Result<Cents, PayError> { … }
+/// async fn balance(customer_id: &str) -> Result<Cents, PayError> { /* … */ }
 /// ```
 ///
 /// Arguments: `name = "..."`, `max_attempts = N`, `retry = <expr>`, `idem = <expr>`,
@@ -98,10 +98,10 @@ pub fn read_only(args: TokenStream, item: TokenStream) -> TokenStream {
 /// impl Payments {
 ///     #[side_effect(key = "req.customer_id, req.period")]
 ///     #[tool]
-///     async fn charge(&self, req: Parameters<ChargeReq>) -> Result<Receipt, PayError> { … }
+///     async fn charge(&self, req: Parameters<ChargeReq>) -> Result<Receipt, PayError> { /* … */ }
 ///
 ///     #[tool] // error: MCP tool `refund` is not classified: mark it `#[side_effect(key = "...")]` …
-///     async fn refund(&self, req: Parameters<RefundReq>) -> Result<String, PayError> { … }
+///     async fn refund(&self, req: Parameters<RefundReq>) -> Result<String, PayError> { /* … */ }
 /// }
 /// ```
 ///
