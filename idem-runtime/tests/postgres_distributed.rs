@@ -2,7 +2,6 @@
 //! across workers, and connections that die mid-call. Needs `IDEMKIT_TEST_POSTGRES_URL` with a
 //! role that may create roles and schemas (`scripts/test-servers.sh start` runs such a server).
 
-use std::future::Future;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -10,84 +9,14 @@ use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use idem_runtime::store::{Claim, ClaimRequest, LeaseToken, RecordState, Written};
-use idem_runtime::{
-    CallOutcome, Classify, Error, Failure, Fingerprint, Idem, IdempotencyKey, PostgresStore, Store,
-    StoreErrorKind, Tool, observe,
-};
+use idem_runtime::{CallOutcome, Fingerprint, Idem, PostgresStore, Store, StoreErrorKind};
 use tokio_postgres::NoTls;
 
-/// The test server's URL; under CI a missing one is a failure, elsewhere a loud skip.
+mod servers;
+use servers::{TestError, charge, key_of, unique};
+
 fn server_url() -> Option<String> {
-    const VAR: &str = "IDEMKIT_TEST_POSTGRES_URL";
-    match std::env::var(VAR) {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false") => {
-            panic!("{VAR} is not set under CI: .ci/run starts PostgreSQL and sets it")
-        }
-        _ => {
-            eprintln!(
-                "\n==========\nSKIPPED: set {VAR} to run the PostgreSQL store tests \
-                 (eval \"$(scripts/test-servers.sh start)\")\n==========\n"
-            );
-            None
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum TestError {
-    Store(StoreErrorKind),
-    Other(String),
-}
-
-impl Classify for TestError {
-    fn classify(&self) -> Failure {
-        Failure::Permanent
-    }
-}
-
-impl From<Error> for TestError {
-    fn from(e: Error) -> Self {
-        match e {
-            Error::Store { source, .. } => TestError::Store(source.kind()),
-            other => TestError::Other(other.to_string()),
-        }
-    }
-}
-
-fn unique(prefix: &str) -> String {
-    format!(
-        "{prefix}_{}",
-        &uuid::Uuid::new_v4().simple().to_string()[..12]
-    )
-}
-
-fn key_of(order: u64) -> IdempotencyKey {
-    IdempotencyKey::derive("charge", &[("order", &order)])
-}
-
-/// Calls tool `charge` for `order`; the body counts its run in `runs`, then awaits `during`.
-async fn charge<Fut: Future<Output = ()>>(
-    idem: &Idem,
-    order: u64,
-    runs: &AtomicU32,
-    during: impl FnOnce() -> Fut,
-) -> (Result<String, TestError>, CallOutcome) {
-    let mut during = Some(during);
-    let (result, info) = observe(Tool::new("charge").idem(idem).side_effect(
-        &[("order", &order)],
-        &4200u64,
-        |key| {
-            let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
-            let during = during.take().expect("the body runs at most once per call");
-            async move {
-                during().await;
-                Ok::<_, TestError>(format!("receipt {n} for {key}"))
-            }
-        },
-    ))
-    .await;
-    (result, info.expect("every call reports").outcome)
+    servers::server_url("IDEMKIT_TEST_POSTGRES_URL", "PostgreSQL")
 }
 
 async fn worker_store(url: &str, table: &str) -> PostgresStore {

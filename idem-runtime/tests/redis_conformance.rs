@@ -16,22 +16,10 @@ async fn fresh_store() -> RedisStore {
         .expect("the Redis store connects")
 }
 
-/// The test server's URL; under CI a missing one is a failure, elsewhere a loud skip.
+mod servers;
+
 fn server_url() -> Option<String> {
-    const VAR: &str = "IDEMKIT_TEST_REDIS_URL";
-    match std::env::var(VAR) {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false") => {
-            panic!("{VAR} is not set under CI: .ci/run starts Redis and sets it")
-        }
-        _ => {
-            eprintln!(
-                "\n==========\nSKIPPED: set {VAR} to run the Redis store tests \
-                 (eval \"$(scripts/test-servers.sh start)\")\n==========\n"
-            );
-            None
-        }
-    }
+    servers::server_url("IDEMKIT_TEST_REDIS_URL", "Redis")
 }
 
 idem_runtime::conformance_tests!(fresh_store);
