@@ -2,12 +2,11 @@
 //! across workers, and connections killed mid-call (`CLIENT KILL`). Needs `IDEMKIT_TEST_REDIS_URL`
 //! with a user that may manage ACL users (`scripts/test-servers.sh start` runs such a server).
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use idem_runtime::store::{Claim, ClaimRequest, LeaseToken, RecordState, Written};
-use idem_runtime::{CallOutcome, Fingerprint, Idem, RedisStore, Store};
+use idem_runtime::store::RecordState;
+use idem_runtime::{CallOutcome, Idem, RedisStore, Store};
 
 mod servers;
 use servers::{TestError, charge, key_of, unique};
@@ -37,34 +36,11 @@ async fn admin(url: &str) -> redis::aio::MultiplexedConnection {
 async fn contention_32_tasks_over_4_pools_run_the_body_once() {
     let Some(url) = server_url() else { return };
     let prefix = format!("{}:", unique("contention"));
-    let mut workers = Vec::new();
+    let mut stores = Vec::new();
     for _ in 0..4 {
-        workers.push(Idem::new(worker_store(&url, &prefix).await));
+        stores.push(worker_store(&url, &prefix).await);
     }
-    let runs = Arc::new(AtomicU32::new(0));
-    let start = Arc::new(tokio::sync::Barrier::new(32));
-    let tasks: Vec<_> = (0..32)
-        .map(|i| {
-            let (idem, runs, start) = (workers[i % 4].clone(), runs.clone(), start.clone());
-            tokio::spawn(async move {
-                start.wait().await;
-                charge(&idem, 1, &runs, || {
-                    tokio::time::sleep(Duration::from_millis(100))
-                })
-                .await
-            })
-        })
-        .collect();
-    let mut outputs = Vec::new();
-    let mut replays = 0;
-    for task in tasks {
-        let (result, outcome) = task.await.unwrap();
-        outputs.push(result.expect("every caller gets the outcome"));
-        replays += usize::from(outcome == CallOutcome::Replayed);
-    }
-    assert_eq!(runs.load(Ordering::SeqCst), 1, "exactly one body ran");
-    assert!(outputs.iter().all(|o| *o == outputs[0]), "{outputs:?}");
-    assert_eq!(replays, 31);
+    servers::contention_32_tasks_over_4_workers(stores).await;
 }
 
 /// Worker A's lease expires and worker B (another connection) takes over; A's late writes are refused
@@ -77,47 +53,7 @@ async fn fencing_across_workers() {
         worker_store(&url, &prefix).await,
         worker_store(&url, &prefix).await,
     );
-    let req = |token| ClaimRequest {
-        key: key_of(7),
-        tool: "charge",
-        fingerprint: Fingerprint::of(&4200u64).unwrap(),
-        token,
-        lease: Duration::from_millis(200),
-        ttl: Duration::from_secs(60),
-    };
-    let (old, new) = (LeaseToken::new(), LeaseToken::new());
-    let ttl = Duration::from_secs(60);
-    assert_eq!(a.claim(&req(old)).await.unwrap(), Claim::Acquired);
-    assert!(matches!(
-        b.claim(&req(new)).await.unwrap(),
-        Claim::Existing(_)
-    ));
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    assert_eq!(b.claim(&req(new)).await.unwrap(), Claim::Acquired);
-    assert_eq!(
-        a.complete(&key_of(7), old, b"\"a\"", ttl).await.unwrap(),
-        Written::Fenced
-    );
-    assert_eq!(
-        a.mark_ambiguous(&key_of(7), old, "late", ttl)
-            .await
-            .unwrap(),
-        Written::Fenced
-    );
-    assert_eq!(a.release(&key_of(7), old).await.unwrap(), Written::Fenced);
-    assert_eq!(
-        b.complete(&key_of(7), new, b"\"b\"", ttl).await.unwrap(),
-        Written::Applied
-    );
-    for store in [&a, &b] {
-        assert_eq!(
-            store.get(&key_of(7)).await.unwrap().unwrap().state,
-            RecordState::Completed {
-                outcome: b"\"b\"".to_vec()
-            },
-            "B's record stands, seen from both workers"
-        );
-    }
+    servers::fencing_across_workers(a, b).await;
 }
 
 /// An ACL user of its own per fault test, so its connections (and only they) can be killed.

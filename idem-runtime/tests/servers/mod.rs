@@ -1,12 +1,17 @@
 //! What the PostgreSQL and Redis tests share: the URL of the test server (a loud skip when it is
-//! not set, a failure under CI), and a tool that counts how often its body runs.
+//! not set, a failure under CI), a tool that counts how often its body runs, and the contention
+//! and fencing tests every distributed store runs.
 #![allow(dead_code)] // Each test file uses part of it.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
+use idem_runtime::store::{Claim, ClaimRequest, LeaseToken, RecordState, Written};
 use idem_runtime::{
-    CallOutcome, Classify, Error, Failure, Idem, IdempotencyKey, StoreErrorKind, Tool, observe,
+    CallOutcome, Classify, Error, Failure, Fingerprint, Idem, IdempotencyKey, Store,
+    StoreErrorKind, Tool, observe,
 };
 
 /// The URL in `var` of the test server `server`; under CI a missing one is a failure, elsewhere
@@ -86,4 +91,81 @@ pub async fn charge<Fut: Future<Output = ()>>(
     ))
     .await;
     (result, info.expect("every call reports").outcome)
+}
+
+/// 32 tasks spread over 4 workers (one store each, so 4 pools or connections) call one key at
+/// once: exactly one body runs, and all 32 get its output.
+pub async fn contention_32_tasks_over_4_workers<S: Store>(stores: Vec<S>) {
+    assert_eq!(stores.len(), 4);
+    let workers: Vec<Idem> = stores.into_iter().map(Idem::new).collect();
+    let runs = Arc::new(AtomicU32::new(0));
+    let start = Arc::new(tokio::sync::Barrier::new(32));
+    let tasks: Vec<_> = (0..32)
+        .map(|i| {
+            let (idem, runs, start) = (workers[i % 4].clone(), runs.clone(), start.clone());
+            tokio::spawn(async move {
+                start.wait().await;
+                charge(&idem, 1, &runs, || {
+                    tokio::time::sleep(Duration::from_millis(100))
+                })
+                .await
+            })
+        })
+        .collect();
+    let mut outputs = Vec::new();
+    let mut replays = 0;
+    for task in tasks {
+        let (result, outcome) = task.await.unwrap();
+        outputs.push(result.expect("every caller gets the outcome"));
+        replays += usize::from(outcome == CallOutcome::Replayed);
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "exactly one body ran");
+    assert!(outputs.iter().all(|o| *o == outputs[0]), "{outputs:?}");
+    assert_eq!(replays, 31);
+}
+
+/// Worker A's lease expires and worker B (another store instance) takes over; A's late writes
+/// are refused and B's record stands, seen from both.
+pub async fn fencing_across_workers<S: Store>(a: S, b: S) {
+    let req = |token| ClaimRequest {
+        key: key_of(7),
+        tool: "charge",
+        fingerprint: Fingerprint::of(&4200u64).unwrap(),
+        token,
+        lease: Duration::from_millis(200),
+        ttl: Duration::from_secs(60),
+    };
+    let (old, new) = (LeaseToken::new(), LeaseToken::new());
+    let ttl = Duration::from_secs(60);
+    assert_eq!(a.claim(&req(old)).await.unwrap(), Claim::Acquired);
+    assert!(matches!(
+        b.claim(&req(new)).await.unwrap(),
+        Claim::Existing(_)
+    ));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(b.claim(&req(new)).await.unwrap(), Claim::Acquired);
+    assert_eq!(
+        a.complete(&key_of(7), old, b"\"a\"", ttl).await.unwrap(),
+        Written::Fenced
+    );
+    assert_eq!(
+        a.mark_ambiguous(&key_of(7), old, "late", ttl)
+            .await
+            .unwrap(),
+        Written::Fenced
+    );
+    assert_eq!(a.release(&key_of(7), old).await.unwrap(), Written::Fenced);
+    assert_eq!(
+        b.complete(&key_of(7), new, b"\"b\"", ttl).await.unwrap(),
+        Written::Applied
+    );
+    for store in [&a, &b] {
+        assert_eq!(
+            store.get(&key_of(7)).await.unwrap().unwrap().state,
+            RecordState::Completed {
+                outcome: b"\"b\"".to_vec()
+            },
+            "B's record stands, seen from both workers"
+        );
+    }
 }
