@@ -162,6 +162,17 @@ pub enum Written {
     Fenced,
 }
 
+impl Written {
+    /// What a token-guarded write that changed `records` records means: exactly one is
+    /// `Applied`, none is `Fenced` (the guard did not match).
+    pub fn from_changed(records: impl TryInto<u64>) -> Self {
+        match records.try_into() {
+            Ok(1) => Written::Applied,
+            _ => Written::Fenced,
+        }
+    }
+}
+
 /// A record as an operator sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {

@@ -376,7 +376,7 @@ impl Store for PostgresStore {
                 c.execute(&stmt, &[&key, &token, &outcome, &ttl]).await
             })
             .await?;
-        Ok(written(n))
+        Ok(Written::from_changed(n))
     }
 
     async fn release(
@@ -391,7 +391,7 @@ impl Store for PostgresStore {
                 c.execute(&stmt, &[&key, &token]).await
             })
             .await?;
-        Ok(written(n))
+        Ok(Written::from_changed(n))
     }
 
     async fn mark_ambiguous(
@@ -408,7 +408,7 @@ impl Store for PostgresStore {
                 c.execute(&stmt, &[&key, &token, &note, &ttl]).await
             })
             .await?;
-        Ok(written(n))
+        Ok(Written::from_changed(n))
     }
 
     async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
@@ -635,14 +635,6 @@ fn pool_error(e: PoolError) -> StoreError {
         "no PostgreSQL connection could be had: {e}; check the URL, that the server is up, and that it accepts this role"
     ))
     .with_source(e)
-}
-
-fn written(rows: u64) -> Written {
-    if rows == 1 {
-        Written::Applied
-    } else {
-        Written::Fenced
-    }
 }
 
 fn micros(d: Duration) -> i64 {

@@ -394,7 +394,7 @@ impl Store for RedisStore {
                 &args,
             )
             .await?;
-        Ok(written(n))
+        Ok(Written::from_changed(n))
     }
 
     async fn release(
@@ -411,7 +411,7 @@ impl Store for RedisStore {
                 &[token.as_bytes()],
             )
             .await?;
-        Ok(written(n))
+        Ok(Written::from_changed(n))
     }
 
     async fn mark_ambiguous(
@@ -436,7 +436,7 @@ impl Store for RedisStore {
                 &args,
             )
             .await?;
-        Ok(written(n))
+        Ok(Written::from_changed(n))
     }
 
     async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
@@ -545,14 +545,6 @@ fn redis_error(e: RedisError, what: &str) -> StoreError {
         ),
     )
     .with_source(e)
-}
-
-fn written(n: i64) -> Written {
-    if n == 1 {
-        Written::Applied
-    } else {
-        Written::Fenced
-    }
 }
 
 fn ms(d: Duration) -> String {

@@ -428,7 +428,7 @@ impl Store for SqliteStore {
                     })
                 })
                 .map_err(|e| sql_error(path, "record an outcome in", e))?;
-            Ok(written(changed))
+            Ok(Written::from_changed(changed))
         })
         .await
     }
@@ -446,7 +446,7 @@ impl Store for SqliteStore {
                     st.execute(named_params! { ":key": key.as_str(), ":token": token.0.as_bytes(), ":now": now_ms() })
                 })
                 .map_err(|e| sql_error(path, "release a key in", e))?;
-            Ok(written(changed))
+            Ok(Written::from_changed(changed))
         })
         .await
     }
@@ -470,7 +470,7 @@ impl Store for SqliteStore {
                     })
                 })
                 .map_err(|e| sql_error(path, "mark a key ambiguous in", e))?;
-            Ok(written(changed))
+            Ok(Written::from_changed(changed))
         })
         .await
     }
@@ -520,14 +520,6 @@ impl Store for SqliteStore {
             })
         })
         .await
-    }
-}
-
-fn written(changed: usize) -> Written {
-    if changed == 1 {
-        Written::Applied
-    } else {
-        Written::Fenced
     }
 }
 
