@@ -657,9 +657,33 @@ fn sql_error(path: &Path, what: &str, e: rusqlite::Error) -> StoreError {
     .with_source(e)
 }
 
+/// Opens the file (see [`open_once`]), trying again while another opener holds the lock, up to
+/// the busy timeout. SQLite answers some lock upgrades of a first open (switching a new file to
+/// WAL while another connection reads it) with "locked" at once, without its busy handler, to
+/// avoid a deadlock; several processes starting together on a new file hit exactly that.
+fn open_connection(path: &Path, settings: &SqliteStoreBuilder) -> Result<Connection, StoreError> {
+    let started = std::time::Instant::now();
+    loop {
+        match open_once(path, settings) {
+            Err(e) if is_busy(&e) && started.elapsed() < settings.busy_timeout => {
+                std::thread::sleep(Duration::from_millis(fastrand::u64(5..=25)));
+            }
+            result => return result,
+        }
+    }
+}
+
+/// Whether a store error is SQLite's "busy" or "locked".
+fn is_busy(e: &StoreError) -> bool {
+    std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<rusqlite::Error>())
+        .and_then(rusqlite::Error::sqlite_error_code)
+        .is_some_and(|code| matches!(code, ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked))
+}
+
 /// Opens the file: creates its directory, checks it is ours, sets WAL and `synchronous`,
 /// migrates an older schema, refuses a newer one.
-fn open_connection(path: &Path, settings: &SqliteStoreBuilder) -> Result<Connection, StoreError> {
+fn open_once(path: &Path, settings: &SqliteStoreBuilder) -> Result<Connection, StoreError> {
     let p = path.display();
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| {
