@@ -17,7 +17,7 @@ use crate::fingerprint::Fingerprint;
 use crate::idem::{Idem, Settings};
 use crate::key::{IdempotencyKey, KeyField};
 use crate::observe::{CallInfo, CallOutcome, report};
-use crate::retry::{Classify, Failure, RetryPolicy};
+use crate::retry::{Classify, Failure, RetryPolicy, Schedule};
 use crate::store::{Claim, ClaimRequest, Existing, ExistingState, LeaseToken, Written};
 
 /// One tool's name and settings: the entry point of the executor.
@@ -256,30 +256,20 @@ impl<'a> Tool<'a> {
             Err(e) => return Err(call.refused(e).into()),
         }
 
-        let mut schedule = self.policy(s.retry).schedule();
-        let started = Instant::now();
-        let mut attempts = 0u32;
-        let result = loop {
-            attempts += 1;
-            match attempt(key).await {
-                Ok(value) => break Ok(value),
-                Err(err) => {
-                    let failure = err.classify();
-                    match schedule.next_delay(failure, started.elapsed()) {
-                        Some(delay) => {
-                            tracing::warn!(
-                                attempt = attempts,
-                                ?failure,
-                                ?delay,
-                                "attempt failed; retrying with the same key"
-                            );
-                            tokio::time::sleep(delay).await;
-                        }
-                        None => break Err((err, failure)),
-                    }
-                }
-            }
-        };
+        let schedule = self.policy(s.retry).schedule();
+        let (result, attempts) = retry(
+            schedule,
+            || attempt(key),
+            |attempt, failure, delay| {
+                tracing::warn!(
+                    attempt,
+                    ?failure,
+                    ?delay,
+                    "attempt failed; retrying with the same key"
+                );
+            },
+        )
+        .await;
 
         match result {
             Ok(value) => {
@@ -338,7 +328,7 @@ impl<'a> Tool<'a> {
 
     /// Runs a read-only tool: retries by [`Classify`], no key, no store. Works without any
     /// runtime installed (the default retry policy then applies).
-    pub async fn read_only<T, E, F, Fut>(self, mut attempt: F) -> Result<T, E>
+    pub async fn read_only<T, E, F, Fut>(self, attempt: F) -> Result<T, E>
     where
         E: Classify,
         F: FnMut() -> Fut,
@@ -350,49 +340,67 @@ impl<'a> Tool<'a> {
             attempts = Empty,
             outcome = Empty
         );
-        let base = match self.runtime() {
-            Ok(idem) => idem.retry_policy(),
-            Err(_) => RetryPolicy::default(),
-        };
-        let mut schedule = self.policy(base).schedule();
+        // A read needs no store: never open the default one just for its retry policy.
+        let base = self
+            .idem
+            .cloned()
+            .or_else(Idem::configured)
+            .map_or_else(RetryPolicy::default, |idem| idem.retry_policy());
+        let schedule = self.policy(base).schedule();
         let call = CallRecord {
             tool: self.name,
             key: IdempotencyKey::from_uuid(uuid::Uuid::nil()),
             span: span.clone(),
         };
         async move {
-            let started = Instant::now();
-            let mut attempts = 0u32;
-            loop {
-                attempts += 1;
-                match attempt().await {
-                    Ok(value) => {
-                        call.finish_read(attempts, CallOutcome::Completed);
-                        return Ok(value);
-                    }
-                    Err(err) => {
-                        let failure = err.classify();
-                        match schedule.next_delay(failure, started.elapsed()) {
-                            Some(delay) => {
-                                tracing::debug!(
-                                    attempt = attempts,
-                                    ?failure,
-                                    ?delay,
-                                    "read failed; retrying"
-                                );
-                                tokio::time::sleep(delay).await;
-                            }
-                            None => {
-                                call.finish_read(attempts, CallOutcome::Failed(failure));
-                                return Err(err);
-                            }
-                        }
-                    }
+            let (result, attempts) = retry(schedule, attempt, |attempt, failure, delay| {
+                tracing::debug!(attempt, ?failure, ?delay, "read failed; retrying");
+            })
+            .await;
+            match result {
+                Ok(value) => {
+                    call.finish_read(attempts, CallOutcome::Completed);
+                    Ok(value)
+                }
+                Err((err, failure)) => {
+                    call.finish_read(attempts, CallOutcome::Failed(failure));
+                    Err(err)
                 }
             }
         }
         .instrument(span)
         .await
+    }
+}
+
+/// Runs `attempt` until it succeeds or `schedule` says to stop, calling `on_retry(attempt,
+/// failure, delay)` before each wait; returns the last result, a failure with what it was
+/// classified as, and how many attempts ran. Shared by side effects and reads.
+async fn retry<T, E, Fut>(
+    mut schedule: Schedule,
+    mut attempt: impl FnMut() -> Fut,
+    on_retry: impl Fn(u32, Failure, Duration),
+) -> (Result<T, (E, Failure)>, u32)
+where
+    E: Classify,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let started = Instant::now();
+    let mut attempts = 0u32;
+    loop {
+        attempts += 1;
+        let err = match attempt().await {
+            Ok(value) => return (Ok(value), attempts),
+            Err(err) => err,
+        };
+        let failure = err.classify();
+        match schedule.next_delay(failure, started.elapsed()) {
+            Some(delay) => {
+                on_retry(attempts, failure, delay);
+                tokio::time::sleep(delay).await;
+            }
+            None => return (Err((err, failure)), attempts),
+        }
     }
 }
 

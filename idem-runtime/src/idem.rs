@@ -59,16 +59,15 @@ tokio::task_local! {
 
 static INSTALLED: OnceLock<Idem> = OnceLock::new();
 
-/// Makes the runtime used when none is installed or scoped (the `sqlite` store, when built in).
-type DefaultFactory = fn() -> Result<Idem, String>;
-static DEFAULT_FACTORY: OnceLock<DefaultFactory> = OnceLock::new();
+/// The runtime used when none is installed or scoped, made on first use.
 static DEFAULT: OnceLock<Result<Idem, String>> = OnceLock::new();
 
-/// The default runtime built into this crate: the SQLite store at its default path.
+/// How the default runtime is made: the SQLite store at its default path, when built in.
 #[cfg(feature = "sqlite")]
-const BUILT_IN_DEFAULT: Option<DefaultFactory> = Some(crate::store::sqlite::default_runtime);
+const BUILT_IN_DEFAULT: Option<fn() -> Result<Idem, String>> =
+    Some(crate::store::sqlite::default_runtime);
 #[cfg(not(feature = "sqlite"))]
-const BUILT_IN_DEFAULT: Option<DefaultFactory> = None;
+const BUILT_IN_DEFAULT: Option<fn() -> Result<Idem, String>> = None;
 
 /// Returned by [`Idem::install`] when a runtime is already installed.
 #[derive(Debug, thiserror::Error)]
@@ -103,23 +102,21 @@ impl Idem {
     ///
     /// `Err` carries why there is none (no store built in, or the default store failed to open).
     pub fn current() -> Result<Idem, String> {
-        if let Ok(idem) = SCOPED.try_with(Idem::clone) {
+        if let Some(idem) = Self::configured() {
             return Ok(idem);
         }
-        if let Some(idem) = INSTALLED.get() {
-            return Ok(idem.clone());
-        }
-        match DEFAULT_FACTORY.get().copied().or(BUILT_IN_DEFAULT) {
+        match BUILT_IN_DEFAULT {
             Some(make) => DEFAULT.get_or_init(make).clone(),
             None => Err("no runtime is installed and no default store is built in".to_owned()),
         }
     }
 
-    /// Registers how to make the runtime used when none is installed or scoped; the first
-    /// registration wins. Stores built into this crate call it; programs should install instead.
-    #[doc(hidden)]
-    pub fn set_default_factory(make: DefaultFactory) {
-        let _ = DEFAULT_FACTORY.set(make);
+    /// The scoped runtime, else the installed one; never the default one.
+    pub(crate) fn configured() -> Option<Idem> {
+        SCOPED
+            .try_with(Idem::clone)
+            .ok()
+            .or_else(|| INSTALLED.get().cloned())
     }
 
     /// The store.
