@@ -2,13 +2,12 @@
 //! re-exports, so generated code never names a crate the user may have renamed or never named,
 //! and the glue between a wrapper and the runtime. Not a stable API.
 
-use std::future::Future;
 use std::marker::PhantomData;
 
 pub use idem_runtime::__private::*;
 pub use idem_runtime::{
-    Classify, Error, Fingerprint, Fingerprinter, IdempotencyKey, KeyHasher, KeyPart, Tool,
-    ToolInfo, ToolKind,
+    Classify, Error, Fingerprint, Fingerprinter, IdempotencyKey, KeyHasher, KeyPart, Next,
+    ReadCall, SideEffectCall, Tool, ToolInfo, ToolKind,
 };
 
 use idem_runtime::__private::serde::Serialize;
@@ -198,67 +197,66 @@ impl<T, E> ReadOnlyUnchecked<T, E> for &Probe<T, E> {
     }
 }
 
+// What a tool's expansion runs: a loop over `attempt()` that awaits the body in place (see
+// `idem_runtime::SideEffectCall`). The real runner hands out the runtime's typed call; the one
+// for types that failed the checks hands out a call with the same methods and no bounds, so
+// the loop does not repeat the checks' errors.
+
 impl<T: Serialize + DeserializeOwned, E: Classify + From<Error>> Checked<T, E> {
-    /// What `#[side_effect]` runs: the protocol, with the key the wrapper derived.
-    pub async fn side_effect<F, Fut>(
-        self,
-        tool: Tool<'_>,
+    pub fn side_effect<'a>(
+        &self,
+        tool: Tool<'a>,
         key: IdempotencyKey,
         arguments: Result<Fingerprint, serde_json::Error>,
-        attempt: F,
-    ) -> Result<T, E>
-    where
-        F: FnMut(IdempotencyKey) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-    {
-        match arguments {
-            Ok(fingerprint) => tool.run_keyed(key, fingerprint, attempt).await,
-            Err(source) => Err(E::from(Error::Arguments {
-                tool: tool.name().to_owned(),
-                source,
-            })),
-        }
+    ) -> SideEffectCall<'a, T, E> {
+        SideEffectCall::new(tool, key, arguments)
     }
 }
 
 impl<T, E: Classify> Checked<T, E> {
-    /// What `#[read_only]` runs.
-    pub async fn read_only<F, Fut>(self, tool: Tool<'_>, attempt: F) -> Result<T, E>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-    {
-        tool.read_only(attempt).await
+    pub fn read_only<'a>(&self, tool: Tool<'a>) -> ReadCall<'a, T, E> {
+        ReadCall::new(tool)
     }
 }
 
 impl<T, E> Unchecked<T, E> {
-    /// Never run: a tool whose types fail the checks does not compile.
-    pub async fn side_effect<F, Fut>(
-        self,
-        _tool: Tool<'_>,
-        _key: IdempotencyKey,
-        _arguments: Result<Fingerprint, serde_json::Error>,
-        _attempt: F,
-    ) -> Result<T, E>
-    where
-        F: FnMut(IdempotencyKey) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-    {
-        unreachable!("idemkit: a tool whose types fail the attribute's checks does not compile")
+    pub fn side_effect<'a>(
+        &self,
+        tool: Tool<'a>,
+        key: IdempotencyKey,
+        arguments: Result<Fingerprint, serde_json::Error>,
+    ) -> UncheckedCall<'a, T, E> {
+        UncheckedCall(SideEffectCall::new(tool, key, arguments))
     }
 
-    /// Never run: a tool whose types fail the checks does not compile.
-    pub async fn read_only<F, Fut>(self, _tool: Tool<'_>, _attempt: F) -> Result<T, E>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-    {
-        unreachable!("idemkit: a tool whose types fail the attribute's checks does not compile")
+    pub fn read_only<'a>(&self, tool: Tool<'a>) -> UncheckedCall<'a, T, E> {
+        UncheckedCall(SideEffectCall::new(
+            tool,
+            IdempotencyKey::from_uuid(idem_runtime::__private::uuid::Uuid::nil()),
+            Ok(Fingerprint::of(&()).expect("`()` serializes")),
+        ))
     }
 }
 
-/// What an MCP tool's expansion reaches (feature `rmcp`).
+/// The call of a tool whose types failed the checks: never run, because the build has failed.
+pub struct UncheckedCall<'a, T, E>(SideEffectCall<'a, T, E>);
+
+const UNCHECKED: &str = "idemkit: a tool whose types fail the attribute's checks does not compile";
+
+impl<'a, T, E> UncheckedCall<'a, T, E> {
+    pub fn attempt(&mut self) -> Next<'_, 'a> {
+        self.0.attempt()
+    }
+
+    pub fn ended(&mut self, _result: Result<T, E>) {
+        unreachable!("{UNCHECKED}")
+    }
+
+    pub fn end(self) -> Result<T, E> {
+        unreachable!("{UNCHECKED}")
+    }
+}
+
 #[cfg(feature = "rmcp")]
 pub mod mcp {
     pub use crate::mcp::{ToolOutput, read_only_output, side_effect_output};

@@ -33,7 +33,8 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
     let mut sig = outer_signature(tool);
     let register = registration(&private, tool, plan);
     let settings = settings(&private, args, &plan.name);
-    let attempt = attempt_closure(&private, tool);
+    let (per_attempt, attempt) = attempt(&private, tool);
+    let call = Ident::new("__idemkit_call", Span::mixed_site());
     let (ok, err) = (&plan.ok, &plan.err);
     let name = &plan.name;
 
@@ -84,13 +85,23 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
                 };
                 let #args_local = #private::Arguments::new() #(#fingerprint)* .finish();
                 #checks
-                #runner.side_effect(#settings, #key, #args_local, #attempt).await
+                let mut #call = #runner.side_effect(#settings, #key, #args_local);
+                while let ::core::option::Option::Some(#key) = #call.attempt().await {
+                    #(#per_attempt)*
+                    #call.ended(#attempt.await);
+                }
+                #call.end()
             }
         }
         Kind::ReadOnly => quote! {
             #register
             #checks
-            #runner.read_only(#settings, #attempt).await
+            let mut #call = #runner.read_only(#settings);
+            while #call.attempt().await.is_some() {
+                #(#per_attempt)*
+                #call.ended(#attempt.await);
+            }
+            #call.end()
         },
     };
     let body = match &tool.mcp {
@@ -185,13 +196,15 @@ fn outer_signature(tool: &Tool) -> TokenStream {
     sig.into_token_stream()
 }
 
-/// The closure run once per attempt: hands every argument anew (cloned; a reference clones for
-/// free), then runs the original body in an `async move` block.
-fn attempt_closure(private: &TokenStream, tool: &Tool) -> TokenStream {
+/// What runs once per attempt, awaited in place by the call's loop: the statements that hand
+/// every argument anew (cloned; a reference clones for free), and the original body in an
+/// `async move` block (so that its `return` and `?` end the attempt, not the call).
+fn attempt(private: &TokenStream, tool: &Tool) -> (Vec<TokenStream>, TokenStream) {
     let per_attempt = tool
         .params
         .iter()
-        .filter_map(|p| per_attempt_clone(private, p));
+        .filter_map(|p| per_attempt_clone(private, p))
+        .collect();
     let rebind = tool.params.iter().filter_map(rebind);
     let key = key_local();
     let injected = tool.injected_key().map(|p| {
@@ -223,20 +236,7 @@ fn attempt_closure(private: &TokenStream, tool: &Tool) -> TokenStream {
         #injected
         #block
     };
-    match tool.kind {
-        Kind::SideEffect => quote! {
-            |#key: #private::IdempotencyKey| {
-                #(#per_attempt)*
-                async move { #body }
-            }
-        },
-        Kind::ReadOnly => quote! {
-            || {
-                #(#per_attempt)*
-                async move { #body }
-            }
-        },
-    }
+    (per_attempt, quote!(async move { #body }))
 }
 
 /// `let note = PerAttempt::again(&note);`, spanned at the parameter's type, so an argument that
@@ -247,7 +247,8 @@ fn per_attempt_clone(private: &TokenStream, p: &Param) -> Option<TokenStream> {
         Role::Pattern { bindings, .. } if bindings.is_empty() => None,
         Role::Named(ident) | Role::Pattern { fresh: ident, .. } => {
             let again = quote_spanned!(p.arg.ty.span()=> #private::PerAttempt::again(&#ident));
-            Some(quote!(let #ident = #again;))
+            // A key field the body does not use was still used: for the key.
+            Some(quote!(#[allow(unused_variables)] let #ident = #again;))
         }
     }
 }

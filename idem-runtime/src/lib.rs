@@ -66,6 +66,8 @@ pub mod store;
 pub mod conformance;
 
 pub use error::{Error, StoreError, StoreErrorKind};
+#[doc(hidden)]
+pub use exec::{Next, ReadCall, SideEffectCall};
 pub use exec::{Tool, run_side_effect};
 pub use fingerprint::{Fingerprint, Fingerprinter};
 pub use idem::{AlreadyInstalled, Idem, IdemBuilder};

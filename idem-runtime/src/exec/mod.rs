@@ -1,0 +1,272 @@
+//! The executor: [`Tool`], its settings and entry points. The protocol itself (claim →
+//! attempts → complete or release; the read-only loop) is in `core`, compiled once; what each
+//! tool instantiates is the small driver in `drive`.
+//!
+//! This is what `#[side_effect]` and `#[read_only]` expand to, and what a program without the
+//! macros calls through [`Tool`] or [`run_side_effect`].
+
+mod core;
+mod typed;
+
+pub use self::core::Next;
+pub use self::typed::{ReadCall, SideEffectCall};
+
+use std::future::Future;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::error::Error;
+use crate::fingerprint::Fingerprint;
+use crate::idem::Idem;
+use crate::key::{IdempotencyKey, KeyField};
+use crate::retry::{Classify, RetryPolicy};
+
+/// One tool's name and settings: the entry point of the executor.
+///
+/// Every setting left unset comes from the runtime in force ([`Idem::current`]), or from the one
+/// given with [`Tool::idem`].
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use idem_runtime::{Classify, Failure, Idem, MemoryStore, Tool};
+///
+/// #[derive(Debug)]
+/// enum PayError { Declined, Idem(idem_runtime::Error) }
+/// impl Classify for PayError {
+///     fn classify(&self) -> Failure { Failure::Permanent }
+/// }
+/// impl From<idem_runtime::Error> for PayError {
+///     fn from(e: idem_runtime::Error) -> Self { PayError::Idem(e) }
+/// }
+///
+/// let idem = Idem::new(MemoryStore::new());
+/// let (customer_id, purpose, period, amount_cents) = ("cus_1", "subscription", "2026-11", 4200u64);
+/// let receipt: Result<String, PayError> = Tool::new("charge")
+///     .idem(&idem)
+///     .max_attempts(3)
+///     .side_effect(
+///         &[("customer_id", &customer_id), ("purpose", &purpose), ("period", &period)],
+///         &serde_json::json!({ "amount_cents": amount_cents }),
+///         |key| async move {
+///             // provider.charge(key.as_str(), customer_id, amount_cents).await
+///             Ok(format!("charged {amount_cents} with key {key}"))
+///         },
+///     )
+///     .await;
+/// assert_eq!(receipt.unwrap(), "charged 4200 with key 32e00e40-1a53-8058-93c7-e9d1adc8ecaa");
+/// # });
+/// ```
+#[must_use]
+#[derive(Debug, Clone, Copy)]
+pub struct Tool<'a> {
+    name: &'a str,
+    idem: Option<&'a Idem>,
+    retry: Option<RetryPolicy>,
+    max_attempts: Option<u32>,
+    lease: Option<Duration>,
+    ttl: Option<Duration>,
+    wait: Option<Duration>,
+}
+
+impl<'a> Tool<'a> {
+    /// The tool called `name`. The name is part of every key it derives.
+    pub const fn new(name: &'a str) -> Self {
+        Tool {
+            name,
+            idem: None,
+            retry: None,
+            max_attempts: None,
+            lease: None,
+            ttl: None,
+            wait: None,
+        }
+    }
+
+    /// The tool's name.
+    pub const fn name(&self) -> &'a str {
+        self.name
+    }
+
+    /// Uses this runtime instead of the one in force.
+    pub const fn idem(mut self, idem: &'a Idem) -> Self {
+        self.idem = Some(idem);
+        self
+    }
+
+    /// Replaces the runtime's retry policy for this tool.
+    pub const fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = Some(policy);
+        self
+    }
+
+    /// Attempts in all, the first included.
+    pub const fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = Some(n);
+        self
+    }
+
+    /// How long a claim holds before another call may take over.
+    pub const fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// How long this tool's records are kept.
+    pub const fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// How long a call waits for another call of the same key before [`Error::InFlight`].
+    pub const fn in_flight_wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    fn policy(&self, base: RetryPolicy) -> RetryPolicy {
+        let policy = self.retry.unwrap_or(base);
+        match self.max_attempts {
+            Some(n) => policy.with_max_attempts(n),
+            None => policy,
+        }
+    }
+
+    fn runtime(&self) -> Result<Idem, Error> {
+        match self.idem {
+            Some(idem) => Ok(idem.clone()),
+            None => Idem::current().map_err(|reason| Error::NotConfigured {
+                tool: self.name.to_owned(),
+                reason,
+            }),
+        }
+    }
+
+    /// Runs a side effect: derives the key from `key_fields` (in the order given), fingerprints
+    /// `args` (the arguments that are not key fields), and runs the protocol with
+    /// [`Tool::run_keyed`]. The key is derived here, once, before any attempt.
+    pub fn side_effect<T, E, A, F, Fut>(
+        self,
+        key_fields: &[KeyField<'_>],
+        args: &A,
+        attempt: F,
+    ) -> impl Future<Output = Result<T, E>> + use<'a, T, E, A, F, Fut>
+    where
+        A: Serialize + ?Sized,
+        T: Serialize + DeserializeOwned,
+        E: Classify + From<Error>,
+        F: FnMut(IdempotencyKey) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let key = IdempotencyKey::derive(self.name, key_fields);
+        self.run_prepared(key, Fingerprint::of(args), attempt)
+    }
+
+    /// Runs a side effect whose key and fingerprint are already made: claims the key, runs
+    /// `attempt` with retries by [`Classify`], and completes or releases the record. See the
+    /// crate docs for the behaviours S1–S11.
+    pub fn run_keyed<T, E, F, Fut>(
+        self,
+        key: IdempotencyKey,
+        fingerprint: Fingerprint,
+        attempt: F,
+    ) -> impl Future<Output = Result<T, E>> + use<'a, T, E, F, Fut>
+    where
+        T: Serialize + DeserializeOwned,
+        E: Classify + From<Error>,
+        F: FnMut(IdempotencyKey) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        self.run_prepared(key, Ok(fingerprint), attempt)
+    }
+
+    /// [`Tool::run_keyed`] with the arguments' fingerprint still to be checked: what the macros
+    /// expand to. Arguments that did not serialize refuse the call with [`Error::Arguments`].
+    #[doc(hidden)]
+    pub fn run_prepared<T, E, F, Fut>(
+        self,
+        key: IdempotencyKey,
+        fingerprint: Result<Fingerprint, serde_json::Error>,
+        attempt: F,
+    ) -> impl Future<Output = Result<T, E>> + use<'a, T, E, F, Fut>
+    where
+        T: Serialize + DeserializeOwned,
+        E: Classify + From<Error>,
+        F: FnMut(IdempotencyKey) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let mut call = SideEffectCall::new(self, key, fingerprint);
+        let mut attempt = attempt;
+        async move {
+            while let Some(key) = call.attempt().await {
+                call.ended(attempt(key).await);
+            }
+            call.end()
+        }
+    }
+
+    /// Runs a read-only tool: retries by [`Classify`], no key, no store. Works without any
+    /// runtime installed (the default retry policy then applies).
+    pub fn read_only<T, E, F, Fut>(
+        self,
+        attempt: F,
+    ) -> impl Future<Output = Result<T, E>> + use<'a, T, E, F, Fut>
+    where
+        E: Classify,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let mut call = ReadCall::new(self);
+        let mut attempt = attempt;
+        async move {
+            while call.attempt().await.is_some() {
+                call.ended(attempt().await);
+            }
+            call.end()
+        }
+    }
+}
+
+/// The hand-written path: runs side effect `tool` with the key derived from `key_fields` and the
+/// fingerprint of `args`, calling `attempt` with the key on every attempt, under the runtime in
+/// force. Equivalent to `Tool::new(tool).side_effect(key_fields, args, attempt)`; use [`Tool`] to
+/// set retries, lease or runtime.
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use idem_runtime::{run_side_effect, Classify, Failure, Idem, MemoryStore};
+///
+/// #[derive(Debug)]
+/// struct SendError(String);
+/// impl Classify for SendError { fn classify(&self) -> Failure { Failure::Transient } }
+/// impl From<idem_runtime::Error> for SendError {
+///     fn from(e: idem_runtime::Error) -> Self { SendError(e.to_string()) }
+/// }
+///
+/// let idem = Idem::new(MemoryStore::new());
+/// let order_id = 1042u64;
+/// let sent: Result<bool, SendError> = idem
+///     .scope(run_side_effect("send_receipt", &[("order_id", &order_id)], &(), |key| async move {
+///         // mailer.send(order_id, key.as_str()).await
+///         Ok(true)
+///     }))
+///     .await;
+/// assert!(sent.unwrap());
+/// # });
+/// ```
+pub fn run_side_effect<'a, T, E, A, F, Fut>(
+    tool: &'a str,
+    key_fields: &[KeyField<'_>],
+    args: &A,
+    attempt: F,
+) -> impl Future<Output = Result<T, E>> + use<'a, T, E, A, F, Fut>
+where
+    A: Serialize + ?Sized,
+    T: Serialize + DeserializeOwned,
+    E: Classify + From<Error>,
+    F: FnMut(IdempotencyKey) -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    Tool::new(tool).side_effect(key_fields, args, attempt)
+}

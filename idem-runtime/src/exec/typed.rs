@@ -1,0 +1,126 @@
+//! The typed face of a call: what needs the tool's output and error types (serializing,
+//! classifying, decoding a replay, keeping the last attempt's result) around the untyped
+//! [`Call`]. Generic over the output and error only, never over the body, so a crate's tools
+//! with the same types share one copy of it.
+//!
+//! What a tool's expansion (and [`Tool`](super::Tool)) runs:
+//!
+//! ```text
+//! let mut call = SideEffectCall::new(tool, key, fingerprint);
+//! while let Some(key) = call.attempt().await {
+//!     call.ended(async move { body }.await);   // the attempt, awaited in place
+//! }
+//! call.end()
+//! ```
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::Tool;
+use super::core::{Call, End, Next};
+use crate::error::Error;
+use crate::fingerprint::Fingerprint;
+use crate::key::IdempotencyKey;
+use crate::retry::Classify;
+
+/// A side-effect call of a tool returning `Result<T, E>`. Not a stable API.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct SideEffectCall<'a, T, E> {
+    call: Call<'a>,
+    last: Option<Result<T, E>>,
+}
+
+impl<'a, T, E> SideEffectCall<'a, T, E> {
+    /// The call of `tool` with this key and the fingerprint of its other arguments (or why they
+    /// did not serialize, which refuses the call).
+    pub fn new(
+        tool: Tool<'a>,
+        key: IdempotencyKey,
+        fingerprint: Result<Fingerprint, serde_json::Error>,
+    ) -> Self {
+        SideEffectCall {
+            call: Call::side_effect(tool, key, fingerprint),
+            last: None,
+        }
+    }
+
+    /// The key to run the next attempt with, or `None` when the call is over.
+    pub fn attempt(&mut self) -> Next<'_, 'a> {
+        self.call.next_attempt()
+    }
+}
+
+impl<T: Serialize + DeserializeOwned, E: Classify + From<Error>> SideEffectCall<'_, T, E> {
+    /// What the attempt returned.
+    pub fn ended(&mut self, result: Result<T, E>) {
+        match &result {
+            Ok(value) => self.call.succeeded(value),
+            Err(err) => self.call.failed(err.classify()),
+        }
+        self.last = Some(result);
+    }
+
+    /// The call's result, once [`SideEffectCall::attempt`] said it is over.
+    pub fn end(mut self) -> Result<T, E> {
+        match self.call.take_end() {
+            End::LastAttempt => last(self.last),
+            End::Replay(replay) => match serde_json::from_slice(&replay.outcome) {
+                Ok(value) => {
+                    replay.decoded();
+                    Ok(value)
+                }
+                Err(e) => Err(replay.undecodable(std::any::type_name::<T>(), e).into()),
+            },
+            End::Refused(err) => Err(err.into()),
+        }
+    }
+}
+
+/// A read-only call of a tool returning `Result<T, E>`. Not a stable API.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct ReadCall<'a, T, E> {
+    call: Call<'a>,
+    last: Option<Result<T, E>>,
+}
+
+impl<'a, T, E> ReadCall<'a, T, E> {
+    /// The read of `tool`.
+    pub fn new(tool: Tool<'a>) -> Self {
+        ReadCall {
+            call: Call::read_only(tool),
+            last: None,
+        }
+    }
+
+    /// Whether to run another attempt (`Some`, with the nil key), or `None` when it is over.
+    pub fn attempt(&mut self) -> Next<'_, 'a> {
+        self.call.next_attempt()
+    }
+}
+
+impl<T, E: Classify> ReadCall<'_, T, E> {
+    /// What the attempt returned.
+    pub fn ended(&mut self, result: Result<T, E>) {
+        match &result {
+            Ok(_) => self.call.read(),
+            Err(err) => self.call.failed(err.classify()),
+        }
+        self.last = Some(result);
+    }
+
+    /// The read's result, once [`ReadCall::attempt`] said it is over.
+    pub fn end(mut self) -> Result<T, E> {
+        match self.call.take_end() {
+            End::LastAttempt => last(self.last),
+            End::Replay(_) | End::Refused(_) => {
+                unreachable!("idemkit: a read has no record to replay and is never refused")
+            }
+        }
+    }
+}
+
+fn last<T, E>(last: Option<Result<T, E>>) -> Result<T, E> {
+    last.expect("idemkit: a call ended without an attempt's result")
+}
