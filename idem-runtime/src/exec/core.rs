@@ -73,11 +73,9 @@ enum Phase<'a> {
         tool: Tool<'a>,
     },
     Claiming(BoxFuture<'a, Begun<'a>>),
-    /// An attempt is to start.
-    Ready(Run<'a>),
-    /// The caller is running an attempt.
-    Attempting(Run<'a>),
-    Backoff(Run<'a>, Pin<Box<Sleep>>),
+    /// Past the claim: attempts. Changed in place between attempts (a `Run` is a few hundred
+    /// bytes; moving it per step was a measurable part of a call).
+    Running(Run<'a>, Between),
     Recording(BoxFuture<'a, ()>),
     /// The key was completed before: this outcome is to be decoded.
     Replayed(Record<'a>, Vec<u8>),
@@ -87,6 +85,16 @@ enum Phase<'a> {
     Finished,
     /// Over, and its end taken.
     Taken,
+}
+
+/// Where a running call is between attempts.
+enum Between {
+    /// An attempt is to start.
+    Ready,
+    /// The caller is running an attempt.
+    Attempting,
+    /// Waiting before the next attempt.
+    Backoff(Pin<Box<Sleep>>),
 }
 
 /// How a call ended, for [`super::typed`] to turn into the tool's result.
@@ -180,69 +188,66 @@ impl<'a> Call<'a> {
     /// Drives the protocol up to the next attempt, or to its end.
     fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<IdempotencyKey>> {
         loop {
-            match std::mem::replace(&mut self.phase, Phase::Taken) {
-                Phase::Claim {
-                    tool,
-                    key,
-                    fingerprint,
-                } => match fingerprint {
-                    Ok(fingerprint) => {
-                        self.phase = Phase::Claiming(Box::pin(begin(tool, key, fingerprint)))
+            match &mut self.phase {
+                Phase::Running(run, between) => match between {
+                    Between::Ready => {
+                        run.attempts += 1;
+                        *between = Between::Attempting;
+                        return Poll::Ready(Some(run.call.key));
                     }
-                    Err(source) => {
-                        self.phase = Phase::Refused(Error::Arguments {
-                            tool: tool.name().to_owned(),
-                            source,
-                        });
-                        return Poll::Ready(None);
+                    Between::Backoff(sleep) => {
+                        if sleep.as_mut().poll(cx).is_pending() {
+                            return Poll::Pending;
+                        }
+                        *between = Between::Ready;
                     }
+                    Between::Attempting => unreachable!(
+                        "idemkit: a call was asked for its next attempt while one was running"
+                    ),
                 },
-                Phase::Read { tool } => self.phase = Phase::Ready(Run::read(tool)),
-                Phase::Claiming(mut claiming) => match claiming.as_mut().poll(cx) {
-                    Poll::Pending => {
-                        self.phase = Phase::Claiming(claiming);
-                        return Poll::Pending;
-                    }
-                    Poll::Ready(Begun::Run(run)) => self.phase = Phase::Ready(run),
-                    Poll::Ready(Begun::Replay(record, outcome)) => {
-                        self.phase = Phase::Replayed(record, outcome);
-                        return Poll::Ready(None);
-                    }
-                    Poll::Ready(Begun::Refused(err)) => {
-                        self.phase = Phase::Refused(err);
-                        return Poll::Ready(None);
-                    }
-                },
-                Phase::Ready(mut run) => {
-                    run.attempts += 1;
-                    let key = run.call.key;
-                    self.phase = Phase::Attempting(run);
-                    return Poll::Ready(Some(key));
+                Phase::Claiming(claiming) => {
+                    let begun = match claiming.as_mut().poll(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(begun) => begun,
+                    };
+                    self.phase = match begun {
+                        Begun::Run(run) => Phase::Running(run, Between::Ready),
+                        Begun::Replay(record, outcome) => Phase::Replayed(record, outcome),
+                        Begun::Refused(err) => Phase::Refused(err),
+                    };
                 }
-                Phase::Backoff(run, mut sleep) => {
-                    if sleep.as_mut().poll(cx).is_pending() {
-                        self.phase = Phase::Backoff(run, sleep);
-                        return Poll::Pending;
-                    }
-                    self.phase = Phase::Ready(run);
-                }
-                Phase::Recording(mut recording) => {
+                Phase::Recording(recording) => {
                     if recording.as_mut().poll(cx).is_pending() {
-                        self.phase = Phase::Recording(recording);
                         return Poll::Pending;
                     }
                     self.phase = Phase::Finished;
+                }
+                Phase::Claim { .. } => {
+                    let Phase::Claim {
+                        tool,
+                        key,
+                        fingerprint,
+                    } = std::mem::replace(&mut self.phase, Phase::Taken)
+                    else {
+                        unreachable!()
+                    };
+                    self.phase = match fingerprint {
+                        Ok(fingerprint) => Phase::Claiming(Box::pin(begin(tool, key, fingerprint))),
+                        Err(source) => Phase::Refused(Error::Arguments {
+                            tool: tool.name().to_owned(),
+                            source,
+                        }),
+                    };
+                }
+                Phase::Read { tool } => {
+                    let tool = *tool;
+                    self.phase = Phase::Running(Run::read(tool), Between::Ready);
+                }
+                Phase::Finished | Phase::Replayed(..) | Phase::Refused(_) => {
                     return Poll::Ready(None);
                 }
-                phase @ (Phase::Finished | Phase::Replayed(..) | Phase::Refused(_)) => {
-                    self.phase = phase;
-                    return Poll::Ready(None);
-                }
-                phase @ (Phase::Attempting(_) | Phase::Taken) => {
-                    self.phase = phase;
-                    unreachable!(
-                        "idemkit: a call was asked for its next attempt while one was running, or after its end was taken"
-                    )
+                Phase::Taken => {
+                    unreachable!("idemkit: a call was asked for its next attempt after its end")
                 }
             }
         }
@@ -250,15 +255,18 @@ impl<'a> Call<'a> {
 
     /// Takes what the attempt came to: retries after a wait, or records the end.
     fn attempt_ended(&mut self, ended: Ended) {
-        let Phase::Attempting(mut run) = std::mem::replace(&mut self.phase, Phase::Taken) else {
+        let Phase::Running(run, between @ Between::Attempting) = &mut self.phase else {
             unreachable!("idemkit: an attempt ended that the call did not start")
         };
         if let Ended::Failed(failure) = ended
             && let Some(delay) = run.next_delay(failure)
         {
-            self.phase = Phase::Backoff(run, Box::pin(tokio::time::sleep(delay)));
+            *between = Between::Backoff(Box::pin(tokio::time::sleep(delay)));
             return;
         }
+        let Phase::Running(run, _) = std::mem::replace(&mut self.phase, Phase::Taken) else {
+            unreachable!()
+        };
         self.phase = match run.end(ended) {
             Some(recording) => Phase::Recording(recording),
             None => Phase::Finished,
@@ -287,7 +295,9 @@ struct Run<'a> {
     call: Record<'a>,
     /// `None` for a read: nothing is recorded.
     holder: Option<Holder>,
-    schedule: Schedule,
+    policy: RetryPolicy,
+    /// Made at the first failure: most calls never need one.
+    schedule: Option<Schedule>,
     started: Instant,
     attempts: u32,
 }
@@ -320,7 +330,8 @@ impl<'a> Run<'a> {
                 span,
             },
             holder: None,
-            schedule: tool.policy(base).schedule(),
+            policy: tool.policy(base),
+            schedule: None,
             started: Instant::now(),
             attempts: 0,
         }
@@ -328,7 +339,11 @@ impl<'a> Run<'a> {
 
     /// The wait before the next attempt, or `None` to give up.
     fn next_delay(&mut self, failure: Failure) -> Option<Duration> {
-        let delay = self.schedule.next_delay(failure, self.started.elapsed())?;
+        let policy = self.policy;
+        let delay = self
+            .schedule
+            .get_or_insert_with(|| policy.schedule())
+            .next_delay(failure, self.started.elapsed())?;
         let attempt = self.attempts;
         let _span = self.call.span.enter();
         if self.holder.is_some() {
@@ -452,11 +467,12 @@ fn begin<'a>(
             Ok(Claimed::Replay(outcome)) => return Begun::Replay(call, outcome),
             Err(e) => return Begun::Refused(call.refused(e)),
         }
-        let schedule = tool.policy(s.retry).schedule();
+        let policy = tool.policy(s.retry);
         Begun::Run(Run {
             call,
             holder: Some(Holder { idem, token, ttl }),
-            schedule,
+            policy,
+            schedule: None,
             started: Instant::now(),
             attempts: 0,
         })
