@@ -371,3 +371,29 @@ fn wrapped_calls_are_send_so_agents_can_spawn_them() {
     let balance = p.balance("cus_1");
     assert_send(&balance);
 }
+
+/// Counts the attempts of `memo` below; each attempt fails until the third.
+static MEMO_ATTEMPTS: AtomicU32 = AtomicU32::new(0);
+
+/// Takes `note` by value and names it only inside a format string, and `tag` not at all: each
+/// attempt gets `note` anew (the expansion hands an argument to each attempt when the body can
+/// refer to it, also from inside a literal), and `tag` still counts in the fingerprint.
+#[side_effect(key = "order_id")]
+async fn memo(order_id: u64, note: String, tag: String) -> Result<String, PayError> {
+    if MEMO_ATTEMPTS.fetch_add(1, Ordering::SeqCst) < 2 {
+        return Err(PayError::Unavailable);
+    }
+    Ok(format!("{order_id}: {note}"))
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_attempt_gets_its_arguments_anew_also_those_only_named_in_a_format_string() {
+    let idem = runtime();
+    let first = idem.scope(memo(7, "hello".to_owned(), "a".to_owned())).await;
+    assert_eq!(first, Ok("7: hello".to_owned()));
+    assert_eq!(MEMO_ATTEMPTS.load(Ordering::SeqCst), 3, "two retries ran");
+    // `tag` is not used by the body, yet another value of it is another operation.
+    let other = idem.scope(memo(7, "hello".to_owned(), "b".to_owned())).await;
+    assert_eq!(other, Err(PayError::Idem("key_reuse".to_owned())));
+    assert_eq!(MEMO_ATTEMPTS.load(Ordering::SeqCst), 3, "the body did not run again");
+}

@@ -200,9 +200,17 @@ fn outer_signature(tool: &Tool) -> TokenStream {
 /// every argument anew (cloned; a reference clones for free), and the original body in an
 /// `async move` block (so that its `return` and `?` end the attempt, not the call).
 fn attempt(private: &TokenStream, tool: &Tool) -> (Vec<TokenStream>, TokenStream) {
+    let block_tokens = tool.item.block.to_token_stream();
     let per_attempt = tool
         .params
         .iter()
+        .filter(|p| match &p.role {
+            // Rebound by name inside the attempt (`let mut note = note;`), or used by the body.
+            Role::Named(ident) => {
+                rebind(p).is_some() || mentions(&block_tokens, &ident.to_string())
+            }
+            Role::InjectedKey | Role::Pattern { .. } => true,
+        })
         .filter_map(|p| per_attempt_clone(private, p))
         .collect();
     let rebind = tool.params.iter().filter_map(rebind);
@@ -247,10 +255,21 @@ fn per_attempt_clone(private: &TokenStream, p: &Param) -> Option<TokenStream> {
         Role::Pattern { bindings, .. } if bindings.is_empty() => None,
         Role::Named(ident) | Role::Pattern { fresh: ident, .. } => {
             let again = quote_spanned!(p.arg.ty.span()=> #private::PerAttempt::again(&#ident));
-            // A key field the body does not use was still used: for the key.
-            Some(quote!(#[allow(unused_variables)] let #ident = #again;))
+            Some(quote!(let #ident = #again;))
         }
     }
+}
+
+/// Whether `tokens` may refer to the local `name`: an identifier of that name, or a literal
+/// containing it (`format!("{name}")` captures it from inside a string). An argument the body
+/// cannot refer to is not handed to each attempt (no clone per attempt, no capture).
+fn mentions(tokens: &TokenStream, name: &str) -> bool {
+    tokens.clone().into_iter().any(|tree| match tree {
+        proc_macro2::TokenTree::Ident(ident) => ident == name,
+        proc_macro2::TokenTree::Literal(lit) => lit.to_string().contains(name),
+        proc_macro2::TokenTree::Group(group) => mentions(&group.stream(), name),
+        proc_macro2::TokenTree::Punct(_) => false,
+    })
 }
 
 /// Inside the attempt, the parameter as written: `let mut note = note;`, or the destructuring.
