@@ -420,6 +420,9 @@ impl<'a> Run<'a> {
     }
 }
 
+// Short-lived (the claim's result, moved once into the phase): boxing `Run` would cost an
+// allocation per call to save a copy.
+#[allow(clippy::large_enum_variant)]
 enum Begun<'a> {
     Run(Run<'a>),
     Replay(Record<'a>, Vec<u8>),
