@@ -389,11 +389,19 @@ async fn memo(order_id: u64, note: String, tag: String) -> Result<String, PayErr
 #[tokio::test(start_paused = true)]
 async fn every_attempt_gets_its_arguments_anew_also_those_only_named_in_a_format_string() {
     let idem = runtime();
-    let first = idem.scope(memo(7, "hello".to_owned(), "a".to_owned())).await;
+    let first = idem
+        .scope(memo(7, "hello".to_owned(), "a".to_owned()))
+        .await;
     assert_eq!(first, Ok("7: hello".to_owned()));
     assert_eq!(MEMO_ATTEMPTS.load(Ordering::SeqCst), 3, "two retries ran");
     // `tag` is not used by the body, yet another value of it is another operation.
-    let other = idem.scope(memo(7, "hello".to_owned(), "b".to_owned())).await;
+    let other = idem
+        .scope(memo(7, "hello".to_owned(), "b".to_owned()))
+        .await;
     assert_eq!(other, Err(PayError::Idem("key_reuse".to_owned())));
-    assert_eq!(MEMO_ATTEMPTS.load(Ordering::SeqCst), 3, "the body did not run again");
+    assert_eq!(
+        MEMO_ATTEMPTS.load(Ordering::SeqCst),
+        3,
+        "the body did not run again"
+    );
 }
