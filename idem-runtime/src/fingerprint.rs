@@ -157,3 +157,255 @@ fn write_json<T: Serialize + ?Sized>(sha: &mut Sha256, value: &T) {
     }
     serde_json::to_writer(Hashing(sha), value).expect("a JSON string or scalar serializes");
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, HashMap};
+
+    use serde::Serialize;
+    use serde_json::json;
+
+    use super::{Fingerprint, Fingerprinter};
+
+    #[derive(Serialize)]
+    struct Order {
+        // Declared out of order: the fingerprint sorts them.
+        zeta: u32,
+        alpha: Option<String>,
+        items: Vec<Item>,
+        kind: Kind,
+        unit: (),
+        ratio: f32,
+    }
+
+    #[derive(Serialize)]
+    struct Item {
+        sku: &'static str,
+        qty: i64,
+    }
+
+    #[derive(Serialize)]
+    enum Kind {
+        #[allow(dead_code)]
+        Plain,
+        Tagged(u8),
+    }
+
+    #[derive(Serialize)]
+    struct Wrapper(u64);
+
+    #[derive(Serialize)]
+    enum Unit {
+        Variant,
+    }
+
+    fn args(build: impl FnOnce(&mut Fingerprinter)) -> String {
+        let mut f = Fingerprinter::new();
+        build(&mut f);
+        f.finish().to_hex()
+    }
+
+    /// Computed with the fingerprint code before it buffered its bytes: stored records hold
+    /// these, so none of them may ever change.
+    #[test]
+    fn fingerprints_are_pinned() {
+        let mut hashed = HashMap::new();
+        hashed.insert("b", 2);
+        hashed.insert("a", 1);
+        hashed.insert("c", 3);
+        let mut int_keys = BTreeMap::new();
+        int_keys.insert(10u32, "ten");
+        int_keys.insert(9u32, "nine");
+        let cases: Vec<(&str, String, &str)> = vec![
+            (
+                "empty",
+                args(|_| {}),
+                "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a",
+            ),
+            (
+                "one u64",
+                args(|f| {
+                    f.arg("amount_cents", &4200u64).unwrap();
+                }),
+                "5c145998f248e9e38b0ee0faa81f7dd3f401d432e7153445e27ef66e7f42c3de",
+            ),
+            (
+                "doc example",
+                args(|f| {
+                    f.arg("amount_cents", &4200u64).unwrap();
+                    f.arg("currency", &"eur").unwrap();
+                }),
+                "6e6ae9d379b06b9cdc80a7bc08dd55a9fc06d8d255dc752da7d71ff2efda0556",
+            ),
+            (
+                "unsorted names",
+                args(|f| {
+                    f.arg("zulu", &1u8).unwrap();
+                    f.arg("alpha", &-7i32).unwrap();
+                    f.arg("Mike", &true).unwrap();
+                    f.arg("mike", &false).unwrap();
+                    f.arg("_", &()).unwrap();
+                }),
+                "f5f0be113384b1f9e8c789ee3f2409aa9fe7066473c267f1f96c746e8da8d839",
+            ),
+            (
+                "duplicate names, last wins",
+                args(|f| {
+                    f.arg("b", &1u8).unwrap();
+                    f.arg("a", &"first").unwrap();
+                    f.arg("b", &2u8).unwrap();
+                    f.arg("a", &"second").unwrap();
+                    f.arg("a", &"third").unwrap();
+                }),
+                "2e4254ad9c3d7985bf7e1a6ac5c63ae9c55322c910fa2e760b21082a2a21eebc",
+            ),
+            (
+                "escapes and non-ASCII",
+                args(|f| {
+                    f.arg("s", "quote \" backslash \\ slash / nl \n tab \t cr \r nul \0 bell \u{7} del \u{7f}")
+                        .unwrap();
+                    f.arg("u", "héllo wörld — 日本語 😀 \u{2028}\u{2029}")
+                        .unwrap();
+                    f.arg("names with \"quotes\" and é", &'ü').unwrap();
+                    f.arg("", &"").unwrap();
+                }),
+                "db721f86fc57dd230df820113cb9452ec2819951a882ed7db785728b692c657f",
+            ),
+            (
+                "nested maps with unsorted keys",
+                args(|f| {
+                    f.arg(
+                        "meta",
+                        &json!({"z": {"y": 1, "b": [ {"k2": null, "k1": 1.5} ], "a": "x"}, "é": 1, "e": 2, "E": 3}),
+                    )
+                    .unwrap();
+                    f.arg("hashed", &hashed).unwrap();
+                    f.arg("int_keys", &int_keys).unwrap();
+                }),
+                "19697a0d56072b54a6894ec7501e1382e2a80dd729bf19ae7dce56d58e23d472",
+            ),
+            (
+                "arrays",
+                args(|f| {
+                    f.arg("empty", &Vec::<u8>::new()).unwrap();
+                    f.arg("nums", &[3u64, 1, 2, u64::MAX]).unwrap();
+                    f.arg(
+                        "mixed",
+                        &json!([null, true, false, "s", 0, -1, [], {}, [[1]]]),
+                    )
+                    .unwrap();
+                    f.arg("tuple", &(1u8, "two", 3.0f64)).unwrap();
+                    f.arg("bytes", &serde_bytes_like()).unwrap();
+                }),
+                "63fc57cf8c13f9480d32031ca0d9798b44d11cd87c9dc6050dbb71c9953613e7",
+            ),
+            (
+                "floats",
+                args(|f| {
+                    f.arg("half", &0.5f64).unwrap();
+                    f.arg("tenth", &0.1f64).unwrap();
+                    f.arg("tenth32", &0.1f32).unwrap();
+                    f.arg("big", &1e300f64).unwrap();
+                    f.arg("tiny", &-2.5e-300f64).unwrap();
+                    f.arg("whole", &3.0f64).unwrap();
+                    f.arg("neg_zero", &-0.0f64).unwrap();
+                    f.arg("nan", &f64::NAN).unwrap();
+                    f.arg("inf", &f32::INFINITY).unwrap();
+                    f.arg("max", &f64::MAX).unwrap();
+                }),
+                "dc0c4dc99f58c604ea70678c5456a26aff9590643b7e8ad9663f3de8b6413dbe",
+            ),
+            (
+                "null, bools, integers",
+                args(|f| {
+                    f.arg("none", &Option::<u8>::None).unwrap();
+                    f.arg("some", &Some(5u8)).unwrap();
+                    f.arg("unit", &()).unwrap();
+                    f.arg("t", &true).unwrap();
+                    f.arg("f", &false).unwrap();
+                    f.arg("i64min", &i64::MIN).unwrap();
+                    f.arg("i128", &-5i128).unwrap();
+                    f.arg("u128", &(u64::MAX as u128)).unwrap();
+                    f.arg("newtype", &Wrapper(9)).unwrap();
+                    f.arg("unit_variant", &Unit::Variant).unwrap();
+                }),
+                "4043bf08f30e4f17a803222646dedc3e30b592a5c13da42bef5e52c2e84c55a0",
+            ),
+            (
+                "a struct",
+                args(|f| {
+                    f.arg(
+                        "order",
+                        &Order {
+                            zeta: 1,
+                            alpha: Some("a".into()),
+                            items: vec![Item { sku: "x", qty: -2 }, Item { sku: "y\"", qty: 3 }],
+                            kind: Kind::Tagged(4),
+                            unit: (),
+                            ratio: 0.3,
+                        },
+                    )
+                    .unwrap();
+                    f.arg("value", &json!("plain")).unwrap();
+                }),
+                "4e7e5cfe322d228ae058b07f6dd9190d59a951463ff344042cda8f777eb2b377",
+            ),
+            (
+                "Fingerprint::of u64",
+                Fingerprint::of(&4200u64).unwrap().to_hex(),
+                "be5220c4102d65865bde1ef9740d3d2093a02192e5773c56f23e27d917f17958",
+            ),
+            (
+                "Fingerprint::of struct",
+                Fingerprint::of(&Item {
+                    sku: "é\n", qty: 1
+                })
+                .unwrap()
+                .to_hex(),
+                "68921a300a651bd7920d5254de33ea96a66772ae80b6cf7efc76316ba8b46695",
+            ),
+            (
+                "Fingerprint::of nested map",
+                Fingerprint::of(&json!({"b": {"d": [1, {"z": 0, "a": 0}], "c": null}, "a": 0.25}))
+                    .unwrap()
+                    .to_hex(),
+                "4b359a147041340e72a3c664f0301e483b40cc2d56d3ef0957f5566e3ac05985",
+            ),
+            (
+                "Fingerprint::of str",
+                Fingerprint::of("a \"str\"").unwrap().to_hex(),
+                "f2337f0727257ddcf5e350750b6b00258b3f928de64d38b3b38b7944f55534dc",
+            ),
+        ];
+        let mut wrong = Vec::new();
+        for (name, got, want) in &cases {
+            if got != want {
+                wrong.push(format!("{name:?}: {got}"));
+            }
+        }
+        assert!(
+            wrong.is_empty(),
+            "changed fingerprints:\n{}",
+            wrong.join("\n")
+        );
+    }
+
+    fn serde_bytes_like() -> impl Serialize {
+        struct Bytes(&'static [u8]);
+        impl Serialize for Bytes {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_bytes(self.0)
+            }
+        }
+        Bytes(b"\x00\x7f\xff")
+    }
+
+    #[test]
+    fn errors_are_kept() {
+        let mut map = BTreeMap::new();
+        map.insert(vec![1u8], 1u8);
+        assert!(Fingerprinter::new().arg("bad", &map).is_err());
+        assert!(Fingerprint::of(&map).is_err());
+        assert!(Fingerprinter::new().arg("big", &u128::MAX).is_err());
+    }
+}
