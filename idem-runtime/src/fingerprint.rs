@@ -6,10 +6,7 @@
 
 use std::fmt;
 
-use std::io::Write;
-
 use serde::Serialize;
-use serde::ser::Impossible;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -20,19 +17,15 @@ pub struct Fingerprint(pub [u8; 32]);
 impl Fingerprint {
     /// The fingerprint of any serializable value, via its canonical JSON.
     pub fn of<T: Serialize + ?Sized>(value: &T) -> Result<Self, serde_json::Error> {
-        let mut hashing = Hashing::new();
-        if value.serialize(Scalar(&mut hashing)).is_ok() {
-            return Ok(hashing.finish());
-        }
         let value = serde_json::to_value(value)?;
         Ok(Self::of_value(&value))
     }
 
     /// The fingerprint of a JSON value, object keys sorted at every depth.
     pub fn of_value(value: &Value) -> Self {
-        let mut hashing = Hashing::new();
-        write_canonical(&mut hashing, value);
-        hashing.finish()
+        let mut sha = Sha256::new();
+        write_canonical(&mut sha, value);
+        Fingerprint(sha.finalize().into())
     }
 
     /// Lowercase hex, 64 characters.
@@ -71,21 +64,9 @@ impl fmt::Display for Fingerprint {
 /// ```
 #[derive(Debug, Default)]
 pub struct Fingerprinter {
-    // Each argument's bytes, in the order added: its name as given (to sort by), then its member
-    // of the object as hashed, `"name":value` in canonical JSON. One buffer for all of them, so
-    // an argument costs no allocation of its own once the buffer has grown.
-    text: Vec<u8>,
-    // Where each argument's bytes lie in `text`; sorted by name (the last of equal names winning,
-    // as in a JSON map) when finished, so no map is built.
-    args: Vec<Arg>,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Arg {
-    /// `text[name..member]` is the name; `text[member..end]` is `"name":value`.
-    name: usize,
-    member: usize,
-    end: usize,
+    // In the order added; sorted by name (the last of equal names winning, as in a JSON map) when
+    // finished, so no map is built.
+    args: Vec<(String, Value)>,
 }
 
 impl Fingerprinter {
@@ -100,359 +81,81 @@ impl Fingerprinter {
         name: &str,
         value: &T,
     ) -> Result<&mut Self, serde_json::Error> {
-        if self.text.capacity() == 0 {
-            self.text.reserve(128);
-            self.args.reserve(4);
-        }
-        let start = self.text.len();
-        self.text.extend_from_slice(name.as_bytes());
-        let member = self.text.len();
-        write_str(&mut self.text, name);
-        self.text.push(b':');
-        let value_start = self.text.len();
-        // Scalars are written as they serialize; anything else goes through a `Value`, which
-        // decides what JSON the arguments are (and what fails to be).
-        if value.serialize(Scalar(&mut self.text)).is_err() {
-            self.text.truncate(value_start);
-            match serde_json::to_value(value) {
-                Ok(value) => write_canonical(&mut self.text, &value),
-                Err(e) => {
-                    self.text.truncate(start);
-                    return Err(e);
-                }
-            }
-        }
-        self.args.push(Arg {
-            name: start,
-            member,
-            end: self.text.len(),
-        });
+        self.args
+            .push((name.to_owned(), serde_json::to_value(value)?));
         Ok(self)
     }
 
     /// The fingerprint of the arguments added so far.
     pub fn finish(mut self) -> Fingerprint {
-        let text = &self.text[..];
-        let name = |a: &Arg| &text[a.name..a.member];
-        // Stable, so of equal names the last added stays last. Skipped when added in order.
-        if !self.args.is_sorted_by(|a, b| name(a) <= name(b)) {
-            self.args.sort_by(|a, b| name(a).cmp(name(b)));
-        }
-        let mut hashing = Hashing::new();
-        hashing.push(b"{");
+        // Stable, so of equal names the last added stays last.
+        self.args.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut sha = Sha256::new();
+        sha.update(b"{");
         let mut first = true;
-        for (i, arg) in self.args.iter().enumerate() {
-            if self
-                .args
-                .get(i + 1)
-                .is_some_and(|next| name(next) == name(arg))
-            {
+        for (i, (name, value)) in self.args.iter().enumerate() {
+            if self.args.get(i + 1).is_some_and(|next| next.0 == *name) {
                 continue;
             }
             if !first {
-                hashing.push(b",");
+                sha.update(b",");
             }
             first = false;
-            hashing.push(&text[arg.member..arg.end]);
+            write_json(&mut sha, name);
+            sha.update(b":");
+            write_canonical(&mut sha, value);
         }
-        hashing.push(b"}");
-        hashing.finish()
-    }
-}
-
-/// SHA-256 fed through a buffer on the stack, so the hash sees a few large updates rather than
-/// one per JSON token (each of which costs `sha2` its own buffer bookkeeping).
-struct Hashing {
-    sha: Sha256,
-    len: usize,
-    buf: [u8; HASHING_BUF],
-}
-
-const HASHING_BUF: usize = 128;
-
-impl Hashing {
-    fn new() -> Self {
-        Hashing {
-            sha: Sha256::new(),
-            len: 0,
-            buf: [0; HASHING_BUF],
-        }
-    }
-
-    #[inline]
-    fn push(&mut self, bytes: &[u8]) {
-        match self.buf.get_mut(self.len..self.len + bytes.len()) {
-            Some(room) => {
-                room.copy_from_slice(bytes);
-                self.len += bytes.len();
-            }
-            None => self.spill(bytes),
-        }
-    }
-
-    #[cold]
-    fn spill(&mut self, bytes: &[u8]) {
-        self.sha.update(&self.buf[..self.len]);
-        self.len = 0;
-        if bytes.len() >= HASHING_BUF {
-            self.sha.update(bytes);
-        } else {
-            self.buf[..bytes.len()].copy_from_slice(bytes);
-            self.len = bytes.len();
-        }
-    }
-
-    fn finish(mut self) -> Fingerprint {
-        self.sha.update(&self.buf[..self.len]);
-        Fingerprint(self.sha.finalize().into())
-    }
-}
-
-impl Write for Hashing {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.push(buf);
-        Ok(buf.len())
-    }
-    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
-        self.push(buf);
-        Ok(())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
+        sha.update(b"}");
+        Fingerprint(sha.finalize().into())
     }
 }
 
 // Written by hand rather than trusting `serde_json::Map`'s order: with serde_json's
 // `preserve_order` feature (which any crate in a user's graph may switch on) maps keep
 // insertion order, and the fingerprint would change with it.
-fn write_canonical<W: Write>(out: &mut W, value: &Value) {
+fn write_canonical(sha: &mut Sha256, value: &Value) {
     match value {
         Value::Object(map) => {
-            let _ = out.write_all(b"{");
-            // Without `preserve_order` the map iterates sorted already: then nothing is collected.
-            if map.keys().is_sorted() {
-                for (i, (k, v)) in map.iter().enumerate() {
-                    write_member(out, i, k, v);
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            sha.update(b"{");
+            for (i, (k, v)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    sha.update(b",");
                 }
-            } else {
-                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-                entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-                for (i, (k, v)) in entries.into_iter().enumerate() {
-                    write_member(out, i, k, v);
-                }
+                write_json(sha, k);
+                sha.update(b":");
+                write_canonical(sha, v);
             }
-            let _ = out.write_all(b"}");
+            sha.update(b"}");
         }
         Value::Array(items) => {
-            let _ = out.write_all(b"[");
+            sha.update(b"[");
             for (i, v) in items.iter().enumerate() {
                 if i > 0 {
-                    let _ = out.write_all(b",");
+                    sha.update(b",");
                 }
-                write_canonical(out, v);
+                write_canonical(sha, v);
             }
-            let _ = out.write_all(b"]");
+            sha.update(b"]");
         }
-        Value::String(s) => write_str(out, s),
-        Value::Null => {
-            let _ = out.write_all(b"null");
+        scalar => write_json(sha, scalar),
+    }
+}
+
+/// serde_json's text of a string or a scalar, streamed into the hash (no `String` made).
+fn write_json<T: Serialize + ?Sized>(sha: &mut Sha256, value: &T) {
+    struct Hashing<'a>(&'a mut Sha256);
+    impl std::io::Write for Hashing<'_> {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.update(buf);
+            Ok(buf.len())
         }
-        Value::Bool(b) => {
-            let _ = out.write_all(if *b { b"true" } else { b"false" });
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
         }
-        number => write_json(out, number),
     }
-}
-
-fn write_member<W: Write>(out: &mut W, i: usize, k: &str, v: &Value) {
-    if i > 0 {
-        let _ = out.write_all(b",");
-    }
-    write_str(out, k);
-    let _ = out.write_all(b":");
-    write_canonical(out, v);
-}
-
-/// serde_json's text of a string: quoted and escaped.
-fn write_str<W: Write>(out: &mut W, s: &str) {
-    write_json(out, s);
-}
-
-/// serde_json's text of a string or a scalar, written straight out (no `String` made).
-fn write_json<W: Write, T: Serialize + ?Sized>(out: &mut W, value: &T) {
-    serde_json::to_writer(out, value).expect("a JSON string or scalar serializes");
-}
-
-/// Writes a value that serializes as one JSON scalar exactly as its `Value` would be written;
-/// anything else (and anything whose `Value` is not plainly that scalar) it refuses with
-/// [`NotScalar`], having written nothing, and the value goes through `serde_json::to_value`.
-struct Scalar<'a, W>(&'a mut W);
-
-#[derive(Debug)]
-struct NotScalar;
-
-impl fmt::Display for NotScalar {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("not a JSON scalar")
-    }
-}
-
-impl std::error::Error for NotScalar {}
-
-impl serde::ser::Error for NotScalar {
-    fn custom<T: fmt::Display>(_msg: T) -> Self {
-        NotScalar
-    }
-}
-
-impl<W: Write> Scalar<'_, W> {
-    fn raw(self, bytes: &[u8]) -> Result<(), NotScalar> {
-        self.0.write_all(bytes).map_err(|_| NotScalar)
-    }
-    fn int(self, i: impl itoa::Integer) -> Result<(), NotScalar> {
-        self.raw(itoa::Buffer::new().format(i).as_bytes())
-    }
-}
-
-impl<W: Write> serde::Serializer for Scalar<'_, W> {
-    type Ok = ();
-    type Error = NotScalar;
-    type SerializeSeq = Impossible<(), NotScalar>;
-    type SerializeTuple = Impossible<(), NotScalar>;
-    type SerializeTupleStruct = Impossible<(), NotScalar>;
-    type SerializeTupleVariant = Impossible<(), NotScalar>;
-    type SerializeMap = Impossible<(), NotScalar>;
-    type SerializeStruct = Impossible<(), NotScalar>;
-    type SerializeStructVariant = Impossible<(), NotScalar>;
-
-    fn serialize_bool(self, v: bool) -> Result<(), NotScalar> {
-        self.raw(if v { b"true" } else { b"false" })
-    }
-    fn serialize_i8(self, v: i8) -> Result<(), NotScalar> {
-        self.int(v)
-    }
-    fn serialize_i16(self, v: i16) -> Result<(), NotScalar> {
-        self.int(v)
-    }
-    fn serialize_i32(self, v: i32) -> Result<(), NotScalar> {
-        self.int(v)
-    }
-    fn serialize_i64(self, v: i64) -> Result<(), NotScalar> {
-        self.int(v)
-    }
-    fn serialize_u8(self, v: u8) -> Result<(), NotScalar> {
-        self.int(v)
-    }
-    fn serialize_u16(self, v: u16) -> Result<(), NotScalar> {
-        self.int(v)
-    }
-    fn serialize_u32(self, v: u32) -> Result<(), NotScalar> {
-        self.int(v)
-    }
-    fn serialize_u64(self, v: u64) -> Result<(), NotScalar> {
-        self.int(v)
-    }
-    // 128-bit integers may not fit a `Value`, and an `f32`'s `Value` depends on serde_json's
-    // features (`arbitrary_precision` keeps its own digits): `to_value` decides.
-    fn serialize_i128(self, _: i128) -> Result<(), NotScalar> {
-        Err(NotScalar)
-    }
-    fn serialize_u128(self, _: u128) -> Result<(), NotScalar> {
-        Err(NotScalar)
-    }
-    fn serialize_f32(self, _: f32) -> Result<(), NotScalar> {
-        Err(NotScalar)
-    }
-    fn serialize_f64(self, v: f64) -> Result<(), NotScalar> {
-        // A non-finite float's `Value` is null, which is what serde_json writes for it too.
-        serde_json::to_writer(self.0, &v).map_err(|_| NotScalar)
-    }
-    fn serialize_char(self, v: char) -> Result<(), NotScalar> {
-        self.serialize_str(v.encode_utf8(&mut [0; 4]))
-    }
-    fn serialize_str(self, v: &str) -> Result<(), NotScalar> {
-        serde_json::to_writer(self.0, v).map_err(|_| NotScalar)
-    }
-    fn serialize_bytes(self, _: &[u8]) -> Result<(), NotScalar> {
-        Err(NotScalar)
-    }
-    fn serialize_none(self) -> Result<(), NotScalar> {
-        self.raw(b"null")
-    }
-    fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<(), NotScalar> {
-        value.serialize(self)
-    }
-    fn serialize_unit(self) -> Result<(), NotScalar> {
-        self.raw(b"null")
-    }
-    fn serialize_unit_struct(self, _: &'static str) -> Result<(), NotScalar> {
-        self.raw(b"null")
-    }
-    fn serialize_unit_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        variant: &'static str,
-    ) -> Result<(), NotScalar> {
-        self.serialize_str(variant)
-    }
-    fn serialize_newtype_struct<T: Serialize + ?Sized>(
-        self,
-        _: &'static str,
-        value: &T,
-    ) -> Result<(), NotScalar> {
-        value.serialize(self)
-    }
-    fn serialize_newtype_variant<T: Serialize + ?Sized>(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: &T,
-    ) -> Result<(), NotScalar> {
-        Err(NotScalar)
-    }
-    fn serialize_seq(self, _: Option<usize>) -> Result<Self::SerializeSeq, NotScalar> {
-        Err(NotScalar)
-    }
-    fn serialize_tuple(self, _: usize) -> Result<Self::SerializeTuple, NotScalar> {
-        Err(NotScalar)
-    }
-    fn serialize_tuple_struct(
-        self,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeTupleStruct, NotScalar> {
-        Err(NotScalar)
-    }
-    fn serialize_tuple_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeTupleVariant, NotScalar> {
-        Err(NotScalar)
-    }
-    fn serialize_map(self, _: Option<usize>) -> Result<Self::SerializeMap, NotScalar> {
-        Err(NotScalar)
-    }
-    fn serialize_struct(
-        self,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeStruct, NotScalar> {
-        Err(NotScalar)
-    }
-    fn serialize_struct_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeStructVariant, NotScalar> {
-        Err(NotScalar)
-    }
+    serde_json::to_writer(Hashing(sha), value).expect("a JSON string or scalar serializes");
 }
 
 #[cfg(test)]
