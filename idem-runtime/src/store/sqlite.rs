@@ -29,17 +29,23 @@
 //! - **Durability**: WAL with `synchronous=FULL` by default, so a completed outcome is on disk
 //!   before `complete` returns; `Synchronous::Normal` may lose the last commits on power loss
 //!   (not on a process crash) and is faster.
-//! - **Async callers never block**: every call runs on tokio's blocking pool
-//!   (`spawn_blocking`) over one connection per store. SQLite lets one writer in at a time
-//!   anyway, and a mutex hands the connection over at once where a second connection would wait
-//!   in SQLite's busy handler, which sleeps in steps of milliseconds.
+//! - **Async callers never block**: one connection per store, and a thread of the store's own
+//!   for what may wait: a commit under `synchronous=FULL` (an fsync), a wait for another
+//!   process's write lock (up to the busy timeout), opening the file, a checkpoint. What cannot
+//!   wait runs at once on the caller's thread, with no busy wait: a read, and under
+//!   `synchronous=NORMAL` a write (no fsync at commit); if another process holds the write
+//!   lock, it goes to the thread. SQLite lets one writer in at a time anyway, and a mutex hands
+//!   the connection over at once where a second connection would wait in SQLite's busy handler,
+//!   which sleeps in steps of milliseconds.
 //! - **Schema version** in `PRAGMA user_version`, the file marked as idemkit's by
 //!   `PRAGMA application_id`; [`sql::MIGRATIONS`] brings an older file up to date in one
 //!   transaction, and a file from a newer idemkit is refused, not touched.
 
+use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::types::ValueRef;
@@ -80,7 +86,7 @@ pub fn default_path() -> Result<PathBuf, String> {
 }
 
 /// The runtime used when none is installed or scoped: a [`SqliteStore`] at [`default_path`],
-/// opened by the first call that needs it (on the blocking pool), so a failure to open it is
+/// opened by the first call that needs it (on the store's own thread), so a failure to open it is
 /// that call's [`Error::Store`](crate::Error::Store), naming the file, and the next call tries again.
 pub(crate) fn default_runtime() -> Result<Idem, String> {
     let path = default_path()?;
@@ -140,20 +146,27 @@ impl SqliteStoreBuilder {
     pub fn open(self) -> Result<SqliteStore, StoreError> {
         let store = self.open_lazily();
         {
-            let mut conn = store.shared.lock();
-            *conn = Some(open_connection(&store.shared.path, &store.shared.settings)?);
+            let db = &store.shared.db;
+            let mut conn = db.lock();
+            *conn = Some(open_connection(&db.path, &db.settings)?);
         }
         Ok(store)
     }
 
-    /// The store, opened by its first operation (on the blocking pool); until one succeeds,
+    /// The store, opened by its first operation (on the store's own thread); until one succeeds,
     /// each operation tries again and fails with why.
     pub fn open_lazily(self) -> SqliteStore {
         SqliteStore {
             shared: Arc::new(Shared {
-                path: self.path.clone(),
-                settings: self,
-                conn: Mutex::new(None),
+                db: Arc::new(Db {
+                    path: self.path.clone(),
+                    settings: self,
+                    conn: Mutex::new(None),
+                    queued: AtomicUsize::new(0),
+                    freed: tokio::sync::Notify::new(),
+                    spinning: AtomicBool::new(false),
+                }),
+                jobs: OnceLock::new(),
                 claims: AtomicU32::new(0),
             }),
         }
@@ -170,28 +183,294 @@ pub struct SqliteStore {
 }
 
 struct Shared {
-    path: PathBuf,
-    settings: SqliteStoreBuilder,
-    /// `None` until opened (lazily, or again after a failed open).
-    conn: Mutex<Option<Connection>>,
+    db: Arc<Db>,
+    /// The connection thread's queue; the thread is started by the first operation that needs
+    /// it, and ends when the last clone of the store is dropped (its queue then disconnects).
+    jobs: OnceLock<Sender<Job>>,
     /// Claims since the last opportunistic prune.
     claims: AtomicU32,
 }
 
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, Option<Connection>> {
+/// The connection, shared by the store's connection thread and its callers' threads.
+struct Db {
+    path: PathBuf,
+    settings: SqliteStoreBuilder,
+    /// `None` until opened (lazily, or again after a failed open).
+    conn: Mutex<Option<Open>>,
+    /// Jobs handed to the connection thread and not finished yet.
+    queued: AtomicUsize,
+    /// Told (one waiter at a time) when an operation on a caller's thread lets go of the
+    /// connection, and when the connection thread's queue empties.
+    freed: tokio::sync::Notify,
+    /// Whether a caller is spinning for the connection (see [`Db::spin_for_lock`]).
+    spinning: AtomicBool,
+}
+
+/// An open connection.
+struct Open {
+    conn: Connection,
+    /// Under `synchronous=NORMAL`, the frames (pages) in the WAL after this connection's last
+    /// commit, as SQLite reports them to [`count_wal_frames`]; it decides when to checkpoint
+    /// (see [`Db::try_inline`]). Declared after `conn`: dropped after the connection is closed.
+    wal_frames: Option<Box<AtomicU32>>,
+}
+
+impl Open {
+    /// Under `synchronous=NORMAL`, replaces SQLite's automatic checkpoint on `conn` with a count
+    /// of the WAL's frames: the store checkpoints on its own thread instead.
+    fn new(conn: Connection, synchronous: Synchronous) -> Self {
+        let wal_frames = (synchronous == Synchronous::Normal).then(|| {
+            let frames = Box::new(AtomicU32::new(0));
+            let arg: *const AtomicU32 = &*frames;
+            // SAFETY: the hook only stores into the `AtomicU32` behind `arg`, which lives on the
+            // heap as long as `Open` holds it: after `conn` (fields drop in order), so for as
+            // long as SQLite may call the hook. Nothing else sets this connection's WAL hook.
+            unsafe {
+                rusqlite::ffi::sqlite3_wal_hook(
+                    conn.handle(),
+                    Some(count_wal_frames),
+                    arg.cast_mut().cast(),
+                );
+            }
+            frames
+        });
+        Open { conn, wal_frames }
+    }
+
+    /// Whether the WAL has grown to [`CHECKPOINT_PAGES`] under `synchronous=NORMAL`.
+    fn wants_checkpoint(&self) -> bool {
+        self.wal_frames
+            .as_ref()
+            .is_some_and(|f| f.load(Ordering::Relaxed) >= CHECKPOINT_PAGES)
+    }
+}
+
+/// SQLite's WAL hook, called after each commit of the connection with the frames in the WAL.
+unsafe extern "C" fn count_wal_frames(
+    frames: *mut std::ffi::c_void,
+    _db: *mut rusqlite::ffi::sqlite3,
+    _name: *const std::ffi::c_char,
+    n: std::ffi::c_int,
+) -> std::ffi::c_int {
+    // SAFETY: `frames` is the `AtomicU32` registered in `Open::new`, alive while the hook is.
+    let frames = unsafe { &*frames.cast::<AtomicU32>() };
+    frames.store(u32::try_from(n).unwrap_or(0), Ordering::Relaxed);
+    rusqlite::ffi::SQLITE_OK
+}
+
+/// An operation run on the connection thread.
+type Job = Box<dyn FnOnce(&Db) + Send>;
+
+/// What an operation does to the file, which decides where it may run (see [`Db::try_inline`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    /// Reads only: no commit, so no fsync.
+    Read,
+    /// Writes a record or two.
+    Write,
+    /// Writes that may take long whatever the settings (a batch of deletes): always on the
+    /// connection thread.
+    Long,
+}
+
+/// Under `synchronous=NORMAL` the store checkpoints the WAL itself, on the connection thread,
+/// once it holds this many pages (SQLite's automatic checkpoint, which it replaces on that
+/// connection, uses the same figure); see [`Db::try_inline`] for why.
+const CHECKPOINT_PAGES: u32 = 1000;
+
+/// Where [`Db::try_inline`] left an operation.
+enum Inline<T> {
+    Done(Result<T, StoreError>),
+    /// The connection is taken for a moment: try again once [`Db::freed`] is told.
+    Wait,
+    /// Run it on the connection thread (nothing was changed).
+    Thread,
+}
+
+impl Db {
+    fn lock(&self) -> MutexGuard<'_, Option<Open>> {
         // A panic mid-operation leaves SQLite's own transaction to roll back: the connection
         // is still sound.
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether writes may run on callers' threads, the store checkpointing the WAL itself
+    /// (see [`Db::try_inline`]).
+    fn writes_inline(&self) -> bool {
+        self.settings.synchronous == Synchronous::Normal
+    }
+
+    /// Runs `op` on the connection, opening the file first if needed, with the busy timeout:
+    /// may block, so only on the connection thread.
+    fn run_blocking<T>(
+        &self,
+        op: &mut impl FnMut(&mut Connection, &Path) -> Result<T, StoreError>,
+        access: Access,
+    ) -> Result<T, StoreError> {
+        let mut guard = self.lock();
+        if guard.is_none() {
+            *guard = Some(open_connection(&self.path, &self.settings)?);
+        }
+        let open = guard.as_mut().expect("opened above");
+        if access != Access::Read && open.wants_checkpoint() {
+            // Before the write, so that the write which then starts the WAL over (and syncs its
+            // header, see `try_inline`) is this one, here.
+            if let Err(e) = open
+                .conn
+                .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+            {
+                tracing::debug!(error = %e, "checkpoint failed; the next write tries again");
+            }
+        }
+        op(&mut open.conn, &self.path)
+    }
+
+    /// Runs `op` on the caller's thread if it cannot make that thread wait; else says whether
+    /// to wait for the connection (never blocking) or to hand `op` to the connection thread.
+    ///
+    /// Why this cannot hold an async worker thread for long:
+    /// - It only runs what does not sync: reads, and writes under `synchronous=NORMAL`, where a
+    ///   WAL commit writes to the operating system's cache without an fsync. A commit under
+    ///   `FULL` waits for the disk (milliseconds, or as long as a failing disk takes): always on
+    ///   the connection thread.
+    /// - It never waits for a lock that may be held long. The connection's mutex is only tried:
+    ///   if a job of the connection thread holds it (perhaps waiting for another process), or
+    ///   is queued for it, this does not wait here; if another caller's operation (one of
+    ///   these) holds it, one caller at a time tries again for at most [`SPIN_FOR_LOCK`]. And
+    ///   SQLite's busy handler is off for the attempt, so a write lock held by another
+    ///   connection fails the statement at once with `SQLITE_BUSY`, before it changed anything
+    ///   (a busy `BEGIN IMMEDIATE` or autocommit statement has no effect; a claim's transaction
+    ///   is rolled back when dropped), and the operation runs again, from the start, on the
+    ///   connection thread with the busy timeout.
+    /// - The other syncs of `NORMAL` are checkpoints (an fsync of the WAL and of the database)
+    ///   and the first write after a complete checkpoint (it starts the WAL over and syncs its
+    ///   header). SQLite's automatic checkpoint would run them in whichever commit crosses
+    ///   1000 pages, so under `NORMAL` its WAL hook is replaced by [`count_wal_frames`]: once
+    ///   the WAL holds [`CHECKPOINT_PAGES`], the next write goes to the connection thread, which
+    ///   checkpoints and then writes. (Another process's checkpoint can still make a write here
+    ///   start the WAL over: one fsync of one page, now and then.)
+    /// - The first open, and an opportunistic prune of up to [`PRUNE_BATCH`] rows, run on the
+    ///   connection thread too.
+    ///
+    /// Under `NORMAL`, nearly every operation runs on callers' threads, so a caller that finds
+    /// the connection taken (by another caller's short operation, or by a job) waits, without
+    /// blocking, for [`Db::freed`], rather than queue for the connection thread: once callers
+    /// join that queue, each woken caller joins it again before it empties, and every operation
+    /// would pay two thread hand-overs. Under `FULL`, writes keep the thread busy, and a read
+    /// queues behind them.
+    fn try_inline<T>(
+        &self,
+        op: &mut impl FnMut(&mut Connection, &Path) -> Result<T, StoreError>,
+        access: Access,
+    ) -> Inline<T> {
+        // What to do if the connection is taken.
+        let taken = match access {
+            Access::Long => return Inline::Thread,
+            Access::Write if !self.writes_inline() => return Inline::Thread,
+            _ if self.writes_inline() => Inline::Wait,
+            _ => Inline::Thread,
+        };
+        if self.queued.load(Ordering::SeqCst) > 0 {
+            return taken;
+        }
+        let guard = match self.conn.try_lock() {
+            Ok(guard) => guard,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => match self.spin_for_lock() {
+                Some(guard) => guard,
+                None => return taken,
+            },
+        };
+        let mut held = Held {
+            db: self,
+            guard: Some(guard),
+        };
+        let guard = held.guard.as_mut().expect("set above");
+        let Some(open) = guard.as_mut() else {
+            return Inline::Thread; // Not opened yet: opening may wait.
+        };
+        if access != Access::Read && open.wants_checkpoint() {
+            return Inline::Thread;
+        }
+        if open.conn.busy_timeout(Duration::ZERO).is_err() {
+            return Inline::Thread;
+        }
+        let result = op(&mut open.conn, &self.path);
+        match result {
+            Err(e) if is_busy(&e) => Inline::Thread,
+            result => Inline::Done(result),
+        }
+        // `held` puts the busy timeout back, lets go of the connection, tells a waiter.
+    }
+
+    /// Under `NORMAL`, with no job queued for the connection thread, the connection is held by
+    /// another caller's operation, which takes tens of microseconds and never waits (see
+    /// [`Db::try_inline`]). Waiting for it asynchronously costs a thread wake-up and sleep
+    /// per operation when callers on several worker threads contend; one caller at a time
+    /// instead tries the lock again for up to [`SPIN_FOR_LOCK`], as adaptive mutexes do.
+    /// `None`: not got (the others wait for [`Db::freed`]).
+    fn spin_for_lock(&self) -> Option<MutexGuard<'_, Option<Open>>> {
+        let idle = || self.queued.load(Ordering::SeqCst) == 0;
+        if !self.writes_inline() || !idle() || self.spinning.swap(true, Ordering::Acquire) {
+            return None;
+        }
+        let started = std::time::Instant::now();
+        let got = loop {
+            match self.conn.try_lock() {
+                Ok(guard) => break Some(guard),
+                Err(TryLockError::Poisoned(p)) => break Some(p.into_inner()),
+                Err(TryLockError::WouldBlock) if idle() && started.elapsed() < SPIN_FOR_LOCK => {
+                    std::hint::spin_loop();
+                }
+                Err(TryLockError::WouldBlock) => break None,
+            }
+        };
+        self.spinning.store(false, Ordering::Release);
+        got
+    }
+}
+
+/// How long [`Db::spin_for_lock`] tries: less than one operation (~25 µs under `NORMAL`).
+const SPIN_FOR_LOCK: Duration = Duration::from_micros(10);
+
+/// The connection held by an operation on a caller's thread; dropped (also by a panic), it puts
+/// the busy timeout back, lets go of the connection and then tells the next waiter.
+struct Held<'a> {
+    db: &'a Db,
+    guard: Option<MutexGuard<'a, Option<Open>>>,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        if let Some(mut guard) = self.guard.take() {
+            let restored = guard.as_ref().is_none_or(|open| {
+                open.conn
+                    .busy_timeout(self.db.settings.busy_timeout)
+                    .is_ok()
+            });
+            if !restored {
+                // Never seen (it fails only on a closed handle); a connection without its busy
+                // timeout would fail at once under contention, so the next operation reopens.
+                *guard = None;
+            }
+        }
+        self.db.freed.notify_one();
+    }
+}
+
+/// The connection thread: runs jobs in order until the store is dropped.
+fn serve(db: &Db, jobs: &Receiver<Job>) {
+    while let Ok(job) = jobs.recv() {
+        job(db);
     }
 }
 
 impl std::fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SqliteStore")
-            .field("path", &self.shared.path)
-            .field("synchronous", &self.shared.settings.synchronous)
-            .field("busy_timeout", &self.shared.settings.busy_timeout)
+            .field("path", &self.shared.db.path)
+            .field("synchronous", &self.shared.db.settings.synchronous)
+            .field("busy_timeout", &self.shared.db.settings.busy_timeout)
             .finish()
     }
 }
@@ -218,33 +497,93 @@ impl SqliteStore {
 
     /// The file.
     pub fn path(&self) -> &Path {
-        &self.shared.path
+        &self.shared.db.path
     }
 
-    /// Runs `op` on the connection on tokio's blocking pool, opening the file first if needed.
+    /// Runs `op` on the connection: on the caller's thread when it cannot make it wait (see
+    /// [`Db::try_inline`]), else on the store's connection thread, awaited without blocking.
+    /// `op` may be called twice: a first try that found the write lock taken changed nothing.
     async fn run<T: Send + 'static>(
         &self,
-        op: impl FnOnce(&mut Connection, &Path) -> Result<T, StoreError> + Send + 'static,
+        access: Access,
+        mut op: impl FnMut(&mut Connection, &Path) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        let shared = Arc::clone(&self.shared);
-        let task = tokio::task::spawn_blocking(move || {
-            let mut guard = shared.lock();
-            if guard.is_none() {
-                *guard = Some(open_connection(&shared.path, &shared.settings)?);
+        let db = &self.shared.db;
+        // An operation on the caller's thread returns without yielding: count it against the
+        // task's budget, as tokio's own resources do, so a loop of them lets other tasks run.
+        tokio::task::consume_budget().await;
+        loop {
+            match db.try_inline(&mut op, access) {
+                Inline::Done(result) => return result,
+                Inline::Thread => break,
+                Inline::Wait => {
+                    let freed = db.freed.notified();
+                    let mut freed = std::pin::pin!(freed);
+                    // Listening before trying again, so a release in between is not missed.
+                    freed.as_mut().enable();
+                    match db.try_inline(&mut op, access) {
+                        Inline::Done(result) => return result,
+                        Inline::Thread => break,
+                        Inline::Wait => freed.await,
+                    }
+                }
             }
-            let conn = guard.as_mut().expect("opened above");
-            op(conn, &shared.path)
-        });
-        match task.await {
-            Ok(result) => result,
-            Err(e) => Err(StoreError::new(
-                StoreErrorKind::Other,
-                format!(
-                    "an operation on the store {} did not finish: {e}",
-                    self.path().display()
-                ),
-            )),
         }
+        let jobs = self.jobs()?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        db.queued.fetch_add(1, Ordering::SeqCst);
+        let job: Job = Box::new(move |db: &Db| {
+            let result =
+                std::panic::catch_unwind(AssertUnwindSafe(|| db.run_blocking(&mut op, access)));
+            if db.queued.fetch_sub(1, Ordering::SeqCst) == 1 {
+                db.freed.notify_one();
+            }
+            let _ = tx.send(result.map_err(|panic| {
+                panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "no message".to_owned())
+            }));
+        });
+        if jobs.send(job).is_err() && db.queued.fetch_sub(1, Ordering::SeqCst) == 1 {
+            db.freed.notify_one();
+        }
+        let why = match rx.await {
+            Ok(Ok(result)) => return result,
+            Ok(Err(panic)) => format!("it panicked ({panic})"),
+            Err(_) => "the store's connection thread is gone".to_owned(),
+        };
+        Err(StoreError::new(
+            StoreErrorKind::Other,
+            format!(
+                "an operation on the store {} did not finish: {why}",
+                self.path().display()
+            ),
+        ))
+    }
+
+    /// The connection thread's queue, starting the thread if needed.
+    fn jobs(&self) -> Result<&Sender<Job>, StoreError> {
+        if let Some(jobs) = self.shared.jobs.get() {
+            return Ok(jobs);
+        }
+        let (tx, rx) = mpsc::channel::<Job>();
+        let db = Arc::clone(&self.shared.db);
+        std::thread::Builder::new()
+            .name("idemkit-sqlite".to_owned())
+            .spawn(move || serve(&db, &rx))
+            .map_err(|e| {
+                StoreError::unavailable(format!(
+                    "cannot start a thread for the store {}: {e}",
+                    self.path().display()
+                ))
+                .with_source(e)
+            })?;
+        // Another caller may have started one meanwhile: then this queue is dropped here, and
+        // its thread ends at once.
+        let _ = self.shared.jobs.set(tx);
+        Ok(self.shared.jobs.get().expect("set above"))
     }
 }
 
@@ -357,7 +696,9 @@ impl Store for SqliteStore {
         let (lease, ttl) = (ms(req.lease), ms(req.ttl));
         let prune =
             self.shared.claims.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == PRUNE_EVERY - 1;
-        self.run(move |conn, path| {
+        // A claim that also prunes (up to `PRUNE_BATCH` rows) runs on the store's thread.
+        let access = if prune { Access::Long } else { Access::Write };
+        self.run(access, move |conn, path| {
             let now = now_ms();
             let claim = (|| {
                 // IMMEDIATE: the write lock first, so the claim and the read of what it did not
@@ -417,7 +758,7 @@ impl Store for SqliteStore {
         ttl: Duration,
     ) -> Result<Written, StoreError> {
         let (key, outcome, ttl) = (*key, outcome.to_vec(), ms(ttl));
-        self.run(move |conn, path| {
+        self.run(Access::Write, move |conn, path| {
             let now = now_ms();
             let changed = conn
                 .prepare_cached(sql::COMPLETE)
@@ -439,7 +780,7 @@ impl Store for SqliteStore {
         token: LeaseToken,
     ) -> Result<Written, StoreError> {
         let key = *key;
-        self.run(move |conn, path| {
+        self.run(Access::Write, move |conn, path| {
             let changed = conn
                 .prepare_cached(sql::RELEASE)
                 .and_then(|mut st| {
@@ -459,7 +800,7 @@ impl Store for SqliteStore {
         ttl: Duration,
     ) -> Result<Written, StoreError> {
         let (key, note, ttl) = (*key, note.to_owned(), ms(ttl));
-        self.run(move |conn, path| {
+        self.run(Access::Write, move |conn, path| {
             let now = now_ms();
             let changed = conn
                 .prepare_cached(sql::MARK_AMBIGUOUS)
@@ -477,7 +818,7 @@ impl Store for SqliteStore {
 
     async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
         let key = *key;
-        self.run(move |conn, path| {
+        self.run(Access::Read, move |conn, path| {
             let rec = conn
                 .prepare_cached(sql::LIVE)
                 .and_then(|mut st| {
@@ -494,7 +835,7 @@ impl Store for SqliteStore {
     }
 
     async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
-        self.run(move |conn, path| {
+        self.run(Access::Long, move |conn, path| {
             prune_expired(conn, now_ms(), limit)
                 .map_err(|e| sql_error(path, "prune expired records from", e))
         })
@@ -503,7 +844,7 @@ impl Store for SqliteStore {
 
     async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
         let name = name.to_owned();
-        self.run(move |conn, path| {
+        self.run(Access::Write, move |conn, path| {
             let id: Vec<u8> = conn
                 .prepare_cached(sql::OPERATION_ID)
                 .and_then(|mut st| {
@@ -661,10 +1002,10 @@ fn sql_error(path: &Path, what: &str, e: rusqlite::Error) -> StoreError {
 /// the busy timeout. SQLite answers some lock upgrades of a first open (switching a new file to
 /// WAL while another connection reads it) with "locked" at once, without its busy handler, to
 /// avoid a deadlock; several processes starting together on a new file hit exactly that.
-fn open_connection(path: &Path, settings: &SqliteStoreBuilder) -> Result<Connection, StoreError> {
+fn open_connection(path: &Path, settings: &SqliteStoreBuilder) -> Result<Open, StoreError> {
     let started = std::time::Instant::now();
     loop {
-        match open_once(path, settings) {
+        match open_once(path, settings).map(|conn| Open::new(conn, settings.synchronous)) {
             Err(e) if is_busy(&e) && started.elapsed() < settings.busy_timeout => {
                 std::thread::sleep(Duration::from_millis(fastrand::u64(5..=25)));
             }
@@ -805,5 +1146,241 @@ fn migrate(conn: &Connection, path: &Path) -> Result<(), StoreError> {
             let _ = conn.execute_batch("ROLLBACK");
             Err(e)
         }
+    }
+}
+
+/// The operations that run on callers' threads (`synchronous=NORMAL`, reads): the suite, a
+/// write lock held by another connection, the busy timeout, the store's own checkpoints.
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(n: u128, ttl: Duration) -> ClaimRequest<'static> {
+        ClaimRequest {
+            key: IdempotencyKey::from_uuid(Uuid::from_u128(n)),
+            tool: "charge",
+            fingerprint: Fingerprint([n as u8; 32]),
+            token: LeaseToken::new(),
+            lease: Duration::from_secs(30),
+            ttl,
+        }
+    }
+
+    const DAY: Duration = Duration::from_secs(24 * 3600);
+
+    fn normal(dir: &tempfile::TempDir, busy_timeout: Duration) -> SqliteStore {
+        SqliteStore::builder(dir.path().join("idemkit.db"))
+            .synchronous(Synchronous::Normal)
+            .busy_timeout(busy_timeout)
+            .open()
+            .unwrap()
+    }
+
+    /// Another connection (another process, say) holding the write lock.
+    fn blocker(store: &SqliteStore) -> Connection {
+        let blocker = Connection::open(store.path()).unwrap();
+        blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+        blocker
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn under_normal_a_claim_meeting_another_writer_waits_off_the_async_thread_then_succeeds()
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let store = normal(&dir, Duration::from_secs(5));
+        let blocker = blocker(&store);
+        let claim = tokio::spawn({
+            let store = store.clone();
+            async move { store.claim(&request(1, DAY)).await }
+        });
+        // One thread: had the claim waited on it, this task could not run before it gave up.
+        let other = tokio::spawn(async { "ran meanwhile" });
+        assert_eq!(other.await.unwrap(), "ran meanwhile");
+        assert!(!claim.is_finished(), "the claim waits for the lock");
+        blocker.execute_batch("COMMIT").unwrap();
+        assert_eq!(claim.await.unwrap().unwrap(), Claim::Acquired);
+        // And the next ones run at once again.
+        assert_eq!(
+            store.claim(&request(2, DAY)).await.unwrap(),
+            Claim::Acquired
+        );
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn under_normal_the_busy_timeout_still_applies_and_a_caller_can_stop_waiting_sooner() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = normal(&dir, Duration::from_millis(300));
+        assert_eq!(
+            store.claim(&request(1, DAY)).await.unwrap(),
+            Claim::Acquired
+        );
+        let blocker = blocker(&store);
+        let started = std::time::Instant::now();
+        let err = store.claim(&request(2, DAY)).await.unwrap_err();
+        assert_eq!(err.kind(), StoreErrorKind::Unavailable, "{err}");
+        assert!(err.to_string().contains("busy timeout"), "{err}");
+        assert!(
+            started.elapsed() >= Duration::from_millis(250),
+            "waited the busy timeout (after a first try that did not wait): {:?}",
+            started.elapsed()
+        );
+        // A caller's own timeout ends its wait; the statement gives up later, on the thread.
+        let started = std::time::Instant::now();
+        let late = tokio::time::timeout(
+            Duration::from_millis(50),
+            store.complete(&request(1, DAY).key, LeaseToken::new(), b"{}", DAY),
+        )
+        .await;
+        assert!(late.is_err(), "timed out");
+        assert!(started.elapsed() < Duration::from_millis(250));
+        blocker.execute_batch("ROLLBACK").unwrap();
+        // A read and a write on the caller's thread, with the busy timeout put back after each.
+        assert!(store.get(&request(1, DAY).key).await.unwrap().is_some());
+        assert_eq!(
+            store.claim(&request(3, DAY)).await.unwrap(),
+            Claim::Acquired
+        );
+        let blocker = blocker_after_waiting(&store).await;
+        let started = std::time::Instant::now();
+        assert!(store.claim(&request(4, DAY)).await.is_err());
+        assert!(started.elapsed() >= Duration::from_millis(250));
+        drop(blocker);
+    }
+
+    /// The blocker, once the store's jobs left on its thread (the timed-out `complete`) ended.
+    async fn blocker_after_waiting(store: &SqliteStore) -> Connection {
+        while store.shared.db.queued.load(Ordering::SeqCst) > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        blocker(store)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn under_normal_the_store_checkpoints_its_wal() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = normal(&dir, Duration::from_secs(5));
+        let claims = 3 * CHECKPOINT_PAGES as u128;
+        for n in 1..=claims {
+            assert_eq!(
+                store.claim(&request(n, DAY)).await.unwrap(),
+                Claim::Acquired
+            );
+        }
+        // Without checkpoints the WAL would hold every page written: ~3 a claim.
+        let wal = std::fs::metadata(dir.path().join("idemkit.db-wal"))
+            .unwrap()
+            .len();
+        assert!(
+            wal < u64::from(2 * CHECKPOINT_PAGES) * 4096,
+            "the WAL is {wal} bytes"
+        );
+        let frames = store
+            .shared
+            .db
+            .lock()
+            .as_ref()
+            .unwrap()
+            .wal_frames
+            .as_ref()
+            .unwrap()
+            .load(Ordering::Relaxed);
+        assert!(
+            frames > 0 && frames < 2 * CHECKPOINT_PAGES,
+            "{frames} frames"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sixteen_callers_under_normal_each_get_their_own_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = normal(&dir, Duration::from_secs(5));
+        let tasks: Vec<_> = (0..16u128)
+            .map(|t| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    for i in 0..200u128 {
+                        let req = request(t * 1000 + i + 1, DAY);
+                        assert_eq!(store.claim(&req).await.unwrap(), Claim::Acquired);
+                        let done = store.complete(&req.key, req.token, b"{}", DAY).await;
+                        assert_eq!(done.unwrap(), Written::Applied);
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let rows: i64 = Connection::open(store.path())
+            .unwrap()
+            .query_row(
+                "SELECT count(*) FROM records WHERE state = 'completed'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(rows, 16 * 200);
+    }
+
+    /// The conformance suite on a `NORMAL` store, whose operations run on callers' threads.
+    #[cfg(feature = "conformance")]
+    mod normal_conformance {
+        use super::*;
+        use crate::store::Record;
+
+        struct TempNormal {
+            store: SqliteStore,
+            _dir: tempfile::TempDir,
+        }
+
+        async fn fresh_store() -> TempNormal {
+            let dir = tempfile::tempdir().unwrap();
+            TempNormal {
+                store: normal(&dir, Duration::from_secs(5)),
+                _dir: dir,
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl Store for TempNormal {
+            async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+                self.store.claim(req).await
+            }
+            async fn complete(
+                &self,
+                key: &IdempotencyKey,
+                token: LeaseToken,
+                outcome: &[u8],
+                ttl: Duration,
+            ) -> Result<Written, StoreError> {
+                self.store.complete(key, token, outcome, ttl).await
+            }
+            async fn release(
+                &self,
+                key: &IdempotencyKey,
+                token: LeaseToken,
+            ) -> Result<Written, StoreError> {
+                self.store.release(key, token).await
+            }
+            async fn mark_ambiguous(
+                &self,
+                key: &IdempotencyKey,
+                token: LeaseToken,
+                note: &str,
+                ttl: Duration,
+            ) -> Result<Written, StoreError> {
+                self.store.mark_ambiguous(key, token, note, ttl).await
+            }
+            async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+                self.store.get(key).await
+            }
+            async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
+                self.store.prune(limit).await
+            }
+            async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
+                self.store.operation_id(name, fresh).await
+            }
+        }
+
+        crate::conformance_tests!(fresh_store);
     }
 }
