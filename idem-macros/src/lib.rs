@@ -58,9 +58,11 @@ use ast::Kind;
 /// Callers see the signature as written, minus the `&IdempotencyKey` parameter. On each call the
 /// wrapper derives the key from the key fields **once**, fingerprints every other argument (they
 /// must be `serde::Serialize`; a destructuring parameter contributes the names it binds), and runs
-/// the body through the executor protocol, attempt by attempt. Each attempt gets its arguments
-/// anew: owned arguments are cloned (so they must be `Clone`), references are copied. The body is
-/// moved into the attempt closure, so nothing can call it around the wrapper.
+/// the body through the executor protocol, attempt by attempt: the body becomes an `async move`
+/// block awaited once per attempt inside the wrapper (its `return` and `?` end the attempt), so
+/// nothing can call it around the wrapper. Each attempt gets the arguments the body refers to
+/// anew: owned arguments are cloned (so they must be `Clone`), references are copied. The body
+/// runs in the caller's `tracing` span; idemkit's own events are in `idemkit.side_effect`.
 ///
 /// The return type must be written as `Result<T, E>` (any path ending in `Result` with two
 /// arguments); one-argument aliases such as `anyhow::Result<T>` are rejected, because `E` must
