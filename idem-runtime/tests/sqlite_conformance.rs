@@ -1,10 +1,12 @@
-//! The conformance suite (S1–S11, contention, operation ids) on `SqliteStore`, unchanged: each
-//! row gets a new file in a temporary directory.
+//! The conformance suite (S1–S11, contention, operation ids) on `SqliteStore`, unchanged, with
+//! `synchronous=FULL` (the default: operations that commit go to the store's connection thread)
+//! and `NORMAL` (they run on the caller's thread): each row gets a new file in a temporary
+//! directory.
 
 use std::time::Duration;
 
 use idem_runtime::store::{Claim, ClaimRequest, LeaseToken, Record, Written};
-use idem_runtime::{IdempotencyKey, SqliteStore, Store, StoreError};
+use idem_runtime::{IdempotencyKey, SqliteStore, Store, StoreError, Synchronous};
 use uuid::Uuid;
 
 /// A `SqliteStore` on a new file, deleted with its directory when the row's store is dropped.
@@ -13,9 +15,12 @@ struct TempSqlite {
     _dir: tempfile::TempDir,
 }
 
-async fn fresh_store() -> TempSqlite {
+fn fresh(synchronous: Synchronous) -> TempSqlite {
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let store = SqliteStore::open(dir.path().join("idemkit.db")).expect("a new store opens");
+    let store = SqliteStore::builder(dir.path().join("idemkit.db"))
+        .synchronous(synchronous)
+        .open()
+        .expect("a new store opens");
     TempSqlite { store, _dir: dir }
 }
 
@@ -60,4 +65,16 @@ impl Store for TempSqlite {
     }
 }
 
-idem_runtime::conformance_tests!(fresh_store);
+mod full {
+    async fn fresh_store() -> super::TempSqlite {
+        super::fresh(idem_runtime::Synchronous::Full)
+    }
+    idem_runtime::conformance_tests!(fresh_store);
+}
+
+mod normal {
+    async fn fresh_store() -> super::TempSqlite {
+        super::fresh(idem_runtime::Synchronous::Normal)
+    }
+    idem_runtime::conformance_tests!(fresh_store);
+}
