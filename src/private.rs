@@ -223,23 +223,20 @@ impl<T, E> Unchecked<T, E> {
     pub fn side_effect<'a>(
         &self,
         tool: Tool<'a>,
-        key: IdempotencyKey,
-        arguments: Result<Fingerprint, serde_json::Error>,
+        _key: IdempotencyKey,
+        _arguments: Result<Fingerprint, serde_json::Error>,
     ) -> UncheckedCall<'a, T, E> {
-        UncheckedCall(SideEffectCall::new(tool, key, arguments))
+        self.read_only(tool)
     }
 
     pub fn read_only<'a>(&self, tool: Tool<'a>) -> UncheckedCall<'a, T, E> {
-        UncheckedCall(SideEffectCall::new(
-            tool,
-            IdempotencyKey::from_uuid(idem_runtime::__private::uuid::Uuid::nil()),
-            Ok(Fingerprint::of(&()).expect("`()` serializes")),
-        ))
+        UncheckedCall(ReadCall::new(tool))
     }
 }
 
 /// The call of a tool whose types failed the checks: never run, because the build has failed.
-pub struct UncheckedCall<'a, T, E>(SideEffectCall<'a, T, E>);
+/// It holds a read's call only to hand out `attempt()`'s future type, which needs no bounds.
+pub struct UncheckedCall<'a, T, E>(ReadCall<'a, T, E>);
 
 const UNCHECKED: &str = "idemkit: a tool whose types fail the attribute's checks does not compile";
 
