@@ -181,10 +181,10 @@ impl<'a> Tool<'a> {
         self.run_prepared(key, Ok(fingerprint), attempt)
     }
 
-    /// [`Tool::run_keyed`] with the arguments' fingerprint still to be checked: what the macros
-    /// expand to. Arguments that did not serialize refuse the call with [`Error::Arguments`].
-    #[doc(hidden)]
-    pub fn run_prepared<T, E, F, Fut>(
+    /// [`Tool::run_keyed`] with the arguments' fingerprint still to be checked: arguments that
+    /// did not serialize refuse the call with [`Error::Arguments`]. (The macros expand to the
+    /// same loop, written out in place.)
+    fn run_prepared<T, E, F, Fut>(
         self,
         key: IdempotencyKey,
         fingerprint: Result<Fingerprint, serde_json::Error>,
