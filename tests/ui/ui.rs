@@ -2,6 +2,10 @@
 //! a compile error with a message that says what is wrong and what to do, at the offending
 //! token; the `.stderr` files are the expected diagnostics. The pass cases compile *and run*:
 //! each asserts the keys its tools derive.
+//!
+//! This is a package of its own because trybuild builds its cases against a copy of the
+//! dependencies *and dev-dependencies* of the package under test: in the root package that copy
+//! held the stores, rmcp's client and the benchmarks' peers, and doubled the disk a test run needs.
 
 /// One case per contract row; the file names carry the row.
 const FAIL: &[&str] = &[
@@ -24,8 +28,7 @@ const FAIL: &[&str] = &[
     "args_not_clone_or_serialize",
 ];
 
-/// Compiled only with the `rmcp` feature (the cases use rmcp).
-#[cfg(feature = "rmcp")]
+/// MCP tools: this package always enables idemkit's `rmcp` feature.
 const MCP_FAIL: &[&str] = &[
     "mcp_unclassified_tool",
     "mcp_contradictory_annotation",
@@ -46,15 +49,14 @@ fn c1_to_c9_misuse_fails_at_the_offending_token_and_accepted_forms_compile_and_r
     }
     let t = trybuild::TestCases::new();
     for case in FAIL {
-        t.compile_fail(format!("tests/ui/fail/{case}.rs"));
+        t.compile_fail(format!("fail/{case}.rs"));
     }
-    // MCP tools (feature `rmcp`): an unclassified tool in a `#[classified_tools]` router, a
+    // MCP tools: an unclassified tool in a `#[classified_tools]` router, a
     // hand-written annotation that contradicts the attribute, the attribute below `#[tool]`.
-    #[cfg(feature = "rmcp")]
     for case in MCP_FAIL {
-        t.compile_fail(format!("tests/ui/fail/{case}.rs"));
+        t.compile_fail(format!("fail/{case}.rs"));
     }
     // Methods on `&self`, generics, destructured parameters, struct field paths, `name =`,
     // newtype and `OperationId` key fields, stacking with `#[tracing::instrument]`, `crate =`.
-    t.pass("tests/ui/pass/*.rs");
+    t.pass("pass/*.rs");
 }
