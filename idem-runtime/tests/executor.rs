@@ -334,3 +334,141 @@ async fn install_is_once_per_process() {
     assert!(idem().install().is_err());
     assert!(Idem::current().is_ok());
 }
+
+/// A memory store that counts which of its claim and complete entry points the executor used;
+/// with `at_once == false` it declines to answer at once, like a store that does I/O.
+struct Counting {
+    inner: MemoryStore,
+    at_once: bool,
+    awaited: std::sync::atomic::AtomicUsize,
+    answered_at_once: std::sync::atomic::AtomicUsize,
+}
+
+mod counting {
+    use std::sync::atomic::Ordering::SeqCst;
+    use std::time::Duration;
+
+    use idem_runtime::store::{Claim, ClaimRequest, LeaseToken, Record, Written};
+    use idem_runtime::{IdempotencyKey, Store, StoreError};
+    use uuid::Uuid;
+
+    #[async_trait::async_trait]
+    impl Store for super::Counting {
+        async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+            self.awaited.fetch_add(1, SeqCst);
+            self.inner.claim(req).await
+        }
+        async fn complete(
+            &self,
+            key: &IdempotencyKey,
+            token: LeaseToken,
+            outcome: &[u8],
+            ttl: Duration,
+        ) -> Result<Written, StoreError> {
+            self.awaited.fetch_add(1, SeqCst);
+            self.inner.complete(key, token, outcome, ttl).await
+        }
+        async fn release(
+            &self,
+            key: &IdempotencyKey,
+            token: LeaseToken,
+        ) -> Result<Written, StoreError> {
+            self.inner.release(key, token).await
+        }
+        async fn mark_ambiguous(
+            &self,
+            key: &IdempotencyKey,
+            token: LeaseToken,
+            note: &str,
+            ttl: Duration,
+        ) -> Result<Written, StoreError> {
+            self.inner.mark_ambiguous(key, token, note, ttl).await
+        }
+        async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+            self.inner.get(key).await
+        }
+        async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
+            self.inner.prune(limit).await
+        }
+        async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
+            self.inner.operation_id(name, fresh).await
+        }
+        fn claim_now(&self, req: &ClaimRequest<'_>) -> Option<Result<Claim, StoreError>> {
+            if !self.at_once {
+                return None;
+            }
+            self.answered_at_once.fetch_add(1, SeqCst);
+            self.inner.claim_now(req)
+        }
+        fn complete_now(
+            &self,
+            key: &IdempotencyKey,
+            token: LeaseToken,
+            outcome: &[u8],
+            ttl: Duration,
+        ) -> Option<Result<Written, StoreError>> {
+            if !self.at_once {
+                return None;
+            }
+            self.answered_at_once.fetch_add(1, SeqCst);
+            self.inner.complete_now(key, token, outcome, ttl)
+        }
+    }
+}
+
+/// Runs one operation twice (it runs, then replays) and a second operation while the first's
+/// key is held; returns (bodies run, claims and completes awaited, answered at once).
+async fn run_on(store: Arc<Counting>) -> (usize, usize, usize) {
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::atomic::Ordering::SeqCst;
+    let idem = Idem::new(store.clone());
+    let runs = AtomicUsize::new(0);
+    let charge = |n: u32| {
+        let runs = &runs;
+        Tool::new("charge")
+            .idem(&idem)
+            .side_effect(&[("n", &n)], &(), move |_| async move {
+                runs.fetch_add(1, SeqCst);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                Ok::<_, E>(n * 10)
+            })
+    };
+    assert_eq!(charge(1).await.unwrap(), 10);
+    assert_eq!(charge(1).await.unwrap(), 10, "a repeat replays");
+    // A second caller of a held key waits for the holder's outcome, then replays it.
+    let (a, b) = tokio::join!(charge(2), charge(2));
+    assert_eq!((a.unwrap(), b.unwrap()), (20, 20));
+    (
+        runs.load(SeqCst),
+        store.awaited.load(SeqCst),
+        store.answered_at_once.load(SeqCst),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_that_answers_at_once_is_not_awaited_and_behaves_the_same() {
+    let counting = |at_once| {
+        Arc::new(Counting {
+            inner: MemoryStore::new(),
+            at_once,
+            awaited: 0.into(),
+            answered_at_once: 0.into(),
+        })
+    };
+    let (runs, awaited, at_once) = run_on(counting(true)).await;
+    assert_eq!(runs, 2, "each operation ran once");
+    // Claims: 1 + 1 (replay) + 2 (one holder, one waiter); completes: 2. The waiter's claims
+    // after its first are awaited: waiting is the async path's job.
+    assert_eq!(
+        at_once, 6,
+        "every first claim and every complete answered at once"
+    );
+    assert!(
+        awaited >= 1,
+        "the waiter polls the held key through the async claim"
+    );
+    let (runs, awaited, at_once) = run_on(counting(false)).await;
+    assert_eq!(runs, 2, "each operation ran once");
+    assert_eq!(at_once, 0);
+    assert!(awaited >= 6, "every claim and complete awaited ({awaited})");
+}

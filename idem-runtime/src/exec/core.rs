@@ -232,7 +232,7 @@ impl<'a> Call<'a> {
                         unreachable!()
                     };
                     self.phase = match fingerprint {
-                        Ok(fingerprint) => Phase::Claiming(Box::pin(begin(tool, key, fingerprint))),
+                        Ok(fingerprint) => start(tool, key, fingerprint),
                         Err(source) => Phase::Refused(Error::Arguments {
                             tool: tool.name().to_owned(),
                             source,
@@ -337,6 +337,17 @@ impl<'a> Run<'a> {
         }
     }
 
+    fn side_effect(call: Record<'a>, holder: Holder, policy: RetryPolicy) -> Self {
+        Run {
+            call,
+            holder: Some(holder),
+            policy,
+            schedule: None,
+            started: Instant::now(),
+            attempts: 0,
+        }
+    }
+
     /// The wait before the next attempt, or `None` to give up.
     fn next_delay(&mut self, failure: Failure) -> Option<Duration> {
         let policy = self.policy;
@@ -375,6 +386,23 @@ impl<'a> Run<'a> {
             call.finish_read(attempts, outcome);
             return None;
         };
+        if let Ended::Stored(Ok(bytes)) = &ended {
+            // A store that answers at once (in memory) needs no future for the end.
+            let _span = call.span.enter();
+            let s = holder.idem.settings();
+            if let Some(result) = s
+                .store
+                .complete_now(&call.key, holder.token, bytes, holder.ttl)
+            {
+                let outcome = if written(&call, "complete", result) {
+                    CallOutcome::Completed
+                } else {
+                    CallOutcome::Unrecorded
+                };
+                call.finish(attempts, outcome);
+                return None;
+            }
+        }
         let span = call.span.clone();
         Some(Box::pin(
             async move {
@@ -429,12 +457,11 @@ enum Begun<'a> {
     Refused(Error),
 }
 
-/// Everything before the first attempt: the span, the runtime in force, the claim.
-fn begin<'a>(
-    tool: Tool<'a>,
-    key: IdempotencyKey,
-    fingerprint: Fingerprint,
-) -> impl Future<Output = Begun<'a>> + Send + 'a {
+/// Everything before the first attempt: the span, the runtime in force, the claim. A store
+/// that answers the claim at once ([`Store::claim_now`](crate::store::Store::claim_now)) is
+/// answered here, without a future; otherwise (or while another holder runs) the claim is
+/// awaited, waiting (bounded) for that holder.
+fn start<'a>(tool: Tool<'a>, key: IdempotencyKey, fingerprint: Fingerprint) -> Phase<'a> {
     let span = tracing::info_span!(
         "idemkit.side_effect",
         tool = tool.name,
@@ -449,38 +476,51 @@ fn begin<'a>(
         key,
         span: span.clone(),
     };
-    async move {
-        let idem = match tool.runtime() {
-            Ok(idem) => idem,
-            Err(e) => return Begun::Refused(call.refused(e)),
-        };
-        let s = idem.settings();
-        let token = LeaseToken::new();
-        let ttl = tool.ttl.unwrap_or(s.ttl);
-        let req = ClaimRequest {
-            key,
-            tool: tool.name,
-            fingerprint,
-            token,
-            lease: tool.lease.unwrap_or(s.lease),
-            ttl,
-        };
-        match claim(s, &req, tool.wait.unwrap_or(s.wait)).await {
-            Ok(Claimed::Run) => {}
-            Ok(Claimed::Replay(outcome)) => return Begun::Replay(call, outcome),
-            Err(e) => return Begun::Refused(call.refused(e)),
+    let entered = span.enter();
+    let idem = match tool.runtime() {
+        Ok(idem) => idem,
+        Err(e) => return Phase::Refused(call.refused(e)),
+    };
+    let s = idem.settings();
+    let token = LeaseToken::new();
+    let ttl = tool.ttl.unwrap_or(s.ttl);
+    let policy = tool.policy(s.retry);
+    let wait = tool.wait.unwrap_or(s.wait);
+    let req = ClaimRequest {
+        key,
+        tool: tool.name,
+        fingerprint,
+        token,
+        lease: tool.lease.unwrap_or(s.lease),
+        ttl,
+    };
+    let answered = s.store.claim_now(&req).map(|claim| {
+        claim
+            .map_err(|e| call.store_error(e))
+            .and_then(|claim| answer(&req, claim))
+    });
+    match answered {
+        Some(Ok(Answer::Run)) => {
+            let run = Run::side_effect(call, Holder { idem, token, ttl }, policy);
+            return Phase::Running(run, Between::Ready);
         }
-        let policy = tool.policy(s.retry);
-        Begun::Run(Run {
-            call,
-            holder: Some(Holder { idem, token, ttl }),
-            policy,
-            schedule: None,
-            started: Instant::now(),
-            attempts: 0,
-        })
+        Some(Ok(Answer::Replay(outcome))) => return Phase::Replayed(call, outcome),
+        Some(Err(e)) => return Phase::Refused(call.refused(e)),
+        // Another holder runs it: wait for it below, as every store does.
+        Some(Ok(Answer::Wait(_))) | None => {}
     }
-    .instrument(span)
+    drop(entered);
+    Phase::Claiming(Box::pin(
+        async move {
+            match claim(idem.settings(), &req, wait).await {
+                Ok(Claimed::Run) => {}
+                Ok(Claimed::Replay(outcome)) => return Begun::Replay(call, outcome),
+                Err(e) => return Begun::Refused(call.refused(e)),
+            }
+            Begun::Run(Run::side_effect(call, Holder { idem, token, ttl }, policy))
+        }
+        .instrument(span),
+    ))
 }
 
 /// The tool, key and span of one call: what every log line and [`CallInfo`] names.
@@ -543,58 +583,75 @@ enum Claimed {
     Replay(Vec<u8>),
 }
 
+/// What a claim's answer means for the call.
+enum Answer {
+    Run,
+    Replay(Vec<u8>),
+    /// Another holder's lease is live for this long.
+    Wait(Duration),
+}
+
+fn answer(req: &ClaimRequest<'_>, claim: Claim) -> Result<Answer, Error> {
+    let Existing { fingerprint, state } = match claim {
+        Claim::Acquired => return Ok(Answer::Run),
+        Claim::Existing(existing) => existing,
+    };
+    if fingerprint != req.fingerprint {
+        return Err(Error::KeyReuse {
+            tool: req.tool.to_owned(),
+            key: req.key,
+        });
+    }
+    match state {
+        ExistingState::Completed { outcome } => Ok(Answer::Replay(outcome)),
+        ExistingState::Running { lease_remaining } => Ok(Answer::Wait(lease_remaining)),
+        ExistingState::Ambiguous => Err(Error::Store {
+            tool: req.tool.to_owned(),
+            key: Some(req.key),
+            source: StoreError::corrupt(
+                "the store reported an ambiguous record of the same arguments instead of handing it over; \
+                 the store implementation breaks the claim contract",
+            ),
+        }),
+    }
+}
+
 /// Claims the key, waiting (bounded) while another holder's lease is live.
 async fn claim(s: &Settings, req: &ClaimRequest<'_>, wait: Duration) -> Result<Claimed, Error> {
-    let tool = req.tool;
-    let store_error = |source| Error::Store {
-        tool: tool.to_owned(),
-        key: Some(req.key),
-        source,
-    };
     let started = Instant::now();
     let mut nap = Duration::from_millis(10);
     loop {
-        let existing = match timed(s, s.store.claim(req)).await.map_err(store_error)? {
-            Claim::Acquired => return Ok(Claimed::Run),
-            Claim::Existing(existing) => existing,
+        let claim = timed(s, s.store.claim(req))
+            .await
+            .map_err(|source| Error::Store {
+                tool: req.tool.to_owned(),
+                key: Some(req.key),
+                source,
+            })?;
+        let lease_remaining = match answer(req, claim)? {
+            Answer::Run => return Ok(Claimed::Run),
+            Answer::Replay(outcome) => return Ok(Claimed::Replay(outcome)),
+            Answer::Wait(lease_remaining) => lease_remaining,
         };
-        let Existing { fingerprint, state } = existing;
-        if fingerprint != req.fingerprint {
-            return Err(Error::KeyReuse {
-                tool: tool.to_owned(),
+        let waited = started.elapsed();
+        if waited >= wait {
+            return Err(Error::InFlight {
+                tool: req.tool.to_owned(),
                 key: req.key,
+                waited,
             });
         }
-        match state {
-            ExistingState::Completed { outcome } => return Ok(Claimed::Replay(outcome)),
-            ExistingState::Running { lease_remaining } => {
-                let waited = started.elapsed();
-                if waited >= wait {
-                    return Err(Error::InFlight {
-                        tool: tool.to_owned(),
-                        key: req.key,
-                        waited,
-                    });
-                }
-                // Wake at the lease's end at the latest, to take over a holder that died.
-                let pause = nap
-                    .min(lease_remaining + Duration::from_millis(1))
-                    .min(wait - waited);
-                tracing::debug!(
-                    ?pause,
-                    ?lease_remaining,
-                    "another call holds the key; waiting for its outcome"
-                );
-                tokio::time::sleep(pause).await;
-                nap = (nap * 2).min(Duration::from_millis(500));
-            }
-            ExistingState::Ambiguous => {
-                return Err(store_error(StoreError::corrupt(
-                    "the store reported an ambiguous record of the same arguments instead of handing it over; \
-                     the store implementation breaks the claim contract",
-                )));
-            }
-        }
+        // Wake at the lease's end at the latest, to take over a holder that died.
+        let pause = nap
+            .min(lease_remaining + Duration::from_millis(1))
+            .min(wait - waited);
+        tracing::debug!(
+            ?pause,
+            ?lease_remaining,
+            "another call holds the key; waiting for its outcome"
+        );
+        tokio::time::sleep(pause).await;
+        nap = (nap * 2).min(Duration::from_millis(500));
     }
 }
 
@@ -626,7 +683,12 @@ async fn write(
     what: &str,
     op: impl Future<Output = Result<Written, StoreError>>,
 ) -> bool {
-    match timed(s, op).await {
+    written(call, what, timed(s, op).await)
+}
+
+/// What [`write`] logs of a holder's write, and whether it was applied.
+fn written(call: &Record<'_>, what: &str, result: Result<Written, StoreError>) -> bool {
+    match result {
         Ok(Written::Applied) => true,
         Ok(Written::Fenced) => {
             tracing::warn!(tool = call.tool, key = %call.key, what, "lease was taken over meanwhile; the new holder's record stands");

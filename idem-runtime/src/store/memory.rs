@@ -77,9 +77,10 @@ impl MemoryStore {
     }
 }
 
-#[async_trait::async_trait]
-impl Store for MemoryStore {
-    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+impl MemoryStore {
+    // Claim and complete answer at once: the executor takes them through `Store::claim_now` and
+    // `Store::complete_now`, without a boxed future; the async methods share these bodies.
+    fn claim_sync(&self, req: &ClaimRequest<'_>) -> Claim {
         let now = Instant::now();
         let mut inner = self.lock();
         let running = State::Running {
@@ -96,7 +97,7 @@ impl Store for MemoryStore {
                     state: running,
                     expires_at: now + req.ttl,
                 });
-                return Ok(Claim::Acquired);
+                return Claim::Acquired;
             }
         };
         let same = rec.fingerprint == req.fingerprint;
@@ -111,7 +112,7 @@ impl Store for MemoryStore {
             }),
             State::Ambiguous { .. } => Some(ExistingState::Ambiguous),
         };
-        Ok(match existing {
+        match existing {
             Some(state) => Claim::Existing(Existing {
                 fingerprint: rec.fingerprint,
                 state,
@@ -122,7 +123,39 @@ impl Store for MemoryStore {
                 rec.expires_at = now + req.ttl;
                 Claim::Acquired
             }
-        })
+        }
+    }
+
+    fn complete_sync(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        outcome: &[u8],
+        ttl: Duration,
+    ) -> Written {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        match Self::held(&mut inner, key, token, now) {
+            Some(rec) => {
+                rec.state = State::Completed {
+                    outcome: outcome.to_vec(),
+                };
+                rec.expires_at = now + ttl;
+                Written::Applied
+            }
+            None => Written::Fenced,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for MemoryStore {
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        Ok(self.claim_sync(req))
+    }
+
+    fn claim_now(&self, req: &ClaimRequest<'_>) -> Option<Result<Claim, StoreError>> {
+        Some(Ok(self.claim_sync(req)))
     }
 
     async fn complete(
@@ -132,18 +165,17 @@ impl Store for MemoryStore {
         outcome: &[u8],
         ttl: Duration,
     ) -> Result<Written, StoreError> {
-        let now = Instant::now();
-        let mut inner = self.lock();
-        Ok(match Self::held(&mut inner, key, token, now) {
-            Some(rec) => {
-                rec.state = State::Completed {
-                    outcome: outcome.to_vec(),
-                };
-                rec.expires_at = now + ttl;
-                Written::Applied
-            }
-            None => Written::Fenced,
-        })
+        Ok(self.complete_sync(key, token, outcome, ttl))
+    }
+
+    fn complete_now(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        outcome: &[u8],
+        ttl: Duration,
+    ) -> Option<Result<Written, StoreError>> {
+        Some(Ok(self.complete_sync(key, token, outcome, ttl)))
     }
 
     async fn release(

@@ -248,6 +248,31 @@ pub trait Store: Send + Sync + 'static {
 
     /// The operation id stored under `name`, storing `fresh` first if there is none.
     async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError>;
+
+    /// [`Store::claim`], answered without waiting, or `None` when this store cannot answer
+    /// without waiting (the executor then awaits [`Store::claim`]).
+    ///
+    /// Optional: the default is `None`. A store that keeps its records in memory overrides it,
+    /// so that the executor's hot path needs no boxed future for the claim. An answer must be
+    /// exactly what [`Store::claim`] would have answered, and must not block (no I/O, no lock
+    /// held across I/O by others).
+    fn claim_now(&self, req: &ClaimRequest<'_>) -> Option<Result<Claim, StoreError>> {
+        let _ = req;
+        None
+    }
+
+    /// [`Store::complete`], answered without waiting, or `None` (the default) when this store
+    /// cannot: the same rules as [`Store::claim_now`].
+    fn complete_now(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        outcome: &[u8],
+        ttl: Duration,
+    ) -> Option<Result<Written, StoreError>> {
+        let _ = (key, token, outcome, ttl);
+        None
+    }
 }
 
 #[async_trait::async_trait]
@@ -288,5 +313,17 @@ impl<S: Store + ?Sized> Store for Arc<S> {
     }
     async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
         (**self).operation_id(name, fresh).await
+    }
+    fn claim_now(&self, req: &ClaimRequest<'_>) -> Option<Result<Claim, StoreError>> {
+        (**self).claim_now(req)
+    }
+    fn complete_now(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        outcome: &[u8],
+        ttl: Duration,
+    ) -> Option<Result<Written, StoreError>> {
+        (**self).complete_now(key, token, outcome, ttl)
     }
 }
