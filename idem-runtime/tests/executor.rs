@@ -404,7 +404,7 @@ mod counting {
             &self,
             key: &IdempotencyKey,
             token: LeaseToken,
-            outcome: &[u8],
+            outcome: &mut Vec<u8>,
             ttl: Duration,
         ) -> Option<Result<Written, StoreError>> {
             if !self.at_once {

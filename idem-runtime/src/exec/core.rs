@@ -296,8 +296,9 @@ struct Run<'a> {
     /// `None` for a read: nothing is recorded.
     holder: Option<Holder>,
     policy: RetryPolicy,
-    /// Made at the first failure: most calls never need one.
-    schedule: Option<Schedule>,
+    /// Made at the first failure: most calls never need one (boxed: it is most of a `Run`'s
+    /// size, which every step of the call moves).
+    schedule: Option<Box<Schedule>>,
     started: Instant,
     attempts: u32,
 }
@@ -353,7 +354,7 @@ impl<'a> Run<'a> {
         let policy = self.policy;
         let delay = self
             .schedule
-            .get_or_insert_with(|| policy.schedule())
+            .get_or_insert_with(|| Box::new(policy.schedule()))
             .next_delay(failure, self.started.elapsed())?;
         let attempt = self.attempts;
         let _span = self.call.span.enter();
@@ -371,7 +372,7 @@ impl<'a> Run<'a> {
     }
 
     /// Ends the call: a read is over at once; a side effect records its end in the store.
-    fn end(self, ended: Ended) -> Option<BoxFuture<'a, ()>> {
+    fn end(self, mut ended: Ended) -> Option<BoxFuture<'a, ()>> {
         let Run {
             call,
             holder,
@@ -386,7 +387,7 @@ impl<'a> Run<'a> {
             call.finish_read(attempts, outcome);
             return None;
         };
-        if let Ended::Stored(Ok(bytes)) = &ended {
+        if let Ended::Stored(Ok(bytes)) = &mut ended {
             // A store that answers at once (in memory) needs no future for the end.
             let _span = call.span.enter();
             let s = holder.idem.settings();

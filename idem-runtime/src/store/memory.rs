@@ -1,8 +1,10 @@
 //! An in-process store, for tests and single-process programs that may forget on restart.
 
 use std::collections::HashMap;
-use std::collections::hash_map::Entry;
-use std::sync::Mutex;
+use std::collections::HashSet;
+use std::collections::hash_map::{Entry, RandomState};
+use std::hash::{BuildHasher, Hasher};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -25,13 +27,70 @@ pub struct MemoryStore {
 
 #[derive(Debug, Default)]
 struct Inner {
-    records: HashMap<[u8; 16], Rec>,
+    records: HashMap<[u8; 16], Rec, KeyHashing>,
+    /// Every tool name seen, shared by its records: a claim does not copy the name.
+    tools: HashSet<Arc<str>, KeyHashing>,
     operations: HashMap<String, Uuid>,
+}
+
+/// Hashes record keys for the map. Keys are UUIDs, nearly all derived by SHA-256 (the rest random
+/// or time-ordered), so a folded multiply per 8 bytes, from a random seed of this store, spreads
+/// them well, for a fraction of SipHash's cost: hashing the key twice with SipHash was an eighth
+/// of a call's instructions outside SHA-256. The seed keeps collisions from being planned.
+#[derive(Debug, Clone)]
+struct KeyHashing {
+    seed: u64,
+}
+
+impl Default for KeyHashing {
+    fn default() -> Self {
+        // std's per-process random keys, without drawing from fastrand's thread-local generator
+        // (which the simulation seeds for the runtime's jitter).
+        KeyHashing {
+            seed: RandomState::new().hash_one(0x1de4_u64),
+        }
+    }
+}
+
+impl BuildHasher for KeyHashing {
+    type Hasher = FoldHasher;
+
+    fn build_hasher(&self) -> FoldHasher {
+        FoldHasher(self.seed)
+    }
+}
+
+struct FoldHasher(u64);
+
+impl Hasher for FoldHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        const MUL: u64 = 0x9e37_79b9_7f4a_7c15;
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            let product = u128::from(self.0 ^ u64::from_le_bytes(word)) * u128::from(MUL);
+            self.0 = (product as u64) ^ ((product >> 64) as u64);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// The shared copy of a tool's name, made at its first record.
+fn tool_name(tools: &mut HashSet<Arc<str>, KeyHashing>, name: &str) -> Arc<str> {
+    if let Some(known) = tools.get(name) {
+        return known.clone();
+    }
+    let name: Arc<str> = name.into();
+    tools.insert(name.clone());
+    name
 }
 
 #[derive(Debug, Clone)]
 struct Rec {
-    tool: String,
+    tool: Arc<str>,
     fingerprint: Fingerprint,
     state: State,
     expires_at: Instant,
@@ -82,7 +141,8 @@ impl MemoryStore {
     // `Store::complete_now`, without a boxed future; the async methods share these bodies.
     fn claim_sync(&self, req: &ClaimRequest<'_>) -> Claim {
         let now = Instant::now();
-        let mut inner = self.lock();
+        let mut guard = self.lock();
+        let inner = &mut *guard;
         let running = State::Running {
             token: req.token,
             lease_until: now + req.lease,
@@ -92,7 +152,7 @@ impl MemoryStore {
             Entry::Occupied(live) if live.get().expires_at > now => live.into_mut(),
             absent_or_expired => {
                 absent_or_expired.insert_entry(Rec {
-                    tool: req.tool.to_owned(),
+                    tool: tool_name(&mut inner.tools, req.tool),
                     fingerprint: req.fingerprint,
                     state: running,
                     expires_at: now + req.ttl,
@@ -126,11 +186,12 @@ impl MemoryStore {
         }
     }
 
+    /// Takes `outcome`'s bytes when it applies.
     fn complete_sync(
         &self,
         key: &IdempotencyKey,
         token: LeaseToken,
-        outcome: &[u8],
+        outcome: &mut Vec<u8>,
         ttl: Duration,
     ) -> Written {
         let now = Instant::now();
@@ -138,7 +199,7 @@ impl MemoryStore {
         match Self::held(&mut inner, key, token, now) {
             Some(rec) => {
                 rec.state = State::Completed {
-                    outcome: outcome.to_vec(),
+                    outcome: std::mem::take(outcome),
                 };
                 rec.expires_at = now + ttl;
                 Written::Applied
@@ -165,14 +226,14 @@ impl Store for MemoryStore {
         outcome: &[u8],
         ttl: Duration,
     ) -> Result<Written, StoreError> {
-        Ok(self.complete_sync(key, token, outcome, ttl))
+        Ok(self.complete_sync(key, token, &mut outcome.to_vec(), ttl))
     }
 
     fn complete_now(
         &self,
         key: &IdempotencyKey,
         token: LeaseToken,
-        outcome: &[u8],
+        outcome: &mut Vec<u8>,
         ttl: Duration,
     ) -> Option<Result<Written, StoreError>> {
         Some(Ok(self.complete_sync(key, token, outcome, ttl)))
@@ -221,7 +282,7 @@ impl Store for MemoryStore {
             .get(key.as_bytes())
             .filter(|r| r.expires_at > now)
             .map(|rec| Record {
-                tool: rec.tool.clone(),
+                tool: rec.tool.to_string(),
                 fingerprint: rec.fingerprint,
                 state: match &rec.state {
                     State::Running { token, lease_until } => RecordState::Running {

@@ -262,12 +262,14 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// [`Store::complete`], answered without waiting, or `None` (the default) when this store
-    /// cannot: the same rules as [`Store::claim_now`].
+    /// cannot: the same rules as [`Store::claim_now`]. A store that keeps the outcome may take
+    /// its bytes out of `outcome` (`std::mem::take`) instead of copying them; one that answers
+    /// `None` must leave them.
     fn complete_now(
         &self,
         key: &IdempotencyKey,
         token: LeaseToken,
-        outcome: &[u8],
+        outcome: &mut Vec<u8>,
         ttl: Duration,
     ) -> Option<Result<Written, StoreError>> {
         let _ = (key, token, outcome, ttl);
@@ -321,7 +323,7 @@ impl<S: Store + ?Sized> Store for Arc<S> {
         &self,
         key: &IdempotencyKey,
         token: LeaseToken,
-        outcome: &[u8],
+        outcome: &mut Vec<u8>,
         ttl: Duration,
     ) -> Option<Result<Written, StoreError>> {
         (**self).complete_now(key, token, outcome, ttl)
