@@ -37,6 +37,11 @@
 //!   lock, it goes to the thread. SQLite lets one writer in at a time anyway, and a mutex hands
 //!   the connection over at once where a second connection would wait in SQLite's busy handler,
 //!   which sleeps in steps of milliseconds.
+//! - **Group commit**: writes that queue up for the thread while it is busy (many callers under
+//!   `synchronous=FULL`) run as one transaction with one commit, so one fsync serves them all.
+//!   Each caller is answered only once that commit is on disk; a write that fails is undone
+//!   alone (a claim is a savepoint inside the group), and a commit that fails fails every write
+//!   of the group.
 //! - **Schema version** in `PRAGMA user_version`, the file marked as idemkit's by
 //!   `PRAGMA application_id`; [`sql::MIGRATIONS`] brings an older file up to date in one
 //!   transaction, and a file from a newer idemkit is refused, not touched.
@@ -163,6 +168,7 @@ impl SqliteStoreBuilder {
                     settings: self,
                     conn: Mutex::new(None),
                     queued: AtomicUsize::new(0),
+                    grouped: AtomicUsize::new(0),
                     freed: tokio::sync::Notify::new(),
                     spinning: AtomicBool::new(false),
                 }),
@@ -202,6 +208,8 @@ struct Db {
     /// Told (one waiter at a time) when an operation on a caller's thread lets go of the
     /// connection, and when the connection thread's queue empties.
     freed: tokio::sync::Notify,
+    /// Operations committed in groups of two or more (see [`Db::run_group`]); for tests.
+    grouped: AtomicUsize,
     /// Whether a caller is spinning for the connection (see [`Db::spin_for_lock`]).
     spinning: AtomicBool,
 }
@@ -258,8 +266,71 @@ unsafe extern "C" fn count_wal_frames(
     rusqlite::ffi::SQLITE_OK
 }
 
-/// An operation run on the connection thread.
-type Job = Box<dyn FnOnce(&Db) + Send>;
+/// An operation handed to the connection thread.
+struct Job {
+    access: Access,
+    /// Runs the operation (or takes the error that kept it from running) and keeps its result;
+    /// returns what sends that result, once its writes are committed.
+    run: Box<dyn FnOnce(Slot<'_>) -> Reply + Send>,
+}
+
+/// What the connection thread hands a [`Job`].
+enum Slot<'c> {
+    /// The open connection, maybe inside a group's transaction (see [`Db::run_group`]).
+    Run(&'c mut Connection, &'c Path),
+    /// The operation cannot run: the file did not open, or its group's transaction did not
+    /// start.
+    Fail(StoreError),
+}
+
+/// Sends a job's result: its own, or the error of the group commit it was part of.
+type Reply = Box<dyn FnOnce(&Db, Option<&StoreError>) + Send>;
+
+/// At most this many writes share one commit (see [`Db::run_group`]).
+const MAX_GROUP: usize = 64;
+
+/// A claim's transaction: its own (IMMEDIATE: the write lock first, so the claim and the read
+/// of what it did not take see one state, whatever other processes do), or, inside a group's
+/// transaction (which holds the write lock already), a savepoint, so that a claim that fails is
+/// undone alone.
+enum Scope<'c> {
+    Own(rusqlite::Transaction<'c>),
+    InGroup(rusqlite::Savepoint<'c>),
+}
+
+impl<'c> Scope<'c> {
+    fn begin(conn: &'c mut Connection) -> rusqlite::Result<Self> {
+        if conn.is_autocommit() {
+            conn.transaction_with_behavior(TransactionBehavior::Immediate)
+                .map(Scope::Own)
+        } else {
+            conn.savepoint().map(Scope::InGroup)
+        }
+    }
+
+    fn commit(self) -> rusqlite::Result<()> {
+        match self {
+            Scope::Own(tx) => tx.commit(),
+            Scope::InGroup(sp) => sp.commit(),
+        }
+    }
+}
+
+impl std::ops::Deref for Scope<'_> {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        match self {
+            Scope::Own(tx) => tx,
+            Scope::InGroup(sp) => sp,
+        }
+    }
+}
+
+/// The same error again, for each job of a group that it failed.
+fn again(e: &StoreError) -> StoreError {
+    StoreError::new(e.kind(), e.to_string())
+}
 
 /// What an operation does to the file, which decides where it may run (see [`Db::try_inline`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -300,19 +371,39 @@ impl Db {
         self.settings.synchronous == Synchronous::Normal
     }
 
-    /// Runs `op` on the connection, opening the file first if needed, with the busy timeout:
+    /// Runs jobs on the connection, opening the file first if needed, with the busy timeout:
     /// may block, so only on the connection thread.
-    fn run_blocking<T>(
-        &self,
-        op: &mut impl FnMut(&mut Connection, &Path) -> Result<T, StoreError>,
-        access: Access,
-    ) -> Result<T, StoreError> {
+    ///
+    /// Writes that queued up meanwhile run as one group: one transaction and one commit for
+    /// all, so under `synchronous=FULL` one fsync serves many callers instead of one each. Each
+    /// result is sent only once the group is committed; if the commit fails, every job of the
+    /// group gets its error (nothing of the group was written). Inside the group a claim is a
+    /// savepoint and every other write one statement, so a write that fails is undone alone and
+    /// the others go on; should SQLite roll back the whole transaction after an error (it does
+    /// for some I/O errors), the rest of the group does not run and every job gets an error.
+    fn run_group(&self, group: Vec<Job>) {
+        // The replies go out once the connection is let go of.
+        let (replies, failed) = self.run_jobs(group);
+        for reply in replies {
+            reply(self, failed.as_ref());
+        }
+    }
+
+    /// [`Db::run_group`]'s work under the connection's lock: the replies to send, and the
+    /// error that failed the whole group, if one did.
+    fn run_jobs(&self, jobs: Vec<Job>) -> (Vec<Reply>, Option<StoreError>) {
         let mut guard = self.lock();
         if guard.is_none() {
-            *guard = Some(open_connection(&self.path, &self.settings)?);
+            match open_connection(&self.path, &self.settings) {
+                Ok(open) => *guard = Some(open),
+                Err(e) => {
+                    let replies = jobs.into_iter().map(|job| (job.run)(Slot::Fail(again(&e))));
+                    return (replies.collect(), None);
+                }
+            }
         }
         let open = guard.as_mut().expect("opened above");
-        if access != Access::Read && open.wants_checkpoint() {
+        if jobs.iter().any(|job| job.access != Access::Read) && open.wants_checkpoint() {
             // Before the write, so that the write which then starts the WAL over (and syncs its
             // header, see `try_inline`) is this one, here.
             if let Err(e) = open
@@ -322,7 +413,47 @@ impl Db {
                 tracing::debug!(error = %e, "checkpoint failed; the next write tries again");
             }
         }
-        op(&mut open.conn, &self.path)
+        let path = self.path.as_path();
+        let conn = &mut open.conn;
+        if jobs.len() == 1 {
+            let replies = jobs.into_iter().map(|job| (job.run)(Slot::Run(conn, path)));
+            return (replies.collect(), None);
+        }
+        if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+            let e = sql_error(path, "start a group of writes in", e);
+            let replies = jobs.into_iter().map(|job| (job.run)(Slot::Fail(again(&e))));
+            return (replies.collect(), None);
+        }
+        let count = jobs.len();
+        let mut lost = None;
+        let mut replies = Vec::with_capacity(count);
+        for job in jobs {
+            if lost.is_none() && conn.is_autocommit() {
+                lost = Some(StoreError::unavailable(format!(
+                    "SQLite rolled back a group of writes to the store at {} after one of them failed; retry",
+                    path.display()
+                )));
+            }
+            replies.push(match &lost {
+                None => (job.run)(Slot::Run(conn, path)),
+                Some(e) => (job.run)(Slot::Fail(again(e))),
+            });
+        }
+        let failed = match lost {
+            Some(e) => Some(e),
+            None => conn
+                .execute_batch("COMMIT")
+                .err()
+                .map(|e| sql_error(path, "commit a group of writes to", e)),
+        };
+        if failed.is_some() && !conn.is_autocommit() {
+            if let Err(e) = conn.execute_batch("ROLLBACK") {
+                tracing::debug!(error = %e, "rolling back a failed group of writes failed");
+            }
+        } else if failed.is_none() {
+            self.grouped.fetch_add(count, Ordering::Relaxed);
+        }
+        (replies, failed)
     }
 
     /// Runs `op` on the caller's thread if it cannot make that thread wait; else says whether
@@ -458,10 +589,25 @@ impl Drop for Held<'_> {
     }
 }
 
-/// The connection thread: runs jobs in order until the store is dropped.
+/// The connection thread: runs jobs in order until the store is dropped, the writes that
+/// queued up meanwhile as one group (see [`Db::run_group`]).
 fn serve(db: &Db, jobs: &Receiver<Job>) {
-    while let Ok(job) = jobs.recv() {
-        job(db);
+    let mut next = None;
+    while let Some(first) = next.take().or_else(|| jobs.recv().ok()) {
+        let mut group = vec![first];
+        if group[0].access == Access::Write {
+            while group.len() < MAX_GROUP {
+                match jobs.try_recv() {
+                    Ok(job) if job.access == Access::Write => group.push(job),
+                    Ok(job) => {
+                        next = Some(job);
+                        break;
+                    }
+                    Err(_) => break,
+                }
+            }
+        }
+        db.run_group(group);
     }
 }
 
@@ -532,20 +678,35 @@ impl SqliteStore {
         let jobs = self.jobs()?;
         let (tx, rx) = tokio::sync::oneshot::channel();
         db.queued.fetch_add(1, Ordering::SeqCst);
-        let job: Job = Box::new(move |db: &Db| {
-            let result =
-                std::panic::catch_unwind(AssertUnwindSafe(|| db.run_blocking(&mut op, access)));
-            if db.queued.fetch_sub(1, Ordering::SeqCst) == 1 {
-                db.freed.notify_one();
-            }
-            let _ = tx.send(result.map_err(|panic| {
-                panic
-                    .downcast_ref::<&str>()
-                    .map(|s| (*s).to_owned())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "no message".to_owned())
-            }));
-        });
+        let job = Job {
+            access,
+            run: Box::new(move |slot: Slot<'_>| -> Reply {
+                let result = match slot {
+                    Slot::Run(conn, path) => {
+                        std::panic::catch_unwind(AssertUnwindSafe(|| op(conn, path))).map_err(
+                            |panic| {
+                                panic
+                                    .downcast_ref::<&str>()
+                                    .map(|s| (*s).to_owned())
+                                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                                    .unwrap_or_else(|| "no message".to_owned())
+                            },
+                        )
+                    }
+                    Slot::Fail(e) => Ok(Err(e)),
+                };
+                Box::new(move |db: &Db, group_failed: Option<&StoreError>| {
+                    let result = match group_failed {
+                        Some(e) => Ok(Err(again(e))),
+                        None => result,
+                    };
+                    if db.queued.fetch_sub(1, Ordering::SeqCst) == 1 {
+                        db.freed.notify_one();
+                    }
+                    let _ = tx.send(result);
+                })
+            }),
+        };
         if jobs.send(job).is_err() && db.queued.fetch_sub(1, Ordering::SeqCst) == 1 {
             db.freed.notify_one();
         }
@@ -701,9 +862,8 @@ impl Store for SqliteStore {
         self.run(access, move |conn, path| {
             let now = now_ms();
             let claim = (|| {
-                // IMMEDIATE: the write lock first, so the claim and the read of what it did not
-                // take see one state, whatever other processes do.
-                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                // The write lock first (see `Scope`).
+                let tx = Scope::begin(conn)?;
                 let took: Option<Vec<u8>> = tx
                     .prepare_cached(sql::CLAIM)?
                     .query_row(
@@ -1288,6 +1448,141 @@ mod tests {
             frames > 0 && frames < 2 * CHECKPOINT_PAGES,
             "{frames} frames"
         );
+    }
+
+    fn full(dir: &tempfile::TempDir) -> SqliteStore {
+        SqliteStore::builder(dir.path().join("idemkit.db"))
+            .synchronous(Synchronous::Full)
+            .open()
+            .unwrap()
+    }
+
+    /// Waits until `n` jobs are queued for the store's connection thread.
+    async fn queued(store: &SqliteStore, n: usize) {
+        while store.shared.db.queued.load(Ordering::SeqCst) < n {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    fn rows(store: &SqliteStore, sql: &str) -> i64 {
+        Connection::open(store.path())
+            .unwrap()
+            .query_row(sql, [], |r| r.get(0))
+            .unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn under_full_writes_that_queue_up_share_one_commit_and_each_gets_its_answer() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = full(&dir);
+        // Another writer holds the lock: the thread's first claim waits, the others queue.
+        let held = blocker(&store);
+        let claims: Vec<_> = (1..=16u128)
+            .map(|n| {
+                let store = store.clone();
+                tokio::spawn(async move { store.claim(&request(n, DAY)).await })
+            })
+            .collect();
+        queued(&store, 16).await;
+        assert_eq!(store.shared.db.grouped.load(Ordering::Relaxed), 0);
+        held.execute_batch("COMMIT").unwrap();
+        for claim in claims {
+            assert_eq!(claim.await.unwrap().unwrap(), Claim::Acquired);
+        }
+        // The fifteen queued behind the first (which the thread may have taken alone) were one
+        // group, one commit.
+        assert!(store.shared.db.grouped.load(Ordering::Relaxed) >= 15);
+        // Answered only once committed: another connection sees every record.
+        let running = "SELECT count(*) FROM records WHERE state = 'running'";
+        assert_eq!(rows(&store, running), 16);
+        // Two claims of one key in one group: the first takes it, the second sees it held.
+        let held = blocker(&store);
+        let same = request(100, DAY);
+        let other = ClaimRequest {
+            token: LeaseToken::new(),
+            ..same
+        };
+        let first = tokio::spawn({
+            let store = store.clone();
+            async move { store.claim(&same).await }
+        });
+        queued(&store, 1).await;
+        let second = tokio::spawn({
+            let store = store.clone();
+            async move { store.claim(&other).await }
+        });
+        queued(&store, 2).await;
+        let third = tokio::spawn({
+            let store = store.clone();
+            async move { store.claim(&request(101, DAY)).await }
+        });
+        queued(&store, 3).await;
+        held.execute_batch("COMMIT").unwrap();
+        assert_eq!(first.await.unwrap().unwrap(), Claim::Acquired);
+        assert!(matches!(
+            second.await.unwrap().unwrap(),
+            Claim::Existing(Existing {
+                state: ExistingState::Running { .. },
+                ..
+            })
+        ));
+        assert_eq!(third.await.unwrap().unwrap(), Claim::Acquired);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn under_full_a_write_that_fails_in_a_group_fails_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = full(&dir);
+        assert_eq!(
+            store.claim(&request(1, DAY)).await.unwrap(),
+            Claim::Acquired
+        );
+        // A damaged operation id (as a bad copy could leave), written by the lock's holder.
+        let held = blocker(&store);
+        held.execute_batch(
+            "PRAGMA ignore_check_constraints = ON;
+                 INSERT INTO operations (name, id) VALUES ('damaged', x'00');",
+        )
+        .unwrap();
+        // The thread takes a first claim and waits for the lock; the rest queue behind it.
+        let plug = tokio::spawn({
+            let store = store.clone();
+            async move { store.claim(&request(2, DAY)).await }
+        });
+        queued(&store, 1).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let damaged = tokio::spawn({
+            let store = store.clone();
+            async move { store.operation_id("damaged", Uuid::new_v4()).await }
+        });
+        queued(&store, 2).await;
+        let claims: Vec<_> = (3..=5u128)
+            .map(|n| {
+                let store = store.clone();
+                tokio::spawn(async move { store.claim(&request(n, DAY)).await })
+            })
+            .collect();
+        queued(&store, 5).await;
+        let fresh = tokio::spawn({
+            let store = store.clone();
+            async move { store.operation_id("fresh", Uuid::from_u128(7)).await }
+        });
+        queued(&store, 6).await;
+        held.execute_batch("COMMIT").unwrap();
+        assert_eq!(plug.await.unwrap().unwrap(), Claim::Acquired);
+        let err = damaged.await.unwrap().unwrap_err();
+        assert_eq!(err.kind(), StoreErrorKind::Corrupt, "{err}");
+        for claim in claims {
+            assert_eq!(claim.await.unwrap().unwrap(), Claim::Acquired);
+        }
+        assert_eq!(fresh.await.unwrap().unwrap(), Uuid::from_u128(7));
+        // The damaged read was one of a committed group (with the plug too, if the thread was
+        // slow to take it alone): the others' writes stand.
+        assert!(store.shared.db.grouped.load(Ordering::Relaxed) >= 5);
+        let running = "SELECT count(*) FROM records WHERE state = 'running'";
+        assert_eq!(rows(&store, running), 5);
+        let fresh = "SELECT count(*) FROM operations WHERE name = 'fresh'";
+        assert_eq!(rows(&store, fresh), 1);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
