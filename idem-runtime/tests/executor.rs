@@ -472,3 +472,36 @@ async fn a_store_that_answers_at_once_is_not_awaited_and_behaves_the_same() {
     assert_eq!(at_once, 0);
     assert!(awaited >= 6, "every claim and complete awaited ({awaited})");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_is_woken_by_a_holder_of_this_process_not_at_its_next_poll() {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    let idem = idem();
+    let runs = AtomicUsize::new(0);
+    let start = Instant::now();
+    let call = |body: Duration| {
+        let runs = &runs;
+        let idem = &idem;
+        async move {
+            let result = Tool::new("settle")
+                .idem(idem)
+                .side_effect(&[("job", &7u8)], &(), move |_| async move {
+                    runs.fetch_add(1, SeqCst);
+                    tokio::time::sleep(body).await;
+                    Ok::<_, E>("settled".to_owned())
+                })
+                .await;
+            (result.unwrap(), start.elapsed())
+        }
+    };
+    // The waiter polls the store after 10 ms (held), then would after 20 more: the holder's end
+    // at 13 ms wakes it instead.
+    let ((a, holder_done), (b, waiter_done)) = tokio::join!(
+        call(Duration::from_millis(13)),
+        call(Duration::from_millis(13))
+    );
+    assert_eq!((a.as_str(), b.as_str()), ("settled", "settled"));
+    assert_eq!(runs.load(SeqCst), 1, "the body ran once");
+    assert_eq!(holder_done, Duration::from_millis(13));
+    assert_eq!(waiter_done, holder_done, "woken at the holder's end");
+}

@@ -18,6 +18,7 @@ use tracing::Instrument;
 use tracing::field::Empty;
 
 use super::Tool;
+use super::wake::{self, Waiting};
 use crate::error::{Error, StoreError};
 use crate::fingerprint::Fingerprint;
 use crate::idem::{Idem, Settings};
@@ -400,6 +401,7 @@ impl<'a> Run<'a> {
                 } else {
                     CallOutcome::Unrecorded
                 };
+                wake::ended(&call.key);
                 call.finish(attempts, outcome);
                 return None;
             }
@@ -443,6 +445,7 @@ impl<'a> Run<'a> {
                     }
                     Ended::Read => unreachable!("idemkit: a side effect ended as a read"),
                 }
+                wake::ended(&key);
             }
             .instrument(span),
         ))
@@ -621,7 +624,11 @@ fn answer(req: &ClaimRequest<'_>, claim: Claim) -> Result<Answer, Error> {
 async fn claim(s: &Settings, req: &ClaimRequest<'_>, wait: Duration) -> Result<Claimed, Error> {
     let started = Instant::now();
     let mut nap = Duration::from_millis(10);
+    // Registered at the first answer that another call holds the key: a holder in this process
+    // then wakes this call at its end (see `wake`); others are found by polling.
+    let mut waiting: Option<Waiting> = None;
     loop {
+        let seen = waiting.as_ref().map(|w| w.ends().seen());
         let claim = timed(s, s.store.claim(req))
             .await
             .map_err(|source| Error::Store {
@@ -642,6 +649,12 @@ async fn claim(s: &Settings, req: &ClaimRequest<'_>, wait: Duration) -> Result<C
                 waited,
             });
         }
+        let (Some(waiting), Some(seen)) = (&waiting, seen) else {
+            // Listening from now on, look again at once: a holder that ended in between is
+            // seen by that claim.
+            waiting = Some(Waiting::new(req.key));
+            continue;
+        };
         // Wake at the lease's end at the latest, to take over a holder that died.
         let pause = nap
             .min(lease_remaining + Duration::from_millis(1))
@@ -651,7 +664,21 @@ async fn claim(s: &Settings, req: &ClaimRequest<'_>, wait: Duration) -> Result<C
             ?lease_remaining,
             "another call holds the key; waiting for its outcome"
         );
-        tokio::time::sleep(pause).await;
+        let ended = waiting.ends().notify().notified();
+        let mut ended = std::pin::pin!(ended);
+        ended.as_mut().enable();
+        if waiting.ends().seen() == seen {
+            let sleep = tokio::time::sleep(pause);
+            let mut sleep = std::pin::pin!(sleep);
+            std::future::poll_fn(|cx| {
+                if ended.as_mut().poll(cx).is_ready() || sleep.as_mut().poll(cx).is_ready() {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            })
+            .await;
+        }
         nap = (nap * 2).min(Duration::from_millis(500));
     }
 }

@@ -7,6 +7,7 @@
 
 mod core;
 mod typed;
+mod wake;
 
 pub use self::core::Next;
 pub use self::typed::{ReadCall, SideEffectCall};
