@@ -332,6 +332,13 @@ fn again(e: &StoreError) -> StoreError {
     StoreError::new(e.kind(), e.to_string())
 }
 
+/// Every job told `e` without running.
+fn fail_all(jobs: Vec<Job>, e: &StoreError) -> Vec<Reply> {
+    jobs.into_iter()
+        .map(|job| (job.run)(Slot::Fail(again(e))))
+        .collect()
+}
+
 /// What an operation does to the file, which decides where it may run (see [`Db::try_inline`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Access {
@@ -396,10 +403,7 @@ impl Db {
         if guard.is_none() {
             match open_connection(&self.path, &self.settings) {
                 Ok(open) => *guard = Some(open),
-                Err(e) => {
-                    let replies = jobs.into_iter().map(|job| (job.run)(Slot::Fail(again(&e))));
-                    return (replies.collect(), None);
-                }
+                Err(e) => return (fail_all(jobs, &e), None),
             }
         }
         let open = guard.as_mut().expect("opened above");
@@ -421,8 +425,7 @@ impl Db {
         }
         if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
             let e = sql_error(path, "start a group of writes in", e);
-            let replies = jobs.into_iter().map(|job| (job.run)(Slot::Fail(again(&e))));
-            return (replies.collect(), None);
+            return (fail_all(jobs, &e), None);
         }
         let count = jobs.len();
         let mut lost = None;
@@ -1605,14 +1608,7 @@ mod tests {
         for t in tasks {
             t.await.unwrap();
         }
-        let rows: i64 = Connection::open(store.path())
-            .unwrap()
-            .query_row(
-                "SELECT count(*) FROM records WHERE state = 'completed'",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
-        assert_eq!(rows, 16 * 200);
+        let completed = "SELECT count(*) FROM records WHERE state = 'completed'";
+        assert_eq!(rows(&store, completed), 16 * 200);
     }
 }
