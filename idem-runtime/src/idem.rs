@@ -7,6 +7,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use crate::error::Error;
+use crate::exec::Wakes;
 use crate::key::OperationId;
 use crate::retry::RetryPolicy;
 use crate::store::Store;
@@ -40,6 +41,8 @@ pub(crate) struct Settings {
     pub(crate) ttl: Duration,
     pub(crate) wait: Duration,
     pub(crate) store_timeout: Duration,
+    /// This runtime's waiters, woken by its holders' ends (shared by its clones only).
+    pub(crate) wakes: Wakes,
 }
 
 impl std::fmt::Debug for Idem {
@@ -241,6 +244,7 @@ impl IdemBuilder {
                 ttl: self.ttl.unwrap_or(Duration::from_secs(24 * 60 * 60)),
                 wait: self.wait.unwrap_or(Duration::from_secs(30)),
                 store_timeout: self.store_timeout.unwrap_or(Duration::from_secs(10)),
+                wakes: Wakes::default(),
             }),
         }
     }

@@ -505,3 +505,52 @@ async fn a_waiter_is_woken_by_a_holder_of_this_process_not_at_its_next_poll() {
     assert_eq!(holder_done, Duration::from_millis(13));
     assert_eq!(waiter_done, holder_done, "woken at the holder's end");
 }
+
+/// Issue 13: the wake-ups belong to a runtime, not to the process. Runtime A and runtime B1/B2
+/// use the same key over different stores; A's holder ends at 13 ms, B1's (another runtime over
+/// B's store, as another process would be) at 15 ms. A's waiter is woken at A's end; B2's waiter
+/// is not woken by A's end (which would make it claim at 13 ms, find B1 still holding, and next
+/// poll at 53 ms): it finds B1's outcome at its own poll, at 30 ms (polls at 10, then 10 + 20).
+#[tokio::test(start_paused = true)]
+async fn an_end_in_one_runtime_does_not_wake_a_waiter_of_another() {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    let a = idem();
+    let b_store: Arc<dyn idem_runtime::Store> = Arc::new(MemoryStore::new());
+    let b1 = Idem::builder().shared_store(b_store.clone()).build();
+    let b2 = Idem::builder().shared_store(b_store).build();
+    let runs = AtomicUsize::new(0);
+    let start = Instant::now();
+    let call = |idem: &Idem, body: Duration| {
+        let runs = &runs;
+        let idem = idem.clone();
+        async move {
+            let result = Tool::new("settle")
+                .idem(&idem)
+                .side_effect(&[("job", &7u8)], &(), move |_| async move {
+                    runs.fetch_add(1, SeqCst);
+                    tokio::time::sleep(body).await;
+                    Ok::<_, E>("settled".to_owned())
+                })
+                .await;
+            (result.unwrap(), start.elapsed())
+        }
+    };
+    let ms = Duration::from_millis;
+    let ((_, a_holder), (_, a_waiter), (_, b_holder), (_, b_waiter)) = tokio::join!(
+        call(&a, ms(13)),
+        call(&a, ms(13)),
+        call(&b1, ms(15)),
+        call(&b2, ms(15)),
+    );
+    assert_eq!(runs.load(SeqCst), 2, "one body per store");
+    assert_eq!((a_holder, b_holder), (ms(13), ms(15)));
+    assert_eq!(
+        a_waiter, a_holder,
+        "woken at its own runtime's holder's end"
+    );
+    assert_eq!(
+        b_waiter,
+        ms(30),
+        "another runtime's end must not wake it: it finds the outcome at its own poll"
+    );
+}

@@ -18,7 +18,7 @@ use tracing::Instrument;
 use tracing::field::Empty;
 
 use super::Tool;
-use super::wake::{self, Waiting};
+use super::wake::Waiting;
 use crate::error::{Error, StoreError};
 use crate::fingerprint::Fingerprint;
 use crate::idem::{Idem, Settings};
@@ -401,7 +401,7 @@ impl<'a> Run<'a> {
                 } else {
                     CallOutcome::Unrecorded
                 };
-                wake::ended(&call.key);
+                s.wakes.ended(&call.key);
                 call.finish(attempts, outcome);
                 return None;
             }
@@ -445,7 +445,7 @@ impl<'a> Run<'a> {
                     }
                     Ended::Read => unreachable!("idemkit: a side effect ended as a read"),
                 }
-                wake::ended(&key);
+                s.wakes.ended(&key);
             }
             .instrument(span),
         ))
@@ -624,9 +624,9 @@ fn answer(req: &ClaimRequest<'_>, claim: Claim) -> Result<Answer, Error> {
 async fn claim(s: &Settings, req: &ClaimRequest<'_>, wait: Duration) -> Result<Claimed, Error> {
     let started = Instant::now();
     let mut nap = Duration::from_millis(10);
-    // Registered at the first answer that another call holds the key: a holder in this process
+    // Registered at the first answer that another call holds the key: a holder of this runtime
     // then wakes this call at its end (see `wake`); others are found by polling.
-    let mut waiting: Option<Waiting> = None;
+    let mut waiting: Option<Waiting<'_>> = None;
     loop {
         let seen = waiting.as_ref().map(|w| w.ends().seen());
         let claim = timed(s, s.store.claim(req))
@@ -652,7 +652,7 @@ async fn claim(s: &Settings, req: &ClaimRequest<'_>, wait: Duration) -> Result<C
         let (Some(waiting), Some(seen)) = (&waiting, seen) else {
             // Listening from now on, look again at once: a holder that ended in between is
             // seen by that claim.
-            waiting = Some(Waiting::new(req.key));
+            waiting = Some(s.wakes.wait(req.key));
             continue;
         };
         // Wake at the lease's end at the latest, to take over a holder that died.
