@@ -19,7 +19,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::store::{Claim, ClaimRequest, LeaseToken, RecordState, Written};
+use crate::store::{
+    Claim, ClaimRequest, Existing, ExistingState, LeaseToken, RecordState, Written,
+};
 use crate::{
     CallOutcome, Classify, Error, Failure, Fingerprint, Idem, IdempotencyKey, RetryPolicy, Store,
     StoreError, StoreErrorKind, Tool, observe,
@@ -46,6 +48,9 @@ macro_rules! conformance_tests {
             s10_records_past_their_ttl_are_absent,
             s11_late_writes_of_a_taken_over_lease_are_fenced,
             s11_a_slow_holder_cannot_overwrite_the_new_record,
+            s12_renew_extends_a_held_lease_past_its_end_and_its_ttl,
+            s12_renew_after_the_lease_ran_out_untaken_still_holds,
+            s12_renew_is_refused_to_a_stale_token_and_to_ended_records,
             contention_64_tasks_one_key,
             operation_ids_are_minted_once
         );
@@ -472,6 +477,14 @@ impl Store for Unreachable {
     ) -> Result<Written, StoreError> {
         Err(StoreError::unavailable("connection refused"))
     }
+    async fn renew(
+        &self,
+        _: &IdempotencyKey,
+        _: LeaseToken,
+        _: Duration,
+    ) -> Result<Written, StoreError> {
+        Err(StoreError::unavailable("connection refused"))
+    }
     async fn release(&self, _: &IdempotencyKey, _: LeaseToken) -> Result<Written, StoreError> {
         Err(StoreError::unavailable("connection refused"))
     }
@@ -666,6 +679,126 @@ pub async fn s11_a_slow_holder_cannot_overwrite_the_new_record(store: impl Store
         vec![key_of(14); 2],
         "both ran with the same key"
     );
+}
+
+fn renew_req(
+    order: u64,
+    token: LeaseToken,
+    lease: Duration,
+    ttl: Duration,
+) -> ClaimRequest<'static> {
+    ClaimRequest {
+        key: key_of(order),
+        tool: "charge",
+        fingerprint: fingerprint_of(4200),
+        token,
+        lease,
+        ttl,
+    }
+}
+
+/// S12 (store): `renew` moves a held lease's end later, and the record's expiry with it, so a
+/// holder that renews is neither taken over nor expired while it runs.
+pub async fn s12_renew_extends_a_held_lease_past_its_end_and_its_ttl(store: impl Store) {
+    let short = Duration::from_millis(300);
+    let (holder, other) = (LeaseToken::new(), LeaseToken::new());
+    assert_eq!(
+        store
+            .claim(&renew_req(15, holder, short, short))
+            .await
+            .unwrap(),
+        Claim::Acquired
+    );
+    assert_eq!(
+        store
+            .renew(&key_of(15), holder, Duration::from_secs(5))
+            .await
+            .unwrap(),
+        Written::Applied
+    );
+    // Past the claim's lease and its ttl: the renewed lease holds.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    match store
+        .claim(&renew_req(15, other, short, short))
+        .await
+        .unwrap()
+    {
+        Claim::Existing(Existing {
+            state: ExistingState::Running { lease_remaining },
+            ..
+        }) => assert!(
+            lease_remaining > Duration::from_secs(2),
+            "the renewed lease ends about 5 s after the renewal ({lease_remaining:?} left)"
+        ),
+        other => panic!("a renewed lease is neither taken over nor expired: {other:?}"),
+    }
+    let record = store.get(&key_of(15)).await.unwrap().expect("still live");
+    assert!(matches!(record.state, RecordState::Running { token, .. } if token == holder));
+}
+
+/// S12 (store): a holder whose lease ran out, but that nobody took over, still holds the record
+/// (its token is the record's: nobody else runs), so its renewal applies.
+pub async fn s12_renew_after_the_lease_ran_out_untaken_still_holds(store: impl Store) {
+    let (holder, other) = (LeaseToken::new(), LeaseToken::new());
+    let ttl = Duration::from_secs(60);
+    let req = |token| renew_req(16, token, Duration::from_millis(100), ttl);
+    assert_eq!(store.claim(&req(holder)).await.unwrap(), Claim::Acquired);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        store
+            .renew(&key_of(16), holder, Duration::from_secs(5))
+            .await
+            .unwrap(),
+        Written::Applied
+    );
+    assert!(
+        matches!(store.claim(&req(other)).await.unwrap(), Claim::Existing(_)),
+        "a renewed lease is not taken over"
+    );
+}
+
+/// S12/S13 (store): a renewal under a token that no longer holds the record is refused and
+/// changes nothing: after a takeover, after the record ended, and for a key never claimed.
+pub async fn s12_renew_is_refused_to_a_stale_token_and_to_ended_records(store: impl Store) {
+    let (old, new) = (LeaseToken::new(), LeaseToken::new());
+    let ttl = Duration::from_secs(60);
+    let long = Duration::from_secs(5);
+    let req = |token| renew_req(17, token, Duration::from_millis(200), ttl);
+    assert_eq!(store.claim(&req(old)).await.unwrap(), Claim::Acquired);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(store.claim(&req(new)).await.unwrap(), Claim::Acquired);
+    assert_eq!(
+        store.renew(&key_of(17), old, long).await.unwrap(),
+        Written::Fenced,
+        "the taken-over holder's renewal"
+    );
+    let record = store.get(&key_of(17)).await.unwrap().expect("live");
+    assert!(
+        matches!(record.state, RecordState::Running { token, .. } if token == new),
+        "the new holder keeps the record"
+    );
+    assert_eq!(
+        store
+            .complete(&key_of(17), new, b"\"done\"", ttl)
+            .await
+            .unwrap(),
+        Written::Applied
+    );
+    assert_eq!(
+        store.renew(&key_of(17), new, long).await.unwrap(),
+        Written::Fenced,
+        "a completed record is not renewed"
+    );
+    assert!(matches!(
+        store.get(&key_of(17)).await.unwrap().unwrap().state,
+        RecordState::Completed { .. }
+    ));
+    assert_eq!(
+        store.renew(&key_of(18), new, long).await.unwrap(),
+        Written::Fenced,
+        "a key never claimed"
+    );
+    assert_eq!(store.get(&key_of(18)).await.unwrap(), None);
 }
 
 /// `Idem::operation` mints an id once per name and returns it unchanged afterwards.

@@ -368,6 +368,15 @@ mod counting {
             self.awaited.fetch_add(1, SeqCst);
             self.inner.complete(key, token, outcome, ttl).await
         }
+        async fn renew(
+            &self,
+            key: &IdempotencyKey,
+            token: LeaseToken,
+            lease: Duration,
+        ) -> Result<Written, StoreError> {
+            self.awaited.fetch_add(1, SeqCst);
+            self.inner.renew(key, token, lease).await
+        }
         async fn release(
             &self,
             key: &IdempotencyKey,

@@ -38,6 +38,14 @@ impl Store for TempSqlite {
     ) -> Result<Written, StoreError> {
         self.store.complete(key, token, outcome, ttl).await
     }
+    async fn renew(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        lease: Duration,
+    ) -> Result<Written, StoreError> {
+        self.store.renew(key, token, lease).await
+    }
     async fn release(
         &self,
         key: &IdempotencyKey,

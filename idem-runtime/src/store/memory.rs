@@ -239,6 +239,28 @@ impl Store for MemoryStore {
         Some(Ok(self.complete_sync(key, token, outcome, ttl)))
     }
 
+    async fn renew(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        lease: Duration,
+    ) -> Result<Written, StoreError> {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        Ok(match Self::held(&mut inner, key, token, now) {
+            Some(rec) => {
+                let until = now + lease;
+                rec.state = State::Running {
+                    token,
+                    lease_until: until,
+                };
+                rec.expires_at = rec.expires_at.max(until);
+                Written::Applied
+            }
+            None => Written::Fenced,
+        })
+    }
+
     async fn release(
         &self,
         key: &IdempotencyKey,

@@ -7,6 +7,8 @@
 //!   absent ───────────────────────────────▶ Running ─────────────────────────────▶ Completed
 //!      ▲                                    │  ▲  │
 //!      │         release (token matches)    │  │  │ mark_ambiguous (token matches)
+//!      │                                    │  │  │ (renew, token matches: Running → Running,
+//!      │                                    │  │  │  the lease end moved later)
 //!      └────────────────────────────────────┘  │  ▼
 //!                                              └─ Ambiguous
 //!          claim, same fingerprint, and the lease expired or the record is Ambiguous: take over
@@ -225,6 +227,20 @@ pub trait Store: Send + Sync + 'static {
         ttl: Duration,
     ) -> Result<Written, StoreError>;
 
+    /// Extends the lease that `token` holds to `lease` from now (by the store's clock), if
+    /// `token` still holds the record: Running → Running, with a later lease end; the record's
+    /// expiry moves to the new lease end if it was sooner, so a running record never expires
+    /// before its lease. Applied also when the lease ran out but nobody took it over (the token
+    /// is still the record's, so nobody else runs); [`Written::Fenced`] when the record is gone,
+    /// expired, no longer Running, or held under another token. The executor renews while a
+    /// body runs (S12); a refused renewal stops the holder (S13).
+    async fn renew(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        lease: Duration,
+    ) -> Result<Written, StoreError>;
+
     /// Deletes the record, if `token` still holds the lease: the operation did not happen, so a
     /// later call may run it again.
     async fn release(&self, key: &IdempotencyKey, token: LeaseToken)
@@ -290,6 +306,14 @@ impl<S: Store + ?Sized> Store for Arc<S> {
         ttl: Duration,
     ) -> Result<Written, StoreError> {
         (**self).complete(key, token, outcome, ttl).await
+    }
+    async fn renew(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        lease: Duration,
+    ) -> Result<Written, StoreError> {
+        (**self).renew(key, token, lease).await
     }
     async fn release(
         &self,

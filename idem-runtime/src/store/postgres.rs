@@ -379,6 +379,22 @@ impl Store for PostgresStore {
         Ok(Written::from_changed(n))
     }
 
+    async fn renew(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        lease: Duration,
+    ) -> Result<Written, StoreError> {
+        let (key, token, lease) = (key.as_uuid(), token.0, micros(lease));
+        let n = self
+            .run("renew", |c| async move {
+                let stmt = c.prepare_cached(&self.sql.renew).await?;
+                c.execute(&stmt, &[&key, &token, &lease]).await
+            })
+            .await?;
+        Ok(Written::from_changed(n))
+    }
+
     async fn release(
         &self,
         key: &IdempotencyKey,
@@ -463,6 +479,7 @@ struct Sql {
     claim: String,
     existing: String,
     complete: String,
+    renew: String,
     release: String,
     mark_ambiguous: String,
     get: String,
@@ -515,6 +532,13 @@ impl Sql {
                                 expires_at = now() + $4::int8 {us}
                   WHERE key = $1 AND token = $2 AND expires_at > now()
                     AND state IN ('running', 'completed')"
+            ),
+            // running (our token) → running, the lease ending $3 µs from now; the expiry moved
+            // to the lease end if that is later.
+            renew: format!(
+                "UPDATE {t} SET lease_until = now() + $3::int8 {us},
+                                expires_at = GREATEST(expires_at, now() + $3::int8 {us})
+                  WHERE key = $1 AND token = $2 AND expires_at > now() AND state = 'running'"
             ),
             // running (our token) → absent.
             release: format!(

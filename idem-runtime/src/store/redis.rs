@@ -118,6 +118,21 @@ redis.call('PEXPIREAT', KEYS[1], ms(now + ARGV[3] + ARGV[4]))
 return 1
 ";
 
+/// KEYS[1] record; ARGV token, lease ms, grace ms.
+/// running (our token) → running with the lease ending `lease` from now; the record's expiry
+/// moves to the lease end if that is later.
+const RENEW: &str = r"
+if not held('running') then return 0 end
+local until_ = now + ARGV[2]
+redis.call('HSET', KEYS[1], 'lease_until', ms(until_))
+local expires = tonumber(redis.call('HGET', KEYS[1], 'expires_at'))
+if until_ > expires then
+  redis.call('HSET', KEYS[1], 'expires_at', ms(until_))
+  redis.call('PEXPIREAT', KEYS[1], ms(until_ + ARGV[3]))
+end
+return 1
+";
+
 /// KEYS[1] record; ARGV token. running (our token) → absent.
 const RELEASE: &str = r"
 if not held('running') then return 0 end
@@ -204,6 +219,7 @@ impl Connection {
 struct Scripts {
     claim: Script,
     complete: Script,
+    renew: Script,
     release: Script,
     mark_ambiguous: Script,
     get: Script,
@@ -218,6 +234,7 @@ fn scripts() -> &'static Scripts {
         Scripts {
             claim: with(&[PRELUDE, CLAIM]),
             complete: with(&[PRELUDE, HELD, COMPLETE]),
+            renew: with(&[PRELUDE, HELD, RENEW]),
             release: with(&[PRELUDE, HELD, RELEASE]),
             mark_ambiguous: with(&[PRELUDE, HELD, MARK_AMBIGUOUS]),
             get: with(&[PRELUDE, GET]),
@@ -393,6 +410,20 @@ impl Store for RedisStore {
                 &self.record_key(key),
                 &args,
             )
+            .await?;
+        Ok(Written::from_changed(n))
+    }
+
+    async fn renew(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        lease: Duration,
+    ) -> Result<Written, StoreError> {
+        let (token, lease, grace) = (token.0.to_string(), ms(lease), ms(self.grace));
+        let args: [&[u8]; 3] = [token.as_bytes(), lease.as_bytes(), grace.as_bytes()];
+        let n: i64 = self
+            .invoke("renew", &self.scripts.renew, &self.record_key(key), &args)
             .await?;
         Ok(Written::from_changed(n))
     }

@@ -820,6 +820,12 @@ pub mod sql {
                            expires_at = :expires_at
         WHERE key = :key AND state = 'running' AND token = :token AND expires_at > :now";
 
+    /// running, held by :token, not expired → running, the lease ending at :lease_until; the
+    /// expiry moved to the lease end if that is later.
+    pub const RENEW: &str = "
+        UPDATE records SET lease_until = :lease_until, expires_at = max(expires_at, :lease_until)
+        WHERE key = :key AND state = 'running' AND token = :token AND expires_at > :now";
+
     /// running, held by :token, not expired → absent (it did not happen: a later call may run).
     pub const RELEASE: &str = "
         DELETE FROM records
@@ -932,6 +938,29 @@ impl Store for SqliteStore {
                     })
                 })
                 .map_err(|e| sql_error(path, "record an outcome in", e))?;
+            Ok(Written::from_changed(changed))
+        })
+        .await
+    }
+
+    async fn renew(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        lease: Duration,
+    ) -> Result<Written, StoreError> {
+        let (key, lease) = (*key, ms(lease));
+        self.run(Access::Write, move |conn, path| {
+            let now = now_ms();
+            let changed = conn
+                .prepare_cached(sql::RENEW)
+                .and_then(|mut st| {
+                    st.execute(named_params! {
+                        ":key": key.as_str(), ":token": token.0.as_bytes(), ":now": now,
+                        ":lease_until": now.saturating_add(lease),
+                    })
+                })
+                .map_err(|e| sql_error(path, "renew a lease in", e))?;
             Ok(Written::from_changed(changed))
         })
         .await

@@ -150,6 +150,23 @@ impl Store for SimStore {
         Ok(w)
     }
 
+    async fn renew(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        lease: Duration,
+    ) -> Result<Written, StoreError> {
+        self.reach().await?;
+        let w = self.shared.renew(key, token, lease).await?;
+        if w == Written::Fenced {
+            self.world
+                .saw(self.host, "renewal refused (holder was taken over)");
+            self.held.lock().unwrap().remove(&token.0);
+        }
+        self.reply().await?;
+        Ok(w)
+    }
+
     async fn release(
         &self,
         key: &IdempotencyKey,
