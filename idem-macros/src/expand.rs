@@ -88,7 +88,7 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
                 let mut #call = #runner.side_effect(#settings, #key, #args_local);
                 while let ::core::option::Option::Some(#key) = #call.attempt().await {
                     #(#per_attempt)*
-                    #call.ended(#attempt.await);
+                    #call.run(#attempt).await;
                 }
                 #call.end()
             }

@@ -70,7 +70,7 @@ pub use error::{Error, StoreError, StoreErrorKind};
 pub use exec::{Next, ReadCall, SideEffectCall};
 pub use exec::{Tool, run_side_effect};
 pub use fingerprint::{Fingerprint, Fingerprinter};
-pub use idem::{AlreadyInstalled, Idem, IdemBuilder};
+pub use idem::{AlreadyInstalled, BuildError, Idem, IdemBuilder};
 pub use key::{IdempotencyKey, KeyField, KeyHasher, KeyPart, KeyValue, OperationId};
 pub use observe::{CallInfo, CallOutcome, observe};
 pub use registry::{

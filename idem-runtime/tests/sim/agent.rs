@@ -74,7 +74,8 @@ async fn run_plan(world: Arc<World>, host: usize, store: Arc<SimStore>) {
         .lease(world.cfg.lease)
         .in_flight_wait(world.cfg.in_flight_wait)
         .retry(RetryPolicy::default().with_max_attempts(world.cfg.max_attempts))
-        .build();
+        .build()
+        .expect("the world's settings are consistent");
     for &op in &world.cfg.plans[host] {
         let mut round = 0;
         loop {
@@ -110,6 +111,10 @@ fn error_kind(e: &PayError) -> String {
             "attempts exhausted".to_owned()
         }
         PayError::Idem(Error::InFlight { .. }) => "in flight".to_owned(),
+        // S13: the holder lost its lease (taken over, or its renewals failed): outcome unknown.
+        PayError::Idem(Error::LeaseLost { .. }) => "lease lost".to_owned(),
+        // S14: an attempt may have taken effect, a later one failed otherwise: kept ambiguous.
+        PayError::Idem(Error::Ambiguous { .. }) => "kept ambiguous".to_owned(),
         PayError::Idem(Error::Store { source, .. })
             if source.kind() == StoreErrorKind::Unavailable =>
         {
