@@ -421,3 +421,29 @@ async fn f6_a_completion_write_that_keeps_failing_is_given_up_at_the_lease_end()
         t0.elapsed()
     );
 }
+
+/// Fingerprints (issue 15): a NaN argument is refused before the body with `Error::Arguments`
+/// (before: it fingerprinted like `None`), and `-0.0` is a retry of `0.0` (before: refused as
+/// key reuse).
+#[tokio::test(start_paused = true)]
+async fn fingerprints_refuse_nan_and_take_negative_zero_as_zero() {
+    let idem = Idem::new(MemoryStore::new());
+    let runs = AtomicU32::new(0);
+    let call = |rate: f64| {
+        Tool::new("quote")
+            .idem(&idem)
+            .side_effect(&[("order", &1u64)], &rate, |_| {
+                runs.fetch_add(1, SeqCst);
+                async { Ok::<_, E>(1u32) }
+            })
+    };
+    let nan = call(f64::NAN).await;
+    let Err(E::Idem(err @ Error::Arguments { .. })) = nan else {
+        panic!("refused: {nan:?}")
+    };
+    assert!(err.to_string().contains("has no JSON form"), "{err}");
+    assert_eq!(runs.load(SeqCst), 0);
+    assert_eq!(call(0.0).await.unwrap(), 1);
+    assert_eq!(call(-0.0).await.unwrap(), 1, "a replay, not key reuse");
+    assert_eq!(runs.load(SeqCst), 1);
+}
