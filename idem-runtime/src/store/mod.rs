@@ -79,7 +79,7 @@ fn fresh_token() -> Uuid {
 /// How many times this process's ancestry forked since it started using tokens: a child sees
 /// a new number. (Checking the process id instead costs a system call per token.)
 #[cfg(unix)]
-fn fork_generation() -> u64 {
+pub(crate) fn fork_generation() -> u64 {
     use std::sync::Once;
     use std::sync::atomic::{AtomicU64, Ordering};
     static GENERATION: AtomicU64 = AtomicU64::new(0);
@@ -96,7 +96,7 @@ fn fork_generation() -> u64 {
 }
 
 #[cfg(not(unix))]
-fn fork_generation() -> u64 {
+pub(crate) fn fork_generation() -> u64 {
     0
 }
 

@@ -25,7 +25,17 @@
 //! - **The clock** is the process's wall clock ([`SystemTime`]), passed into every statement as
 //!   unix milliseconds. SQLite's own `unixepoch('subsec')` reads the same operating-system clock,
 //!   so processes on one machine agree either way; passing it in keeps `now` one value per
-//!   operation, visible in the statement's parameters and in its comments.
+//!   operation, visible in the statement's parameters and in its comments. What a step of a
+//!   process's clock does: a lease end written by a clock **ahead** (a holder whose clock
+//!   jumped forward, then died) is capped at one lease from the claimer's clock when a claimer
+//!   finds it ([`sql::CAP_LEASE`]), so the key frees within a lease, not after the jump; a
+//!   claimer whose clock is ahead by more than a lease takes a live holder's key over early: the
+//!   holder's next renewal (within a third of its lease) is then refused and stops it (S13),
+//!   and its late write is fenced (S11). Callers of one key are assumed to use one lease length.
+//! - **After `fork()`** the child opens the file anew on first use, with its own thread; the
+//!   parent's connection is never used (nor closed) in the child.
+//! - **A deleted or replaced file** (`git clean -xdf`) is noticed by the next operation (one
+//!   `stat` each), which fails closed saying so, rather than record into an unlinked file.
 //! - **Durability**: WAL with `synchronous=FULL` by default, so a completed outcome is on disk
 //!   before `complete` returns; `Synchronous::Normal` may lose the last commits on power loss
 //!   (not on a process crash) and is faster.
@@ -162,19 +172,7 @@ impl SqliteStoreBuilder {
     /// each operation tries again and fails with why.
     pub fn open_lazily(self) -> SqliteStore {
         SqliteStore {
-            shared: Arc::new(Shared {
-                db: Arc::new(Db {
-                    path: self.path.clone(),
-                    settings: self,
-                    conn: Mutex::new(None),
-                    queued: AtomicUsize::new(0),
-                    grouped: AtomicUsize::new(0),
-                    freed: tokio::sync::Notify::new(),
-                    spinning: AtomicBool::new(false),
-                }),
-                jobs: OnceLock::new(),
-                claims: AtomicU32::new(0),
-            }),
+            shared: Arc::new(Shared::new(self)),
         }
     }
 }
@@ -189,12 +187,38 @@ pub struct SqliteStore {
 }
 
 struct Shared {
+    /// The fork generation (see [`super::fork_generation`]) this connection and thread belong to.
+    generation: u64,
+    /// The store's own connection and thread in a forked child, opened there on first use: a
+    /// child has no connection thread, and must not use its parent's connection.
+    forked: OnceLock<Arc<Shared>>,
     db: Arc<Db>,
     /// The connection thread's queue; the thread is started by the first operation that needs
     /// it, and ends when the last clone of the store is dropped (its queue then disconnects).
     jobs: OnceLock<Sender<Job>>,
     /// Claims since the last opportunistic prune.
     claims: AtomicU32,
+}
+
+impl Shared {
+    /// Not opened yet: the first operation opens the file.
+    fn new(settings: SqliteStoreBuilder) -> Self {
+        Shared {
+            generation: super::fork_generation(),
+            forked: OnceLock::new(),
+            db: Arc::new(Db {
+                path: settings.path.clone(),
+                settings,
+                conn: Mutex::new(None),
+                queued: AtomicUsize::new(0),
+                grouped: AtomicUsize::new(0),
+                freed: tokio::sync::Notify::new(),
+                spinning: AtomicBool::new(false),
+            }),
+            jobs: OnceLock::new(),
+            claims: AtomicU32::new(0),
+        }
+    }
 }
 
 /// The connection, shared by the store's connection thread and its callers' threads.
@@ -217,6 +241,8 @@ struct Db {
 /// An open connection.
 struct Open {
     conn: Connection,
+    /// The file it opened (device and inode), to notice the file deleted or replaced.
+    file: Option<(u64, u64)>,
     /// Under `synchronous=NORMAL`, the frames (pages) in the WAL after this connection's last
     /// commit, as SQLite reports them to [`count_wal_frames`]; it decides when to checkpoint
     /// (see [`Db::try_inline`]). Declared after `conn`: dropped after the connection is closed.
@@ -242,7 +268,37 @@ impl Open {
             }
             frames
         });
-        Open { conn, wal_frames }
+        Open {
+            conn,
+            file: None,
+            wal_frames,
+        }
+    }
+
+    /// Fails when the file at `path` is no longer the one this connection opened: deleted,
+    /// moved away or replaced (say by `git clean -xdf`) while the process ran. SQLite would go on
+    /// writing to the unlinked file, and a process started later would find an empty store and
+    /// run every operation again; so the store fails closed instead. One `stat` per operation.
+    fn still_there(&self, path: &Path) -> Result<(), StoreError> {
+        let Some(opened) = self.file else {
+            return Ok(());
+        };
+        let now = file_id(path);
+        if now == Some(opened) {
+            return Ok(());
+        }
+        let what = if now.is_none() {
+            "was deleted or moved away"
+        } else {
+            "was replaced by another file"
+        };
+        Err(StoreError::unavailable(format!(
+            "the store's file {} {what} while this process had it open (a `git clean -xdf`, or a `rm -r .idemkit`?); \
+             the outcomes recorded so far are in the file this process still has open, so it refuses to go on rather \
+             than record into a store that the next process will not see. Put the file back, or restart the process \
+             to start from the file now at that path (operations recorded only in the old file may then run again)",
+            path.display()
+        )))
     }
 
     /// Whether the WAL has grown to [`CHECKPOINT_PAGES`] under `synchronous=NORMAL`.
@@ -407,6 +463,9 @@ impl Db {
             }
         }
         let open = guard.as_mut().expect("opened above");
+        if let Err(e) = open.still_there(&self.path) {
+            return (fail_all(jobs, &e), None);
+        }
         if jobs.iter().any(|job| job.access != Access::Read) && open.wants_checkpoint() {
             // Before the write, so that the write which then starts the WAL over (and syncs its
             // header, see `try_inline`) is this one, here.
@@ -523,6 +582,9 @@ impl Db {
         let Some(open) = guard.as_mut() else {
             return Inline::Thread; // Not opened yet: opening may wait.
         };
+        if let Err(e) = open.still_there(&self.path) {
+            return Inline::Done(Err(e));
+        }
         if access != Access::Read && open.wants_checkpoint() {
             return Inline::Thread;
         }
@@ -649,6 +711,22 @@ impl SqliteStore {
         &self.shared.db.path
     }
 
+    /// This process's connection and thread: after a `fork()`, the child's own, opened on first
+    /// use. The parent's are left untouched in the child (never used, never closed: closing an
+    /// inherited SQLite connection is as unsafe as using it).
+    fn here(&self) -> &Shared {
+        let generation = super::fork_generation();
+        let mut shared = &*self.shared;
+        while shared.generation != generation {
+            shared = shared.forked.get_or_init(|| {
+                tracing::debug!(path = %shared.db.path.display(), "forked: opening the store anew in this process");
+                std::mem::forget(Arc::clone(&shared.db));
+                Arc::new(Shared::new(shared.db.settings.clone()))
+            });
+        }
+        shared
+    }
+
     /// Runs `op` on the connection: on the caller's thread when it cannot make it wait (see
     /// [`Db::try_inline`]), else on the store's connection thread, awaited without blocking.
     /// `op` may be called twice: a first try that found the write lock taken changed nothing.
@@ -657,7 +735,8 @@ impl SqliteStore {
         access: Access,
         mut op: impl FnMut(&mut Connection, &Path) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        let db = &self.shared.db;
+        let here = self.here();
+        let db = &here.db;
         // An operation on the caller's thread returns without yielding: count it against the
         // task's budget, as tokio's own resources do, so a loop of them lets other tasks run.
         tokio::task::consume_budget().await;
@@ -678,7 +757,7 @@ impl SqliteStore {
                 }
             }
         }
-        let jobs = self.jobs()?;
+        let jobs = Self::jobs(here)?;
         let (tx, rx) = tokio::sync::oneshot::channel();
         db.queued.fetch_add(1, Ordering::SeqCst);
         let job = Job {
@@ -728,26 +807,26 @@ impl SqliteStore {
     }
 
     /// The connection thread's queue, starting the thread if needed.
-    fn jobs(&self) -> Result<&Sender<Job>, StoreError> {
-        if let Some(jobs) = self.shared.jobs.get() {
+    fn jobs(here: &Shared) -> Result<&Sender<Job>, StoreError> {
+        if let Some(jobs) = here.jobs.get() {
             return Ok(jobs);
         }
         let (tx, rx) = mpsc::channel::<Job>();
-        let db = Arc::clone(&self.shared.db);
+        let db = Arc::clone(&here.db);
         std::thread::Builder::new()
             .name("idemkit-sqlite".to_owned())
             .spawn(move || serve(&db, &rx))
             .map_err(|e| {
                 StoreError::unavailable(format!(
                     "cannot start a thread for the store {}: {e}",
-                    self.path().display()
+                    here.db.path.display()
                 ))
                 .with_source(e)
             })?;
         // Another caller may have started one meanwhile: then this queue is dropped here, and
         // its thread ends at once.
-        let _ = self.shared.jobs.set(tx);
-        Ok(self.shared.jobs.get().expect("set above"))
+        let _ = here.jobs.set(tx);
+        Ok(here.jobs.get().expect("set above"))
     }
 }
 
@@ -820,6 +899,12 @@ pub mod sql {
                            expires_at = :expires_at
         WHERE key = :key AND state = 'running' AND token = :token AND expires_at > :now";
 
+    /// running, its lease ending further ahead than :cap (now + a lease: written by a clock
+    /// ahead of this one) → running, the lease ending at :cap.
+    pub const CAP_LEASE: &str = "
+        UPDATE records SET lease_until = :cap
+        WHERE key = :key AND state = 'running' AND lease_until > :cap";
+
     /// running, held by :token, not expired → running, the lease ending at :lease_until; the
     /// expiry moved to the lease end if that is later.
     pub const RENEW: &str = "
@@ -863,9 +948,9 @@ impl Store for SqliteStore {
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
         let (key, tool, fingerprint, token) =
             (req.key, req.tool.to_owned(), req.fingerprint, req.token);
-        let (lease, ttl) = (ms(req.lease), ms(req.ttl));
+        let (lease, ttl, req_lease) = (ms(req.lease), ms(req.ttl), req.lease);
         let prune =
-            self.shared.claims.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == PRUNE_EVERY - 1;
+            self.here().claims.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == PRUNE_EVERY - 1;
         // A claim that also prunes (up to `PRUNE_BATCH` rows) runs on the store's thread.
         let access = if prune { Access::Long } else { Access::Write };
         self.run(access, move |conn, path| {
@@ -884,13 +969,24 @@ impl Store for SqliteStore {
                         |row| row.get(0),
                     )
                     .optional()?;
-                let live = match took {
+                let mut live = match took {
                     Some(_) => None,
                     None => tx.prepare_cached(sql::LIVE)?.query_row(
                         named_params! { ":key": key.as_str(), ":now": now },
                         |row| Ok(decode(row, &key, path)),
                     ).optional()?,
                 };
+                // A lease end further ahead than one lease from now was written by a clock
+                // ahead of this one: capped, so a dead holder's key frees within a lease here.
+                if let Some(Ok(Record { state: RecordState::Running { lease_remaining, .. }, .. })) = &mut live
+                    && ms(*lease_remaining) > lease
+                {
+                    let cap = now.saturating_add(lease);
+                    tx.prepare_cached(sql::CAP_LEASE)?
+                        .execute(named_params! { ":key": key.as_str(), ":cap": cap })?;
+                    tracing::warn!(%key, ahead_ms = ms(*lease_remaining) - lease, "a lease ends further ahead than one lease from now (a clock ahead of this one?); capped");
+                    *lease_remaining = req_lease;
+                }
                 tx.commit()?;
                 Ok::<_, rusqlite::Error>((took, live))
             })();
@@ -1194,10 +1290,28 @@ fn sql_error(path: &Path, what: &str, e: rusqlite::Error) -> StoreError {
 /// the busy timeout. SQLite answers some lock upgrades of a first open (switching a new file to
 /// WAL while another connection reads it) with "locked" at once, without its busy handler, to
 /// avoid a deadlock; several processes starting together on a new file hit exactly that.
+/// The device and inode of the file at `path` (`None` where there is none, or off Unix).
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        None
+    }
+}
+
 fn open_connection(path: &Path, settings: &SqliteStoreBuilder) -> Result<Open, StoreError> {
     let started = std::time::Instant::now();
     loop {
-        match open_once(path, settings).map(|conn| Open::new(conn, settings.synchronous)) {
+        let opened = open_once(path, settings).map(|conn| Open {
+            file: file_id(path),
+            ..Open::new(conn, settings.synchronous)
+        });
+        match opened {
             Err(e) if is_busy(&e) && started.elapsed() < settings.busy_timeout => {
                 std::thread::sleep(Duration::from_millis(fastrand::u64(5..=25)));
             }
@@ -1218,6 +1332,13 @@ fn is_busy(e: &StoreError) -> bool {
 /// migrates an older schema, refuses a newer one.
 fn open_once(path: &Path, settings: &SqliteStoreBuilder) -> Result<Connection, StoreError> {
     let p = path.display();
+    if path.is_dir() {
+        return Err(StoreError::unavailable(format!(
+            "the store's path {p} is a directory, not a file; set {DEFAULT_PATH_ENV} (or the store's path) to a file, \
+             such as {}",
+            path.join("idemkit.db").display()
+        )));
+    }
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| {
             StoreError::unavailable(format!(
