@@ -1286,10 +1286,6 @@ fn sql_error(path: &Path, what: &str, e: rusqlite::Error) -> StoreError {
     .with_source(e)
 }
 
-/// Opens the file (see [`open_once`]), trying again while another opener holds the lock, up to
-/// the busy timeout. SQLite answers some lock upgrades of a first open (switching a new file to
-/// WAL while another connection reads it) with "locked" at once, without its busy handler, to
-/// avoid a deadlock; several processes starting together on a new file hit exactly that.
 /// The device and inode of the file at `path` (`None` where there is none, or off Unix).
 fn file_id(path: &Path) -> Option<(u64, u64)> {
     #[cfg(unix)]
@@ -1304,6 +1300,10 @@ fn file_id(path: &Path) -> Option<(u64, u64)> {
     }
 }
 
+/// Opens the file (see [`open_once`]), trying again while another opener holds the lock, up to
+/// the busy timeout. SQLite answers some lock upgrades of a first open (switching a new file to
+/// WAL while another connection reads it) with "locked" at once, without its busy handler, to
+/// avoid a deadlock; several processes starting together on a new file hit exactly that.
 fn open_connection(path: &Path, settings: &SqliteStoreBuilder) -> Result<Open, StoreError> {
     let started = std::time::Instant::now();
     loop {
