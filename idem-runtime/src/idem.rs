@@ -68,8 +68,23 @@ static DEFAULT: OnceLock<Result<Idem, String>> = OnceLock::new();
 
 /// How the default runtime is made: the SQLite store at its default path, when built in.
 #[cfg(feature = "sqlite")]
-const BUILT_IN_DEFAULT: Option<fn() -> Result<Idem, String>> =
-    Some(crate::store::sqlite::default_runtime);
+const BUILT_IN_DEFAULT: Option<fn() -> Result<Idem, String>> = Some(sqlite_default_runtime);
+
+/// The runtime used when none is installed or scoped: a [`SqliteStore`](crate::SqliteStore) at
+/// [`default_path`](crate::store::sqlite::default_path), opened by the first call that needs it
+/// (on the store's own thread), so a failure to open it is that call's
+/// [`Error::Store`](crate::Error::Store), naming the file, and the next call tries again.
+#[cfg(feature = "sqlite")]
+fn sqlite_default_runtime() -> Result<Idem, String> {
+    let path = crate::store::sqlite::default_path()?;
+    tracing::info!(
+        path = %path.display(),
+        "no runtime installed; recording outcomes in the default SQLite store (set {} to move it)",
+        crate::store::sqlite::DEFAULT_PATH_ENV
+    );
+    Ok(Idem::new(crate::SqliteStore::builder(path).open_lazily()))
+}
+
 #[cfg(not(feature = "sqlite"))]
 const BUILT_IN_DEFAULT: Option<fn() -> Result<Idem, String>> = None;
 
