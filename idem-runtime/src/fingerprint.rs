@@ -7,7 +7,7 @@
 //! Floats: `-0.0` fingerprints as `0.0` (they compare equal); a NaN or an infinite float is
 //! refused ([`Error::Arguments`](crate::Error::Arguments)), since JSON would write it as `null`.
 
-mod finite;
+pub(crate) mod finite;
 
 use std::fmt;
 

@@ -447,3 +447,29 @@ async fn fingerprints_refuse_nan_and_take_negative_zero_as_zero() {
     assert_eq!(call(-0.0).await.unwrap(), 1, "a replay, not key reuse");
     assert_eq!(runs.load(SeqCst), 1);
 }
+
+/// Finding 5: a stored outcome that no longer deserializes (the tool's return type changed, or
+/// a hand-written `Deserialize` does not match its `Serialize`) fails closed as a corrupt store
+/// (S9) and says the operation already ran; the body is not run. (Before: "the tool was not
+/// run", as if nothing had happened.)
+#[tokio::test(start_paused = true)]
+async fn a_stored_outcome_that_no_longer_decodes_says_the_operation_ran() {
+    let idem = Idem::new(MemoryStore::new());
+    let charge = Charge::default();
+    let t0 = Instant::now();
+    // Recorded by an earlier version of the tool, whose output was a text.
+    let earlier = Tool::new("charge").idem(&idem).side_effect(
+        &[("order", &1u64)],
+        &4200u64,
+        |_| async { Ok::<_, E>("receipt 1".to_owned()) },
+    );
+    assert_eq!(earlier.await.unwrap(), "receipt 1");
+    let (now, how) = charge
+        .call(Tool::new("charge").idem(&idem), 4200, S(0), t0)
+        .await;
+    let Err(E::Idem(err @ Error::Store { .. })) = now else {
+        panic!("refused: {now:?}")
+    };
+    assert!(err.to_string().contains("already ran and completed"), "{err}");
+    assert_eq!((how, charge.runs()), (CallOutcome::Refused, 0));
+}

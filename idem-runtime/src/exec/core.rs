@@ -175,19 +175,17 @@ impl<'a> Call<'a> {
         Next { call: self }
     }
 
-    /// The attempt succeeded with `value`, which is serialized to be stored, once it is checked
-    /// to read back as `T` (S16: an outcome that would not replay is stored as such).
-    pub(crate) fn succeeded<T: serde::Serialize + serde::de::DeserializeOwned>(
-        &mut self,
-        value: &T,
-    ) {
+    /// The attempt succeeded with `value`, which is serialized to be stored. An outcome that
+    /// would not replay is stored as such (S16): one that does not serialize, or holds a NaN or
+    /// an infinite float (JSON writes `null`, which does not read back as a float). Any other
+    /// way an outcome fails to read back as `T` (a hand-written `Deserialize` that does not
+    /// match its `Serialize`) is found at replay, which then says the operation ran.
+    pub(crate) fn succeeded<T: serde::Serialize + ?Sized>(&mut self, value: &T) {
         let ended = match serde_json::to_vec(value) {
-            Ok(bytes) => match serde_json::from_slice::<serde::de::IgnoredAny>(&bytes)
-                .and_then(|_| serde_json::from_slice::<T>(&bytes))
-            {
-                Ok(_) => Ended::Stored(bytes),
-                Err(e) => Ended::Unreplayable(format!(
-                    "the outcome does not read back as `{}`: {e}",
+            Ok(bytes) => match crate::fingerprint::finite::first_non_finite(value) {
+                None => Ended::Stored(bytes),
+                Some(v) => Ended::Unreplayable(format!(
+                    "the outcome holds the float {v}, which JSON stores as `null`, so it does not read back as `{}`",
                     std::any::type_name::<T>()
                 )),
             },
@@ -362,6 +360,13 @@ impl<'a> Call<'a> {
 /// dies leaves its lease to expire instead: S8.)
 impl Drop for Call<'_> {
     fn drop(&mut self) {
+        // A call that ended has nothing to end (the common case: no move of the phase).
+        if !matches!(
+            self.phase,
+            Phase::Running(..) | Phase::Claiming(..) | Phase::Recording(_)
+        ) {
+            return;
+        }
         match std::mem::replace(&mut self.phase, Phase::Taken) {
             Phase::Running(run, between) => {
                 let Some(holder) = run.holder else { return };

@@ -2,48 +2,58 @@
 //! (serde_json writes `null`), so `None`, `NaN` and `inf` would fingerprint alike and a retry
 //! with another of them would pass as the same operation.
 //!
-//! A serializer that writes nothing and fails at the first non-finite float; run before the
-//! argument is turned into JSON.
+//! A serializer that writes nothing and fails at the first non-finite float; run before an
+//! argument is turned into JSON, and on an outcome before it is stored (S16: `null` would not
+//! read back as a float).
 
 use serde::ser::{self, Serialize};
 
+/// The non-finite float found (`None`: another error of the value's `Serialize`).
 #[derive(Debug)]
-pub(crate) struct NotFinite(String);
+pub(crate) struct NotFinite(Option<f64>);
 
 impl std::fmt::Display for NotFinite {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        match self.0 {
+            Some(v) => write!(f, "a float is {v}"),
+            None => f.write_str("the value did not serialize"),
+        }
     }
 }
 
 impl std::error::Error for NotFinite {}
 
 impl ser::Error for NotFinite {
-    fn custom<T: std::fmt::Display>(msg: T) -> Self {
-        NotFinite(msg.to_string())
+    fn custom<T: std::fmt::Display>(_: T) -> Self {
+        NotFinite(None)
     }
 }
 
-/// Fails when `value` holds a NaN or an infinite float. (Other serialization errors are left to
-/// the JSON serializer, which reports them with more context.)
-pub(crate) fn check<T: Serialize + ?Sized>(value: &T) -> Result<(), serde_json::Error> {
+/// The first NaN or infinite float in `value`, if it holds one. (Other serialization errors
+/// are left to the JSON serializer, which reports them with more context.)
+pub(crate) fn first_non_finite<T: Serialize + ?Sized>(value: &T) -> Option<f64> {
     match value.serialize(Finite) {
-        Ok(()) => Ok(()),
-        Err(NotFinite(msg)) if msg.starts_with(PREFIX) => Err(ser::Error::custom(msg)),
-        Err(_) => Ok(()),
+        Err(NotFinite(Some(v))) => Some(v),
+        Ok(()) | Err(NotFinite(None)) => None,
     }
 }
 
-const PREFIX: &str = "a float argument is ";
+/// Fails when an argument holds a NaN or an infinite float: it has no JSON form.
+pub(crate) fn check<T: Serialize + ?Sized>(value: &T) -> Result<(), serde_json::Error> {
+    match first_non_finite(value) {
+        None => Ok(()),
+        Some(v) => Err(ser::Error::custom(format!(
+            "a float argument is {v}, which has no JSON form and would fingerprint like `null`: pass a finite \
+             number, or an `Option` that is `None` when there is none"
+        ))),
+    }
+}
 
 fn float(v: f64) -> Result<(), NotFinite> {
     if v.is_finite() {
         Ok(())
     } else {
-        Err(NotFinite(format!(
-            "{PREFIX}{v}, which has no JSON form and would fingerprint like `null`: pass a finite number, or an \
-             `Option` that is `None` when there is none"
-        )))
+        Err(NotFinite(Some(v)))
     }
 }
 
