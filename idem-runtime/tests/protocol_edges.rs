@@ -458,11 +458,12 @@ async fn a_stored_outcome_that_no_longer_decodes_says_the_operation_ran() {
     let charge = Charge::default();
     let t0 = Instant::now();
     // Recorded by an earlier version of the tool, whose output was a text.
-    let earlier = Tool::new("charge").idem(&idem).side_effect(
-        &[("order", &1u64)],
-        &4200u64,
-        |_| async { Ok::<_, E>("receipt 1".to_owned()) },
-    );
+    let earlier =
+        Tool::new("charge")
+            .idem(&idem)
+            .side_effect(&[("order", &1u64)], &4200u64, |_| async {
+                Ok::<_, E>("receipt 1".to_owned())
+            });
     assert_eq!(earlier.await.unwrap(), "receipt 1");
     let (now, how) = charge
         .call(Tool::new("charge").idem(&idem), 4200, S(0), t0)
@@ -470,6 +471,9 @@ async fn a_stored_outcome_that_no_longer_decodes_says_the_operation_ran() {
     let Err(E::Idem(err @ Error::Store { .. })) = now else {
         panic!("refused: {now:?}")
     };
-    assert!(err.to_string().contains("already ran and completed"), "{err}");
+    assert!(
+        err.to_string().contains("already ran and completed"),
+        "{err}"
+    );
     assert_eq!((how, charge.runs()), (CallOutcome::Refused, 0));
 }
