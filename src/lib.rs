@@ -39,8 +39,26 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub use idem_macros::*;
-pub use idem_runtime::*;
+// What a user needs, named one by one: the runtime crate's own entry points for generated code
+// (`SideEffectCall`, `KeyHasher`, …) are reached through `__private`, not here.
+#[cfg(feature = "rmcp")]
+pub use idem_macros::classified_tools;
+pub use idem_macros::{read_only, side_effect};
+pub use idem_runtime::{
+    AlreadyInstalled, BuildError, CallInfo, CallOutcome, Classify, DuplicateTools, Error, Failure,
+    Fingerprint, Idem, IdemBuilder, IdempotencyKey, KeyHasher, KeyPart, KeyValue, MemoryStore,
+    OperationId, RetryPolicy, Store, StoreError, StoreErrorKind, Tool, ToolInfo, ToolKind,
+    check_unique_tool_names, observe, operation, store, tools,
+};
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use idem_runtime::{PostgresStore, PostgresStoreBuilder};
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use idem_runtime::{RedisStore, RedisStoreBuilder};
+#[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+pub use idem_runtime::{SqliteStore, SqliteStoreBuilder, Synchronous};
 
 #[cfg(feature = "rmcp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rmcp")))]

@@ -135,6 +135,18 @@ pub enum Error {
         reason: String,
     },
 
+    /// No runtime is in force where [`Idem::current`](crate::Idem::current) was asked (outside a
+    /// tool call).
+    #[error(
+        "idemkit: no runtime is in force here ({reason}). Install one at start-up with \
+         `idemkit::Idem::builder().store(...).build()?.install()`, run under one with `idem.scope(...)`, or enable the \
+         `sqlite` feature for the zero-configuration default"
+    )]
+    NoRuntime {
+        /// Why there is none.
+        reason: String,
+    },
+
     /// No runtime was installed and there is no default store to fall back to.
     #[error(
         "idemkit: tool `{tool}` has no runtime to record its outcome in ({reason}); the tool was not run. Install one at \

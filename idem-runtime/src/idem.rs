@@ -76,7 +76,7 @@ const BUILT_IN_DEFAULT: Option<fn() -> Result<Idem, String>> = Some(sqlite_defau
 /// [`Error::Store`](crate::Error::Store), naming the file, and the next call tries again.
 #[cfg(feature = "sqlite")]
 fn sqlite_default_runtime() -> Result<Idem, String> {
-    let path = crate::store::sqlite::default_path()?;
+    let path = crate::store::sqlite::default_path().map_err(|e| e.to_string())?;
     tracing::info!(
         path = %path.display(),
         "no runtime installed; recording outcomes in the default SQLite store (set {} to move it)",
@@ -122,8 +122,15 @@ impl Idem {
 
     /// The runtime in force here: the scoped one, else the installed one, else the default one.
     ///
-    /// `Err` carries why there is none (no store built in, or the default store failed to open).
-    pub fn current() -> Result<Idem, String> {
+    /// [`Error::NoRuntime`] says why there is none (no store built in, or the default store's
+    /// path is unusable); it converts into a tool's error type, so `Idem::current()?` works in a
+    /// tool's caller.
+    pub fn current() -> Result<Idem, Error> {
+        Self::current_or_why().map_err(|reason| Error::NoRuntime { reason })
+    }
+
+    /// [`Idem::current`], or why there is none.
+    pub(crate) fn current_or_why() -> Result<Idem, String> {
         if let Some(idem) = Self::configured() {
             return Ok(idem);
         }
@@ -187,6 +194,27 @@ impl Idem {
                 source,
             })
     }
+}
+
+/// The id of the operation called `name`, from the runtime in force ([`Idem::current`]): a UUID
+/// v4 minted on first use and stored, then the same id ever after. One call, for a tool's caller
+/// that has no [`Idem`] in hand; its error converts into the tool's error type.
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use idem_runtime::{Idem, MemoryStore, operation};
+///
+/// let idem = Idem::new(MemoryStore::new());
+/// idem.scope(async {
+///     let id = operation("plan-42/step-3").await?;
+///     assert_eq!(id, operation("plan-42/step-3").await?);
+///     Ok::<(), idem_runtime::Error>(())
+/// })
+/// .await
+/// # }).unwrap();
+/// ```
+pub async fn operation(name: &str) -> Result<OperationId, Error> {
+    Idem::current()?.operation(name).await
 }
 
 /// Settings of an [`Idem`]; [`IdemBuilder::build`] makes it.

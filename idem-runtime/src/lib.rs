@@ -71,7 +71,7 @@ pub use error::{Error, StoreError, StoreErrorKind};
 pub use exec::{Next, ReadCall, SideEffectCall};
 pub use exec::{Tool, run_side_effect};
 pub use fingerprint::{Fingerprint, Fingerprinter};
-pub use idem::{AlreadyInstalled, BuildError, Idem, IdemBuilder};
+pub use idem::{AlreadyInstalled, BuildError, Idem, IdemBuilder, operation};
 pub use key::{IdempotencyKey, KeyField, KeyHasher, KeyPart, KeyValue, OperationId};
 pub use observe::{CallInfo, CallOutcome, observe};
 pub use registry::{
@@ -88,7 +88,7 @@ pub use store::postgres::{PostgresStore, PostgresStoreBuilder};
 pub use store::redis::{RedisStore, RedisStoreBuilder};
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
-pub use store::sqlite::{SqliteStore, Synchronous};
+pub use store::sqlite::{SqliteStore, SqliteStoreBuilder, Synchronous};
 
 /// What generated code reaches, and nothing else should: the paths are not a stable API.
 #[doc(hidden)]

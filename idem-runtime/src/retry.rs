@@ -63,17 +63,11 @@ pub trait Classify {
 /// them, 10 s in all.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RetryPolicy {
-    /// Attempts in all, the first included (at least 1).
-    pub max_attempts: u32,
-    /// The delay ceiling before the first retry.
-    pub initial_delay: Duration,
-    /// Each ceiling is the previous one times this factor.
-    pub factor: f32,
-    /// No ceiling grows past this.
-    pub max_delay: Duration,
-    /// No retry starts after this much time since the first attempt; a `RetryAfter` that would
-    /// end past it is not waited for.
-    pub max_elapsed: Duration,
+    max_attempts: u32,
+    initial_delay: Duration,
+    factor: f32,
+    max_delay: Duration,
+    max_elapsed: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -95,6 +89,43 @@ impl RetryPolicy {
             max_attempts: 1,
             ..Self::default()
         }
+    }
+
+    /// Attempts in all, the first included (at least 1).
+    pub fn max_attempts(&self) -> u32 {
+        self.max_attempts
+    }
+
+    /// The delay ceiling before the first retry.
+    pub fn initial_delay(&self) -> Duration {
+        self.initial_delay
+    }
+
+    /// Each ceiling is the previous one times this factor (at least 1).
+    pub fn factor(&self) -> f32 {
+        self.factor
+    }
+
+    /// No ceiling grows past this.
+    pub fn max_delay(&self) -> Duration {
+        self.max_delay
+    }
+
+    /// No retry starts after this much time since the first attempt; a `RetryAfter` that would
+    /// end past it is not waited for.
+    pub fn max_elapsed(&self) -> Duration {
+        self.max_elapsed
+    }
+
+    /// The same policy whose ceilings grow by `factor` (at least 1: a smaller one is taken as
+    /// 1, constant ceilings; a NaN as the default 2).
+    pub fn with_factor(mut self, factor: f32) -> Self {
+        self.factor = if factor.is_nan() {
+            2.0
+        } else {
+            factor.max(1.0)
+        };
+        self
     }
 
     /// The same policy with `n` attempts in all.

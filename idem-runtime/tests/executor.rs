@@ -609,3 +609,19 @@ async fn an_end_in_one_runtime_does_not_wake_a_waiter_of_another() {
         "another runtime's end must not wake it: it finds the outcome at its own poll"
     );
 }
+
+/// Issue 16: an operation id in one call from the runtime in force, its error converting into
+/// the tool's error type with `?`.
+#[tokio::test]
+async fn operation_ids_come_from_the_runtime_in_force_in_one_call() {
+    async fn plan_step(step: u32) -> Result<idem_runtime::OperationId, E> {
+        let id = idem_runtime::operation(&format!("plan-7/step-{step}")).await?;
+        Ok(id)
+    }
+    let idem = idem();
+    let first = idem.scope(plan_step(1)).await.unwrap();
+    assert_eq!(first, idem.operation("plan-7/step-1").await.unwrap());
+    assert_ne!(first, idem.scope(plan_step(2)).await.unwrap());
+    let current = idem.scope(async { Idem::current() }).await.unwrap();
+    assert_eq!(current.operation("plan-7/step-1").await.unwrap(), first);
+}

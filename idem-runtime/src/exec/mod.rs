@@ -138,7 +138,7 @@ impl<'a> Tool<'a> {
     fn runtime(&self) -> Result<Idem, Error> {
         match self.idem {
             Some(idem) => Ok(idem.clone()),
-            None => Idem::current().map_err(|reason| Error::NotConfigured {
+            None => Idem::current_or_why().map_err(|reason| Error::NotConfigured {
                 tool: self.name.to_owned(),
                 reason,
             }),

@@ -105,16 +105,17 @@ pub const DEFAULT_PATH_ENV: &str = "IDEMKIT_DB";
 /// replay one project's payment as the other's. A store beside the project, like `target/` or
 /// `.venv/`, is found again when the agent restarts there, is easy to see and to delete, and
 /// shares nothing by accident; set `IDEMKIT_DB` to share one deliberately.
-pub fn default_path() -> Result<PathBuf, String> {
+pub fn default_path() -> Result<PathBuf, StoreError> {
     let path = match std::env::var_os(DEFAULT_PATH_ENV) {
         Some(p) if !p.is_empty() => PathBuf::from(p),
         _ => PathBuf::from(".idemkit").join("idemkit.db"),
     };
     std::path::absolute(&path).map_err(|e| {
-        format!(
+        StoreError::unavailable(format!(
             "the default store path `{}` cannot be made absolute ({e}); set {DEFAULT_PATH_ENV} to an absolute path",
             path.display()
-        )
+        ))
+        .with_source(e)
     })
 }
 
