@@ -40,7 +40,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 // What a user needs, named one by one: the runtime crate's own entry points for generated code
-// (`SideEffectCall`, `KeyHasher`, …) are reached through `__private`, not here.
+// (`SideEffectCall`, `ReadCall`, …) are reached through `__private`, not here.
 #[cfg(feature = "rmcp")]
 pub use idem_macros::classified_tools;
 pub use idem_macros::{read_only, side_effect};
