@@ -211,6 +211,26 @@ fn signature(cx: &Ctxt, tool: &Tool) {
                     );
                 }
             }
+            Role::Named(ident)
+                if tool.kind == Kind::SideEffect && names_the_key(ident, &p.arg.ty) =>
+            {
+                // C4's neighbour: a key the caller passes is a key the caller can mint per call.
+                let ty = p.arg.ty.to_token_stream().to_string().replace("& ", "&");
+                let ident = ident.unraw();
+                let rename = if ty.ends_with("IdempotencyKey") {
+                    ""
+                } else {
+                    ", or rename this parameter (e.g. `object_key`) if it is not the idempotency key"
+                };
+                cx.error_spanned(
+                    &p.arg,
+                    format!(
+                        "`{ident}: {ty}` would be a key the caller passes in, which a caller can mint anew per call \
+                         (a fresh key per call dedupes nothing); the key is derived from the key fields and injected: \
+                         write `{ident}: &IdempotencyKey` to receive it{rename}"
+                    ),
+                );
+            }
             Role::Named(_) | Role::Pattern { .. } => {
                 if let Type::Reference(r) = &*p.arg.ty
                     && r.mutability.is_some()
@@ -224,6 +244,14 @@ fn signature(cx: &Ctxt, tool: &Tool) {
             }
         }
     }
+}
+
+/// A parameter that claims to be the key without being the injected `&IdempotencyKey`: named
+/// `key`, or of type `IdempotencyKey` by value.
+fn names_the_key(ident: &syn::Ident, ty: &Type) -> bool {
+    let by_value = matches!(ty, Type::Path(p) if p.qself.is_none()
+        && p.path.segments.last().is_some_and(|s| s.ident == "IdempotencyKey"));
+    ident.unraw() == "key" || by_value
 }
 
 /// C7: the return type is `Result<T, E>`.

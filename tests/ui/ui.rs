@@ -28,6 +28,8 @@ const FAIL: &[&str] = &[
     "args_not_clone_or_serialize",
     // Issue 15: a ttl shorter than the lease would let a running record expire.
     "ttl_shorter_than_lease",
+    // Issue 16: a key the caller would pass in (`key: &str`, `IdempotencyKey` by value).
+    "key_param_not_injected",
 ];
 
 /// MCP tools: this package always enables idemkit's `rmcp` feature.
