@@ -37,11 +37,13 @@
 //! # });
 //! ```
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use idem_macros::*;
 pub use idem_runtime::*;
 
 #[cfg(feature = "rmcp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rmcp")))]
 pub mod mcp;
 
 /// What the attributes' expansions reach; not a stable API.

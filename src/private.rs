@@ -249,6 +249,10 @@ impl<'a, T, E> UncheckedCall<'a, T, E> {
         unreachable!("{UNCHECKED}")
     }
 
+    pub async fn run<F: core::future::Future<Output = Result<T, E>>>(&mut self, _attempt: F) {
+        unreachable!("{UNCHECKED}")
+    }
+
     pub fn end(self) -> Result<T, E> {
         unreachable!("{UNCHECKED}")
     }

@@ -88,7 +88,7 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
                 let mut #call = #runner.side_effect(#settings, #key, #args_local);
                 while let ::core::option::Option::Some(#key) = #call.attempt().await {
                     #(#per_attempt)*
-                    #call.ended(#attempt.await);
+                    #call.run(#attempt).await;
                 }
                 #call.end()
             }
@@ -224,7 +224,9 @@ fn attempt(private: &TokenStream, tool: &Tool) -> (Vec<TokenStream>, TokenStream
         syn::ReturnType::Type(_, ty) => ty.to_token_stream(),
         syn::ReturnType::Default => quote!(()),
     };
-    let block = &tool.item.block;
+    // The body's statements, not its block: a block as the tail of the `async move` block would
+    // be linted as unnecessary braces when it holds one expression (issue 16).
+    let stmts = &tool.item.block.stmts;
     // The "fake return edge" (tracing-attributes): pins the block's output type before the body
     // is checked, so `?` and `.into()` in the body infer as they do in the function.
     let body = quote! {
@@ -242,7 +244,7 @@ fn attempt(private: &TokenStream, tool: &Tool) -> (Vec<TokenStream>, TokenStream
         }
         #(#rebind)*
         #injected
-        #block
+        #(#stmts)*
     };
     (per_attempt, quote!(async move { #body }))
 }

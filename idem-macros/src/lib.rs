@@ -45,8 +45,8 @@ use ast::Kind;
 /// | `name = "payments.charge"` | the tool's name, part of every key (default: the function's name). Pin it to keep keys stable across renames. |
 /// | `max_attempts = 5` | attempts in all, the first included (default: the runtime's retry policy). |
 /// | `retry = <expr>` | a whole `idemkit::RetryPolicy` for this tool. |
-/// | `lease = "30s"` | how long a claim holds before another call may take over. |
-/// | `ttl = "24h"` | how long the outcome is kept. |
+/// | `lease = "10s"` | how long a claim holds before another call may take over; renewed every third of it while the body runs, so it bounds how long a crashed holder blocks the key, not how long a body may run (default: the runtime's, 10 s). |
+/// | `ttl = "24h"` | how long the outcome is kept; at least the lease (a compile error otherwise, when both are given). |
 /// | `wait = "10s"` | how long a concurrent call of the same key waits for the outcome. |
 /// | `idem = <expr>` | the runtime to use, e.g. `idem = self.idem` (an `Idem`, `&Idem` or `Arc<Idem>`); default: the runtime in force (`Idem::current`). |
 /// | `crate = path` | where the `idemkit` crate is, when it is renamed (default `::idemkit`). |

@@ -82,6 +82,18 @@ pub(crate) fn check(cx: &Ctxt, args: &Args, tool: &Tool) -> Option<Plan> {
 
 /// C1, C6, C9 (empty key list), and the knobs that do not apply to the attribute.
 fn arguments(cx: &Ctxt, args: &Args, kind: Kind) {
+    if let (Some((_, lease)), Some((ttl_ident, ttl))) = (&args.lease, &args.ttl)
+        && ttl.0 < lease.0
+    {
+        cx.error(
+            ttl_ident.span(),
+            format!(
+                "`ttl` ({} ms) is shorter than `lease` ({} ms): a running record would expire before its lease, \
+                 and another call could run the operation again; make the ttl at least the lease",
+                ttl.0, lease.0
+            ),
+        );
+    }
     match kind {
         Kind::SideEffect => match &args.key {
             None => cx.error(

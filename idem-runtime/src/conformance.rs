@@ -51,6 +51,8 @@ macro_rules! conformance_tests {
             s12_renew_extends_a_held_lease_past_its_end_and_its_ttl,
             s12_renew_after_the_lease_ran_out_untaken_still_holds,
             s12_renew_is_refused_to_a_stale_token_and_to_ended_records,
+            s12_a_body_longer_than_its_lease_runs_once,
+            s13_a_holder_whose_renewals_fail_stops_and_is_taken_over,
             contention_64_tasks_one_key,
             operation_ids_are_minted_once
         );
@@ -84,6 +86,8 @@ pub enum TestError {
     InFlight,
     /// idemkit refused: the store failed so.
     Store(StoreErrorKind),
+    /// The call's lease was lost while it ran (S13).
+    LeaseLost,
     /// Any other runtime error.
     Other(String),
 }
@@ -103,6 +107,7 @@ impl From<Error> for TestError {
             Error::KeyReuse { .. } => TestError::KeyReuse,
             Error::InFlight { .. } => TestError::InFlight,
             Error::Store { source, .. } => TestError::Store(source.kind()),
+            Error::LeaseLost { .. } => TestError::LeaseLost,
             other => TestError::Other(other.to_string()),
         }
     }
@@ -132,6 +137,7 @@ fn runtime(store: impl Store) -> Idem {
         )
         .lease(LEASE)
         .build()
+        .expect("the suite's settings are consistent")
 }
 
 /// A tool whose body counts its runs and fails as `script` says, then succeeds.
@@ -643,8 +649,10 @@ pub async fn s11_late_writes_of_a_taken_over_lease_are_fenced(store: impl Store)
     );
 }
 
-/// S11 through the executor: a slow holder finishes after its lease was taken over and the new
+/// S11 through the executor: a holder that cannot notice its lease ending (its body blocks its
+/// thread, so nothing polls the lease) finishes after the lease was taken over and the new
 /// holder completed; its write is refused, the new record stands, and its caller is told.
+/// (A holder that awaits notices and stops: S13.)
 pub async fn s11_a_slow_holder_cannot_overwrite_the_new_record(store: impl Store) {
     let idem = runtime(store);
     let tool = Arc::new(Counted::new());
@@ -652,8 +660,24 @@ pub async fn s11_a_slow_holder_cannot_overwrite_the_new_record(store: impl Store
         let (idem, tool) = (idem.clone(), tool.clone());
         tokio::spawn(async move {
             let tool_settings = charge(&idem).lease(Duration::from_millis(200));
-            tool.call(tool_settings, 14, 4200, &[], Duration::from_millis(900))
-                .await
+            let mut attempt = 0;
+            observe(
+                tool_settings.side_effect(&[("order", &14u64)], &4200u64, |key| {
+                    attempt += 1;
+                    let n = tool.runs.fetch_add(1, Ordering::SeqCst) + 1;
+                    tool.keys.lock().unwrap().push(key);
+                    // Blocks without yielding: the executor cannot renew or stop it meanwhile.
+                    // (The worker's other tasks, a store's connection among them, move on.)
+                    tokio::task::block_in_place(|| std::thread::sleep(Duration::from_millis(900)));
+                    async move {
+                        Ok::<_, TestError>(Receipt {
+                            run: n,
+                            key: key.to_string(),
+                        })
+                    }
+                }),
+            )
+            .await
         })
     };
     tokio::time::sleep(Duration::from_millis(400)).await;
@@ -664,8 +688,11 @@ pub async fn s11_a_slow_holder_cannot_overwrite_the_new_record(store: impl Store
         (fast.clone().unwrap().run, outcome),
         (2, CallOutcome::Completed)
     );
-    let (late, outcome) = slow.await.unwrap();
-    assert_eq!((late.unwrap().run, outcome), (1, CallOutcome::Unrecorded));
+    let (late, info) = slow.await.unwrap();
+    assert_eq!(
+        (late.unwrap().run, info.unwrap().outcome),
+        (1, CallOutcome::Unrecorded)
+    );
     let (replayed, outcome) = tool
         .call(charge(&idem), 14, 4200, &[], Duration::ZERO)
         .await;
@@ -718,8 +745,10 @@ pub async fn s12_renew_extends_a_held_lease_past_its_end_and_its_ttl(store: impl
     );
     // Past the claim's lease and its ttl: the renewed lease holds.
     tokio::time::sleep(Duration::from_millis(600)).await;
+    // Claimed with the lease the holder renews with, as callers of one tool are (the SQLite
+    // store caps a lease end further ahead than the claimer's lease, as clock skew).
     match store
-        .claim(&renew_req(15, other, short, short))
+        .claim(&renew_req(15, other, Duration::from_secs(5), short))
         .await
         .unwrap()
     {
@@ -799,6 +828,116 @@ pub async fn s12_renew_is_refused_to_a_stale_token_and_to_ended_records(store: i
         "a key never claimed"
     );
     assert_eq!(store.get(&key_of(18)).await.unwrap(), None);
+}
+
+/// S12 through the executor: a body that runs 2.5 leases is not taken over: its holder renews
+/// the lease while it runs, so a second caller waits for it and replays its outcome. (Before
+/// renewals, the second caller took the key over at the lease's end and ran the body again.)
+pub async fn s12_a_body_longer_than_its_lease_runs_once(store: impl Store) {
+    let idem = runtime(store);
+    let tool = Arc::new(Counted::new());
+    let first = {
+        let (idem, tool) = (idem.clone(), tool.clone());
+        tokio::spawn(async move { tool.call(charge(&idem), 19, 4200, &[], LEASE * 5 / 2).await })
+    };
+    tokio::time::sleep(LEASE / 4).await;
+    let (second, outcome) = tool
+        .call(charge(&idem), 19, 4200, &[], Duration::ZERO)
+        .await;
+    let (first, first_outcome) = first.await.unwrap();
+    assert_eq!(first_outcome, CallOutcome::Completed);
+    assert_eq!(outcome, CallOutcome::Replayed, "the second caller waited");
+    assert_eq!(second, first);
+    assert_eq!(tool.runs(), 1, "the body ran once");
+}
+
+/// A store whose renewals fail (as when the holder cannot reach it); everything else passes.
+struct RenewalsFail<S>(Arc<S>);
+
+#[async_trait::async_trait]
+impl<S: Store> Store for RenewalsFail<S> {
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        self.0.claim(req).await
+    }
+    async fn complete(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        outcome: &[u8],
+        ttl: Duration,
+    ) -> Result<Written, StoreError> {
+        self.0.complete(key, token, outcome, ttl).await
+    }
+    async fn renew(
+        &self,
+        _: &IdempotencyKey,
+        _: LeaseToken,
+        _: Duration,
+    ) -> Result<Written, StoreError> {
+        Err(StoreError::unavailable("connection refused"))
+    }
+    async fn release(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+    ) -> Result<Written, StoreError> {
+        self.0.release(key, token).await
+    }
+    async fn mark_ambiguous(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        note: &str,
+        ttl: Duration,
+    ) -> Result<Written, StoreError> {
+        self.0.mark_ambiguous(key, token, note, ttl).await
+    }
+    async fn get(&self, key: &IdempotencyKey) -> Result<Option<crate::store::Record>, StoreError> {
+        self.0.get(key).await
+    }
+    async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
+        self.0.prune(limit).await
+    }
+    async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
+        self.0.operation_id(name, fresh).await
+    }
+}
+
+/// S13 through the executor: a holder whose renewals fail until its lease ends stops its body
+/// at the next await (the body never finishes), starts no further attempt, and its caller is
+/// told the outcome is unknown; the record is kept as ambiguous, so the next call takes it over
+/// with the same key.
+pub async fn s13_a_holder_whose_renewals_fail_stops_and_is_taken_over(store: impl Store) {
+    let store = Arc::new(store);
+    let cut_off = runtime(RenewalsFail(store.clone()));
+    let idem = runtime(store);
+    let tool = Counted::new();
+    let (stopped, outcome) = tool
+        .call(
+            charge(&cut_off).lease(Duration::from_millis(300)),
+            20,
+            4200,
+            &[],
+            Duration::from_secs(30),
+        )
+        .await;
+    assert_eq!(
+        (stopped, outcome),
+        (Err(TestError::LeaseLost), CallOutcome::LeaseLost),
+        "stopped at its await, long before the 30 s body would end"
+    );
+    assert_eq!(tool.runs(), 1, "no further attempt");
+    let record = idem.store().get(&key_of(20)).await.unwrap().expect("kept");
+    assert!(
+        matches!(record.state, RecordState::Ambiguous { .. }),
+        "an attempt was running: kept as ambiguous, {:?}",
+        record.state
+    );
+    let (next, outcome) = tool
+        .call(charge(&idem), 20, 4200, &[], Duration::ZERO)
+        .await;
+    assert_eq!((next.unwrap().run, outcome), (2, CallOutcome::Completed));
+    assert_eq!(tool.keys.lock().unwrap().clone(), vec![key_of(20); 2]);
 }
 
 /// `Idem::operation` mints an id once per name and returns it unchanged afterwards.

@@ -39,10 +39,10 @@ pub enum Error {
     },
 
     /// The store could not be read or written, or returned data it cannot vouch for; the body was
-    /// not run (idemkit fails closed).
+    /// not run by this call (idemkit fails closed).
     #[error(
-        "idemkit: the store failed for tool `{tool}`{key}: {source}; the tool was not run (idemkit fails closed \
-         rather than risk acting twice). Fix the store, then retry the call",
+        "idemkit: the store failed for tool `{tool}`{key}: {source}; this call did not run the tool (idemkit fails \
+         closed rather than risk acting twice). Fix the store, then retry the call",
         key = key.map(|k| format!(" (key {k})")).unwrap_or_default()
     )]
     Store {
@@ -53,6 +53,63 @@ pub enum Error {
         /// What the store said.
         #[source]
         source: StoreError,
+    },
+
+    /// The call's lease was lost while it ran (S13): another caller took the key over, or renewals
+    /// failed until the lease ended. The running attempt was stopped at its next await and no
+    /// further attempt was started; whether the effect happened is unknown.
+    #[error(
+        "idemkit: tool `{tool}` with key {key} lost its lease after {attempts} attempt(s) ({why}); the running attempt \
+         was stopped and the outcome is unknown: it may or may not have taken effect. Retry the call with the same \
+         arguments: it derives the same key, so the provider can deduplicate it, and it replays the outcome if another \
+         caller recorded one"
+    )]
+    LeaseLost {
+        /// The tool's name.
+        tool: String,
+        /// The call's key.
+        key: IdempotencyKey,
+        /// Attempts started, the stopped one included.
+        attempts: u32,
+        /// Taken over, or renewals failed.
+        why: &'static str,
+    },
+
+    /// An attempt of this call failed in a way that may have taken effect (`Failure::Ambiguous`),
+    /// and a later attempt failed otherwise (S14): the record is kept as ambiguous, never
+    /// released, since the effect may have happened.
+    #[error(
+        "idemkit: tool `{tool}` with key {key} failed after {attempts} attempt(s); the last failed as {last:?}, but an \
+         earlier one failed in a way that may have taken effect, so the effect may have happened. The record is kept \
+         as ambiguous: retry with the same arguments (same key, which the provider can deduplicate), or check the \
+         provider for key {key} before acting otherwise"
+    )]
+    Ambiguous {
+        /// The tool's name.
+        tool: String,
+        /// The call's key.
+        key: IdempotencyKey,
+        /// Attempts run.
+        attempts: u32,
+        /// How the last attempt failed.
+        last: crate::retry::Failure,
+    },
+
+    /// The operation ran and took effect under this key, but its outcome cannot be replayed
+    /// (S16): it did not read back as the tool's output type when it was recorded. It is never
+    /// run again under this key.
+    #[error(
+        "idemkit: tool `{tool}` already ran with key {key} and took effect, but its outcome cannot be replayed ({reason}); \
+         it will not be run again under this key. Look the effect up at the provider by key {key}; make the output \
+         type round-trip through JSON (e.g. no NaN or infinite floats, string keys in maps)"
+    )]
+    Unreplayable {
+        /// The tool's name.
+        tool: String,
+        /// The operation's key.
+        key: IdempotencyKey,
+        /// Why the outcome was not stored in a replayable form.
+        reason: String,
     },
 
     /// The arguments that are not key fields could not be serialized for the fingerprint.
@@ -68,10 +125,20 @@ pub enum Error {
         source: serde_json::Error,
     },
 
+    /// The tool's settings cannot be honoured (e.g. a ttl shorter than the lease); the body was
+    /// not run.
+    #[error("idemkit: tool `{tool}` was not run: {reason}")]
+    Settings {
+        /// The tool's name.
+        tool: String,
+        /// What is wrong, and what to do.
+        reason: String,
+    },
+
     /// No runtime was installed and there is no default store to fall back to.
     #[error(
         "idemkit: tool `{tool}` has no runtime to record its outcome in ({reason}); the tool was not run. Install one at \
-         start-up with `idemkit::Idem::builder().store(...).build().install()`, or enable the `sqlite` feature for \
+         start-up with `idemkit::Idem::builder().store(...).build()?.install()`, or enable the `sqlite` feature for \
          the zero-configuration default"
     )]
     NotConfigured {

@@ -3,6 +3,11 @@
 //! Two calls with the same key must be the same operation: the fingerprint (SHA-256 of the
 //! arguments' canonical JSON, object keys sorted at every depth) tells a retry from a key reused
 //! for something else, which is refused as [`Error::KeyReuse`](crate::Error::KeyReuse).
+//!
+//! Floats: `-0.0` fingerprints as `0.0` (they compare equal); a NaN or an infinite float is
+//! refused ([`Error::Arguments`](crate::Error::Arguments)), since JSON would write it as `null`.
+
+pub(crate) mod finite;
 
 use std::fmt;
 
@@ -17,6 +22,7 @@ pub struct Fingerprint(pub [u8; 32]);
 impl Fingerprint {
     /// The fingerprint of any serializable value, via its canonical JSON.
     pub fn of<T: Serialize + ?Sized>(value: &T) -> Result<Self, serde_json::Error> {
+        finite::check(value)?;
         let value = serde_json::to_value(value)?;
         Ok(Self::of_value(&value))
     }
@@ -81,6 +87,7 @@ impl Fingerprinter {
         name: &str,
         value: &T,
     ) -> Result<&mut Self, serde_json::Error> {
+        finite::check(value)?;
         self.args
             .push((name.to_owned(), serde_json::to_value(value)?));
         Ok(self)
@@ -139,6 +146,8 @@ fn write_canonical(sha: &mut Sha256, value: &Value) {
             }
             sha.update(b"]");
         }
+        // -0.0 == 0.0: one text for both.
+        Value::Number(n) if n.as_f64() == Some(0.0) && n.is_f64() => sha.update(b"0.0"),
         scalar => write_json(sha, scalar),
     }
 }
@@ -309,11 +318,10 @@ mod tests {
                     f.arg("tiny", &-2.5e-300f64).unwrap();
                     f.arg("whole", &3.0f64).unwrap();
                     f.arg("neg_zero", &-0.0f64).unwrap();
-                    f.arg("nan", &f64::NAN).unwrap();
-                    f.arg("inf", &f32::INFINITY).unwrap();
                     f.arg("max", &f64::MAX).unwrap();
                 }),
-                "dc0c4dc99f58c604ea70678c5456a26aff9590643b7e8ad9663f3de8b6413dbe",
+                // Changed in issue 15: -0.0 as 0.0, and NaN and infinities (refused now) left out.
+                "4655f866056e8eb4dadce0fd0dbeaeac4a4dc9a69f071aef44c73c2f7dec5296",
             ),
             (
                 "null, bools, integers",
@@ -387,6 +395,48 @@ mod tests {
             wrong.is_empty(),
             "changed fingerprints:\n{}",
             wrong.join("\n")
+        );
+    }
+
+    #[test]
+    fn negative_zero_fingerprints_as_zero() {
+        assert_eq!(
+            Fingerprint::of(&-0.0f64).unwrap(),
+            Fingerprint::of(&0.0f64).unwrap()
+        );
+        assert_eq!(
+            Fingerprint::of(&json!({"a": [-0.0f32]})).unwrap(),
+            Fingerprint::of(&json!({"a": [0.0f32]})).unwrap()
+        );
+        assert_ne!(
+            Fingerprint::of(&0.0f64).unwrap(),
+            Fingerprint::of(&0u8).unwrap()
+        );
+    }
+
+    #[test]
+    fn nan_and_infinities_are_refused_anywhere_in_an_argument() {
+        #[derive(Serialize)]
+        struct Quote {
+            items: Vec<Option<f32>>,
+        }
+        for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            let err = Fingerprint::of(&bad).unwrap_err();
+            assert!(err.to_string().contains("has no JSON form"), "{err}");
+            let mut f = Fingerprinter::new();
+            assert!(f.arg("rate", &bad).is_err(), "{bad}");
+            let nested = Quote {
+                items: vec![Some(1.0), Some(bad as f32)],
+            };
+            assert!(Fingerprint::of(&nested).is_err(), "{bad} nested");
+        }
+        let fine = Quote {
+            items: vec![None, Some(2.5)],
+        };
+        assert!(Fingerprint::of(&fine).is_ok());
+        assert_ne!(
+            Fingerprint::of(&Option::<f64>::None).unwrap(),
+            Fingerprint::of(&Some(0.0f64)).unwrap()
         );
     }
 

@@ -25,8 +25,9 @@ use crate::store::Store;
 ///     .store(MemoryStore::new())
 ///     .retry(RetryPolicy::default().with_max_attempts(5))
 ///     .lease(Duration::from_secs(60))
-///     .build();
+///     .build()?;
 /// # let _ = idem;
+/// # Ok::<(), idem_runtime::BuildError>(())
 /// ```
 #[derive(Clone)]
 pub struct Idem {
@@ -67,8 +68,23 @@ static DEFAULT: OnceLock<Result<Idem, String>> = OnceLock::new();
 
 /// How the default runtime is made: the SQLite store at its default path, when built in.
 #[cfg(feature = "sqlite")]
-const BUILT_IN_DEFAULT: Option<fn() -> Result<Idem, String>> =
-    Some(crate::store::sqlite::default_runtime);
+const BUILT_IN_DEFAULT: Option<fn() -> Result<Idem, String>> = Some(sqlite_default_runtime);
+
+/// The runtime used when none is installed or scoped: a [`SqliteStore`](crate::SqliteStore) at
+/// [`default_path`](crate::store::sqlite::default_path), opened by the first call that needs it
+/// (on the store's own thread), so a failure to open it is that call's
+/// [`Error::Store`](crate::Error::Store), naming the file, and the next call tries again.
+#[cfg(feature = "sqlite")]
+fn sqlite_default_runtime() -> Result<Idem, String> {
+    let path = crate::store::sqlite::default_path()?;
+    tracing::info!(
+        path = %path.display(),
+        "no runtime installed; recording outcomes in the default SQLite store (set {} to move it)",
+        crate::store::sqlite::DEFAULT_PATH_ENV
+    );
+    Ok(Idem::new(crate::SqliteStore::builder(path).open_lazily()))
+}
+
 #[cfg(not(feature = "sqlite"))]
 const BUILT_IN_DEFAULT: Option<fn() -> Result<Idem, String>> = None;
 
@@ -82,7 +98,10 @@ pub struct AlreadyInstalled;
 impl Idem {
     /// A runtime over `store`, with the default settings.
     pub fn new(store: impl Store) -> Self {
-        Self::builder().store(store).build()
+        Self::builder()
+            .store(store)
+            .build()
+            .expect("idemkit: the default settings are consistent")
     }
 
     /// Starts a runtime's settings.
@@ -201,14 +220,17 @@ impl IdemBuilder {
         self
     }
 
-    /// How long a claim holds before another call may take the operation over (default 30 s).
-    /// Make it longer than a tool's slowest run, retries included.
+    /// How long a claim holds before another call may take the operation over (default 10 s).
+    /// While a body runs its holder renews the lease every third of it (S12), so the lease need
+    /// not cover the slowest run: it bounds how long a crashed holder blocks its key, and must
+    /// be well above a store round trip.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = Some(lease);
         self
     }
 
-    /// How long a record is kept (default 24 h); older ones are treated as absent.
+    /// How long a record is kept (default 24 h); older ones are treated as absent. At least the
+    /// lease: a running record never expires before its lease.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(ttl);
         self
@@ -227,25 +249,48 @@ impl IdemBuilder {
         self
     }
 
-    /// The runtime.
-    ///
-    /// # Panics
-    ///
-    /// Without a store: there is no sensible default for where money-moving records live.
-    pub fn build(self) -> Idem {
-        let store = self
-            .store
-            .expect("idemkit: `Idem::builder()` needs `.store(...)` before `.build()`");
-        Idem {
+    /// The runtime, or why these settings cannot make one: no store, or a ttl shorter than the
+    /// lease (a running record would expire before its lease).
+    pub fn build(self) -> Result<Idem, BuildError> {
+        let store = self.store.ok_or(BuildError::NoStore)?;
+        let lease = self.lease.unwrap_or(Duration::from_secs(10));
+        let ttl = self.ttl.unwrap_or(Duration::from_secs(24 * 60 * 60));
+        if ttl < lease {
+            return Err(BuildError::TtlShorterThanLease { ttl, lease });
+        }
+        Ok(Idem {
             inner: Arc::new(Settings {
                 store,
                 retry: self.retry.unwrap_or_default(),
-                lease: self.lease.unwrap_or(Duration::from_secs(30)),
-                ttl: self.ttl.unwrap_or(Duration::from_secs(24 * 60 * 60)),
+                lease,
+                ttl,
                 wait: self.wait.unwrap_or(Duration::from_secs(30)),
                 store_timeout: self.store_timeout.unwrap_or(Duration::from_secs(10)),
                 wakes: Wakes::default(),
             }),
-        }
+        })
     }
+}
+
+/// Why [`IdemBuilder::build`] made no runtime.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// No store was given.
+    #[error(
+        "idemkit: `Idem::builder()` needs `.store(...)` before `.build()`: there is no sensible default for where \
+         money-moving records live"
+    )]
+    NoStore,
+    /// The ttl is shorter than the lease.
+    #[error(
+        "idemkit: the ttl ({ttl:?}) is shorter than the lease ({lease:?}): a running record would expire before its \
+         lease; make the ttl at least the lease"
+    )]
+    TtlShorterThanLease {
+        /// The ttl asked for.
+        ttl: Duration,
+        /// The lease asked for (or the default).
+        lease: Duration,
+    },
 }

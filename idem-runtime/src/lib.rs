@@ -50,6 +50,7 @@
 //! | S11 | a lease holder finishes after its lease was taken over | its write is refused; the new holder's record stands |
 
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod error;
 mod exec;
@@ -70,7 +71,7 @@ pub use error::{Error, StoreError, StoreErrorKind};
 pub use exec::{Next, ReadCall, SideEffectCall};
 pub use exec::{Tool, run_side_effect};
 pub use fingerprint::{Fingerprint, Fingerprinter};
-pub use idem::{AlreadyInstalled, Idem, IdemBuilder};
+pub use idem::{AlreadyInstalled, BuildError, Idem, IdemBuilder};
 pub use key::{IdempotencyKey, KeyField, KeyHasher, KeyPart, KeyValue, OperationId};
 pub use observe::{CallInfo, CallOutcome, observe};
 pub use registry::{
@@ -80,10 +81,13 @@ pub use retry::{Classify, Failure, RetryPolicy, Schedule};
 pub use store::Store;
 pub use store::memory::MemoryStore;
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use store::postgres::{PostgresStore, PostgresStoreBuilder};
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use store::redis::{RedisStore, RedisStoreBuilder};
 #[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use store::sqlite::{SqliteStore, Synchronous};
 
 /// What generated code reaches, and nothing else should: the paths are not a stable API.

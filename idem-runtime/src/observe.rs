@@ -37,6 +37,11 @@ pub enum CallOutcome {
     Failed(Failure),
     /// idemkit did not run the body: key reuse, another call in flight, or a store failure.
     Refused,
+    /// The lease was lost while the call ran (S13): the outcome is unknown.
+    LeaseLost,
+    /// An earlier call ran the operation, but its outcome cannot be replayed (S16); the body did
+    /// not run.
+    Unreplayable,
 }
 
 impl CallOutcome {
@@ -51,6 +56,8 @@ impl CallOutcome {
             CallOutcome::Failed(Failure::Ambiguous) => "failed_ambiguous",
             CallOutcome::Failed(Failure::RetryAfter(_)) => "failed_retry_after",
             CallOutcome::Refused => "refused",
+            CallOutcome::LeaseLost => "lease_lost",
+            CallOutcome::Unreplayable => "unreplayable",
         }
     }
 }

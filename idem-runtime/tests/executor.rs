@@ -299,32 +299,78 @@ async fn a_scoped_runtime_is_used_inside_its_scope_only() {
     );
 }
 
-#[tokio::test]
-async fn outcomes_that_do_not_serialize_are_returned_and_kept_ambiguous() {
+/// Runs tool `t` (key n = 1) twice with a body returning `outcome`; returns what the two calls
+/// got and how often the body ran.
+async fn twice<T>(
+    outcome: T,
+) -> (
+    (Result<T, E>, CallOutcome),
+    (Result<T, E>, CallOutcome),
+    usize,
+)
+where
+    T: Clone + serde::Serialize + serde::de::DeserializeOwned + Send,
+{
     let idem = idem();
+    let runs = Mutex::new(0);
+    let call = || {
+        observe(
+            Tool::new("t")
+                .idem(&idem)
+                .side_effect(&[("n", &1u8)], &(), |_| {
+                    *runs.lock().unwrap() += 1;
+                    let outcome = outcome.clone();
+                    async move { Ok::<_, E>(outcome) }
+                }),
+        )
+    };
+    let (first, info) = call().await;
+    let first = (first, info.unwrap().outcome);
+    let (second, info) = call().await;
+    let second = (second, info.unwrap().outcome);
+    (first, second, runs.into_inner().unwrap())
+}
+
+/// S16 (issue 15, finding 5): an outcome that does not serialize (a map with tuple keys) is
+/// returned to its caller and recorded as done but not replayable: a repeat is told the effect
+/// happened, and the body never runs again. (Before: kept ambiguous, so every repeat ran it.)
+#[tokio::test]
+async fn s16_an_outcome_that_does_not_serialize_is_returned_once_and_never_run_again() {
     let mut outcome = BTreeMap::new();
     outcome.insert((1, 2), String::from("no JSON form"));
-    let (result, info) = observe(Tool::new("t").idem(&idem).side_effect(
-        &[("n", &1u8)],
-        &(),
-        |_| {
-            let outcome = outcome.clone();
-            async move { Ok::<_, E>(outcome) }
-        },
-    ))
-    .await;
+    let ((first, how), (second, again), runs) = twice(outcome.clone()).await;
     assert_eq!(
-        result.unwrap(),
+        first.unwrap(),
         outcome,
         "the effect happened: the caller gets its result"
     );
-    assert_eq!(info.unwrap().outcome, CallOutcome::Unrecorded);
-    let key = IdempotencyKey::derive("t", &[("n", &1u8)]);
-    let record = idem.store().get(&key).await.unwrap().unwrap();
-    assert!(matches!(
-        record.state,
-        idem_runtime::store::RecordState::Ambiguous { .. }
-    ));
+    assert_eq!(how, CallOutcome::Completed);
+    let Err(E::Idem(err @ Error::Unreplayable { .. })) = second else {
+        panic!("a repeat is refused as unreplayable, got {second:?}")
+    };
+    assert!(err.to_string().contains("already ran"), "{err}");
+    assert!(err.to_string().contains("does not serialize"), "{err}");
+    assert_eq!(again, CallOutcome::Unreplayable);
+    assert_eq!(runs, 1, "never run again");
+}
+
+/// S16 (issue 15, finding 5): an outcome that serializes but does not read back (an infinite
+/// float becomes `null`) is recorded as not replayable too. (Before: stored as `null`, and every
+/// replay failed as a corrupt store saying "the tool was not run".)
+#[tokio::test]
+async fn s16_an_outcome_that_does_not_read_back_is_returned_once_and_never_run_again() {
+    let ((first, how), (second, again), runs) = twice(f64::INFINITY).await;
+    assert_eq!(first.unwrap(), f64::INFINITY);
+    assert_eq!(how, CallOutcome::Completed);
+    let Err(E::Idem(err @ Error::Unreplayable { .. })) = second else {
+        panic!("a repeat is refused as unreplayable, got {second:?}")
+    };
+    assert!(
+        err.to_string().contains("does not read back as `f64`"),
+        "{err}"
+    );
+    assert_eq!(again, CallOutcome::Unreplayable);
+    assert_eq!(runs, 1, "never run again");
 }
 
 #[tokio::test]
@@ -525,8 +571,8 @@ async fn an_end_in_one_runtime_does_not_wake_a_waiter_of_another() {
     use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
     let a = idem();
     let b_store: Arc<dyn idem_runtime::Store> = Arc::new(MemoryStore::new());
-    let b1 = Idem::builder().shared_store(b_store.clone()).build();
-    let b2 = Idem::builder().shared_store(b_store).build();
+    let b1 = Idem::new(b_store.clone());
+    let b2 = Idem::new(b_store);
     let runs = AtomicUsize::new(0);
     let start = Instant::now();
     let call = |idem: &Idem, body: Duration| {

@@ -66,7 +66,7 @@ fn assert_names(message: &str, path: &Path, what_to_do: &str) {
         message.contains(what_to_do),
         "says what to do ({what_to_do}): {message}"
     );
-    assert!(message.contains("the tool was not run"), "{message}");
+    assert!(message.contains("did not run the tool"), "{message}");
 }
 
 #[tokio::test]

@@ -219,3 +219,81 @@ async fn a_claim_waiting_for_another_writer_leaves_the_async_runtime_free() {
     blocker.execute_batch("COMMIT").unwrap();
     assert_eq!(claim.await.unwrap().unwrap(), Claim::Acquired);
 }
+
+/// Issue 15, finding 3 (clocks): a lease end further ahead than one lease from the claimer's
+/// clock, as a holder whose clock ran an hour ahead writes it, is capped at one lease: if that
+/// holder died, its key frees within a lease here, not an hour. (Before: `InFlight` for ~1 h.)
+#[tokio::test]
+async fn a_lease_end_written_by_a_clock_ahead_is_capped_at_one_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("idemkit.db")).unwrap();
+    let ahead = ClaimRequest {
+        lease: Duration::from_secs(3600),
+        ..request(40, DAY)
+    };
+    assert_eq!(store.claim(&ahead).await.unwrap(), Claim::Acquired);
+    let here = ClaimRequest {
+        lease: Duration::from_millis(300),
+        token: LeaseToken::new(),
+        ..request(40, DAY)
+    };
+    match store.claim(&here).await.unwrap() {
+        Claim::Existing(e) => assert!(
+            matches!(e.state, idem_runtime::store::ExistingState::Running { lease_remaining }
+                if lease_remaining <= Duration::from_millis(300)),
+            "capped at one lease: {:?}",
+            e.state
+        ),
+        other => panic!("the holder's lease is still live: {other:?}"),
+    }
+    let record = store.get(&key(40)).await.unwrap().unwrap();
+    assert!(
+        matches!(record.state, RecordState::Running { lease_remaining, .. } if lease_remaining <= Duration::from_millis(300)),
+        "the cap is written: {:?}",
+        record.state
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        store.claim(&here).await.unwrap(),
+        Claim::Acquired,
+        "taken over after one lease"
+    );
+}
+
+/// Issue 15: `IDEMKIT_DB` (or a store's path) naming a directory says so, and what to set.
+#[tokio::test]
+async fn a_directory_as_the_store_path_is_refused_saying_it_is_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = SqliteStore::open(dir.path()).unwrap_err().to_string();
+    assert!(err.contains("is a directory, not a file"), "{err}");
+    assert!(err.contains("idemkit.db"), "suggests a file in it: {err}");
+}
+
+/// Issue 15: the database file deleted (say by `git clean -xdf`) or replaced while the store
+/// has it open is noticed, and every operation fails closed saying what happened. (Before: the
+/// process went on writing to the unlinked file, and a restarted one started empty.)
+#[tokio::test]
+async fn a_deleted_or_replaced_database_file_fails_closed_saying_what_happened() {
+    for replaced in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(".idemkit/idemkit.db");
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(
+            store.claim(&request(41, DAY)).await.unwrap(),
+            Claim::Acquired
+        );
+        std::fs::remove_dir_all(dir.path().join(".idemkit")).unwrap();
+        if replaced {
+            drop(SqliteStore::open(&path).unwrap());
+        }
+        let what = if replaced {
+            "was replaced"
+        } else {
+            "was deleted"
+        };
+        let err = store.claim(&request(42, DAY)).await.unwrap_err();
+        assert!(err.to_string().contains(what), "{err}");
+        let err = store.get(&key(41)).await.unwrap_err();
+        assert!(err.to_string().contains(what), "reads too: {err}");
+    }
+}

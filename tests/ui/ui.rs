@@ -26,6 +26,8 @@ const FAIL: &[&str] = &[
     "c9_unknown_argument",
     // Beyond the table: arguments that cannot be handed to every attempt or fingerprinted.
     "args_not_clone_or_serialize",
+    // Issue 15: a ttl shorter than the lease would let a running record expire.
+    "ttl_shorter_than_lease",
 ];
 
 /// MCP tools: this package always enables idemkit's `rmcp` feature.

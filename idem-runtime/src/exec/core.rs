@@ -1,5 +1,6 @@
-//! The protocol's steps that do not depend on a tool's types: claim → attempts → complete or
-//! release, the retry schedule, the span and the logs.
+//! The protocol's steps that do not depend on a tool's types: claim → attempts (the lease
+//! renewed while they run) → complete, keep as ambiguous or release; the retry schedule; what a
+//! dropped call leaves behind; the span and the logs.
 //!
 //! Nothing here is generic over a tool's body, so it is compiled once, in this crate. A call is
 //! a [`Call`] driven by a loop in the caller (what the attributes expand to, or
@@ -8,8 +9,10 @@
 //! tools then compiles hundreds of small loops, not hundreds of copies of the protocol, nor a
 //! generic driver per tool.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -25,18 +28,26 @@ use crate::idem::{Idem, Settings};
 use crate::key::IdempotencyKey;
 use crate::observe::{CallInfo, CallOutcome, report};
 use crate::retry::{Failure, RetryPolicy, Schedule};
-use crate::store::{Claim, ClaimRequest, Existing, ExistingState, LeaseToken, Written};
+use crate::store::{Claim, ClaimRequest, Existing, ExistingState, LeaseToken, Store, Written};
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// How an outcome that cannot be replayed is stored (S16): a completed record whose outcome
+/// starts with a NUL byte, which no JSON text does, followed by why. Part of the record format.
+pub(crate) const UNREPLAYABLE: &[u8] = b"\0idemkit:unreplayable\0";
+
 /// What one attempt came to, as the protocol needs to know it.
 enum Ended {
-    /// A side effect succeeded; its outcome serialized (or why it did not).
-    Stored(Result<Vec<u8>, serde_json::Error>),
+    /// A side effect succeeded; its outcome serialized and reads back.
+    Stored(Vec<u8>),
+    /// A side effect succeeded, but its outcome does not serialize or read back: why.
+    Unreplayable(String),
     /// A read succeeded.
     Read,
     /// The attempt failed, and was classified so.
     Failed(Failure),
+    /// The lease was lost (S13), while an attempt ran (`attempting`) or between attempts.
+    Lost { attempting: bool, why: &'static str },
 }
 
 /// The protocol of one call, driven by a loop in the caller:
@@ -70,17 +81,18 @@ enum Phase<'a> {
         fingerprint: Result<Fingerprint, serde_json::Error>,
     },
     /// A read not yet polled.
-    Read {
-        tool: Tool<'a>,
-    },
-    Claiming(BoxFuture<'a, Begun<'a>>),
+    Read { tool: Tool<'a> },
+    /// The claim is awaited; what to release if the call is dropped meanwhile.
+    Claiming(BoxFuture<'a, Begun<'a>>, (Idem, IdempotencyKey, LeaseToken)),
     /// Past the claim: attempts. Changed in place between attempts (a `Run` is a few hundred
     /// bytes; moving it per step was a measurable part of a call).
     Running(Run<'a>, Between),
-    Recording(BoxFuture<'a, ()>),
+    /// The end is being written; the error the call then ends with, if not its last attempt's
+    /// result. Owns everything, so a dropped call can finish it in the background.
+    Recording(BoxFuture<'static, Option<Error>>),
     /// The key was completed before: this outcome is to be decoded.
     Replayed(Record<'a>, Vec<u8>),
-    /// Refused before any attempt.
+    /// Refused before any attempt, or over with this error instead of the last attempt's result.
     Refused(Error),
     /// Over: the last attempt's result stands.
     Finished,
@@ -104,7 +116,7 @@ pub(crate) enum End<'a> {
     LastAttempt,
     /// Decode this stored outcome; report with [`Replay::decoded`] or [`Replay::undecodable`].
     Replay(Replay<'a>),
-    /// Refused before any attempt.
+    /// Refused before any attempt, or over with this error (lease lost, ambiguous, unreplayable).
     Refused(Error),
 }
 
@@ -121,13 +133,15 @@ impl Replay<'_> {
         self.record.finish(0, CallOutcome::Replayed);
     }
 
-    /// The stored outcome did not decode as `type_name`: the call is refused.
+    /// The stored outcome did not decode as `type_name`: the call is refused (S9), saying that
+    /// the operation did run.
     pub(crate) fn undecodable(self, type_name: &str, e: serde_json::Error) -> Error {
         let call = self.record;
         let _span = call.span.enter();
         call.refused(call.store_error(StoreError::corrupt(format!(
-            "the stored outcome no longer deserializes as `{type_name}` ({e}); did the tool's return type change? \
-             Delete the record, or give the changed tool a new `name`"
+            "the operation already ran and completed under this key, but its stored outcome no longer deserializes \
+             as `{type_name}` ({e}), so it cannot be replayed and is not run again; did the tool's return type change? \
+             Give the changed tool a new `name`, or forget the record to run the operation again"
         ))))
     }
 }
@@ -161,9 +175,40 @@ impl<'a> Call<'a> {
         Next { call: self }
     }
 
-    /// The attempt succeeded with `value`, which is serialized to be stored.
+    /// The attempt succeeded with `value`, which is serialized to be stored. An outcome that
+    /// would not replay is stored as such (S16): one that does not serialize, or holds a NaN or
+    /// an infinite float (JSON writes `null`, which does not read back as a float). Any other
+    /// way an outcome fails to read back as `T` (a hand-written `Deserialize` that does not
+    /// match its `Serialize`) is found at replay, which then says the operation ran.
     pub(crate) fn succeeded<T: serde::Serialize + ?Sized>(&mut self, value: &T) {
-        self.attempt_ended(Ended::Stored(serde_json::to_vec(value)));
+        let ended = match serde_json::to_vec(value) {
+            Ok(bytes) => match crate::fingerprint::finite::first_non_finite(value) {
+                None => Ended::Stored(bytes),
+                Some(v) => Ended::Unreplayable(format!(
+                    "the outcome holds the float {v}, which JSON stores as `null`, so it does not read back as `{}`",
+                    std::any::type_name::<T>()
+                )),
+            },
+            Err(e) => Ended::Unreplayable(format!("the outcome does not serialize: {e}")),
+        };
+        self.attempt_ended(ended);
+    }
+
+    /// Keeps the running call's lease renewed while its attempt is pending (S12); `Ready` when
+    /// the lease is lost (S13), the call then being over. Reads never lose a lease.
+    pub(crate) fn poll_lease(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let Phase::Running(run, _) = &mut self.phase else {
+            return Poll::Pending;
+        };
+        let Some(holder) = &mut run.holder else {
+            return Poll::Pending;
+        };
+        let why = std::task::ready!(holder.poll_lease(&run.call, cx));
+        self.end_run(Ended::Lost {
+            attempting: true,
+            why,
+        });
+        Poll::Ready(())
     }
 
     /// The read succeeded.
@@ -180,7 +225,20 @@ impl<'a> Call<'a> {
     pub(crate) fn take_end(&mut self) -> End<'a> {
         match std::mem::replace(&mut self.phase, Phase::Taken) {
             Phase::Finished => End::LastAttempt,
-            Phase::Replayed(record, outcome) => End::Replay(Replay { outcome, record }),
+            Phase::Replayed(record, outcome) => match outcome.strip_prefix(UNREPLAYABLE) {
+                Some(reason) => {
+                    let _span = record.span.enter();
+                    let err = Error::Unreplayable {
+                        tool: record.tool.to_string(),
+                        key: record.key,
+                        reason: String::from_utf8_lossy(reason).into_owned(),
+                    };
+                    tracing::warn!(error = %err, "not run");
+                    record.finish(0, CallOutcome::Unreplayable);
+                    End::Refused(err)
+                }
+                None => End::Replay(Replay { outcome, record }),
+            },
             Phase::Refused(err) => End::Refused(err),
             _ => unreachable!("idemkit: a call's end was taken before it was over"),
         }
@@ -197,16 +255,25 @@ impl<'a> Call<'a> {
                         return Poll::Ready(Some(run.call.key));
                     }
                     Between::Backoff(sleep) => {
-                        if sleep.as_mut().poll(cx).is_pending() {
-                            return Poll::Pending;
+                        if sleep.as_mut().poll(cx).is_ready() {
+                            *between = Between::Ready;
+                            continue;
                         }
-                        *between = Between::Ready;
+                        // The lease is kept while waiting, too: a long `RetryAfter` must not lose it.
+                        let Some(holder) = &mut run.holder else {
+                            return Poll::Pending;
+                        };
+                        let why = std::task::ready!(holder.poll_lease(&run.call, cx));
+                        self.end_run(Ended::Lost {
+                            attempting: false,
+                            why,
+                        });
                     }
                     Between::Attempting => unreachable!(
                         "idemkit: a call was asked for its next attempt while one was running"
                     ),
                 },
-                Phase::Claiming(claiming) => {
+                Phase::Claiming(claiming, _) => {
                     let begun = match claiming.as_mut().poll(cx) {
                         Poll::Pending => return Poll::Pending,
                         Poll::Ready(begun) => begun,
@@ -218,10 +285,13 @@ impl<'a> Call<'a> {
                     };
                 }
                 Phase::Recording(recording) => {
-                    if recording.as_mut().poll(cx).is_pending() {
+                    let Poll::Ready(error) = recording.as_mut().poll(cx) else {
                         return Poll::Pending;
-                    }
-                    self.phase = Phase::Finished;
+                    };
+                    self.phase = match error {
+                        Some(err) => Phase::Refused(err),
+                        None => Phase::Finished,
+                    };
                 }
                 Phase::Claim { .. } => {
                     let Phase::Claim {
@@ -259,21 +329,114 @@ impl<'a> Call<'a> {
         let Phase::Running(run, between @ Between::Attempting) = &mut self.phase else {
             unreachable!("idemkit: an attempt ended that the call did not start")
         };
-        if let Ended::Failed(failure) = ended
-            && let Some(delay) = run.next_delay(failure)
-        {
-            *between = Between::Backoff(Box::pin(tokio::time::sleep(delay)));
-            return;
+        if let Ended::Failed(failure) = ended {
+            // S14: once an attempt may have taken effect, the call never ends in a release.
+            run.ambiguous |= failure == Failure::Ambiguous;
+            if let Some(delay) = run.next_delay(failure) {
+                *between = Between::Backoff(Box::pin(tokio::time::sleep(delay)));
+                return;
+            }
         }
+        self.end_run(ended);
+    }
+
+    /// Ends a running call: what it came to is recorded.
+    fn end_run(&mut self, ended: Ended) {
         let Phase::Running(run, _) = std::mem::replace(&mut self.phase, Phase::Taken) else {
-            unreachable!()
+            unreachable!("idemkit: a call ended that was not running")
         };
         self.phase = match run.end(ended) {
-            Some(recording) => Phase::Recording(recording),
-            None => Phase::Finished,
+            Ok(None) => Phase::Finished,
+            Ok(Some(err)) => Phase::Refused(err),
+            Err(recording) => Phase::Recording(recording),
         };
     }
 }
+
+/// S15: a call dropped before its end (its caller's future was dropped: a timeout, a `select!`,
+/// a cancelled task; or its body panicked) ends its claim at once, in the background: kept as
+/// ambiguous if an attempt was running or one had failed ambiguously, released otherwise; the
+/// runtime's waiters are woken. An end write already under way is finished. (A process that
+/// dies leaves its lease to expire instead: S8.)
+impl Drop for Call<'_> {
+    fn drop(&mut self) {
+        // A call that ended has nothing to end (the common case: no move of the phase).
+        if !matches!(
+            self.phase,
+            Phase::Running(..) | Phase::Claiming(..) | Phase::Recording(_)
+        ) {
+            return;
+        }
+        match std::mem::replace(&mut self.phase, Phase::Taken) {
+            Phase::Running(run, between) => {
+                let Some(holder) = run.holder else { return };
+                let call = run.call;
+                let _span = call.span.enter();
+                let may_have_happened = run.ambiguous || matches!(between, Between::Attempting);
+                tracing::warn!(
+                    attempts = run.attempts,
+                    may_have_happened,
+                    "the call was dropped before its end (cancelled, or its body panicked); ending its claim"
+                );
+                let Holder {
+                    idem, token, ttl, ..
+                } = holder;
+                let key = call.key;
+                let attempts = run.attempts;
+                in_background(async move {
+                    let s = idem.settings();
+                    let written = if may_have_happened {
+                        let note = format!(
+                            "the call was dropped (cancelled, or its body panicked) after {attempts} attempt(s) \
+                             while one may have taken effect"
+                        );
+                        timed(s, s.store.mark_ambiguous(&key, token, &note, ttl)).await
+                    } else {
+                        timed(s, s.store.release(&key, token)).await
+                    };
+                    if let Err(e) = written {
+                        tracing::warn!(%key, error = %e, "a dropped call's claim could not be ended; its lease will expire");
+                    }
+                    s.wakes.ended(&key);
+                });
+            }
+            Phase::Claiming(_, (idem, key, token)) => {
+                // The claim may have been applied: release it under its token (refused if not).
+                in_background(async move {
+                    let s = idem.settings();
+                    if let Ok(Written::Applied) = timed(s, s.store.release(&key, token)).await {
+                        s.wakes.ended(&key);
+                    }
+                });
+            }
+            Phase::Recording(recording) => in_background(async move {
+                recording.await;
+            }),
+            _ => {}
+        }
+    }
+}
+
+/// Runs a dropped call's last store write: at once when the store answers at once, else on the
+/// tokio runtime in force (none: the lease expires instead).
+fn in_background(fut: impl Future<Output = ()> + Send + 'static) {
+    let mut fut = Box::pin(fut);
+    if fut
+        .as_mut()
+        .poll(&mut Context::from_waker(std::task::Waker::noop()))
+        .is_ready()
+    {
+        return;
+    }
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => drop(handle.spawn(fut)),
+        Err(_) => tracing::warn!(
+            "no tokio runtime to end a dropped call's claim on; its lease will expire instead"
+        ),
+    }
+}
+
+impl<'a> Call<'a> {}
 
 /// The future of [`Call::next_attempt`].
 #[doc(hidden)]
@@ -302,13 +465,126 @@ struct Run<'a> {
     schedule: Option<Box<Schedule>>,
     started: Instant,
     attempts: u32,
+    /// An attempt failed `Ambiguous`: the call never ends in a release (S14).
+    ambiguous: bool,
 }
 
-/// What a side effect's holder needs to write its end.
+/// What a side effect's holder needs to keep its lease and write its end.
 struct Holder {
     idem: Idem,
     token: LeaseToken,
     ttl: Duration,
+    lease: Duration,
+    /// When the claim that took the lease was sent: by this process's clock the lease ends no
+    /// sooner than `lease` after it (the store applied it later).
+    claimed_at: Instant,
+    /// Made when an attempt first waits (a body that answers at once never needs it).
+    renewal: Option<Box<Renewal>>,
+}
+
+/// A held lease's renewals (S12).
+struct Renewal {
+    /// The lease ends no sooner than this, by this process's clock.
+    ends: Instant,
+    /// When the next renewal is due: a third of the lease after the last one was sent.
+    due: Instant,
+    timer: Pin<Box<Sleep>>,
+    /// A renewal under way, and when it was sent.
+    pending: Option<(Instant, BoxFuture<'static, Result<Written, StoreError>>)>,
+}
+
+impl Holder {
+    /// When the lease ends at the latest, as far as this process knows.
+    fn lease_ends(&self) -> Instant {
+        self.renewal
+            .as_ref()
+            .map_or(self.claimed_at + self.lease, |r| r.ends)
+    }
+
+    /// Renews the lease when due; `Ready(why)` when it is lost: a renewal was refused (taken
+    /// over), or none succeeded before it ended.
+    fn poll_lease(&mut self, call: &Record<'_>, cx: &mut Context<'_>) -> Poll<&'static str> {
+        let Holder {
+            idem,
+            token,
+            lease,
+            claimed_at,
+            renewal,
+            ..
+        } = self;
+        let (lease, token) = (*lease, *token);
+        let r = renewal.get_or_insert_with(|| {
+            let due = *claimed_at + lease / 3;
+            Box::new(Renewal {
+                ends: *claimed_at + lease,
+                due,
+                timer: Box::pin(tokio::time::sleep_until(due)),
+                pending: None,
+            })
+        });
+        loop {
+            if let Some((sent, renewing)) = &mut r.pending
+                && let Poll::Ready(result) = renewing.as_mut().poll(cx)
+            {
+                let sent = *sent;
+                r.pending = None;
+                match result {
+                    Ok(Written::Applied) => {
+                        r.ends = sent + lease;
+                        r.due = sent + lease / 3;
+                    }
+                    Ok(Written::Fenced) => {
+                        let _span = call.span.enter();
+                        tracing::warn!(
+                            "lease renewal refused: another caller took the key over; stopping this call"
+                        );
+                        return Poll::Ready("another caller took the key over");
+                    }
+                    Err(e) => {
+                        let _span = call.span.enter();
+                        tracing::warn!(error = %e, "lease renewal failed; trying again");
+                        r.due = Instant::now() + lease / 10;
+                    }
+                }
+            }
+            let now = Instant::now();
+            if now >= r.ends {
+                let _span = call.span.enter();
+                tracing::warn!(
+                    "no lease renewal succeeded before the lease ended; stopping this call"
+                );
+                return Poll::Ready("no renewal succeeded before the lease ended");
+            }
+            if r.pending.is_none() && now >= r.due {
+                let store: Arc<dyn Store> = Arc::clone(idem.store());
+                let timeout = idem.settings().store_timeout;
+                let key = call.key;
+                r.pending = Some((
+                    now,
+                    Box::pin(async move {
+                        match tokio::time::timeout(timeout, store.renew(&key, token, lease)).await {
+                            Ok(result) => result,
+                            Err(_) => Err(StoreError::unavailable(format!(
+                                "the store did not answer within {timeout:?}"
+                            ))),
+                        }
+                    }),
+                ));
+                continue;
+            }
+            let wake = if r.pending.is_some() {
+                r.ends
+            } else {
+                r.due.min(r.ends)
+            };
+            if r.timer.deadline() != wake {
+                r.timer.as_mut().reset(wake);
+            }
+            if r.timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+        }
+    }
 }
 
 impl<'a> Run<'a> {
@@ -327,7 +603,7 @@ impl<'a> Run<'a> {
             .map_or_else(RetryPolicy::default, |idem| idem.retry_policy());
         Run {
             call: Record {
-                tool: tool.name,
+                tool: Cow::Borrowed(tool.name),
                 key: IdempotencyKey::from_uuid(uuid::Uuid::nil()),
                 span,
             },
@@ -336,17 +612,19 @@ impl<'a> Run<'a> {
             schedule: None,
             started: Instant::now(),
             attempts: 0,
+            ambiguous: false,
         }
     }
 
     fn side_effect(call: Record<'a>, holder: Holder, policy: RetryPolicy) -> Self {
         Run {
             call,
+            started: holder.claimed_at,
             holder: Some(holder),
             policy,
             schedule: None,
-            started: Instant::now(),
             attempts: 0,
+            ambiguous: false,
         }
     }
 
@@ -372,29 +650,33 @@ impl<'a> Run<'a> {
         Some(delay)
     }
 
-    /// Ends the call: a read is over at once; a side effect records its end in the store.
-    fn end(self, mut ended: Ended) -> Option<BoxFuture<'a, ()>> {
+    /// Ends the call: a read is over at once; a side effect records its end in the store, at
+    /// once when the store answers at once (`Ok`, with the error the call ends with if not its
+    /// last attempt's result), else through the returned future.
+    fn end(self, ended: Ended) -> Result<Option<Error>, BoxFuture<'static, Option<Error>>> {
         let Run {
             call,
             holder,
             attempts,
+            ambiguous,
             ..
         } = self;
         let Some(holder) = holder else {
             let outcome = match ended {
                 Ended::Failed(failure) => CallOutcome::Failed(failure),
-                Ended::Read | Ended::Stored(_) => CallOutcome::Completed,
+                _ => CallOutcome::Completed,
             };
             call.finish_read(attempts, outcome);
-            return None;
+            return Ok(None);
         };
-        if let Ended::Stored(Ok(bytes)) = &mut ended {
+        let mut ended = ended;
+        if let Ended::Stored(bytes) = &mut ended {
             // A store that answers at once (in memory) needs no future for the end.
             let _span = call.span.enter();
             let s = holder.idem.settings();
-            if let Some(result) = s
-                .store
-                .complete_now(&call.key, holder.token, bytes, holder.ttl)
+            if let Some(result @ Ok(_)) =
+                s.store
+                    .complete_now(&call.key, holder.token, bytes, holder.ttl)
             {
                 let outcome = if written(&call, "complete", result) {
                     CallOutcome::Completed
@@ -403,49 +685,86 @@ impl<'a> Run<'a> {
                 };
                 s.wakes.ended(&call.key);
                 call.finish(attempts, outcome);
-                return None;
+                return Ok(None);
             }
         }
         let span = call.span.clone();
-        Some(Box::pin(
+        let call = call.into_owned();
+        Err(Box::pin(
             async move {
-                let Holder { idem, token, ttl } = holder;
+                let until = holder.lease_ends();
+                let Holder {
+                    idem, token, ttl, ..
+                } = holder;
                 let s = idem.settings();
                 let key = call.key;
-                match ended {
-                    Ended::Stored(Ok(bytes)) => {
-                        let recorded =
-                            write(s, &call, "complete", s.store.complete(&key, token, &bytes, ttl))
-                                .await;
-                        let outcome = if recorded {
-                            CallOutcome::Completed
-                        } else {
-                            CallOutcome::Unrecorded
-                        };
-                        call.finish(attempts, outcome);
+                let (outcome, error) = match ended {
+                    Ended::Stored(bytes) => {
+                        let op = || s.store.complete(&key, token, &bytes, ttl);
+                        match write(s, &call, "complete", until, op).await {
+                            true => (CallOutcome::Completed, None),
+                            false => (CallOutcome::Unrecorded, None),
+                        }
                     }
-                    Ended::Stored(Err(e)) => {
-                        tracing::error!(error = %e, "the outcome does not serialize; keeping the record as ambiguous");
-                        let note = format!("the outcome did not serialize: {e}");
-                        let mark = s.store.mark_ambiguous(&key, token, &note, ttl);
-                        write(s, &call, "mark_ambiguous", mark).await;
-                        call.finish(attempts, CallOutcome::Unrecorded);
+                    Ended::Unreplayable(reason) => {
+                        tracing::error!(%reason, "the outcome cannot be replayed; recording that the operation ran");
+                        let mut bytes = UNREPLAYABLE.to_vec();
+                        bytes.extend_from_slice(reason.as_bytes());
+                        let op = || s.store.complete(&key, token, &bytes, ttl);
+                        match write(s, &call, "complete", until, op).await {
+                            true => (CallOutcome::Completed, None),
+                            false => (CallOutcome::Unrecorded, None),
+                        }
                     }
                     Ended::Failed(Failure::Ambiguous) => {
                         let note = format!(
                             "{attempts} attempt(s); the last failed and may have taken effect"
                         );
-                        let mark = s.store.mark_ambiguous(&key, token, &note, ttl);
-                        write(s, &call, "mark_ambiguous", mark).await;
-                        call.finish(attempts, CallOutcome::Failed(Failure::Ambiguous));
+                        let op = || s.store.mark_ambiguous(&key, token, &note, ttl);
+                        write(s, &call, "mark_ambiguous", until, op).await;
+                        (CallOutcome::Failed(Failure::Ambiguous), None)
+                    }
+                    Ended::Failed(last) if ambiguous => {
+                        let note = format!(
+                            "{attempts} attempt(s); the last failed as {last:?}, an earlier one may have taken effect"
+                        );
+                        let op = || s.store.mark_ambiguous(&key, token, &note, ttl);
+                        write(s, &call, "mark_ambiguous", until, op).await;
+                        let err = Error::Ambiguous {
+                            tool: call.tool.to_string(),
+                            key,
+                            attempts,
+                            last,
+                        };
+                        (CallOutcome::Failed(Failure::Ambiguous), Some(err))
                     }
                     Ended::Failed(failure) => {
-                        write(s, &call, "release", s.store.release(&key, token)).await;
-                        call.finish(attempts, CallOutcome::Failed(failure));
+                        let op = || s.store.release(&key, token);
+                        write(s, &call, "release", until, op).await;
+                        (CallOutcome::Failed(failure), None)
+                    }
+                    Ended::Lost { attempting, why } => {
+                        // Fenced when taken over; applied when only the renewals failed.
+                        if attempting || ambiguous {
+                            let note = format!("{attempts} attempt(s); the lease was lost while one ran ({why})");
+                            let mark = s.store.mark_ambiguous(&key, token, &note, ttl);
+                            written(&call, "mark_ambiguous", timed(s, mark).await);
+                        } else {
+                            written(&call, "release", timed(s, s.store.release(&key, token)).await);
+                        }
+                        let err = Error::LeaseLost {
+                            tool: call.tool.to_string(),
+                            key,
+                            attempts,
+                            why,
+                        };
+                        (CallOutcome::LeaseLost, Some(err))
                     }
                     Ended::Read => unreachable!("idemkit: a side effect ended as a read"),
-                }
+                };
                 s.wakes.ended(&key);
+                call.finish(attempts, outcome);
+                error
             }
             .instrument(span),
         ))
@@ -476,7 +795,7 @@ fn start<'a>(tool: Tool<'a>, key: IdempotencyKey, fingerprint: Fingerprint) -> P
         outcome = Empty,
     );
     let call = Record {
-        tool: tool.name,
+        tool: Cow::Borrowed(tool.name),
         key,
         span: span.clone(),
     };
@@ -488,6 +807,17 @@ fn start<'a>(tool: Tool<'a>, key: IdempotencyKey, fingerprint: Fingerprint) -> P
     let s = idem.settings();
     let token = LeaseToken::new();
     let ttl = tool.ttl.unwrap_or(s.ttl);
+    let lease = tool.lease.unwrap_or(s.lease);
+    if ttl < lease {
+        // A running record must never expire before its lease (the builders refuse this too).
+        return Phase::Refused(call.refused(Error::Settings {
+            tool: tool.name.to_owned(),
+            reason: format!(
+                "its ttl ({ttl:?}) is shorter than its lease ({lease:?}): a running record would expire \
+                 before its lease; make the ttl at least the lease"
+            ),
+        }));
+    }
     let policy = tool.policy(s.retry);
     let wait = tool.wait.unwrap_or(s.wait);
     let req = ClaimRequest {
@@ -495,8 +825,17 @@ fn start<'a>(tool: Tool<'a>, key: IdempotencyKey, fingerprint: Fingerprint) -> P
         tool: tool.name,
         fingerprint,
         token,
-        lease: tool.lease.unwrap_or(s.lease),
+        lease,
         ttl,
+    };
+    let claimed_at = Instant::now();
+    let holder = move |idem, claimed_at| Holder {
+        idem,
+        token,
+        ttl,
+        lease,
+        claimed_at,
+        renewal: None,
     };
     let answered = s.store.claim_now(&req).map(|claim| {
         claim
@@ -505,7 +844,7 @@ fn start<'a>(tool: Tool<'a>, key: IdempotencyKey, fingerprint: Fingerprint) -> P
     });
     match answered {
         Some(Ok(Answer::Run)) => {
-            let run = Run::side_effect(call, Holder { idem, token, ttl }, policy);
+            let run = Run::side_effect(call, holder(idem, claimed_at), policy);
             return Phase::Running(run, Between::Ready);
         }
         Some(Ok(Answer::Replay(outcome))) => return Phase::Replayed(call, outcome),
@@ -514,30 +853,43 @@ fn start<'a>(tool: Tool<'a>, key: IdempotencyKey, fingerprint: Fingerprint) -> P
         Some(Ok(Answer::Wait(_))) | None => {}
     }
     drop(entered);
-    Phase::Claiming(Box::pin(
-        async move {
-            match claim(idem.settings(), &req, wait).await {
-                Ok(Claimed::Run) => {}
-                Ok(Claimed::Replay(outcome)) => return Begun::Replay(call, outcome),
-                Err(e) => return Begun::Refused(call.refused(e)),
+    let on_drop = (idem.clone(), key, token);
+    Phase::Claiming(
+        Box::pin(
+            async move {
+                let claimed_at = match claim(idem.settings(), &req, wait).await {
+                    Ok(Claimed::Run(sent)) => sent,
+                    Ok(Claimed::Replay(outcome)) => return Begun::Replay(call, outcome),
+                    Err(e) => return Begun::Refused(call.refused(e)),
+                };
+                Begun::Run(Run::side_effect(call, holder(idem, claimed_at), policy))
             }
-            Begun::Run(Run::side_effect(call, Holder { idem, token, ttl }, policy))
-        }
-        .instrument(span),
-    ))
+            .instrument(span),
+        ),
+        on_drop,
+    )
 }
 
 /// The tool, key and span of one call: what every log line and [`CallInfo`] names.
 struct Record<'a> {
-    tool: &'a str,
+    tool: Cow<'a, str>,
     key: IdempotencyKey,
     span: tracing::Span,
 }
 
 impl Record<'_> {
+    /// The same, owning the tool's name (for a write that may outlive the caller).
+    fn into_owned(self) -> Record<'static> {
+        Record {
+            tool: Cow::Owned(self.tool.into_owned()),
+            key: self.key,
+            span: self.span,
+        }
+    }
+
     fn store_error(&self, source: StoreError) -> Error {
         Error::Store {
-            tool: self.tool.to_owned(),
+            tool: self.tool.to_string(),
             key: Some(self.key),
             source,
         }
@@ -561,7 +913,7 @@ impl Record<'_> {
             "side effect finished"
         );
         report(|| CallInfo {
-            tool: self.tool.to_owned(),
+            tool: self.tool.to_string(),
             key: Some(self.key),
             attempts,
             replayed,
@@ -573,7 +925,7 @@ impl Record<'_> {
         self.span.record("attempts", attempts);
         self.span.record("outcome", outcome.as_str());
         report(|| CallInfo {
-            tool: self.tool.to_owned(),
+            tool: self.tool.to_string(),
             key: None,
             attempts,
             replayed: false,
@@ -583,7 +935,8 @@ impl Record<'_> {
 }
 
 enum Claimed {
-    Run,
+    /// The key is ours, by the claim sent at this instant.
+    Run(Instant),
     Replay(Vec<u8>),
 }
 
@@ -629,6 +982,7 @@ async fn claim(s: &Settings, req: &ClaimRequest<'_>, wait: Duration) -> Result<C
     let mut waiting: Option<Waiting<'_>> = None;
     loop {
         let seen = waiting.as_ref().map(|w| w.ends().seen());
+        let sent = Instant::now();
         let claim = timed(s, s.store.claim(req))
             .await
             .map_err(|source| Error::Store {
@@ -637,7 +991,7 @@ async fn claim(s: &Settings, req: &ClaimRequest<'_>, wait: Duration) -> Result<C
                 source,
             })?;
         let lease_remaining = match answer(req, claim)? {
-            Answer::Run => return Ok(Claimed::Run),
+            Answer::Run => return Ok(Claimed::Run(sent)),
             Answer::Replay(outcome) => return Ok(Claimed::Replay(outcome)),
             Answer::Wait(lease_remaining) => lease_remaining,
         };
@@ -703,15 +1057,28 @@ async fn timed<T>(
     }
 }
 
-/// A holder's write after the body ran; returns whether it was applied. A failure here cannot
-/// undo the effect, so it is logged, not returned: the caller keeps the body's result.
-async fn write(
+/// A holder's write after the body ran; returns whether it was applied. A store failure is
+/// retried under the token (the write is safe to repeat) until the lease would end (S17): past
+/// it, another caller may take over. A failure cannot undo the effect, so it is logged, not
+/// returned: the caller keeps the body's result.
+async fn write<F: Future<Output = Result<Written, StoreError>>>(
     s: &Settings,
     call: &Record<'_>,
     what: &str,
-    op: impl Future<Output = Result<Written, StoreError>>,
+    until: Instant,
+    mut op: impl FnMut() -> F,
 ) -> bool {
-    written(call, what, timed(s, op).await)
+    let mut pause = Duration::from_millis(20);
+    loop {
+        match timed(s, op()).await {
+            Err(e) if Instant::now() + pause < until => {
+                tracing::warn!(what, error = %e, ?pause, "store write failed after the body ran; retrying under the lease");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            result => return written(call, what, result),
+        }
+    }
 }
 
 /// What [`write`] logs of a holder's write, and whether it was applied.
@@ -719,11 +1086,11 @@ fn written(call: &Record<'_>, what: &str, result: Result<Written, StoreError>) -
     match result {
         Ok(Written::Applied) => true,
         Ok(Written::Fenced) => {
-            tracing::warn!(tool = call.tool, key = %call.key, what, "lease was taken over meanwhile; the new holder's record stands");
+            tracing::warn!(tool = %call.tool, key = %call.key, what, "lease was taken over meanwhile; the new holder's record stands");
             false
         }
         Err(e) => {
-            tracing::error!(tool = call.tool, key = %call.key, what, error = %e, "store write failed after the body ran; the record stays claimed until its lease expires");
+            tracing::error!(tool = %call.tool, key = %call.key, what, error = %e, "store write failed after the body ran; the record stays claimed until its lease expires");
             false
         }
     }

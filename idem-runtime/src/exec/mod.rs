@@ -1,6 +1,6 @@
 //! The executor: [`Tool`], its settings and entry points. The protocol itself (claim →
-//! attempts → complete or release; the read-only loop) is in `core`, compiled once; what each
-//! tool instantiates is the small driver in `drive`.
+//! attempts → complete, keep as ambiguous or release; the read-only loop) is in `core`, compiled
+//! once; what each tool instantiates is the small typed loop of `typed`.
 //!
 //! This is what `#[side_effect]` and `#[read_only]` expand to, and what a program without the
 //! macros calls through [`Tool`] or [`run_side_effect`].
@@ -202,7 +202,7 @@ impl<'a> Tool<'a> {
         let mut attempt = attempt;
         async move {
             while let Some(key) = call.attempt().await {
-                call.ended(attempt(key).await);
+                call.run(attempt(key)).await;
             }
             call.end()
         }

@@ -8,10 +8,13 @@
 //! ```text
 //! let mut call = SideEffectCall::new(tool, key, fingerprint);
 //! while let Some(key) = call.attempt().await {
-//!     call.ended(async move { body }.await);   // the attempt, awaited in place
+//!     call.run(async move { body }).await;     // the attempt, awaited in place, lease kept
 //! }
 //! call.end()
 //! ```
+
+use std::future::Future;
+use std::task::Poll;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -52,6 +55,22 @@ impl<'a, T, E> SideEffectCall<'a, T, E> {
 }
 
 impl<T: Serialize + DeserializeOwned, E: Classify + From<Error>> SideEffectCall<'_, T, E> {
+    /// Runs one attempt: awaits `attempt` in place, renewing the call's lease while it waits
+    /// (S12). If the lease is lost (S13), the attempt is dropped at the await point it waits at
+    /// and the call is over. An attempt that answers at its first poll costs no timer.
+    pub async fn run<F: Future<Output = Result<T, E>>>(&mut self, attempt: F) {
+        let mut attempt = std::pin::pin!(attempt);
+        let call = &mut self.call;
+        let result = std::future::poll_fn(|cx| match attempt.as_mut().poll(cx) {
+            Poll::Ready(result) => Poll::Ready(Some(result)),
+            Poll::Pending => call.poll_lease(cx).map(|()| None),
+        })
+        .await;
+        if let Some(result) = result {
+            self.ended(result);
+        }
+    }
+
     /// What the attempt returned.
     pub fn ended(&mut self, result: Result<T, E>) {
         match &result {

@@ -28,10 +28,13 @@ use crate::key::IdempotencyKey;
 
 pub mod memory;
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
 #[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub mod sqlite;
 
 /// The token of one lease on a record: writes that carry a stale token are refused.
@@ -79,7 +82,7 @@ fn fresh_token() -> Uuid {
 /// How many times this process's ancestry forked since it started using tokens: a child sees
 /// a new number. (Checking the process id instead costs a system call per token.)
 #[cfg(unix)]
-fn fork_generation() -> u64 {
+pub(crate) fn fork_generation() -> u64 {
     use std::sync::Once;
     use std::sync::atomic::{AtomicU64, Ordering};
     static GENERATION: AtomicU64 = AtomicU64::new(0);
@@ -96,7 +99,7 @@ fn fork_generation() -> u64 {
 }
 
 #[cfg(not(unix))]
-fn fork_generation() -> u64 {
+pub(crate) fn fork_generation() -> u64 {
     0
 }
 

@@ -95,7 +95,8 @@ async fn run_plan(world: Arc<World>, host: usize, store: Arc<SimStore>) {
         .lease(world.cfg.lease)
         .in_flight_wait(world.cfg.in_flight_wait)
         .retry(RetryPolicy::default().with_max_attempts(world.cfg.max_attempts))
-        .build();
+        .build()
+        .expect("the world's settings are consistent");
     for &op in &world.cfg.plans[host] {
         let mut round = 0;
         loop {
@@ -131,25 +132,16 @@ async fn run_plan(world: Arc<World>, host: usize, store: Arc<SimStore>) {
     }
 }
 
-/// The name of an idemkit error's variant (matched by name, so that this file builds against
-/// the executor before and after the variants of S13, S14 and S16).
-fn variant(e: &Error) -> String {
-    let debug = format!("{e:?}");
-    debug
-        .split(|c: char| !c.is_alphanumeric())
-        .next()
-        .unwrap_or_default()
-        .to_owned()
-}
-
 fn saw_error(world: &World, host: usize, e: &PayError) {
     let PayError::Idem(e) = e else { return };
-    match variant(e).as_str() {
-        "InFlight" => world.saw(host, "caller got InFlight"),
-        "Store" => world.saw(host, "caller got a store error"),
-        "LeaseLost" => world.saw(host, "caller got LeaseLost"),
-        "Ambiguous" => world.saw(host, "caller got Ambiguous (an earlier attempt was ambiguous)"),
-        "Unreplayable" => world.saw(host, "caller got Unreplayable"),
+    match e {
+        Error::InFlight { .. } => world.saw(host, "caller got InFlight"),
+        Error::Store { .. } => world.saw(host, "caller got a store error"),
+        Error::LeaseLost { .. } => world.saw(host, "caller got LeaseLost"),
+        Error::Ambiguous { .. } => {
+            world.saw(host, "caller got Ambiguous (an earlier attempt was ambiguous)")
+        }
+        Error::Unreplayable { .. } => world.saw(host, "caller got Unreplayable"),
         _ => {}
     }
 }
@@ -162,7 +154,7 @@ fn non_sticky(
     result: Result<Receipt, PayError>,
 ) -> Result<Receipt, String> {
     match result {
-        Err(PayError::Idem(e)) if variant(&e) == "Ambiguous" => {
+        Err(PayError::Idem(e @ Error::Ambiguous { .. })) => {
             let kind = match world.last_error(call) {
                 Some("503") | Some("429") => "attempts exhausted".to_owned(),
                 Some("timeout") => "ambiguous (last attempt timed out)".to_owned(),
@@ -184,19 +176,18 @@ fn error_kind(e: &PayError) -> String {
         PayError::Timeout => "ambiguous (last attempt timed out)".to_owned(),
         // Transient: says the call had no effect.
         PayError::Unavailable | PayError::RateLimited(_) => "attempts exhausted".to_owned(),
-        PayError::Idem(e) => match variant(e).as_str() {
-            "InFlight" => "in flight".to_owned(),
-            "LeaseLost" => "lease lost".to_owned(),
-            "Ambiguous" => "ambiguous".to_owned(),
-            "Unreplayable" => "unreplayable".to_owned(),
-            "Store" => match e {
-                Error::Store { source, .. } if source.kind() == StoreErrorKind::Unavailable => {
-                    "store unavailable".to_owned()
-                }
-                other => format!("UNCLEAR: {other:?}"),
-            },
-            _ => format!("UNCLEAR: {e:?}"),
-        },
+        PayError::Idem(Error::InFlight { .. }) => "in flight".to_owned(),
+        // S13: the holder lost its lease (taken over, or its renewals failed): outcome unknown.
+        PayError::Idem(Error::LeaseLost { .. }) => "lease lost".to_owned(),
+        // S14: an attempt may have taken effect, a later one failed otherwise: kept ambiguous.
+        PayError::Idem(Error::Ambiguous { .. }) => "kept ambiguous".to_owned(),
+        // S16: it ran and took effect; its outcome cannot be replayed, and it is not re-run.
+        PayError::Idem(Error::Unreplayable { .. }) => "unreplayable".to_owned(),
+        PayError::Idem(Error::Store { source, .. })
+            if source.kind() == StoreErrorKind::Unavailable =>
+        {
+            "store unavailable".to_owned()
+        }
         other => format!("UNCLEAR: {other:?}"),
     }
 }

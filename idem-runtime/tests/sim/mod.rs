@@ -422,6 +422,8 @@ struct Charge {
     receipt: Receipt,
     /// The body run whose request made it.
     attempt: usize,
+    /// When it was made.
+    at: Duration,
 }
 
 /// The provider's ground truth.
@@ -798,6 +800,7 @@ impl World {
         st.provider.effects.entry(op).or_default().push(Charge {
             receipt: receipt.clone(),
             attempt,
+            at: self.now(),
         });
         st.provider.trace.push((now, op, key.to_owned()));
         st.attempts[attempt].charged = true;
@@ -947,6 +950,12 @@ impl World {
             for (k, later) in made.iter().enumerate().skip(1) {
                 let b = &st.attempts[later.attempt];
                 let mut worst = 0; // 0 ambiguous, 1 partition, 2 unexplained
+                if b.end.is_some_and(|end| end < later.at) {
+                    // Its request was still on its way when its body ended (timed out,
+                    // dropped): an ambiguous attempt's request, which nothing can recall.
+                    across.add("duplicate charge by a request still in flight after its body ended (no dedup)");
+                    continue;
+                }
                 for earlier in &made[..k] {
                     let a = &st.attempts[earlier.attempt];
                     let a_end = end_of(a).min(b.start.max(a.start));

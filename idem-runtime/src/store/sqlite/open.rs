@@ -1,0 +1,186 @@
+//! Opening the file: its directory, that it is ours, WAL and `synchronous`, migrations; and
+//! noticing it deleted or replaced later.
+
+use super::*;
+
+/// The device and inode of the file at `path` (`None` where there is none, or off Unix).
+pub(super) fn file_id(path: &Path) -> Option<(u64, u64)> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        None
+    }
+}
+
+/// Opens the file (see [`open_once`]), trying again while another opener holds the lock, up to
+/// the busy timeout. SQLite answers some lock upgrades of a first open (switching a new file to
+/// WAL while another connection reads it) with "locked" at once, without its busy handler, to
+/// avoid a deadlock; several processes starting together on a new file hit exactly that.
+pub(super) fn open_connection(
+    path: &Path,
+    settings: &SqliteStoreBuilder,
+) -> Result<Open, StoreError> {
+    let started = std::time::Instant::now();
+    loop {
+        let opened = open_once(path, settings).map(|conn| Open {
+            file: file_id(path),
+            ..Open::new(conn, settings.synchronous)
+        });
+        match opened {
+            Err(e) if is_busy(&e) && started.elapsed() < settings.busy_timeout => {
+                std::thread::sleep(Duration::from_millis(fastrand::u64(5..=25)));
+            }
+            result => return result,
+        }
+    }
+}
+
+/// Whether a store error is SQLite's "busy" or "locked".
+pub(super) fn is_busy(e: &StoreError) -> bool {
+    std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<rusqlite::Error>())
+        .and_then(rusqlite::Error::sqlite_error_code)
+        .is_some_and(|code| matches!(code, ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked))
+}
+
+/// Opens the file: creates its directory, checks it is ours, sets WAL and `synchronous`,
+/// migrates an older schema, refuses a newer one.
+pub(super) fn open_once(
+    path: &Path,
+    settings: &SqliteStoreBuilder,
+) -> Result<Connection, StoreError> {
+    let p = path.display();
+    if path.is_dir() {
+        return Err(StoreError::unavailable(format!(
+            "the store's path {p} is a directory, not a file; set {DEFAULT_PATH_ENV} (or the store's path) to a file, \
+             such as {}",
+            path.join("idemkit.db").display()
+        )));
+    }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            StoreError::unavailable(format!(
+                "cannot create the directory {} for the store {p}: {e}; create it (writable by this user), \
+                 or set {DEFAULT_PATH_ENV} (or the store's path) to a writable place",
+                dir.display()
+            ))
+            .with_source(e)
+        })?;
+    }
+    let opening = |e| sql_error(path, "open", e);
+    let conn = Connection::open(path).map_err(opening)?;
+    conn.busy_timeout(settings.busy_timeout).map_err(opening)?;
+    // SQLite opens a file it may not write read-only without a word: say so now, not at the
+    // first claim.
+    if conn.is_readonly("main").map_err(opening)? {
+        return Err(StoreError::unavailable(format!(
+            "the store {p} is read-only for this user; make the file and its directory writable, \
+             or set {DEFAULT_PATH_ENV} (or the store's path) to a writable place"
+        )));
+    }
+    // The first read of the file: a file that is not a database fails here.
+    let (app_id, version) = versions(&conn).map_err(opening)?;
+    check_ours(path, app_id, version)?;
+    let mode: String = conn
+        .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
+        .map_err(opening)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::unavailable(format!(
+            "the store {p} cannot use write-ahead logging (journal mode stays `{mode}`); \
+             put it on a local filesystem (not a network share), or set {DEFAULT_PATH_ENV} to a path on one"
+        )));
+    }
+    conn.pragma_update(None, "synchronous", settings.synchronous.pragma())
+        .map_err(opening)?;
+    if version < sql::SCHEMA_VERSION {
+        migrate(&conn, path)?;
+    }
+    Ok(conn)
+}
+
+pub(super) fn versions(conn: &Connection) -> rusqlite::Result<(i64, i64)> {
+    let app_id = conn.pragma_query_value(None, "application_id", |r| r.get(0))?;
+    let version = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    Ok((app_id, version))
+}
+
+/// Refuses a file of another application, or of a newer idemkit.
+pub(super) fn check_ours(path: &Path, app_id: i64, version: i64) -> Result<(), StoreError> {
+    let p = path.display();
+    if app_id != 0 && app_id != sql::APPLICATION_ID {
+        return Err(StoreError::new(
+            StoreErrorKind::Incompatible,
+            format!(
+                "{p} is a SQLite database of another application (application_id {app_id:#x}), not an \
+                 idemkit store; it was not changed. Set {DEFAULT_PATH_ENV} (or the store's path) to another file"
+            ),
+        ));
+    }
+    if version > sql::SCHEMA_VERSION {
+        return Err(StoreError::new(
+            StoreErrorKind::Incompatible,
+            format!(
+                "the store {p} has schema version {version}, written by a newer idemkit; this build knows \
+                 versions up to {}. It was not changed: upgrade idemkit in this program, or set {DEFAULT_PATH_ENV} \
+                 (or the store's path) to another file",
+                sql::SCHEMA_VERSION
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Brings the file to [`sql::SCHEMA_VERSION`] in one transaction; concurrent openers wait for
+/// the write lock, then find it done.
+pub(super) fn migrate(conn: &Connection, path: &Path) -> Result<(), StoreError> {
+    let failed = |e| sql_error(path, "create or migrate the tables of", e);
+    conn.execute_batch("BEGIN IMMEDIATE").map_err(failed)?;
+    let result = (|| {
+        let (app_id, version) = versions(conn).map_err(failed)?;
+        check_ours(path, app_id, version)?;
+        if version == 0 {
+            let tables: i64 = conn
+                .query_row(
+                    "SELECT count(*) FROM sqlite_schema WHERE type = 'table'",
+                    [],
+                    |r| r.get(0),
+                )
+                .map_err(failed)?;
+            if tables > 0 {
+                return Err(StoreError::new(
+                    StoreErrorKind::Incompatible,
+                    format!(
+                        "{} is a SQLite database with {tables} table(s) of its own, not an idemkit store; \
+                         it was not changed. Set {DEFAULT_PATH_ENV} (or the store's path) to a new file",
+                        path.display()
+                    ),
+                ));
+            }
+        }
+        for (from, migration) in sql::MIGRATIONS
+            .iter()
+            .enumerate()
+            .skip(usize::try_from(version).unwrap_or(0))
+        {
+            conn.execute_batch(migration).map_err(failed)?;
+            conn.pragma_update(None, "user_version", from as i64 + 1)
+                .map_err(failed)?;
+            tracing::info!(path = %path.display(), version = from + 1, "store schema migrated");
+        }
+        conn.pragma_update(None, "application_id", sql::APPLICATION_ID)
+            .map_err(failed)?;
+        Ok(())
+    })();
+    match result {
+        Ok(()) => conn.execute_batch("COMMIT").map_err(failed),
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(e)
+        }
+    }
+}

@@ -1,0 +1,362 @@
+//! The `Store` implementation: each operation one statement of [`sql`] on the connection, the
+//! rows decoded, SQLite's errors said as store errors.
+
+use super::*;
+
+pub(super) fn now_ms() -> i64 {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+}
+
+pub(super) fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+pub(super) fn remaining(until: i64, now: i64) -> Duration {
+    Duration::from_millis(u64::try_from(until.saturating_sub(now)).unwrap_or(0))
+}
+
+#[async_trait::async_trait]
+impl Store for SqliteStore {
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        let (key, tool, fingerprint, token) =
+            (req.key, req.tool.to_owned(), req.fingerprint, req.token);
+        let (lease, ttl, req_lease) = (ms(req.lease), ms(req.ttl), req.lease);
+        let prune =
+            self.here().claims.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == PRUNE_EVERY - 1;
+        // A claim that also prunes (up to `PRUNE_BATCH` rows) runs on the store's thread.
+        let access = if prune { Access::Long } else { Access::Write };
+        self.run(access, move |conn, path| {
+            let now = now_ms();
+            let claim = (|| {
+                // The write lock first (see `Scope`).
+                let tx = Scope::begin(conn)?;
+                let took: Option<Vec<u8>> = tx
+                    .prepare_cached(sql::CLAIM)?
+                    .query_row(
+                        named_params! {
+                            ":key": key.as_str(), ":tool": tool, ":fingerprint": fingerprint.0,
+                            ":token": token.0.as_bytes(), ":now": now,
+                            ":lease_until": now.saturating_add(lease), ":expires_at": now.saturating_add(ttl),
+                        },
+                        |row| row.get(0),
+                    )
+                    .optional()?;
+                let mut live = match took {
+                    Some(_) => None,
+                    None => tx.prepare_cached(sql::LIVE)?.query_row(
+                        named_params! { ":key": key.as_str(), ":now": now },
+                        |row| Ok(decode(row, &key, path)),
+                    ).optional()?,
+                };
+                // A lease end further ahead than one lease from now was written by a clock
+                // ahead of this one: capped, so a dead holder's key frees within a lease here.
+                if let Some(Ok(Record { state: RecordState::Running { lease_remaining, .. }, .. })) = &mut live
+                    && ms(*lease_remaining) > lease
+                {
+                    let cap = now.saturating_add(lease);
+                    tx.prepare_cached(sql::CAP_LEASE)?
+                        .execute(named_params! { ":key": key.as_str(), ":cap": cap })?;
+                    tracing::warn!(%key, ahead_ms = ms(*lease_remaining) - lease, "a lease ends further ahead than one lease from now (a clock ahead of this one?); capped");
+                    *lease_remaining = req_lease;
+                }
+                tx.commit()?;
+                Ok::<_, rusqlite::Error>((took, live))
+            })();
+            let (took, live) = claim.map_err(|e| sql_error(path, "claim a key in", e))?;
+            if prune {
+                // Best effort: a failed prune leaves expired rows for the next one.
+                if let Err(e) = prune_expired(conn, now, PRUNE_BATCH) {
+                    tracing::debug!(error = %e, "opportunistic prune failed");
+                }
+            }
+            match (took, live) {
+                (Some(t), _) if t == token.0.as_bytes() => Ok(Claim::Acquired),
+                (Some(_), _) => Err(corrupt(path, &key, "token", "the claim returned another holder's token")),
+                (None, Some(rec)) => {
+                    let rec = rec?;
+                    let state = match rec.state {
+                        RecordState::Running { lease_remaining, .. } => ExistingState::Running { lease_remaining },
+                        RecordState::Completed { outcome } => ExistingState::Completed { outcome },
+                        RecordState::Ambiguous { .. } => ExistingState::Ambiguous,
+                    };
+                    Ok(Claim::Existing(Existing { fingerprint: rec.fingerprint, state }))
+                }
+                (None, None) => Err(corrupt(path, &key, "expires_at", "the claim neither took the record nor found it live")),
+            }
+        })
+        .await
+    }
+
+    async fn complete(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        outcome: &[u8],
+        ttl: Duration,
+    ) -> Result<Written, StoreError> {
+        let (key, outcome, ttl) = (*key, outcome.to_vec(), ms(ttl));
+        self.run(Access::Write, move |conn, path| {
+            let now = now_ms();
+            let changed = conn
+                .prepare_cached(sql::COMPLETE)
+                .and_then(|mut st| {
+                    st.execute(named_params! {
+                        ":key": key.as_str(), ":token": token.0.as_bytes(), ":outcome": outcome,
+                        ":now": now, ":expires_at": now.saturating_add(ttl),
+                    })
+                })
+                .map_err(|e| sql_error(path, "record an outcome in", e))?;
+            Ok(Written::from_changed(changed))
+        })
+        .await
+    }
+
+    async fn renew(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        lease: Duration,
+    ) -> Result<Written, StoreError> {
+        let (key, lease) = (*key, ms(lease));
+        self.run(Access::Write, move |conn, path| {
+            let now = now_ms();
+            let changed = conn
+                .prepare_cached(sql::RENEW)
+                .and_then(|mut st| {
+                    st.execute(named_params! {
+                        ":key": key.as_str(), ":token": token.0.as_bytes(), ":now": now,
+                        ":lease_until": now.saturating_add(lease),
+                    })
+                })
+                .map_err(|e| sql_error(path, "renew a lease in", e))?;
+            Ok(Written::from_changed(changed))
+        })
+        .await
+    }
+
+    async fn release(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+    ) -> Result<Written, StoreError> {
+        let key = *key;
+        self.run(Access::Write, move |conn, path| {
+            let changed = conn
+                .prepare_cached(sql::RELEASE)
+                .and_then(|mut st| {
+                    st.execute(named_params! { ":key": key.as_str(), ":token": token.0.as_bytes(), ":now": now_ms() })
+                })
+                .map_err(|e| sql_error(path, "release a key in", e))?;
+            Ok(Written::from_changed(changed))
+        })
+        .await
+    }
+
+    async fn mark_ambiguous(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        note: &str,
+        ttl: Duration,
+    ) -> Result<Written, StoreError> {
+        let (key, note, ttl) = (*key, note.to_owned(), ms(ttl));
+        self.run(Access::Write, move |conn, path| {
+            let now = now_ms();
+            let changed = conn
+                .prepare_cached(sql::MARK_AMBIGUOUS)
+                .and_then(|mut st| {
+                    st.execute(named_params! {
+                        ":key": key.as_str(), ":token": token.0.as_bytes(), ":note": note,
+                        ":now": now, ":expires_at": now.saturating_add(ttl),
+                    })
+                })
+                .map_err(|e| sql_error(path, "mark a key ambiguous in", e))?;
+            Ok(Written::from_changed(changed))
+        })
+        .await
+    }
+
+    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        let key = *key;
+        self.run(Access::Read, move |conn, path| {
+            let rec = conn
+                .prepare_cached(sql::LIVE)
+                .and_then(|mut st| {
+                    st.query_row(
+                        named_params! { ":key": key.as_str(), ":now": now_ms() },
+                        |row| Ok(decode(row, &key, path)),
+                    )
+                    .optional()
+                })
+                .map_err(|e| sql_error(path, "read a record from", e))?;
+            rec.transpose()
+        })
+        .await
+    }
+
+    async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
+        self.run(Access::Long, move |conn, path| {
+            prune_expired(conn, now_ms(), limit)
+                .map_err(|e| sql_error(path, "prune expired records from", e))
+        })
+        .await
+    }
+
+    async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
+        let name = name.to_owned();
+        self.run(Access::Write, move |conn, path| {
+            let id: Vec<u8> = conn
+                .prepare_cached(sql::OPERATION_ID)
+                .and_then(|mut st| {
+                    st.query_row(named_params! { ":name": name, ":id": fresh.as_bytes() }, |row| row.get(0))
+                })
+                .map_err(|e| sql_error(path, "store an operation id in", e))?;
+            Uuid::from_slice(&id).map_err(|_| {
+                StoreError::corrupt(format!(
+                    "the operation id of `{name}` in {} is {} bytes, not a 16-byte UUID; \
+                     delete that row (`DELETE FROM operations WHERE name = '{name}'`) or restore the file from a backup",
+                    path.display(),
+                    id.len()
+                ))
+            })
+        })
+        .await
+    }
+}
+
+pub(super) fn prune_expired(conn: &Connection, now: i64, limit: usize) -> rusqlite::Result<usize> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    conn.prepare_cached(sql::PRUNE)?
+        .execute(named_params! { ":now": now, ":limit": limit })
+}
+
+/// Reads a row of [`sql::LIVE`], refusing anything this build did not write.
+pub(super) fn decode(
+    row: &rusqlite::Row<'_>,
+    key: &IdempotencyKey,
+    path: &Path,
+) -> Result<Record, StoreError> {
+    let bad = |column: &str, what: &str| corrupt(path, key, column, what);
+    let col = |i: usize| row.get_ref(i).map_err(|e| bad("?", &e.to_string()));
+    let text = |i: usize, name: &str| match col(i)? {
+        ValueRef::Text(t) => std::str::from_utf8(t)
+            .map(str::to_owned)
+            .map_err(|_| bad(name, "is not UTF-8")),
+        other => Err(bad(name, &format!("is {:?}, not text", other.data_type()))),
+    };
+    let blob = |i: usize, name: &str, len: Option<usize>| match col(i)? {
+        ValueRef::Blob(b) if len.is_none_or(|n| b.len() == n) => Ok(b.to_vec()),
+        ValueRef::Blob(b) => Err(bad(
+            name,
+            &format!("is {} bytes, not {}", b.len(), len.unwrap_or(0)),
+        )),
+        other => Err(bad(
+            name,
+            &format!("is {:?}, not a blob", other.data_type()),
+        )),
+    };
+    let int = |i: usize, name: &str| match col(i)? {
+        ValueRef::Integer(n) => Ok(n),
+        other => Err(bad(
+            name,
+            &format!("is {:?}, not an integer", other.data_type()),
+        )),
+    };
+    let now = now_ms();
+    let tool = text(0, "tool")?;
+    let fingerprint = Fingerprint(
+        blob(1, "fingerprint", Some(32))?
+            .try_into()
+            .expect("length checked"),
+    );
+    let state = match text(2, "state")?.as_str() {
+        "running" => {
+            let token = Uuid::from_slice(&blob(3, "token", Some(16))?).expect("length checked");
+            RecordState::Running {
+                token: LeaseToken(token),
+                lease_remaining: remaining(int(4, "lease_until")?, now),
+            }
+        }
+        "completed" => RecordState::Completed {
+            outcome: blob(5, "outcome", None)?,
+        },
+        "ambiguous" => RecordState::Ambiguous {
+            note: match col(6)? {
+                ValueRef::Null => String::new(),
+                _ => text(6, "note")?,
+            },
+        },
+        other => {
+            return Err(bad(
+                "state",
+                &format!("is `{other}`, not running, completed or ambiguous"),
+            ));
+        }
+    };
+    Ok(Record {
+        tool,
+        fingerprint,
+        state,
+        expires_in: remaining(int(7, "expires_at")?, now),
+    })
+}
+
+pub(super) fn corrupt(path: &Path, key: &IdempotencyKey, column: &str, what: &str) -> StoreError {
+    StoreError::corrupt(format!(
+        "the record of key {key} in {} is corrupt: its `{column}` {what}; delete that row \
+         (`DELETE FROM records WHERE key = '{key}'`, which forgets whether the operation ran) or restore the file \
+         from a backup",
+        path.display()
+    ))
+}
+
+/// A SQLite failure while doing `what` (e.g. "claim a key in") the file at `path`, as a
+/// [`StoreError`] that names the file and says what to do.
+pub(super) fn sql_error(path: &Path, what: &str, e: rusqlite::Error) -> StoreError {
+    let p = path.display();
+    let (kind, advice) = match e.sqlite_error_code() {
+        Some(ErrorCode::NotADatabase) => (
+            StoreErrorKind::Incompatible,
+            format!(
+                "it is not a SQLite database (or its header is damaged), so not an idemkit store; \
+                 move that file away, or set {DEFAULT_PATH_ENV} (or the store's path) to another file"
+            ),
+        ),
+        Some(ErrorCode::DatabaseCorrupt) => (
+            StoreErrorKind::Corrupt,
+            "the file is corrupt; restore it from a backup, or move it away to start afresh \
+             (records of operations in flight are then lost)"
+                .to_owned(),
+        ),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => (
+            StoreErrorKind::Unavailable,
+            "it stayed locked by another connection beyond the busy timeout; retry, or raise the store's \
+             `busy_timeout` if many processes write at once"
+                .to_owned(),
+        ),
+        Some(ErrorCode::CannotOpen | ErrorCode::PermissionDenied | ErrorCode::ReadOnly) => (
+            StoreErrorKind::Unavailable,
+            format!(
+                "it cannot be opened for writing; make the file and its directory writable by this user \
+                 (SQLite also creates `-wal` and `-shm` files beside it), or set {DEFAULT_PATH_ENV} \
+                 (or the store's path) to a writable place"
+            ),
+        ),
+        Some(ErrorCode::DiskFull | ErrorCode::SystemIoFailure) => (
+            StoreErrorKind::Unavailable,
+            "it could not be written (disk full or I/O error); free space or fix the disk, then retry".to_string(),
+        ),
+        _ => (
+            StoreErrorKind::Other,
+            format!("check the file with `sqlite3 {p} 'PRAGMA integrity_check'`"),
+        ),
+    };
+    StoreError::new(
+        kind,
+        format!("could not {what} the store at {p} ({e}): {advice}"),
+    )
+    .with_source(e)
+}

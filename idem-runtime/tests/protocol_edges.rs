@@ -1,0 +1,479 @@
+//! Exactly once outside the happy window (issue 15), on the memory store and tokio's paused
+//! clock: bodies longer than the lease or the ttl (S12), renewals refused (S13), ambiguity that
+//! sticks (S14), cancellation and panics (S15), completion writes that fail for a while (S17),
+//! and the settings that would let a running record expire.
+//!
+//! Each test names the finding of the issue it pins; each failed on the code before the fix
+//! (what it saw then is in its comment).
+
+use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use idem_runtime::store::{Claim, ClaimRequest, LeaseToken, Record, RecordState, Written};
+use idem_runtime::{
+    BuildError, CallOutcome, Classify, Error, Failure, Idem, IdempotencyKey, MemoryStore, Store,
+    StoreError, Tool, observe,
+};
+use tokio::time::Instant;
+use uuid::Uuid;
+
+#[derive(Debug)]
+enum E {
+    Body(Failure),
+    Idem(Error),
+}
+
+impl Classify for E {
+    fn classify(&self) -> Failure {
+        match self {
+            E::Body(f) => *f,
+            E::Idem(_) => Failure::Permanent,
+        }
+    }
+}
+
+impl From<Error> for E {
+    fn from(e: Error) -> Self {
+        E::Idem(e)
+    }
+}
+
+const S: fn(u64) -> Duration = Duration::from_secs;
+
+fn key() -> IdempotencyKey {
+    IdempotencyKey::derive("charge", &[("order", &1u64)])
+}
+
+/// A charge: counts its runs, records when each started, sleeps `body`, answers with its run.
+#[derive(Clone, Default)]
+struct Charge {
+    runs: Arc<AtomicU32>,
+    starts: Arc<Mutex<Vec<Duration>>>,
+}
+
+impl Charge {
+    fn runs(&self) -> u32 {
+        self.runs.load(SeqCst)
+    }
+
+    async fn call(
+        &self,
+        tool: Tool<'_>,
+        amount: u64,
+        body: Duration,
+        t0: Instant,
+    ) -> (Result<u32, E>, CallOutcome) {
+        let (result, info) = observe(tool.side_effect(&[("order", &1u64)], &amount, |_| {
+            let n = self.runs.fetch_add(1, SeqCst) + 1;
+            self.starts.lock().unwrap().push(t0.elapsed());
+            async move {
+                tokio::time::sleep(body).await;
+                Ok::<_, E>(n)
+            }
+        }))
+        .await;
+        (result, info.expect("every call reports").outcome)
+    }
+}
+
+/// Finding 1: a body slower than the lease, at the default settings (lease 10 s, renewed; wait
+/// 30 s). Before: a second caller arriving at 5 s took the key over at the lease's end (30 s)
+/// and ran the body a second time, concurrently.
+#[tokio::test(start_paused = true)]
+async fn f1_a_body_slower_than_the_lease_runs_once_at_default_settings() {
+    let idem = Idem::new(MemoryStore::new());
+    let charge = Charge::default();
+    let t0 = Instant::now();
+    let first = charge.call(Tool::new("charge").idem(&idem), 4200, S(45), t0);
+    let second = async {
+        tokio::time::sleep(S(5)).await;
+        charge
+            .call(Tool::new("charge").idem(&idem), 4200, S(0), t0)
+            .await
+    };
+    let ((a, a_how), (b, b_how)) = tokio::join!(first, second);
+    assert_eq!((a.unwrap(), a_how), (1, CallOutcome::Completed));
+    assert!(
+        matches!(b, Err(E::Idem(Error::InFlight { .. }))),
+        "the second caller waits its 30 s and is told the call is in flight: {b:?}"
+    );
+    assert_eq!(b_how, CallOutcome::Refused);
+    let (c, how) = charge
+        .call(Tool::new("charge").idem(&idem), 4200, S(0), t0)
+        .await;
+    assert_eq!((c.unwrap(), how), (1, CallOutcome::Replayed));
+    assert_eq!(charge.runs(), 1, "one body in all");
+}
+
+/// Finding 2: a ttl shorter than the body. Before: with ttl 10 s and a 15 s body, a second
+/// caller started run #2 at 11 s, and the lone caller's outcome was never recorded.
+#[tokio::test(start_paused = true)]
+async fn f2_a_body_longer_than_the_ttl_keeps_its_record_and_runs_once() {
+    let idem = Idem::builder()
+        .store(MemoryStore::new())
+        .lease(S(10))
+        .ttl(S(10))
+        .build()
+        .unwrap();
+    let charge = Charge::default();
+    let t0 = Instant::now();
+    let first = charge.call(Tool::new("charge").idem(&idem), 4200, S(15), t0);
+    let second = async {
+        tokio::time::sleep(S(11)).await;
+        charge
+            .call(Tool::new("charge").idem(&idem), 4200, S(0), t0)
+            .await
+    };
+    let ((a, a_how), (b, b_how)) = tokio::join!(first, second);
+    assert_eq!((a.unwrap(), a_how), (1, CallOutcome::Completed));
+    assert_eq!((b.unwrap(), b_how), (1, CallOutcome::Replayed));
+    assert_eq!(charge.runs(), 1);
+}
+
+/// Finding 2, the settings: a ttl shorter than the lease is refused by the builder, and a
+/// tool's own ttl shorter than its lease refuses its calls (the body never runs).
+#[tokio::test(start_paused = true)]
+async fn f2_a_ttl_shorter_than_the_lease_is_refused() {
+    let built = Idem::builder()
+        .store(MemoryStore::new())
+        .lease(S(30))
+        .ttl(S(10))
+        .build();
+    assert_eq!(
+        built.unwrap_err(),
+        BuildError::TtlShorterThanLease {
+            ttl: S(10),
+            lease: S(30)
+        }
+    );
+    assert_eq!(
+        Idem::builder().build().unwrap_err(),
+        BuildError::NoStore,
+        "no panic without a store"
+    );
+    let idem = Idem::new(MemoryStore::new());
+    let charge = Charge::default();
+    let (result, how) = charge
+        .call(
+            Tool::new("charge").idem(&idem).ttl(S(1)),
+            4200,
+            S(0),
+            Instant::now(),
+        )
+        .await;
+    let Err(E::Idem(err @ Error::Settings { .. })) = result else {
+        panic!("refused: {result:?}")
+    };
+    assert!(err.to_string().contains("shorter than its lease"), "{err}");
+    assert_eq!((how, charge.runs()), (CallOutcome::Refused, 0));
+}
+
+/// A tool that fails as `script` says, then succeeds; counts its runs.
+async fn scripted(
+    idem: &Idem,
+    amount: u64,
+    script: &[Failure],
+    runs: &AtomicU32,
+) -> (Result<u32, E>, CallOutcome) {
+    let mut n = 0;
+    let (result, info) = observe(Tool::new("charge").idem(idem).max_attempts(5).side_effect(
+        &[("order", &1u64)],
+        &amount,
+        |_| {
+            let failure = script.get(n).copied();
+            n += 1;
+            let run = runs.fetch_add(1, SeqCst) + 1;
+            async move {
+                match failure {
+                    Some(f) => Err(E::Body(f)),
+                    None => Ok(run),
+                }
+            }
+        },
+    ))
+    .await;
+    (result, info.unwrap().outcome)
+}
+
+/// Finding 4: ambiguity is sticky. Before: attempt 1 Ambiguous (charged, response lost), then
+/// a Transient (or Permanent) last attempt released the record; the caller was told "did not
+/// happen", and a call with the same key fields and another amount then ran (two charges).
+#[tokio::test(start_paused = true)]
+async fn f4_an_ambiguous_attempt_keeps_the_record_whatever_comes_after() {
+    for last in [Failure::Transient, Failure::Permanent] {
+        let idem = Idem::new(MemoryStore::new());
+        let runs = AtomicU32::new(0);
+        let script = [Failure::Ambiguous, last, last, last, last];
+        let (result, how) = scripted(&idem, 4200, &script, &runs).await;
+        let Err(E::Idem(err @ Error::Ambiguous { .. })) = result else {
+            panic!("after {last:?}: {result:?}")
+        };
+        assert!(err.to_string().contains("may have happened"), "{err}");
+        assert_eq!(how, CallOutcome::Failed(Failure::Ambiguous));
+        let record = idem.store().get(&key()).await.unwrap().expect("kept");
+        assert!(
+            matches!(record.state, RecordState::Ambiguous { .. }),
+            "{last:?}"
+        );
+        // S3 still holds: another amount under the same key is refused, not run.
+        let before = runs.load(SeqCst);
+        let (other, how) = scripted(&idem, 9900, &[], &runs).await;
+        assert!(
+            matches!(other, Err(E::Idem(Error::KeyReuse { .. }))),
+            "{other:?}"
+        );
+        assert_eq!((how, runs.load(SeqCst)), (CallOutcome::Refused, before));
+    }
+}
+
+/// Finding 7: cancellation. Before: a caller that gave up after 5 s (a timeout around the call)
+/// left the record Running for the rest of the lease, so a caller waiting on it learned nothing
+/// until then. Now the dropped call ends its claim at once (ambiguous: an attempt was running)
+/// and wakes this runtime's waiters, which take the operation over at that instant.
+#[tokio::test(start_paused = true)]
+async fn f7_a_cancelled_call_ends_its_claim_at_once_and_wakes_its_waiters() {
+    let idem = Idem::new(MemoryStore::new());
+    let charge = Charge::default();
+    let t0 = Instant::now();
+    let cancelled = tokio::time::timeout(
+        S(5),
+        charge.call(Tool::new("charge").idem(&idem), 4200, S(20), t0),
+    );
+    let waiter = async {
+        tokio::time::sleep(S(1)).await;
+        charge
+            .call(Tool::new("charge").idem(&idem), 4200, Duration::ZERO, t0)
+            .await
+    };
+    let (cancelled, (waited, how)) = tokio::join!(cancelled, waiter);
+    assert!(cancelled.is_err(), "the first caller gave up");
+    assert_eq!((waited.unwrap(), how), (2, CallOutcome::Completed));
+    assert_eq!(
+        charge.starts.lock().unwrap().clone(),
+        vec![S(0), S(5)],
+        "the waiter took over at the cancellation (its next poll would have been at 5.13 s)"
+    );
+}
+
+/// Finding 7: a call dropped before any attempt ran (here: during its backoff after a failure
+/// that did not happen) releases its record at once; one dropped mid-attempt keeps it as
+/// ambiguous. Before: both stayed Running until the lease ended.
+#[tokio::test(start_paused = true)]
+async fn f7_a_dropped_call_releases_or_keeps_as_ambiguous_by_what_ran() {
+    let idem = Idem::new(MemoryStore::new());
+    let runs = AtomicU32::new(0);
+    let backing_off = Tool::new("charge")
+        .idem(&idem)
+        .retry(idem_runtime::RetryPolicy::default().with_max_elapsed(S(120)))
+        .max_attempts(3)
+        .side_effect(&[("order", &1u64)], &4200u64, |_| {
+            runs.fetch_add(1, SeqCst);
+            async { Err::<u32, _>(E::Body(Failure::RetryAfter(S(60)))) }
+        });
+    assert!(tokio::time::timeout(S(1), backing_off).await.is_err());
+    assert_eq!(
+        idem.store().get(&key()).await.unwrap(),
+        None,
+        "no attempt may have taken effect: released"
+    );
+
+    let charge = Charge::default();
+    let running = charge.call(Tool::new("charge").idem(&idem), 4200, S(20), Instant::now());
+    assert!(tokio::time::timeout(S(1), running).await.is_err());
+    let record = idem.store().get(&key()).await.unwrap().expect("kept");
+    assert!(
+        matches!(record.state, RecordState::Ambiguous { .. }),
+        "dropped mid-attempt: {:?}",
+        record.state
+    );
+}
+
+/// Finding 7: a panicking body ends its claim as ambiguous at once (the panic still reaches the
+/// caller's task), and waiters are woken.
+#[tokio::test(start_paused = true)]
+async fn f7_a_panicking_body_ends_its_claim_as_ambiguous() {
+    let idem = Idem::new(MemoryStore::new());
+    let task = tokio::spawn({
+        let idem = idem.clone();
+        async move {
+            Tool::new("charge")
+                .idem(&idem)
+                .side_effect(&[("order", &1u64)], &4200u64, |_| async {
+                    tokio::time::sleep(S(1)).await;
+                    panic!("the body panicked");
+                    #[allow(unreachable_code)]
+                    Ok::<u32, E>(0)
+                })
+                .await
+        }
+    });
+    assert!(task.await.unwrap_err().is_panic());
+    let record = idem.store().get(&key()).await.unwrap().expect("kept");
+    assert!(matches!(record.state, RecordState::Ambiguous { .. }));
+}
+
+/// A memory store whose first `fail_completes` completes fail as unavailable.
+struct CompletesFail {
+    inner: MemoryStore,
+    fail_completes: AtomicU32,
+}
+
+#[async_trait::async_trait]
+impl Store for CompletesFail {
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        self.inner.claim(req).await
+    }
+    async fn complete(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        outcome: &[u8],
+        ttl: Duration,
+    ) -> Result<Written, StoreError> {
+        if self
+            .fail_completes
+            .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(StoreError::unavailable("database is locked"));
+        }
+        self.inner.complete(key, token, outcome, ttl).await
+    }
+    async fn renew(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        lease: Duration,
+    ) -> Result<Written, StoreError> {
+        self.inner.renew(key, token, lease).await
+    }
+    async fn release(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+    ) -> Result<Written, StoreError> {
+        self.inner.release(key, token).await
+    }
+    async fn mark_ambiguous(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        note: &str,
+        ttl: Duration,
+    ) -> Result<Written, StoreError> {
+        self.inner.mark_ambiguous(key, token, note, ttl).await
+    }
+    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        self.inner.get(key).await
+    }
+    async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
+        self.inner.prune(limit).await
+    }
+    async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
+        self.inner.operation_id(name, fresh).await
+    }
+}
+
+/// Finding 6 (S17): the completion write is retried under the token while the lease lasts.
+/// Before: tried once; a store locked for a while left the outcome unrecorded and a later
+/// caller ran the body again.
+#[tokio::test(start_paused = true)]
+async fn f6_a_completion_write_that_fails_for_a_while_is_retried_and_lands() {
+    let idem = Idem::new(CompletesFail {
+        inner: MemoryStore::new(),
+        fail_completes: AtomicU32::new(5),
+    });
+    let charge = Charge::default();
+    let t0 = Instant::now();
+    let (first, how) = charge
+        .call(Tool::new("charge").idem(&idem), 4200, S(0), t0)
+        .await;
+    assert_eq!((first.unwrap(), how), (1, CallOutcome::Completed));
+    let (again, how) = charge
+        .call(Tool::new("charge").idem(&idem), 4200, S(0), t0)
+        .await;
+    assert_eq!((again.unwrap(), how), (1, CallOutcome::Replayed));
+    assert_eq!(charge.runs(), 1);
+}
+
+/// S17's bound: a completion that keeps failing is given up once the lease would end (the
+/// outcome is then unrecorded), not retried for ever.
+#[tokio::test(start_paused = true)]
+async fn f6_a_completion_write_that_keeps_failing_is_given_up_at_the_lease_end() {
+    let idem = Idem::builder()
+        .store(CompletesFail {
+            inner: MemoryStore::new(),
+            fail_completes: AtomicU32::new(u32::MAX),
+        })
+        .lease(S(2))
+        .build()
+        .unwrap();
+    let charge = Charge::default();
+    let t0 = Instant::now();
+    let (first, how) = charge
+        .call(Tool::new("charge").idem(&idem), 4200, S(0), t0)
+        .await;
+    assert_eq!((first.unwrap(), how), (1, CallOutcome::Unrecorded));
+    assert!(
+        t0.elapsed() <= S(2),
+        "given up by the lease's end: {:?}",
+        t0.elapsed()
+    );
+}
+
+/// Fingerprints (issue 15): a NaN argument is refused before the body with `Error::Arguments`
+/// (before: it fingerprinted like `None`), and `-0.0` is a retry of `0.0` (before: refused as
+/// key reuse).
+#[tokio::test(start_paused = true)]
+async fn fingerprints_refuse_nan_and_take_negative_zero_as_zero() {
+    let idem = Idem::new(MemoryStore::new());
+    let runs = AtomicU32::new(0);
+    let call = |rate: f64| {
+        Tool::new("quote")
+            .idem(&idem)
+            .side_effect(&[("order", &1u64)], &rate, |_| {
+                runs.fetch_add(1, SeqCst);
+                async { Ok::<_, E>(1u32) }
+            })
+    };
+    let nan = call(f64::NAN).await;
+    let Err(E::Idem(err @ Error::Arguments { .. })) = nan else {
+        panic!("refused: {nan:?}")
+    };
+    assert!(err.to_string().contains("has no JSON form"), "{err}");
+    assert_eq!(runs.load(SeqCst), 0);
+    assert_eq!(call(0.0).await.unwrap(), 1);
+    assert_eq!(call(-0.0).await.unwrap(), 1, "a replay, not key reuse");
+    assert_eq!(runs.load(SeqCst), 1);
+}
+
+/// Finding 5: a stored outcome that no longer deserializes (the tool's return type changed, or
+/// a hand-written `Deserialize` does not match its `Serialize`) fails closed as a corrupt store
+/// (S9) and says the operation already ran; the body is not run. (Before: "the tool was not
+/// run", as if nothing had happened.)
+#[tokio::test(start_paused = true)]
+async fn a_stored_outcome_that_no_longer_decodes_says_the_operation_ran() {
+    let idem = Idem::new(MemoryStore::new());
+    let charge = Charge::default();
+    let t0 = Instant::now();
+    // Recorded by an earlier version of the tool, whose output was a text.
+    let earlier =
+        Tool::new("charge")
+            .idem(&idem)
+            .side_effect(&[("order", &1u64)], &4200u64, |_| async {
+                Ok::<_, E>("receipt 1".to_owned())
+            });
+    assert_eq!(earlier.await.unwrap(), "receipt 1");
+    let (now, how) = charge
+        .call(Tool::new("charge").idem(&idem), 4200, S(0), t0)
+        .await;
+    let Err(E::Idem(err @ Error::Store { .. })) = now else {
+        panic!("refused: {now:?}")
+    };
+    assert!(
+        err.to_string().contains("already ran and completed"),
+        "{err}"
+    );
+    assert_eq!((how, charge.runs()), (CallOutcome::Refused, 0));
+}

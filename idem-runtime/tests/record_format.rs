@@ -1,0 +1,349 @@
+//! The stored record format across versions (issue 21): a SQLite file written by idemkit 0.1.0
+//! is checked in, and every later version must read it back as it was meant: the completed
+//! outcome replays (and is never run again), the ambiguous record is taken over with the same key,
+//! the unreplayable outcome is refused as "already ran", the live running record is not taken,
+//! and the operation id is the one minted then.
+//!
+//! `IDEMKIT_WRITE_FIXTURES=1 cargo test -p idem-runtime --test record_format` writes the fixture
+//! anew; do that only for a new fixture file (name it after the version that writes it), never
+//! over an existing one: an old fixture is what proves an upgrade reads old records.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use idem_runtime::store::{Claim, ClaimRequest, ExistingState, LeaseToken, RecordState, Written};
+use idem_runtime::{
+    CallOutcome, Classify, Error, Failure, Fingerprint, Idem, IdempotencyKey, SqliteStore, Store,
+    Tool, observe,
+};
+
+/// The fixture written by 0.1.0.
+const FIXTURE: &str = "tests/fixtures/sqlite-0.1.0.db";
+/// Records that outlive every test run: 80 years.
+const FOREVER: Duration = Duration::from_secs(80 * 365 * 24 * 3600);
+
+fn key(order: u64) -> IdempotencyKey {
+    IdempotencyKey::derive("charge", &[("order", &order)])
+}
+
+fn fingerprint() -> Fingerprint {
+    Fingerprint::of(&4200u64).unwrap()
+}
+
+fn request(order: u64) -> ClaimRequest<'static> {
+    ClaimRequest {
+        key: key(order),
+        tool: "charge",
+        fingerprint: fingerprint(),
+        token: LeaseToken::new(),
+        lease: FOREVER,
+        ttl: FOREVER,
+    }
+}
+
+const OUTCOME: &[u8] = br#"{"charge_id":"ch_1","cents":4200}"#;
+
+/// Writes the records of the fixture through `store`: order 1 completed, 2 ambiguous, 3 running
+/// (a lease for ever), 4 completed but not replayable (as the executor records it), and the
+/// operation id of "plan-42/step-3", which is returned.
+async fn write_records(store: impl Store + Clone) -> String {
+    for order in 1..=4 {
+        let req = request(order);
+        assert_eq!(store.claim(&req).await.unwrap(), Claim::Acquired);
+        let written = match order {
+            1 => store.complete(&key(1), req.token, OUTCOME, FOREVER).await,
+            2 => {
+                let note = "1 attempt(s); the last failed and may have taken effect";
+                store
+                    .mark_ambiguous(&key(2), req.token, note, FOREVER)
+                    .await
+            }
+            3 => Ok(Written::Applied),
+            _ => {
+                let outcome =
+                    b"\0idemkit:unreplayable\0the outcome does not serialize: key must be a string";
+                store.complete(&key(4), req.token, outcome, FOREVER).await
+            }
+        };
+        assert_eq!(written.unwrap(), Written::Applied);
+    }
+    let id = Idem::new(store).operation("plan-42/step-3").await.unwrap();
+    id.to_string()
+}
+
+/// Writes the SQLite fixture file (and the operation id beside it).
+async fn write_sqlite_fixture(path: &Path) {
+    let _ = std::fs::remove_file(path);
+    let store = SqliteStore::open(path).unwrap();
+    let id = write_records(store.clone()).await;
+    std::fs::write(path.with_extension("operation-id"), id).unwrap();
+    drop(store);
+    // One file, no WAL beside it: fold the WAL in.
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        .unwrap();
+    conn.pragma_update(None, "journal_mode", "DELETE").unwrap();
+}
+
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Receipt {
+    charge_id: String,
+    cents: u64,
+}
+
+#[derive(Debug)]
+struct E(String);
+impl Classify for E {
+    fn classify(&self) -> Failure {
+        Failure::Permanent
+    }
+}
+impl From<Error> for E {
+    fn from(e: Error) -> Self {
+        E(e.to_string())
+    }
+}
+
+fn manifest_path(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
+}
+
+/// Reads the fixture's records back through `store` as they were meant.
+async fn check_records(store: impl Store + Clone, operation_id: &str) {
+    // Completed: the stored outcome, byte for byte, and a replay through the executor.
+    let record = store.get(&key(1)).await.unwrap().expect("completed record");
+    assert_eq!(record.tool, "charge");
+    assert_eq!(record.fingerprint, fingerprint());
+    assert_eq!(
+        record.state,
+        RecordState::Completed {
+            outcome: OUTCOME.to_vec()
+        }
+    );
+    let idem = Idem::new(store.clone());
+    let charge = |order: u64| {
+        observe(Tool::new("charge").idem(&idem).side_effect(
+            &[("order", &order)],
+            &4200u64,
+            |_| async {
+                Ok::<_, E>(Receipt {
+                    charge_id: "ch_new".into(),
+                    cents: 0,
+                })
+            },
+        ))
+    };
+    let (replayed, info) = charge(1).await;
+    assert_eq!(
+        replayed.unwrap(),
+        Receipt {
+            charge_id: "ch_1".into(),
+            cents: 4200
+        }
+    );
+    assert_eq!(info.unwrap().outcome, CallOutcome::Replayed);
+
+    // Ambiguous: kept with its note, taken over by the same arguments with the same key.
+    let record = store.get(&key(2)).await.unwrap().expect("ambiguous record");
+    assert!(
+        matches!(record.state, RecordState::Ambiguous { ref note } if note.contains("may have taken effect"))
+    );
+    assert_eq!(store.claim(&request(2)).await.unwrap(), Claim::Acquired);
+
+    // Running, its lease live: not taken.
+    match store.claim(&request(3)).await.unwrap() {
+        Claim::Existing(e) => assert!(matches!(e.state, ExistingState::Running { .. })),
+        other => panic!("a live lease is not taken: {other:?}"),
+    }
+
+    // Completed but not replayable: refused as already ran, never run again.
+    let (refused, info) = charge(4).await;
+    let err = refused.unwrap_err().0;
+    assert!(
+        err.contains("already ran") && err.contains("cannot be replayed"),
+        "{err}"
+    );
+    assert_eq!(info.unwrap().outcome, CallOutcome::Unreplayable);
+
+    // The operation id minted then.
+    assert_eq!(
+        idem.operation("plan-42/step-3").await.unwrap().to_string(),
+        operation_id
+    );
+}
+
+fn writing() -> bool {
+    std::env::var_os("IDEMKIT_WRITE_FIXTURES").is_some()
+}
+
+#[tokio::test]
+async fn a_sqlite_file_written_by_0_1_0_reads_back_as_it_was_meant() {
+    let fixture = manifest_path(FIXTURE);
+    if writing() {
+        write_sqlite_fixture(&fixture).await;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idemkit.db");
+    std::fs::copy(&fixture, &path).expect("the checked-in fixture");
+    let store = SqliteStore::open(&path).unwrap();
+    let id = std::fs::read_to_string(fixture.with_extension("operation-id")).unwrap();
+    check_records(store, &id).await;
+}
+
+mod servers;
+
+/// The PostgreSQL fixture: `pg_dump` of a schema written by 0.1.0 (tables, schema version,
+/// rows), its schema renamed `__SCHEMA__`; the operation id is in it.
+#[cfg(feature = "postgres")]
+const PG_FIXTURE: &str = "tests/fixtures/postgres-0.1.0.sql";
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn a_postgres_dump_written_by_0_1_0_reads_back_as_it_was_meant() {
+    use idem_runtime::PostgresStore;
+    let Some(url) = servers::server_url("IDEMKIT_TEST_POSTGRES_URL", "PostgreSQL") else {
+        return;
+    };
+    let fixture = manifest_path(PG_FIXTURE);
+    let id_file = fixture.with_extension("operation-id");
+    if writing() {
+        let schema = format!("fixture_{}", uuid::Uuid::new_v4().simple());
+        let store = PostgresStore::builder(&url)
+            .schema(&schema)
+            .connect()
+            .await
+            .unwrap();
+        let id = write_records(store).await;
+        let dump = std::process::Command::new("pg_dump")
+            .args([
+                "--schema",
+                &schema,
+                "--no-owner",
+                "--no-privileges",
+                "--inserts",
+                &url,
+            ])
+            .output()
+            .expect("pg_dump runs");
+        assert!(
+            dump.status.success(),
+            "{}",
+            String::from_utf8_lossy(&dump.stderr)
+        );
+        let text = String::from_utf8(dump.stdout)
+            .unwrap()
+            .replace(&schema, "__SCHEMA__");
+        std::fs::write(&fixture, text).unwrap();
+        std::fs::write(&id_file, id).unwrap();
+    }
+    // Restored into a schema of its own; psql's meta-commands (`\restrict`) are left out.
+    let schema = format!("fixture_{}", uuid::Uuid::new_v4().simple());
+    let dump = std::fs::read_to_string(&fixture).expect("the checked-in fixture");
+    let sql: String = dump
+        .lines()
+        .filter(|l| !l.starts_with('\\'))
+        .map(|l| l.replace("__SCHEMA__", &schema) + "\n")
+        .collect();
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client.batch_execute(&sql).await.expect("the dump restores");
+    let store = PostgresStore::builder(&url)
+        .schema(&schema)
+        .connect()
+        .await
+        .unwrap();
+    check_records(store, &std::fs::read_to_string(&id_file).unwrap()).await;
+}
+
+/// The Redis fixture: every key a store with the prefix `__PREFIX__` wrote, as JSON (type,
+/// value, time to live).
+#[cfg(feature = "redis")]
+const REDIS_FIXTURE: &str = "tests/fixtures/redis-0.1.0.json";
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn a_redis_dump_written_by_0_1_0_reads_back_as_it_was_meant() {
+    use idem_runtime::RedisStore;
+    use redis::AsyncCommands;
+    let Some(url) = servers::server_url("IDEMKIT_TEST_REDIS_URL", "Redis") else {
+        return;
+    };
+    let fixture = manifest_path(REDIS_FIXTURE);
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    if writing() {
+        let prefix = format!("fixture:{}:", uuid::Uuid::new_v4().simple());
+        let store = RedisStore::builder(&url)
+            .prefix(&prefix)
+            .connect()
+            .await
+            .unwrap();
+        let id = write_records(store).await;
+        let keys: Vec<String> = conn.keys(format!("{prefix}*")).await.unwrap();
+        let mut entries = Vec::new();
+        for k in keys {
+            let kind: String = redis::cmd("TYPE")
+                .arg(&k)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            let value = match kind.as_str() {
+                "hash" => {
+                    let fields: std::collections::BTreeMap<String, String> =
+                        conn.hgetall(&k).await.unwrap();
+                    serde_json::json!(fields)
+                }
+                "string" => serde_json::json!(conn.get::<_, String>(&k).await.unwrap()),
+                other => panic!("unexpected key type {other}"),
+            };
+            let pttl: i64 = conn.pttl(&k).await.unwrap();
+            let suffix = k.strip_prefix(&prefix).unwrap().to_owned();
+            entries.push(
+                serde_json::json!({"key": suffix, "type": kind, "value": value, "pttl": pttl}),
+            );
+        }
+        entries.sort_by_key(|e| e["key"].as_str().unwrap().to_owned());
+        let dump = serde_json::json!({"operation_id": id, "keys": entries});
+        std::fs::write(
+            &fixture,
+            serde_json::to_string_pretty(&dump).unwrap() + "\n",
+        )
+        .unwrap();
+    }
+    let dump: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&fixture).expect("the checked-in fixture"))
+            .unwrap();
+    let prefix = format!("fixture:{}:", uuid::Uuid::new_v4().simple());
+    for entry in dump["keys"].as_array().unwrap() {
+        let k = format!("{prefix}{}", entry["key"].as_str().unwrap());
+        match entry["type"].as_str().unwrap() {
+            "hash" => {
+                let fields: Vec<(String, String)> = entry["value"]
+                    .as_object()
+                    .unwrap()
+                    .iter()
+                    .map(|(f, v)| (f.clone(), v.as_str().unwrap().to_owned()))
+                    .collect();
+                let _: () = conn.hset_multiple(&k, &fields).await.unwrap();
+            }
+            _ => {
+                let _: () = conn
+                    .set(&k, entry["value"].as_str().unwrap())
+                    .await
+                    .unwrap();
+            }
+        }
+        let pttl = entry["pttl"].as_i64().unwrap();
+        if pttl > 0 {
+            let _: () = conn.pexpire(&k, pttl).await.unwrap();
+        }
+    }
+    let store = RedisStore::builder(&url)
+        .prefix(&prefix)
+        .connect()
+        .await
+        .unwrap();
+    check_records(store, dump["operation_id"].as_str().unwrap()).await;
+}
