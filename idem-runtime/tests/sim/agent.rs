@@ -236,6 +236,7 @@ async fn call_in_task(
                     world.call_dropped(id);
                     world.fault(host, "caller dropped its call (cancelled)");
                     drop(fut);
+                    world.probe_after_drop(id);
                     None
                 }
             }
@@ -285,12 +286,14 @@ async fn body(
     if panic_at == Some(false) {
         world.fault(host, "body panicked before sending");
         world.call_dropped(call);
+        world.probe_after_drop(call);
         panic!("simulated panic before sending (call {call})");
     }
     let result = net::charge(world.clone(), host, sent_key, op, run.id).await;
     if panic_at == Some(true) {
         world.fault(host, "body panicked with the answer in hand");
         world.call_dropped(call);
+        world.probe_after_drop(call);
         panic!("simulated panic with the answer in hand (call {call})");
     }
     run.how = match &result {

@@ -483,12 +483,23 @@ struct CallRec {
     end_write_at: Option<Duration>,
     /// A completion write of it was stopped by the store being down or cut off.
     completion_blocked: bool,
+    /// An end write of it was stopped by the store being down or cut off.
+    end_write_failed: bool,
+    /// Dropped while holding its claim: whether the record still held its token (live) a
+    /// moment (`DROP_PROBE`) after the drop.
+    stale_after_drop: Option<bool>,
     completions: u32,
     injected_completion_failures: u32,
     /// The error of its last attempt, and whether an earlier one was ambiguous.
     last_error: Option<&'static str>,
     attempts: Vec<usize>,
+    /// The key it claimed.
+    key: Option<String>,
 }
+
+/// How long after a call is dropped its claim must be gone (S15: at once; the guard's write
+/// takes up to ~20 ms over the simulated link).
+const DROP_PROBE: Duration = Duration::from_millis(200);
 
 /// The mutable state of one world.
 #[derive(Debug, Default)]
@@ -670,6 +681,44 @@ impl World {
             rec.injected_completion_failures += 1;
         }
         (before, fail)
+    }
+
+    /// An end write for `token` was stopped by the store being down or cut off.
+    pub fn end_write_failed(&self, token: Uuid) {
+        let mut st = self.state();
+        if let Some(&call) = st.tokens.get(&token) {
+            st.calls[call].end_write_failed = true;
+        }
+    }
+
+    /// A moment after `call` was dropped: is its key claimable again (S15), i.e. does the
+    /// record no longer hold the call's token? Looked at from a task of its own.
+    pub fn probe_after_drop(self: &Arc<Self>, call: usize) {
+        let world = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(DROP_PROBE).await;
+            let (token, key) = {
+                let st = world.state();
+                let c = &st.calls[call];
+                let Some(token) = c.token.filter(|_| c.acquired) else {
+                    return;
+                };
+                let Some(key) = c.key.clone() else {
+                    return;
+                };
+                (token, key)
+            };
+            let stale = world.holds(&key, token);
+            world.state().calls[call].stale_after_drop = Some(stale);
+        });
+    }
+
+    /// The key `call` claims (known once its claim was applied).
+    pub fn claimed_key(&self, token: Uuid, key: String) {
+        let mut st = self.state();
+        if let Some(&call) = st.tokens.get(&token) {
+            st.calls[call].key = Some(key);
+        }
     }
 
     /// A completion write for `token` was stopped by the store being down or cut off.
@@ -1031,23 +1080,27 @@ impl World {
                 }
             }
         }
-        // A dropped call's claim is ended at once (S15): its guard's write reaches the store.
+        // A dropped call's claim is ended at once (S15): `DROP_PROBE` after the drop, the
+        // record no longer holds the call's token (its key is claimable again), unless the
+        // guard's write was stopped by the store being down or cut off.
         for (i, c) in st.calls.iter().enumerate() {
             let Some(dropped) = c.dropped_at else { continue };
-            if !c.acquired {
+            if c.stale_after_drop != Some(true) {
                 continue;
             }
-            match c.end_write_at {
-                Some(at) if at <= dropped + Duration::from_secs(1) => {}
-                other => {
-                    f.stale_claim = true;
-                    f.problems.push(format!(
-                        "call {i} (host {}, operation {}) was dropped at {dropped:?} holding its claim, which was \
-                         not ended at once (first end write: {other:?})",
-                        c.host, c.op
-                    ));
-                }
+            if c.end_write_failed
+                || !self.reached_store(c.host, dropped, dropped + DROP_PROBE)
+                || self.cfg.crashed_during(c.host, dropped, dropped + DROP_PROBE)
+            {
+                across.add("dropped call's claim left to its lease (store down or cut off)");
+                continue;
             }
+            f.stale_claim = true;
+            f.problems.push(format!(
+                "call {i} (host {}, operation {}) was dropped at {dropped:?} holding its claim, which still held \
+                 the key {DROP_PROBE:?} later (first end write sent: {:?})",
+                c.host, c.op, c.end_write_at
+            ));
         }
         let problems_before_plans = f.problems.len();
         for (host, plan) in self.cfg.plans.iter().enumerate() {

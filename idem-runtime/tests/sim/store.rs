@@ -174,6 +174,7 @@ impl Store for SimStore {
         if claim == Claim::Acquired {
             self.world
                 .token_acquired(CALL.try_with(|c| *c).ok(), req.token.0);
+            self.world.claimed_key(req.token.0, req.key.to_string());
             self.held.lock().unwrap().insert(req.token.0);
             w.log(h, || format!("claimed {}", req.key));
         }
@@ -205,6 +206,7 @@ impl Store for SimStore {
         }
         if let Err(e) = self.reach().await {
             self.world.completion_blocked(token.0);
+            self.world.end_write_failed(token.0);
             return Err(e);
         }
         let w = self.shared.complete(key, token, outcome, ttl).await?;
@@ -247,7 +249,10 @@ impl Store for SimStore {
         }
         self.dead()?;
         self.world.end_write(token.0);
-        self.reach().await?;
+        if let Err(e) = self.reach().await {
+            self.world.end_write_failed(token.0);
+            return Err(e);
+        }
         let w = self.shared.release(key, token).await?;
         self.dropped_claim_ended(token, w);
         let w = self.written(token, w);
@@ -267,7 +272,10 @@ impl Store for SimStore {
         }
         self.dead()?;
         self.world.end_write(token.0);
-        self.reach().await?;
+        if let Err(e) = self.reach().await {
+            self.world.end_write_failed(token.0);
+            return Err(e);
+        }
         let w = if self.world.cfg.protocol == Protocol::AmbiguityNotSticky {
             // The store that forgets ambiguity: the record goes as if released.
             self.shared.release(key, token).await?
