@@ -465,6 +465,8 @@ pub struct Attempt {
     pub reached_provider: bool,
     /// It made a new charge at the provider.
     pub charged: bool,
+    /// The provider answered it with the receipt of an earlier request of its key.
+    pub deduplicated: bool,
     /// When it returned the receipt: whether its call's token still held the record.
     pub lease_live_at_ok: bool,
 }
@@ -500,6 +502,9 @@ struct CallRec {
 /// How long after a call is dropped its claim must be gone (S15: at once; the guard's write
 /// takes up to ~20 ms over the simulated link).
 const DROP_PROBE: Duration = Duration::from_millis(200);
+
+/// One simulated millisecond: a crash ends a body run within it.
+const MS: Duration = Duration::from_millis(1);
 
 /// The mutable state of one world.
 #[derive(Debug, Default)]
@@ -745,6 +750,7 @@ impl World {
             how: AttemptEnd::Running,
             reached_provider: false,
             charged: false,
+            deduplicated: false,
             lease_live_at_ok: false,
         });
         st.calls[call].attempts.push(id);
@@ -815,6 +821,7 @@ impl World {
             && let Some(receipt) = st.provider.by_key.get(key).cloned()
         {
             st.consequences.add("provider deduplicated a repeated key");
+            st.attempts[attempt].deduplicated = true;
             drop(st);
             self.log(host, || {
                 format!("provider: key {key} seen before; same receipt")
@@ -956,12 +963,19 @@ impl World {
             let call = &st.calls[a.call];
             for b in st.attempts.iter().filter(|b| b.op == a.op && b.start > ok_at) {
                 let until = b.start.min(ok_at + self.cfg.lease);
-                let excused = !a.lease_live_at_ok
-                    || call.completion_blocked
-                    || !self.reached_store(a.host, ok_at, until)
-                    || self.cfg.crashed_during(a.host, ok_at, until);
-                if excused {
-                    across.add("operation ran again after a success its holder could not record");
+                let excuse = if self.cfg.crashed_during(a.host, ok_at, until) {
+                    Some("re-run after a success: its holder crashed before recording it")
+                } else if !self.reached_store(a.host, ok_at, until) {
+                    Some("re-run after a success: its holder was cut from the store")
+                } else if !a.lease_live_at_ok {
+                    Some("re-run after a success: its holder's lease had ended (renewals failed)")
+                } else if call.completion_blocked {
+                    Some("re-run after a success: the store was down for its completion writes")
+                } else {
+                    None
+                };
+                if let Some(excuse) = excuse {
+                    across.add(excuse);
                 } else {
                     f.reran = true;
                     f.problems.push(format!(
@@ -993,43 +1007,65 @@ impl World {
                 }
                 continue;
             }
-            // (d) Without deduplication, each extra charge must be explained by the body run
-            // of an earlier charge: one whose holder lost the store (partition, crash), or one
-            // that ended without its receipt (ambiguous: re-run by design, with the same key).
+            // (d) Without deduplication, each extra charge must be explained: by a request
+            // still on its way when its body ended, by an earlier charge's holder that lost the
+            // store (cut off, crashed), or by an earlier attempt that ended without its receipt
+            // (ambiguous: re-run by design, with the same key, which only a deduplicating
+            // provider makes safe). Any other is a failure: an operation charged again after an
+            // attempt had its receipt and its holder could record it.
             for (k, later) in made.iter().enumerate().skip(1) {
                 let b = &st.attempts[later.attempt];
-                let mut worst = 0; // 0 ambiguous, 1 partition, 2 unexplained
+                let mut label = None;
+                let mut unexplained = false;
                 if b.end.is_some_and(|end| end < later.at) {
-                    // Its request was still on its way when its body ended (timed out,
-                    // dropped): an ambiguous attempt's request, which nothing can recall.
-                    across.add("duplicate charge by a request still in flight after its body ended (no dedup)");
+                    let cut = !self.reached_store(b.host, b.start, end_of(b));
+                    let crashed = self.cfg.crashed_during(b.host, b.start, end_of(b) + MS);
+                    label = Some(match (crashed, cut) {
+                        (true, _) => "duplicate charge: request in flight after its body ended (host crashed)",
+                        (_, true) => "duplicate charge: request in flight after its body ended (holder cut from the store)",
+                        _ => "duplicate charge: request in flight after its body ended (ambiguous attempt)",
+                    });
+                    across.add(label.unwrap_or_default());
                     continue;
                 }
                 for earlier in &made[..k] {
                     let a = &st.attempts[earlier.attempt];
-                    let a_end = end_of(a).min(b.start.max(a.start));
-                    let cut = !self.reached_store(a.host, a.start, b.start.max(a.start))
-                        || self.cfg.crashed_during(a.host, a.start, b.start.max(a.start));
-                    let why = match a.how {
-                        _ if cut => 1,
-                        AttemptEnd::Ok if a.lease_live_at_ok && !st.calls[a.call].completion_blocked => 2,
-                        AttemptEnd::Ok => 1,
-                        _ => 0,
+                    let why = if a.how == AttemptEnd::Ok && b.start <= end_of(a) {
+                        // They overlapped: check (a) fails it unless a holder was cut off.
+                        "duplicate charge: body runs overlapped, a holder cut from the store"
+                    } else if a.how == AttemptEnd::Ok {
+                        let ok_at = end_of(a);
+                        let until = b.start.max(ok_at).min(ok_at + self.cfg.lease);
+                        if self.cfg.crashed_during(a.host, ok_at, until) {
+                            "duplicate charge: an earlier holder had its receipt, then crashed"
+                        } else if !self.reached_store(a.host, ok_at, until) {
+                            "duplicate charge: an earlier holder had its receipt, then was cut from the store"
+                        } else if !a.lease_live_at_ok || st.calls[a.call].completion_blocked {
+                            "duplicate charge: an earlier holder had its receipt, but the store refused or failed its completion"
+                        } else {
+                            unexplained = true;
+                            continue;
+                        }
+                    } else if self.cfg.crashed_during(a.host, a.start, end_of(a) + MS) {
+                        "duplicate charge: an earlier attempt ended by a crash"
+                    } else if !self.reached_store(a.host, a.start, end_of(a)) {
+                        "duplicate charge: an earlier attempt ended while its holder was cut from the store"
+                    } else {
+                        "duplicate charge: an earlier attempt ended without its receipt (ambiguous)"
                     };
-                    let _ = a_end;
-                    worst = worst.max(why);
-                }
-                match worst {
-                    0 => across.add("duplicate charge after an ambiguous attempt (no dedup)"),
-                    1 => across.add("duplicate charge across a partition or crash (no dedup)"),
-                    _ => {
-                        f.duplicates = true;
-                        f.problems.push(format!(
-                            "operation {op} charged again by host {} (call {}) at {:?}, unexplained: an earlier \
-                             charge's holder had its receipt and reached the store",
-                            b.host, b.call, b.start
-                        ));
+                    if std::ptr::eq(earlier, &made[k - 1]) {
+                        label.get_or_insert(why);
                     }
+                }
+                if unexplained {
+                    f.duplicates = true;
+                    f.problems.push(format!(
+                        "operation {op} charged again by host {} (call {}, body run from {:?}), unexplained: an \
+                         earlier charge's holder had its receipt and reached the store",
+                        b.host, b.call, b.start
+                    ));
+                } else if let Some(label) = label {
+                    across.add(label);
                 }
             }
         }
@@ -1140,6 +1176,9 @@ impl World {
         for a in &st.attempts {
             if a.reached_provider && !self.reached_store(a.host, a.start, end_of(a).min(self.now())) {
                 across.add("attempts reaching the provider from a holder cut from the store");
+                if a.deduplicated {
+                    across.add("attempts reaching the provider from a holder cut from the store, deduplicated by key");
+                }
             }
         }
         Ok(Report {
