@@ -125,11 +125,19 @@ fn a_seed_replays_exactly() {
 /// Runs the agents with `protocol` (a broken one) and returns the seeds that caught it: by
 /// duplicates, or (`stuck`) by callers left without their outcome.
 fn seeds_catching(protocol: Protocol, seeds: u64, stuck: bool) -> Vec<u64> {
-    seeds_caught_by(protocol, seeds, |f| if stuck { f.stuck } else { f.duplicates })
+    seeds_caught_by(
+        protocol,
+        seeds,
+        |f| if stuck { f.stuck } else { f.duplicates },
+    )
 }
 
 /// Runs the agents with `protocol` and returns the seeds whose failure `caught` accepts.
-fn seeds_caught_by(protocol: Protocol, seeds: u64, caught: impl Fn(&SimFailure) -> bool) -> Vec<u64> {
+fn seeds_caught_by(
+    protocol: Protocol,
+    seeds: u64,
+    caught: impl Fn(&SimFailure) -> bool,
+) -> Vec<u64> {
     let (_, failures, _) = run_seeds(0..seeds, protocol);
     failures
         .iter()

@@ -119,10 +119,12 @@ async fn run_plan(world: Arc<World>, host: usize, store: Arc<SimStore>) {
                     Err("its body panicked".to_owned())
                 }
             };
-            let done = matches!(&answer, Ok(_))
+            let done = answer.is_ok()
                 || matches!(&answer, Err(e) if e == "declined" || e == "unreplayable")
                 || round >= MAX_ROUNDS;
-            world.log(host, || format!("op {op} round {round} (call {call_id}): {answer:?}"));
+            world.log(host, || {
+                format!("op {op} round {round} (call {call_id}): {answer:?}")
+            });
             world.record_result(host, op, call_id, answer, done);
             if done {
                 break;
@@ -138,9 +140,10 @@ fn saw_error(world: &World, host: usize, e: &PayError) {
         Error::InFlight { .. } => world.saw(host, "caller got InFlight"),
         Error::Store { .. } => world.saw(host, "caller got a store error"),
         Error::LeaseLost { .. } => world.saw(host, "caller got LeaseLost"),
-        Error::Ambiguous { .. } => {
-            world.saw(host, "caller got Ambiguous (an earlier attempt was ambiguous)")
-        }
+        Error::Ambiguous { .. } => world.saw(
+            host,
+            "caller got Ambiguous (an earlier attempt was ambiguous)",
+        ),
         Error::Unreplayable { .. } => world.saw(host, "caller got Unreplayable"),
         _ => {}
     }

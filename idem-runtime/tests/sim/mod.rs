@@ -849,7 +849,8 @@ impl World {
             },
         };
         if spec.unreplayable {
-            st.faults.add("outcome does not round-trip (fee_rate = inf)");
+            st.faults
+                .add("outcome does not round-trip (fee_rate = inf)");
         }
         st.provider.next_charge += 1;
         st.provider.by_key.insert(key.to_owned(), receipt.clone());
@@ -883,7 +884,8 @@ impl World {
         match st.provider.scripted.get_mut(&op) {
             None if faulty => {
                 st.provider.scripted.insert(op, self.cfg.max_attempts);
-                st.faults.add("ambiguous attempt then transient ones (scripted)");
+                st.faults
+                    .add("ambiguous attempt then transient ones (scripted)");
                 Some(true)
             }
             Some(left) if *left > 0 => {
@@ -961,7 +963,8 @@ impl World {
         for a in st.attempts.iter().filter(|a| a.how == AttemptEnd::Ok) {
             let ok_at = end_of(a);
             let call = &st.calls[a.call];
-            for b in st.attempts.iter().filter(|b| b.op == a.op && b.start > ok_at) {
+            // Body runs are kept in the order they started: the first one after the receipt.
+            if let Some(b) = st.attempts.iter().find(|b| b.op == a.op && b.start > ok_at) {
                 let until = b.start.min(ok_at + self.cfg.lease);
                 let excuse = if self.cfg.crashed_during(a.host, ok_at, until) {
                     Some("re-run after a success: its holder crashed before recording it")
@@ -984,7 +987,6 @@ impl World {
                         a.op, b.host, b.call, b.start, a.host, a.call, ok_at
                     ));
                 }
-                break;
             }
         }
         // Effects at the provider.
@@ -1021,9 +1023,15 @@ impl World {
                     let cut = !self.reached_store(b.host, b.start, end_of(b));
                     let crashed = self.cfg.crashed_during(b.host, b.start, end_of(b) + MS);
                     label = Some(match (crashed, cut) {
-                        (true, _) => "duplicate charge: request in flight after its body ended (host crashed)",
-                        (_, true) => "duplicate charge: request in flight after its body ended (holder cut from the store)",
-                        _ => "duplicate charge: request in flight after its body ended (ambiguous attempt)",
+                        (true, _) => {
+                            "duplicate charge: request in flight after its body ended (host crashed)"
+                        }
+                        (_, true) => {
+                            "duplicate charge: request in flight after its body ended (holder cut from the store)"
+                        }
+                        _ => {
+                            "duplicate charge: request in flight after its body ended (ambiguous attempt)"
+                        }
                     });
                     across.add(label.unwrap_or_default());
                     continue;
@@ -1074,7 +1082,8 @@ impl World {
             match result {
                 Err(e) if e.starts_with("UNCLEAR") => {
                     f.unclear = true;
-                    f.problems.push(format!("host {host} got {e} for operation {op}"));
+                    f.problems
+                        .push(format!("host {host} got {e} for operation {op}"));
                 }
                 Err(e) if e == "attempts exhausted" || e == "declined" => {
                     let charged: Vec<usize> = st.calls[*call]
@@ -1120,13 +1129,17 @@ impl World {
         // record no longer holds the call's token (its key is claimable again), unless the
         // guard's write was stopped by the store being down or cut off.
         for (i, c) in st.calls.iter().enumerate() {
-            let Some(dropped) = c.dropped_at else { continue };
+            let Some(dropped) = c.dropped_at else {
+                continue;
+            };
             if c.stale_after_drop != Some(true) {
                 continue;
             }
             if c.end_write_failed
                 || !self.reached_store(c.host, dropped, dropped + DROP_PROBE)
-                || self.cfg.crashed_during(c.host, dropped, dropped + DROP_PROBE)
+                || self
+                    .cfg
+                    .crashed_during(c.host, dropped, dropped + DROP_PROBE)
             {
                 across.add("dropped call's claim left to its lease (store down or cut off)");
                 continue;
@@ -1174,7 +1187,8 @@ impl World {
         // Requests the provider saw from a holder cut from the store (its deduplication, or
         // nothing, is then the fence).
         for a in &st.attempts {
-            if a.reached_provider && !self.reached_store(a.host, a.start, end_of(a).min(self.now())) {
+            if a.reached_provider && !self.reached_store(a.host, a.start, end_of(a).min(self.now()))
+            {
                 across.add("attempts reaching the provider from a holder cut from the store");
                 if a.deduplicated {
                     across.add("attempts reaching the provider from a holder cut from the store, deduplicated by key");

@@ -69,7 +69,9 @@ pub async fn charge(
     }
     let deadline = Instant::now() + timeout;
     let (tx, rx) = oneshot::channel();
-    world.log(host, || format!("send charge op {op} key {key} (attempt {attempt})"));
+    world.log(host, || {
+        format!("send charge op {op} key {key} (attempt {attempt})")
+    });
     tokio::spawn(deliver(world.clone(), host, key, op, attempt, tx));
     match tokio::time::timeout_at(deadline, rx).await {
         Ok(Ok(answer)) => answer,

@@ -198,8 +198,10 @@ impl Store for SimStore {
         }
         if fail {
             tokio::time::sleep(self.world.delay(1..=30)).await;
-            self.world
-                .fault(self.host, "completion write failed before reaching the store");
+            self.world.fault(
+                self.host,
+                "completion write failed before reaching the store",
+            );
             return Err(StoreError::unavailable(
                 "injected: the completion write failed before reaching the store",
             ));
@@ -228,7 +230,8 @@ impl Store for SimStore {
         self.reach().await?;
         let w = self.shared.renew(key, token, lease).await?;
         if w == Written::Applied {
-            self.world.saw(self.host, "lease renewed while the body ran");
+            self.world
+                .saw(self.host, "lease renewed while the body ran");
         }
         if w == Written::Fenced {
             self.world
