@@ -254,3 +254,18 @@ fn the_simulation_catches_a_store_that_never_hands_over_a_dead_holders_lease() {
         "the simulation should catch callers stuck behind a dead holder, caught {caught:?}"
     );
 }
+
+/// S17 broken: a completion write that failed is not retried. The record stays claimed until
+/// its lease ends, another caller takes it over, and the operation runs again after an
+/// attempt of it had its receipt.
+#[test]
+fn the_simulation_catches_a_completion_write_that_is_not_retried() {
+    let caught = seeds_caught_by(Protocol::NoCompletionRetry, 300, |f| f.reran);
+    assert_caught(
+        Protocol::NoCompletionRetry,
+        "no completion retry (re-run after a success)",
+        &caught,
+        300,
+        30,
+    );
+}

@@ -61,6 +61,10 @@ pub enum Protocol {
     /// emulated by a store that ignores the release or mark_ambiguous a dropped call's guard
     /// sends (as if none were sent), so the claim stays until its lease ends.
     NoDropGuard,
+    /// Broken (S17): a completion write that failed is not retried. Emulated by a store link
+    /// that, once a token's completion write failed, lets none of its later ones through (as if
+    /// they were never sent): the record stays claimed until its lease ends and is taken over.
+    NoCompletionRetry,
 }
 
 impl Protocol {
@@ -74,6 +78,7 @@ impl Protocol {
             Protocol::NoRenewal => Some("no-renewal"),
             Protocol::AmbiguityNotSticky => Some("ambiguity-not-sticky"),
             Protocol::NoDropGuard => Some("no-drop-guard"),
+            Protocol::NoCompletionRetry => Some("no-completion-retry"),
         }
     }
 
@@ -87,10 +92,11 @@ impl Protocol {
             Some("no-renewal") => Protocol::NoRenewal,
             Some("ambiguity-not-sticky") => Protocol::AmbiguityNotSticky,
             Some("no-drop-guard") => Protocol::NoDropGuard,
+            Some("no-completion-retry") => Protocol::NoCompletionRetry,
             Some(other) => {
                 panic!(
                     "IDEMKIT_SIM_BREAK={other}: expected key-per-attempt, key-per-call, no-takeover, \
-                     no-renewal, ambiguity-not-sticky or no-drop-guard"
+                     no-renewal, ambiguity-not-sticky, no-drop-guard or no-completion-retry"
                 )
             }
         }
@@ -672,6 +678,15 @@ impl World {
     /// A completion write for `token` arrives: how many came before it, and whether to fail it
     /// before the store (at most twice per token).
     pub fn completion_arrives(&self, token: Uuid) -> (u32, bool) {
+        if self.cfg.protocol == Protocol::NoCompletionRetry {
+            let st = self.state();
+            if let Some(&call) = st.tokens.get(&token)
+                && st.calls[call].injected_completion_failures > 0
+            {
+                // The broken executor would not have sent this retry: it never arrives.
+                return (0, true);
+            }
+        }
         let p = self.cfg.p_complete_fails;
         let fail = self.fault_chance(p);
         let mut st = self.state();
