@@ -1,0 +1,283 @@
+//! Rows S8–S11 and operation ids: dead holders, unreachable and corrupt stores, expiry, fencing.
+
+use super::*;
+
+/// S8: a holder that died leaves a lease that expires; the next call takes over with the same key.
+pub async fn s8_a_dead_holders_lease_expires_and_is_taken_over(store: impl Store) {
+    let idem = runtime(store);
+    // The "dead process": it claimed and never came back.
+    let dead = ClaimRequest {
+        key: key_of(9),
+        tool: "charge",
+        fingerprint: fingerprint_of(4200),
+        token: LeaseToken::new(),
+        lease: LEASE,
+        ttl: Duration::from_secs(60),
+    };
+    assert_eq!(idem.store().claim(&dead).await.unwrap(), Claim::Acquired);
+    let tool = Counted::new();
+    let (result, outcome) = tool.call(charge(&idem), 9, 4200, &[], Duration::ZERO).await;
+    assert_eq!(
+        (result.unwrap().key, outcome),
+        (key_of(9).to_string(), CallOutcome::Completed)
+    );
+    assert_eq!(tool.runs(), 1);
+    assert_eq!(
+        idem.store()
+            .complete(&key_of(9), dead.token, b"1", Duration::from_secs(60))
+            .await
+            .unwrap(),
+        Written::Fenced
+    );
+}
+
+/// A store whose every operation fails as an unreachable one would.
+pub(super) struct Unreachable;
+
+#[async_trait::async_trait]
+impl Store for Unreachable {
+    async fn claim(&self, _: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        Err(StoreError::unavailable("connection refused"))
+    }
+    async fn complete(
+        &self,
+        _: &IdempotencyKey,
+        _: LeaseToken,
+        _: &[u8],
+        _: Duration,
+    ) -> Result<Written, StoreError> {
+        Err(StoreError::unavailable("connection refused"))
+    }
+    async fn renew(
+        &self,
+        _: &IdempotencyKey,
+        _: LeaseToken,
+        _: Duration,
+    ) -> Result<Written, StoreError> {
+        Err(StoreError::unavailable("connection refused"))
+    }
+    async fn release(&self, _: &IdempotencyKey, _: LeaseToken) -> Result<Written, StoreError> {
+        Err(StoreError::unavailable("connection refused"))
+    }
+    async fn mark_ambiguous(
+        &self,
+        _: &IdempotencyKey,
+        _: LeaseToken,
+        _: &str,
+        _: Duration,
+    ) -> Result<Written, StoreError> {
+        Err(StoreError::unavailable("connection refused"))
+    }
+    async fn get(&self, _: &IdempotencyKey) -> Result<Option<crate::store::Record>, StoreError> {
+        Err(StoreError::unavailable("connection refused"))
+    }
+    async fn prune(&self, _: usize) -> Result<usize, StoreError> {
+        Err(StoreError::unavailable("connection refused"))
+    }
+    async fn operation_id(&self, _: &str, _: Uuid) -> Result<Uuid, StoreError> {
+        Err(StoreError::unavailable("connection refused"))
+    }
+}
+
+/// S9: an unreachable store fails the call closed: `Error::Store`, the body never runs.
+pub async fn s9_unreachable_store_fails_closed(store: impl Store) {
+    drop(store); // This row is about the executor's side of the contract.
+    let idem = runtime(Unreachable);
+    let tool = Counted::new();
+    let (result, outcome) = tool
+        .call(charge(&idem), 10, 4200, &[], Duration::ZERO)
+        .await;
+    assert_eq!(
+        (result, outcome),
+        (
+            Err(TestError::Store(StoreErrorKind::Unavailable)),
+            CallOutcome::Refused
+        )
+    );
+    assert_eq!(tool.runs(), 0);
+}
+
+/// S9: a stored outcome that no longer deserializes fails closed: `Error::Store`, the body never runs.
+pub async fn s9_corrupt_outcome_fails_closed(store: impl Store) {
+    let idem = runtime(store);
+    let req = ClaimRequest {
+        key: key_of(11),
+        tool: "charge",
+        fingerprint: fingerprint_of(4200),
+        token: LeaseToken::new(),
+        lease: LEASE,
+        ttl: Duration::from_secs(60),
+    };
+    assert_eq!(idem.store().claim(&req).await.unwrap(), Claim::Acquired);
+    let written = idem
+        .store()
+        .complete(
+            &req.key,
+            req.token,
+            br#"{"not":"a receipt"}"#,
+            Duration::from_secs(60),
+        )
+        .await;
+    assert_eq!(written.unwrap(), Written::Applied);
+    let tool = Counted::new();
+    let (result, outcome) = tool
+        .call(charge(&idem), 11, 4200, &[], Duration::ZERO)
+        .await;
+    assert_eq!(
+        (result, outcome),
+        (
+            Err(TestError::Store(StoreErrorKind::Corrupt)),
+            CallOutcome::Refused
+        )
+    );
+    assert_eq!(tool.runs(), 0);
+}
+
+/// S10: a record older than its time-to-live is treated as absent, and pruned.
+pub async fn s10_records_past_their_ttl_are_absent(store: impl Store) {
+    let idem = runtime(store);
+    let tool = Counted::new();
+    let short = || charge(&idem).ttl(Duration::from_millis(1000));
+    tool.call(short(), 12, 4200, &[], Duration::ZERO)
+        .await
+        .0
+        .unwrap();
+    assert_eq!(
+        tool.call(short(), 12, 4200, &[], Duration::ZERO).await.1,
+        CallOutcome::Replayed
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(idem.store().get(&key_of(12)).await.unwrap(), None);
+    assert!(
+        idem.store().prune(100).await.unwrap() >= 1,
+        "the expired record is pruned"
+    );
+    // Expired: other arguments may use the key again, and the body runs.
+    let (again, outcome) = tool.call(short(), 12, 9900, &[], Duration::ZERO).await;
+    assert_eq!((again.unwrap().run, outcome), (2, CallOutcome::Completed));
+}
+
+/// S11: every write of a holder whose lease was taken over is refused; the new record stands.
+pub async fn s11_late_writes_of_a_taken_over_lease_are_fenced(store: impl Store) {
+    let req = |token| ClaimRequest {
+        key: key_of(13),
+        tool: "charge",
+        fingerprint: fingerprint_of(4200),
+        token,
+        lease: Duration::from_millis(200),
+        ttl: Duration::from_secs(60),
+    };
+    let (old, new) = (LeaseToken::new(), LeaseToken::new());
+    assert_eq!(store.claim(&req(old)).await.unwrap(), Claim::Acquired);
+    assert!(
+        matches!(store.claim(&req(new)).await.unwrap(), Claim::Existing(_)),
+        "a live lease is not taken"
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        store.claim(&req(new)).await.unwrap(),
+        Claim::Acquired,
+        "an expired lease is taken over"
+    );
+    let ttl = Duration::from_secs(60);
+    assert_eq!(
+        store
+            .complete(&key_of(13), old, b"\"old\"", ttl)
+            .await
+            .unwrap(),
+        Written::Fenced
+    );
+    assert_eq!(
+        store
+            .mark_ambiguous(&key_of(13), old, "late", ttl)
+            .await
+            .unwrap(),
+        Written::Fenced
+    );
+    assert_eq!(
+        store.release(&key_of(13), old).await.unwrap(),
+        Written::Fenced
+    );
+    assert_eq!(
+        store
+            .complete(&key_of(13), new, b"\"new\"", ttl)
+            .await
+            .unwrap(),
+        Written::Applied
+    );
+    let record = store.get(&key_of(13)).await.unwrap().unwrap();
+    assert_eq!(
+        record.state,
+        RecordState::Completed {
+            outcome: b"\"new\"".to_vec()
+        }
+    );
+}
+
+/// S11 through the executor: a holder that cannot notice its lease ending (its body blocks its
+/// thread, so nothing polls the lease) finishes after the lease was taken over and the new
+/// holder completed; its write is refused, the new record stands, and its caller is told.
+/// (A holder that awaits notices and stops: S13.)
+pub async fn s11_a_slow_holder_cannot_overwrite_the_new_record(store: impl Store) {
+    let idem = runtime(store);
+    let tool = Arc::new(Counted::new());
+    let slow = {
+        let (idem, tool) = (idem.clone(), tool.clone());
+        tokio::spawn(async move {
+            let tool_settings = charge(&idem).lease(Duration::from_millis(200));
+            let mut attempt = 0;
+            observe(
+                tool_settings.side_effect(&[("order", &14u64)], &4200u64, |key| {
+                    attempt += 1;
+                    let n = tool.runs.fetch_add(1, Ordering::SeqCst) + 1;
+                    tool.keys.lock().unwrap().push(key);
+                    // Blocks without yielding: the executor cannot renew or stop it meanwhile.
+                    // (The worker's other tasks, a store's connection among them, move on.)
+                    tokio::task::block_in_place(|| std::thread::sleep(Duration::from_millis(900)));
+                    async move {
+                        Ok::<_, TestError>(Receipt {
+                            run: n,
+                            key: key.to_string(),
+                        })
+                    }
+                }),
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let (fast, outcome) = tool
+        .call(charge(&idem), 14, 4200, &[], Duration::ZERO)
+        .await;
+    assert_eq!(
+        (fast.clone().unwrap().run, outcome),
+        (2, CallOutcome::Completed)
+    );
+    let (late, info) = slow.await.unwrap();
+    assert_eq!(
+        (late.unwrap().run, info.unwrap().outcome),
+        (1, CallOutcome::Unrecorded)
+    );
+    let (replayed, outcome) = tool
+        .call(charge(&idem), 14, 4200, &[], Duration::ZERO)
+        .await;
+    assert_eq!(
+        (replayed, outcome),
+        (fast, CallOutcome::Replayed),
+        "the new holder's record stands"
+    );
+    assert_eq!(
+        tool.keys.lock().unwrap().clone(),
+        vec![key_of(14); 2],
+        "both ran with the same key"
+    );
+}
+
+/// `Idem::operation` mints an id once per name and returns it unchanged afterwards.
+pub async fn operation_ids_are_minted_once(store: impl Store) {
+    let idem = runtime(store);
+    let first = idem.operation("plan-42/step-3").await.unwrap();
+    assert_eq!(idem.operation("plan-42/step-3").await.unwrap(), first);
+    assert_ne!(idem.operation("plan-42/step-4").await.unwrap(), first);
+    assert_eq!(first.as_uuid().get_version_num(), 4);
+}

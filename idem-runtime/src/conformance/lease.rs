@@ -1,0 +1,236 @@
+//! Rows S12–S13: `renew` on the store, and the executor renewing while a body runs or stopping
+//! when it cannot.
+
+use super::*;
+
+pub(super) fn renew_req(
+    order: u64,
+    token: LeaseToken,
+    lease: Duration,
+    ttl: Duration,
+) -> ClaimRequest<'static> {
+    ClaimRequest {
+        key: key_of(order),
+        tool: "charge",
+        fingerprint: fingerprint_of(4200),
+        token,
+        lease,
+        ttl,
+    }
+}
+
+/// S12 (store): `renew` moves a held lease's end later, and the record's expiry with it, so a
+/// holder that renews is neither taken over nor expired while it runs.
+pub async fn s12_renew_extends_a_held_lease_past_its_end_and_its_ttl(store: impl Store) {
+    let short = Duration::from_millis(300);
+    let (holder, other) = (LeaseToken::new(), LeaseToken::new());
+    assert_eq!(
+        store
+            .claim(&renew_req(15, holder, short, short))
+            .await
+            .unwrap(),
+        Claim::Acquired
+    );
+    assert_eq!(
+        store
+            .renew(&key_of(15), holder, Duration::from_secs(5))
+            .await
+            .unwrap(),
+        Written::Applied
+    );
+    // Past the claim's lease and its ttl: the renewed lease holds.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    // Claimed with the lease the holder renews with, as callers of one tool are (the SQLite
+    // store caps a lease end further ahead than the claimer's lease, as clock skew).
+    match store
+        .claim(&renew_req(15, other, Duration::from_secs(5), short))
+        .await
+        .unwrap()
+    {
+        Claim::Existing(Existing {
+            state: ExistingState::Running { lease_remaining },
+            ..
+        }) => assert!(
+            lease_remaining > Duration::from_secs(2),
+            "the renewed lease ends about 5 s after the renewal ({lease_remaining:?} left)"
+        ),
+        other => panic!("a renewed lease is neither taken over nor expired: {other:?}"),
+    }
+    let record = store.get(&key_of(15)).await.unwrap().expect("still live");
+    assert!(matches!(record.state, RecordState::Running { token, .. } if token == holder));
+}
+
+/// S12 (store): a holder whose lease ran out, but that nobody took over, still holds the record
+/// (its token is the record's: nobody else runs), so its renewal applies.
+pub async fn s12_renew_after_the_lease_ran_out_untaken_still_holds(store: impl Store) {
+    let (holder, other) = (LeaseToken::new(), LeaseToken::new());
+    let ttl = Duration::from_secs(60);
+    let req = |token| renew_req(16, token, Duration::from_millis(100), ttl);
+    assert_eq!(store.claim(&req(holder)).await.unwrap(), Claim::Acquired);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        store
+            .renew(&key_of(16), holder, Duration::from_secs(5))
+            .await
+            .unwrap(),
+        Written::Applied
+    );
+    assert!(
+        matches!(store.claim(&req(other)).await.unwrap(), Claim::Existing(_)),
+        "a renewed lease is not taken over"
+    );
+}
+
+/// S12/S13 (store): a renewal under a token that no longer holds the record is refused and
+/// changes nothing: after a takeover, after the record ended, and for a key never claimed.
+pub async fn s12_renew_is_refused_to_a_stale_token_and_to_ended_records(store: impl Store) {
+    let (old, new) = (LeaseToken::new(), LeaseToken::new());
+    let ttl = Duration::from_secs(60);
+    let long = Duration::from_secs(5);
+    let req = |token| renew_req(17, token, Duration::from_millis(200), ttl);
+    assert_eq!(store.claim(&req(old)).await.unwrap(), Claim::Acquired);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(store.claim(&req(new)).await.unwrap(), Claim::Acquired);
+    assert_eq!(
+        store.renew(&key_of(17), old, long).await.unwrap(),
+        Written::Fenced,
+        "the taken-over holder's renewal"
+    );
+    let record = store.get(&key_of(17)).await.unwrap().expect("live");
+    assert!(
+        matches!(record.state, RecordState::Running { token, .. } if token == new),
+        "the new holder keeps the record"
+    );
+    assert_eq!(
+        store
+            .complete(&key_of(17), new, b"\"done\"", ttl)
+            .await
+            .unwrap(),
+        Written::Applied
+    );
+    assert_eq!(
+        store.renew(&key_of(17), new, long).await.unwrap(),
+        Written::Fenced,
+        "a completed record is not renewed"
+    );
+    assert!(matches!(
+        store.get(&key_of(17)).await.unwrap().unwrap().state,
+        RecordState::Completed { .. }
+    ));
+    assert_eq!(
+        store.renew(&key_of(18), new, long).await.unwrap(),
+        Written::Fenced,
+        "a key never claimed"
+    );
+    assert_eq!(store.get(&key_of(18)).await.unwrap(), None);
+}
+
+/// S12 through the executor: a body that runs 2.5 leases is not taken over: its holder renews
+/// the lease while it runs, so a second caller waits for it and replays its outcome. (Before
+/// renewals, the second caller took the key over at the lease's end and ran the body again.)
+pub async fn s12_a_body_longer_than_its_lease_runs_once(store: impl Store) {
+    let idem = runtime(store);
+    let tool = Arc::new(Counted::new());
+    let first = {
+        let (idem, tool) = (idem.clone(), tool.clone());
+        tokio::spawn(async move { tool.call(charge(&idem), 19, 4200, &[], LEASE * 5 / 2).await })
+    };
+    tokio::time::sleep(LEASE / 4).await;
+    let (second, outcome) = tool
+        .call(charge(&idem), 19, 4200, &[], Duration::ZERO)
+        .await;
+    let (first, first_outcome) = first.await.unwrap();
+    assert_eq!(first_outcome, CallOutcome::Completed);
+    assert_eq!(outcome, CallOutcome::Replayed, "the second caller waited");
+    assert_eq!(second, first);
+    assert_eq!(tool.runs(), 1, "the body ran once");
+}
+
+/// A store whose renewals fail (as when the holder cannot reach it); everything else passes.
+pub(super) struct RenewalsFail<S>(Arc<S>);
+
+#[async_trait::async_trait]
+impl<S: Store> Store for RenewalsFail<S> {
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        self.0.claim(req).await
+    }
+    async fn complete(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        outcome: &[u8],
+        ttl: Duration,
+    ) -> Result<Written, StoreError> {
+        self.0.complete(key, token, outcome, ttl).await
+    }
+    async fn renew(
+        &self,
+        _: &IdempotencyKey,
+        _: LeaseToken,
+        _: Duration,
+    ) -> Result<Written, StoreError> {
+        Err(StoreError::unavailable("connection refused"))
+    }
+    async fn release(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+    ) -> Result<Written, StoreError> {
+        self.0.release(key, token).await
+    }
+    async fn mark_ambiguous(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        note: &str,
+        ttl: Duration,
+    ) -> Result<Written, StoreError> {
+        self.0.mark_ambiguous(key, token, note, ttl).await
+    }
+    async fn get(&self, key: &IdempotencyKey) -> Result<Option<crate::store::Record>, StoreError> {
+        self.0.get(key).await
+    }
+    async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
+        self.0.prune(limit).await
+    }
+    async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
+        self.0.operation_id(name, fresh).await
+    }
+}
+
+/// S13 through the executor: a holder whose renewals fail until its lease ends stops its body
+/// at the next await (the body never finishes), starts no further attempt, and its caller is
+/// told the outcome is unknown; the record is kept as ambiguous, so the next call takes it over
+/// with the same key.
+pub async fn s13_a_holder_whose_renewals_fail_stops_and_is_taken_over(store: impl Store) {
+    let store = Arc::new(store);
+    let cut_off = runtime(RenewalsFail(store.clone()));
+    let idem = runtime(store);
+    let tool = Counted::new();
+    let (stopped, outcome) = tool
+        .call(
+            charge(&cut_off).lease(Duration::from_millis(300)),
+            20,
+            4200,
+            &[],
+            Duration::from_secs(30),
+        )
+        .await;
+    assert_eq!(
+        (stopped, outcome),
+        (Err(TestError::LeaseLost), CallOutcome::LeaseLost),
+        "stopped at its await, long before the 30 s body would end"
+    );
+    assert_eq!(tool.runs(), 1, "no further attempt");
+    let record = idem.store().get(&key_of(20)).await.unwrap().expect("kept");
+    assert!(
+        matches!(record.state, RecordState::Ambiguous { .. }),
+        "an attempt was running: kept as ambiguous, {:?}",
+        record.state
+    );
+    let (next, outcome) = tool
+        .call(charge(&idem), 20, 4200, &[], Duration::ZERO)
+        .await;
+    assert_eq!((next.unwrap().run, outcome), (2, CallOutcome::Completed));
+    assert_eq!(tool.keys.lock().unwrap().clone(), vec![key_of(20); 2]);
+}

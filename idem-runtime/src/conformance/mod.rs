@@ -1,0 +1,214 @@
+//! The conformance suite: one test per behaviour S1–S11 of the executor protocol, generic over
+//! the store, so every store proves it obeys the same table.
+//!
+//! A store's test file runs it with one line:
+//!
+//! ```ignore
+//! async fn fresh_store() -> MyStore { MyStore::connect_to_a_new_empty_namespace().await }
+//! idem_runtime::conformance_tests!(fresh_store);
+//! ```
+//!
+//! Each row runs on a multi-threaded runtime in real time, with leases of a second or less,
+//! because stores other than memory keep their own clock.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::store::{
+    Claim, ClaimRequest, Existing, ExistingState, LeaseToken, RecordState, Written,
+};
+use crate::{
+    CallOutcome, Classify, Error, Failure, Fingerprint, Idem, IdempotencyKey, RetryPolicy, Store,
+    StoreError, StoreErrorKind, Tool, observe,
+};
+
+mod faults;
+mod happy;
+mod lease;
+
+pub use self::faults::*;
+pub use self::happy::*;
+pub use self::lease::*;
+
+/// Generates one `#[test]` per conformance row for the store `make` returns (an `async fn`
+/// returning a fresh, empty store each time it is called).
+#[macro_export]
+macro_rules! conformance_tests {
+    ($make:path) => {
+        $crate::conformance_tests!(@rows $make;
+            s1_first_call_runs_once_and_is_stored,
+            s2_repeat_returns_the_stored_outcome,
+            s3_same_key_other_arguments_is_key_reuse,
+            s4_retryable_failures_retry_with_the_identical_key,
+            s5_permanent_failure_is_not_retried_and_released,
+            s6_exhausted_transient_is_released,
+            s6_exhausted_ambiguous_is_kept_and_taken_over,
+            s7_concurrent_calls_run_the_body_once,
+            s7_a_caller_that_waits_too_long_gets_in_flight,
+            s8_a_dead_holders_lease_expires_and_is_taken_over,
+            s9_unreachable_store_fails_closed,
+            s9_corrupt_outcome_fails_closed,
+            s10_records_past_their_ttl_are_absent,
+            s11_late_writes_of_a_taken_over_lease_are_fenced,
+            s11_a_slow_holder_cannot_overwrite_the_new_record,
+            s12_renew_extends_a_held_lease_past_its_end_and_its_ttl,
+            s12_renew_after_the_lease_ran_out_untaken_still_holds,
+            s12_renew_is_refused_to_a_stale_token_and_to_ended_records,
+            s12_a_body_longer_than_its_lease_runs_once,
+            s13_a_holder_whose_renewals_fail_stops_and_is_taken_over,
+            contention_64_tasks_one_key,
+            operation_ids_are_minted_once
+        );
+    };
+    (@rows $make:path; $($row:ident),*) => {$(
+        #[test]
+        fn $row() {
+            $crate::conformance::block_on(async { $crate::conformance::$row($make().await).await });
+        }
+    )*};
+}
+
+/// Runs a row on a fresh multi-threaded runtime.
+pub fn block_on<F: Future>(fut: F) -> F::Output {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+        .block_on(fut)
+}
+
+/// The error type of the suite's tools.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TestError {
+    /// The body failed so.
+    Body(Failure),
+    /// idemkit refused: key reuse.
+    KeyReuse,
+    /// idemkit refused: another call in flight.
+    InFlight,
+    /// idemkit refused: the store failed so.
+    Store(StoreErrorKind),
+    /// The call's lease was lost while it ran (S13).
+    LeaseLost,
+    /// Any other runtime error.
+    Other(String),
+}
+
+impl Classify for TestError {
+    fn classify(&self) -> Failure {
+        match self {
+            TestError::Body(f) => *f,
+            _ => Failure::Permanent,
+        }
+    }
+}
+
+impl From<Error> for TestError {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::KeyReuse { .. } => TestError::KeyReuse,
+            Error::InFlight { .. } => TestError::InFlight,
+            Error::Store { source, .. } => TestError::Store(source.kind()),
+            Error::LeaseLost { .. } => TestError::LeaseLost,
+            other => TestError::Other(other.to_string()),
+        }
+    }
+}
+
+/// What the suite's tools return.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Receipt {
+    /// Which run of the body made it.
+    pub run: u32,
+    /// The key the body saw.
+    pub key: String,
+}
+
+// Long enough that a holder under a loaded CI machine still completes inside its lease (a
+// takeover there would be a second body run, and a false failure of S7), short enough for S8.
+const LEASE: Duration = Duration::from_millis(1000);
+
+fn runtime(store: impl Store) -> Idem {
+    Idem::builder()
+        .store(store)
+        .retry(
+            RetryPolicy::default()
+                .with_initial_delay(Duration::from_millis(2))
+                .with_max_delay(Duration::from_millis(10))
+                .with_max_elapsed(Duration::from_secs(5)),
+        )
+        .lease(LEASE)
+        .build()
+        .expect("the suite's settings are consistent")
+}
+
+/// A tool whose body counts its runs and fails as `script` says, then succeeds.
+struct Counted {
+    runs: Arc<AtomicU32>,
+    keys: Arc<std::sync::Mutex<Vec<IdempotencyKey>>>,
+}
+
+impl Counted {
+    fn new() -> Self {
+        Counted {
+            runs: Arc::default(),
+            keys: Arc::default(),
+        }
+    }
+
+    fn runs(&self) -> u32 {
+        self.runs.load(Ordering::SeqCst)
+    }
+
+    /// Calls tool `charge` with key field `order` and argument `amount`; the body sleeps `hold`
+    /// and fails with `script[n]` on its n-th run in this call.
+    async fn call(
+        &self,
+        tool: Tool<'_>,
+        order: u64,
+        amount: u64,
+        script: &[Failure],
+        hold: Duration,
+    ) -> (Result<Receipt, TestError>, CallOutcome) {
+        let mut attempt = 0usize;
+        let (result, info) = observe(tool.side_effect(&[("order", &order)], &amount, |key| {
+            let n = self.runs.fetch_add(1, Ordering::SeqCst) + 1;
+            self.keys.lock().unwrap().push(key);
+            let failure = script.get(attempt).copied();
+            attempt += 1;
+            async move {
+                tokio::time::sleep(hold).await;
+                match failure {
+                    Some(f) => Err(TestError::Body(f)),
+                    None => Ok(Receipt {
+                        run: n,
+                        key: key.to_string(),
+                    }),
+                }
+            }
+        }))
+        .await;
+        (
+            result,
+            info.expect("every call reports what happened").outcome,
+        )
+    }
+}
+
+fn charge(idem: &Idem) -> Tool<'_> {
+    Tool::new("charge").idem(idem)
+}
+
+fn key_of(order: u64) -> IdempotencyKey {
+    IdempotencyKey::derive("charge", &[("order", &order)])
+}
+
+fn fingerprint_of(amount: u64) -> Fingerprint {
+    Fingerprint::of(&amount).unwrap()
+}

@@ -1,0 +1,234 @@
+//! Everything before the first attempt: the span, the runtime in force, the claim and the
+//! bounded wait for another holder (S2, S3, S7).
+
+use super::*;
+
+// Short-lived (the claim's result, moved once into the phase): boxing `Run` would cost an
+// allocation per call to save a copy.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Begun<'a> {
+    Run(Run<'a>),
+    Replay(Record<'a>, Vec<u8>),
+    Refused(Error),
+}
+
+/// Everything before the first attempt: the span, the runtime in force, the claim. A store
+/// that answers the claim at once ([`Store::claim_now`](crate::store::Store::claim_now)) is
+/// answered here, without a future; otherwise (or while another holder runs) the claim is
+/// awaited, waiting (bounded) for that holder.
+pub(super) fn start<'a>(
+    tool: Tool<'a>,
+    key: IdempotencyKey,
+    fingerprint: Fingerprint,
+) -> Phase<'a> {
+    let span = tracing::info_span!(
+        "idemkit.side_effect",
+        tool = tool.name,
+        key = %key,
+        fingerprint = %fingerprint,
+        attempts = Empty,
+        replayed = Empty,
+        outcome = Empty,
+    );
+    let call = Record {
+        tool: Cow::Borrowed(tool.name),
+        key,
+        span: span.clone(),
+    };
+    let entered = span.enter();
+    let idem = match tool.runtime() {
+        Ok(idem) => idem,
+        Err(e) => return Phase::Refused(call.refused(e)),
+    };
+    let s = idem.settings();
+    let token = LeaseToken::new();
+    let ttl = tool.ttl.unwrap_or(s.ttl);
+    let lease = tool.lease.unwrap_or(s.lease);
+    if ttl < lease {
+        // A running record must never expire before its lease (the builders refuse this too).
+        return Phase::Refused(call.refused(Error::Settings {
+            tool: tool.name.to_owned(),
+            reason: format!(
+                "its ttl ({ttl:?}) is shorter than its lease ({lease:?}): a running record would expire \
+                 before its lease; make the ttl at least the lease"
+            ),
+        }));
+    }
+    let policy = tool.policy(s.retry);
+    let wait = tool.wait.unwrap_or(s.wait);
+    let req = ClaimRequest {
+        key,
+        tool: tool.name,
+        fingerprint,
+        token,
+        lease,
+        ttl,
+    };
+    let claimed_at = Instant::now();
+    let holder = move |idem, claimed_at| Holder {
+        idem,
+        token,
+        ttl,
+        lease,
+        claimed_at,
+        renewal: None,
+    };
+    let answered = s.store.claim_now(&req).map(|claim| {
+        claim
+            .map_err(|e| call.store_error(e))
+            .and_then(|claim| answer(&req, claim))
+    });
+    match answered {
+        Some(Ok(Answer::Run)) => {
+            let run = Run::side_effect(call, holder(idem, claimed_at), policy);
+            return Phase::Running(run, Between::Ready);
+        }
+        Some(Ok(Answer::Replay(outcome))) => return Phase::Replayed(call, outcome),
+        Some(Err(e)) => return Phase::Refused(call.refused(e)),
+        // Another holder runs it: wait for it below, as every store does.
+        Some(Ok(Answer::Wait(_))) | None => {}
+    }
+    drop(entered);
+    let on_drop = (idem.clone(), key, token);
+    Phase::Claiming(
+        Box::pin(
+            async move {
+                let claimed_at = match claim(idem.settings(), &req, wait).await {
+                    Ok(Claimed::Run(sent)) => sent,
+                    Ok(Claimed::Replay(outcome)) => return Begun::Replay(call, outcome),
+                    Err(e) => return Begun::Refused(call.refused(e)),
+                };
+                Begun::Run(Run::side_effect(call, holder(idem, claimed_at), policy))
+            }
+            .instrument(span),
+        ),
+        on_drop,
+    )
+}
+
+pub(super) enum Claimed {
+    /// The key is ours, by the claim sent at this instant.
+    Run(Instant),
+    Replay(Vec<u8>),
+}
+
+/// What a claim's answer means for the call.
+pub(super) enum Answer {
+    Run,
+    Replay(Vec<u8>),
+    /// Another holder's lease is live for this long.
+    Wait(Duration),
+}
+
+pub(super) fn answer(req: &ClaimRequest<'_>, claim: Claim) -> Result<Answer, Error> {
+    let Existing { fingerprint, state } = match claim {
+        Claim::Acquired => return Ok(Answer::Run),
+        Claim::Existing(existing) => existing,
+    };
+    if fingerprint != req.fingerprint {
+        return Err(Error::KeyReuse {
+            tool: req.tool.to_owned(),
+            key: req.key,
+        });
+    }
+    match state {
+        ExistingState::Completed { outcome } => Ok(Answer::Replay(outcome)),
+        ExistingState::Running { lease_remaining } => Ok(Answer::Wait(lease_remaining)),
+        ExistingState::Ambiguous => Err(Error::Store {
+            tool: req.tool.to_owned(),
+            key: Some(req.key),
+            source: StoreError::corrupt(
+                "the store reported an ambiguous record of the same arguments instead of handing it over; \
+                 the store implementation breaks the claim contract",
+            ),
+        }),
+    }
+}
+
+/// Claims the key, waiting (bounded) while another holder's lease is live.
+pub(super) async fn claim(
+    s: &Settings,
+    req: &ClaimRequest<'_>,
+    wait: Duration,
+) -> Result<Claimed, Error> {
+    let started = Instant::now();
+    let mut nap = Duration::from_millis(10);
+    // Registered at the first answer that another call holds the key: a holder of this runtime
+    // then wakes this call at its end (see `wake`); others are found by polling.
+    let mut waiting: Option<Waiting<'_>> = None;
+    loop {
+        let seen = waiting.as_ref().map(|w| w.ends().seen());
+        let sent = Instant::now();
+        let claim = timed(s, s.store.claim(req))
+            .await
+            .map_err(|source| Error::Store {
+                tool: req.tool.to_owned(),
+                key: Some(req.key),
+                source,
+            })?;
+        let lease_remaining = match answer(req, claim)? {
+            Answer::Run => return Ok(Claimed::Run(sent)),
+            Answer::Replay(outcome) => return Ok(Claimed::Replay(outcome)),
+            Answer::Wait(lease_remaining) => lease_remaining,
+        };
+        let waited = started.elapsed();
+        if waited >= wait {
+            return Err(Error::InFlight {
+                tool: req.tool.to_owned(),
+                key: req.key,
+                waited,
+            });
+        }
+        let (Some(waiting), Some(seen)) = (&waiting, seen) else {
+            // Listening from now on, look again at once: a holder that ended in between is
+            // seen by that claim.
+            waiting = Some(s.wakes.wait(req.key));
+            continue;
+        };
+        // Wake at the lease's end at the latest, to take over a holder that died.
+        let pause = nap
+            .min(lease_remaining + Duration::from_millis(1))
+            .min(wait - waited);
+        tracing::debug!(
+            ?pause,
+            ?lease_remaining,
+            "another call holds the key; waiting for its outcome"
+        );
+        let ended = waiting.ends().notify().notified();
+        let mut ended = std::pin::pin!(ended);
+        ended.as_mut().enable();
+        if waiting.ends().seen() == seen {
+            let sleep = tokio::time::sleep(pause);
+            let mut sleep = std::pin::pin!(sleep);
+            std::future::poll_fn(|cx| {
+                if ended.as_mut().poll(cx).is_ready() || sleep.as_mut().poll(cx).is_ready() {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            })
+            .await;
+        }
+        nap = (nap * 2).min(Duration::from_millis(500));
+    }
+}
+
+/// Runs a store operation under the runtime's store timeout. An operation that answers on its
+/// first poll (an in-memory store) never needed the timer, so the timer starts only after it.
+pub(super) async fn timed<T>(
+    s: &Settings,
+    op: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    let mut op = std::pin::pin!(op);
+    let first = std::future::poll_fn(|cx| Poll::Ready(op.as_mut().poll(cx))).await;
+    if let Poll::Ready(result) = first {
+        return result;
+    }
+    match tokio::time::timeout(s.store_timeout, op).await {
+        Ok(result) => result,
+        Err(_) => Err(StoreError::unavailable(format!(
+            "the store did not answer within {:?}",
+            s.store_timeout
+        ))),
+    }
+}

@@ -1,0 +1,86 @@
+//! What a dropped call leaves behind (S15): its claim ended at once, in the background.
+
+use super::*;
+
+/// S15: a call dropped before its end (its caller's future was dropped: a timeout, a `select!`,
+/// a cancelled task; or its body panicked) ends its claim at once, in the background: kept as
+/// ambiguous if an attempt was running or one had failed ambiguously, released otherwise; the
+/// runtime's waiters are woken. An end write already under way is finished. (A process that
+/// dies leaves its lease to expire instead: S8.)
+impl Drop for Call<'_> {
+    fn drop(&mut self) {
+        // A call that ended has nothing to end (the common case: no move of the phase).
+        if !matches!(
+            self.phase,
+            Phase::Running(..) | Phase::Claiming(..) | Phase::Recording(_)
+        ) {
+            return;
+        }
+        match std::mem::replace(&mut self.phase, Phase::Taken) {
+            Phase::Running(run, between) => {
+                let Some(holder) = run.holder else { return };
+                let call = run.call;
+                let _span = call.span.enter();
+                let may_have_happened = run.ambiguous || matches!(between, Between::Attempting);
+                tracing::warn!(
+                    attempts = run.attempts,
+                    may_have_happened,
+                    "the call was dropped before its end (cancelled, or its body panicked); ending its claim"
+                );
+                let Holder {
+                    idem, token, ttl, ..
+                } = holder;
+                let key = call.key;
+                let attempts = run.attempts;
+                in_background(async move {
+                    let s = idem.settings();
+                    let written = if may_have_happened {
+                        let note = format!(
+                            "the call was dropped (cancelled, or its body panicked) after {attempts} attempt(s) \
+                             while one may have taken effect"
+                        );
+                        timed(s, s.store.mark_ambiguous(&key, token, &note, ttl)).await
+                    } else {
+                        timed(s, s.store.release(&key, token)).await
+                    };
+                    if let Err(e) = written {
+                        tracing::warn!(%key, error = %e, "a dropped call's claim could not be ended; its lease will expire");
+                    }
+                    s.wakes.ended(&key);
+                });
+            }
+            Phase::Claiming(_, (idem, key, token)) => {
+                // The claim may have been applied: release it under its token (refused if not).
+                in_background(async move {
+                    let s = idem.settings();
+                    if let Ok(Written::Applied) = timed(s, s.store.release(&key, token)).await {
+                        s.wakes.ended(&key);
+                    }
+                });
+            }
+            Phase::Recording(recording) => in_background(async move {
+                recording.await;
+            }),
+            _ => {}
+        }
+    }
+}
+
+/// Runs a dropped call's last store write: at once when the store answers at once, else on the
+/// tokio runtime in force (none: the lease expires instead).
+pub(super) fn in_background(fut: impl Future<Output = ()> + Send + 'static) {
+    let mut fut = Box::pin(fut);
+    if fut
+        .as_mut()
+        .poll(&mut Context::from_waker(std::task::Waker::noop()))
+        .is_ready()
+    {
+        return;
+    }
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => drop(handle.spawn(fut)),
+        Err(_) => tracing::warn!(
+            "no tokio runtime to end a dropped call's claim on; its lease will expire instead"
+        ),
+    }
+}

@@ -1,0 +1,245 @@
+//! A call past its claim: its attempts' bookkeeping (`Run`), and the end it records in the
+//! store (complete, keep as ambiguous, release), retried under the lease (S14, S16, S17).
+
+use super::*;
+
+/// A call past its claim (or a read): the attempts so far, and what the end must record.
+pub(super) struct Run<'a> {
+    pub(super) call: Record<'a>,
+    /// `None` for a read: nothing is recorded.
+    pub(super) holder: Option<Holder>,
+    pub(super) policy: RetryPolicy,
+    /// Made at the first failure: most calls never need one (boxed: it is most of a `Run`'s
+    /// size, which every step of the call moves).
+    pub(super) schedule: Option<Box<Schedule>>,
+    pub(super) started: Instant,
+    pub(super) attempts: u32,
+    /// An attempt failed `Ambiguous`: the call never ends in a release (S14).
+    pub(super) ambiguous: bool,
+}
+
+impl<'a> Run<'a> {
+    pub(super) fn read(tool: Tool<'a>) -> Self {
+        let span = tracing::info_span!(
+            "idemkit.read_only",
+            tool = tool.name,
+            attempts = Empty,
+            outcome = Empty
+        );
+        // A read needs no store: never open the default one just for its retry policy.
+        let base = tool
+            .idem
+            .cloned()
+            .or_else(Idem::configured)
+            .map_or_else(RetryPolicy::default, |idem| idem.retry_policy());
+        Run {
+            call: Record {
+                tool: Cow::Borrowed(tool.name),
+                key: IdempotencyKey::from_uuid(uuid::Uuid::nil()),
+                span,
+            },
+            holder: None,
+            policy: tool.policy(base),
+            schedule: None,
+            started: Instant::now(),
+            attempts: 0,
+            ambiguous: false,
+        }
+    }
+
+    pub(super) fn side_effect(call: Record<'a>, holder: Holder, policy: RetryPolicy) -> Self {
+        Run {
+            call,
+            started: holder.claimed_at,
+            holder: Some(holder),
+            policy,
+            schedule: None,
+            attempts: 0,
+            ambiguous: false,
+        }
+    }
+
+    /// The wait before the next attempt, or `None` to give up.
+    pub(super) fn next_delay(&mut self, failure: Failure) -> Option<Duration> {
+        let policy = self.policy;
+        let delay = self
+            .schedule
+            .get_or_insert_with(|| Box::new(policy.schedule()))
+            .next_delay(failure, self.started.elapsed())?;
+        let attempt = self.attempts;
+        let _span = self.call.span.enter();
+        if self.holder.is_some() {
+            tracing::warn!(
+                attempt,
+                ?failure,
+                ?delay,
+                "attempt failed; retrying with the same key"
+            );
+        } else {
+            tracing::debug!(attempt, ?failure, ?delay, "read failed; retrying");
+        }
+        Some(delay)
+    }
+
+    /// Ends the call: a read is over at once; a side effect records its end in the store, at
+    /// once when the store answers at once (`Ok`, with the error the call ends with if not its
+    /// last attempt's result), else through the returned future.
+    pub(super) fn end(
+        self,
+        ended: Ended,
+    ) -> Result<Option<Error>, BoxFuture<'static, Option<Error>>> {
+        let Run {
+            call,
+            holder,
+            attempts,
+            ambiguous,
+            ..
+        } = self;
+        let Some(holder) = holder else {
+            let outcome = match ended {
+                Ended::Failed(failure) => CallOutcome::Failed(failure),
+                _ => CallOutcome::Completed,
+            };
+            call.finish_read(attempts, outcome);
+            return Ok(None);
+        };
+        let mut ended = ended;
+        if let Ended::Stored(bytes) = &mut ended {
+            // A store that answers at once (in memory) needs no future for the end.
+            let _span = call.span.enter();
+            let s = holder.idem.settings();
+            if let Some(result @ Ok(_)) =
+                s.store
+                    .complete_now(&call.key, holder.token, bytes, holder.ttl)
+            {
+                let outcome = if written(&call, "complete", result) {
+                    CallOutcome::Completed
+                } else {
+                    CallOutcome::Unrecorded
+                };
+                s.wakes.ended(&call.key);
+                call.finish(attempts, outcome);
+                return Ok(None);
+            }
+        }
+        let span = call.span.clone();
+        let call = call.into_owned();
+        Err(Box::pin(
+            async move {
+                let until = holder.lease_ends();
+                let Holder {
+                    idem, token, ttl, ..
+                } = holder;
+                let s = idem.settings();
+                let key = call.key;
+                let (outcome, error) = match ended {
+                    Ended::Stored(bytes) => {
+                        let op = || s.store.complete(&key, token, &bytes, ttl);
+                        match write(s, &call, "complete", until, op).await {
+                            true => (CallOutcome::Completed, None),
+                            false => (CallOutcome::Unrecorded, None),
+                        }
+                    }
+                    Ended::Unreplayable(reason) => {
+                        tracing::error!(%reason, "the outcome cannot be replayed; recording that the operation ran");
+                        let mut bytes = UNREPLAYABLE.to_vec();
+                        bytes.extend_from_slice(reason.as_bytes());
+                        let op = || s.store.complete(&key, token, &bytes, ttl);
+                        match write(s, &call, "complete", until, op).await {
+                            true => (CallOutcome::Completed, None),
+                            false => (CallOutcome::Unrecorded, None),
+                        }
+                    }
+                    Ended::Failed(Failure::Ambiguous) => {
+                        let note = format!(
+                            "{attempts} attempt(s); the last failed and may have taken effect"
+                        );
+                        let op = || s.store.mark_ambiguous(&key, token, &note, ttl);
+                        write(s, &call, "mark_ambiguous", until, op).await;
+                        (CallOutcome::Failed(Failure::Ambiguous), None)
+                    }
+                    Ended::Failed(last) if ambiguous => {
+                        let note = format!(
+                            "{attempts} attempt(s); the last failed as {last:?}, an earlier one may have taken effect"
+                        );
+                        let op = || s.store.mark_ambiguous(&key, token, &note, ttl);
+                        write(s, &call, "mark_ambiguous", until, op).await;
+                        let err = Error::Ambiguous {
+                            tool: call.tool.to_string(),
+                            key,
+                            attempts,
+                            last,
+                        };
+                        (CallOutcome::Failed(Failure::Ambiguous), Some(err))
+                    }
+                    Ended::Failed(failure) => {
+                        let op = || s.store.release(&key, token);
+                        write(s, &call, "release", until, op).await;
+                        (CallOutcome::Failed(failure), None)
+                    }
+                    Ended::Lost { attempting, why } => {
+                        // Fenced when taken over; applied when only the renewals failed.
+                        if attempting || ambiguous {
+                            let note = format!("{attempts} attempt(s); the lease was lost while one ran ({why})");
+                            let mark = s.store.mark_ambiguous(&key, token, &note, ttl);
+                            written(&call, "mark_ambiguous", timed(s, mark).await);
+                        } else {
+                            written(&call, "release", timed(s, s.store.release(&key, token)).await);
+                        }
+                        let err = Error::LeaseLost {
+                            tool: call.tool.to_string(),
+                            key,
+                            attempts,
+                            why,
+                        };
+                        (CallOutcome::LeaseLost, Some(err))
+                    }
+                    Ended::Read => unreachable!("idemkit: a side effect ended as a read"),
+                };
+                s.wakes.ended(&key);
+                call.finish(attempts, outcome);
+                error
+            }
+            .instrument(span),
+        ))
+    }
+}
+
+/// A holder's write after the body ran; returns whether it was applied. A store failure is
+/// retried under the token (the write is safe to repeat) until the lease would end (S17): past
+/// it, another caller may take over. A failure cannot undo the effect, so it is logged, not
+/// returned: the caller keeps the body's result.
+pub(super) async fn write<F: Future<Output = Result<Written, StoreError>>>(
+    s: &Settings,
+    call: &Record<'_>,
+    what: &str,
+    until: Instant,
+    mut op: impl FnMut() -> F,
+) -> bool {
+    let mut pause = Duration::from_millis(20);
+    loop {
+        match timed(s, op()).await {
+            Err(e) if Instant::now() + pause < until => {
+                tracing::warn!(what, error = %e, ?pause, "store write failed after the body ran; retrying under the lease");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            result => return written(call, what, result),
+        }
+    }
+}
+
+/// What [`write`] logs of a holder's write, and whether it was applied.
+pub(super) fn written(call: &Record<'_>, what: &str, result: Result<Written, StoreError>) -> bool {
+    match result {
+        Ok(Written::Applied) => true,
+        Ok(Written::Fenced) => {
+            tracing::warn!(tool = %call.tool, key = %call.key, what, "lease was taken over meanwhile; the new holder's record stands");
+            false
+        }
+        Err(e) => {
+            tracing::error!(tool = %call.tool, key = %call.key, what, error = %e, "store write failed after the body ran; the record stays claimed until its lease expires");
+            false
+        }
+    }
+}

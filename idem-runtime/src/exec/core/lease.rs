@@ -1,0 +1,125 @@
+//! A held lease and its renewals while the call runs (S12, S13).
+
+use super::*;
+
+/// What a side effect's holder needs to keep its lease and write its end.
+pub(super) struct Holder {
+    pub(super) idem: Idem,
+    pub(super) token: LeaseToken,
+    pub(super) ttl: Duration,
+    pub(super) lease: Duration,
+    /// When the claim that took the lease was sent: by this process's clock the lease ends no
+    /// sooner than `lease` after it (the store applied it later).
+    pub(super) claimed_at: Instant,
+    /// Made when an attempt first waits (a body that answers at once never needs it).
+    pub(super) renewal: Option<Box<Renewal>>,
+}
+
+/// A held lease's renewals (S12).
+pub(super) struct Renewal {
+    /// The lease ends no sooner than this, by this process's clock.
+    pub(super) ends: Instant,
+    /// When the next renewal is due: a third of the lease after the last one was sent.
+    pub(super) due: Instant,
+    pub(super) timer: Pin<Box<Sleep>>,
+    /// A renewal under way, and when it was sent.
+    pub(super) pending: Option<(Instant, BoxFuture<'static, Result<Written, StoreError>>)>,
+}
+
+impl Holder {
+    /// When the lease ends at the latest, as far as this process knows.
+    pub(super) fn lease_ends(&self) -> Instant {
+        self.renewal
+            .as_ref()
+            .map_or(self.claimed_at + self.lease, |r| r.ends)
+    }
+
+    /// Renews the lease when due; `Ready(why)` when it is lost: a renewal was refused (taken
+    /// over), or none succeeded before it ended.
+    pub(super) fn poll_lease(
+        &mut self,
+        call: &Record<'_>,
+        cx: &mut Context<'_>,
+    ) -> Poll<&'static str> {
+        let Holder {
+            idem,
+            token,
+            lease,
+            claimed_at,
+            renewal,
+            ..
+        } = self;
+        let (lease, token) = (*lease, *token);
+        let r = renewal.get_or_insert_with(|| {
+            let due = *claimed_at + lease / 3;
+            Box::new(Renewal {
+                ends: *claimed_at + lease,
+                due,
+                timer: Box::pin(tokio::time::sleep_until(due)),
+                pending: None,
+            })
+        });
+        loop {
+            if let Some((sent, renewing)) = &mut r.pending
+                && let Poll::Ready(result) = renewing.as_mut().poll(cx)
+            {
+                let sent = *sent;
+                r.pending = None;
+                match result {
+                    Ok(Written::Applied) => {
+                        r.ends = sent + lease;
+                        r.due = sent + lease / 3;
+                    }
+                    Ok(Written::Fenced) => {
+                        let _span = call.span.enter();
+                        tracing::warn!(
+                            "lease renewal refused: another caller took the key over; stopping this call"
+                        );
+                        return Poll::Ready("another caller took the key over");
+                    }
+                    Err(e) => {
+                        let _span = call.span.enter();
+                        tracing::warn!(error = %e, "lease renewal failed; trying again");
+                        r.due = Instant::now() + lease / 10;
+                    }
+                }
+            }
+            let now = Instant::now();
+            if now >= r.ends {
+                let _span = call.span.enter();
+                tracing::warn!(
+                    "no lease renewal succeeded before the lease ended; stopping this call"
+                );
+                return Poll::Ready("no renewal succeeded before the lease ended");
+            }
+            if r.pending.is_none() && now >= r.due {
+                let store: Arc<dyn Store> = Arc::clone(idem.store());
+                let timeout = idem.settings().store_timeout;
+                let key = call.key;
+                r.pending = Some((
+                    now,
+                    Box::pin(async move {
+                        match tokio::time::timeout(timeout, store.renew(&key, token, lease)).await {
+                            Ok(result) => result,
+                            Err(_) => Err(StoreError::unavailable(format!(
+                                "the store did not answer within {timeout:?}"
+                            ))),
+                        }
+                    }),
+                ));
+                continue;
+            }
+            let wake = if r.pending.is_some() {
+                r.ends
+            } else {
+                r.due.min(r.ends)
+            };
+            if r.timer.deadline() != wake {
+                r.timer.as_mut().reset(wake);
+            }
+            if r.timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+        }
+    }
+}

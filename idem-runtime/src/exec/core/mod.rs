@@ -1,0 +1,386 @@
+//! The protocol's steps that do not depend on a tool's types: claim → attempts (the lease
+//! renewed while they run) → complete, keep as ambiguous or release; the retry schedule; what a
+//! dropped call leaves behind; the span and the logs.
+//!
+//! Nothing here is generic over a tool's body, so it is compiled once, in this crate. A call is
+//! a [`Call`] driven by a loop in the caller (what the attributes expand to, or
+//! [`Tool`](super::Tool)'s methods): `next_attempt().await` says what to do; the caller runs an attempt
+//! itself, awaiting the body in place, and reports what it came to. A crate with hundreds of
+//! tools then compiles hundreds of small loops, not hundreds of copies of the protocol, nor a
+//! generic driver per tool.
+//!
+//! This module owns the call's state machine ([`Call`], its phases, what an attempt came to);
+//! its rooms: `claim` (before the first attempt), `lease` (renewals while it runs), `end` (the
+//! attempts' bookkeeping and the end written to the store), `dropped` (a call dropped before its
+//! end), `record` (what logs and `CallInfo` name).
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::time::{Instant, Sleep};
+use tracing::Instrument;
+use tracing::field::Empty;
+
+use super::Tool;
+use super::wake::Waiting;
+use crate::error::{Error, StoreError};
+use crate::fingerprint::Fingerprint;
+use crate::idem::{Idem, Settings};
+use crate::key::IdempotencyKey;
+use crate::observe::{CallInfo, CallOutcome, report};
+use crate::retry::{Failure, RetryPolicy, Schedule};
+use crate::store::{Claim, ClaimRequest, Existing, ExistingState, LeaseToken, Store, Written};
+
+mod claim;
+mod dropped;
+mod end;
+mod lease;
+mod record;
+
+use self::claim::*;
+use self::end::*;
+use self::lease::*;
+use self::record::*;
+
+type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// How an outcome that cannot be replayed is stored (S16): a completed record whose outcome
+/// starts with a NUL byte, which no JSON text does, followed by why. Part of the record format.
+pub(crate) const UNREPLAYABLE: &[u8] = b"\0idemkit:unreplayable\0";
+
+/// What one attempt came to, as the protocol needs to know it.
+enum Ended {
+    /// A side effect succeeded; its outcome serialized and reads back.
+    Stored(Vec<u8>),
+    /// A side effect succeeded, but its outcome does not serialize or read back: why.
+    Unreplayable(String),
+    /// A read succeeded.
+    Read,
+    /// The attempt failed, and was classified so.
+    Failed(Failure),
+    /// The lease was lost (S13), while an attempt ran (`attempting`) or between attempts.
+    Lost { attempting: bool, why: &'static str },
+}
+
+/// The protocol of one call, driven by a loop in the caller:
+///
+/// ```text
+/// while let Some(key) = call.next_attempt().await {
+///     let result = body(key).await;       // the caller awaits the attempt in place
+///     call.succeeded(&value) / call.failed(err.classify()) / call.read();
+/// }
+/// call.take_end()                          // replay, refusal, or the last attempt's result
+/// ```
+///
+/// Not a stable API: what [`super::typed`] wraps for generated code and [`Tool`](super::Tool).
+#[doc(hidden)]
+pub struct Call<'a> {
+    phase: Phase<'a>,
+}
+
+impl std::fmt::Debug for Call<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Call").finish_non_exhaustive()
+    }
+}
+
+enum Phase<'a> {
+    /// A side effect not yet polled: the runtime in force is looked up at the first poll,
+    /// inside the caller's task (where `Idem::scope` applies).
+    Claim {
+        tool: Tool<'a>,
+        key: IdempotencyKey,
+        fingerprint: Result<Fingerprint, serde_json::Error>,
+    },
+    /// A read not yet polled.
+    Read { tool: Tool<'a> },
+    /// The claim is awaited; what to release if the call is dropped meanwhile.
+    Claiming(BoxFuture<'a, Begun<'a>>, (Idem, IdempotencyKey, LeaseToken)),
+    /// Past the claim: attempts. Changed in place between attempts (a `Run` is a few hundred
+    /// bytes; moving it per step was a measurable part of a call).
+    Running(Run<'a>, Between),
+    /// The end is being written; the error the call then ends with, if not its last attempt's
+    /// result. Owns everything, so a dropped call can finish it in the background.
+    Recording(BoxFuture<'static, Option<Error>>),
+    /// The key was completed before: this outcome is to be decoded.
+    Replayed(Record<'a>, Vec<u8>),
+    /// Refused before any attempt, or over with this error instead of the last attempt's result.
+    Refused(Error),
+    /// Over: the last attempt's result stands.
+    Finished,
+    /// Over, and its end taken.
+    Taken,
+}
+
+/// Where a running call is between attempts.
+enum Between {
+    /// An attempt is to start.
+    Ready,
+    /// The caller is running an attempt.
+    Attempting,
+    /// Waiting before the next attempt.
+    Backoff(Pin<Box<Sleep>>),
+}
+
+/// How a call ended, for [`super::typed`] to turn into the tool's result.
+pub(crate) enum End<'a> {
+    /// The last attempt's result stands.
+    LastAttempt,
+    /// Decode this stored outcome; report with [`Replay::decoded`] or [`Replay::undecodable`].
+    Replay(Replay<'a>),
+    /// Refused before any attempt, or over with this error (lease lost, ambiguous, unreplayable).
+    Refused(Error),
+}
+
+/// A stored outcome to decode.
+pub(crate) struct Replay<'a> {
+    pub(crate) outcome: Vec<u8>,
+    record: Record<'a>,
+}
+
+impl Replay<'_> {
+    /// The stored outcome decoded: the call is over.
+    pub(crate) fn decoded(self) {
+        let _span = self.record.span.enter();
+        self.record.finish(0, CallOutcome::Replayed);
+    }
+
+    /// The stored outcome did not decode as `type_name`: the call is refused (S9), saying that
+    /// the operation did run.
+    pub(crate) fn undecodable(self, type_name: &str, e: serde_json::Error) -> Error {
+        let call = self.record;
+        let _span = call.span.enter();
+        call.refused(call.store_error(StoreError::corrupt(format!(
+            "the operation already ran and completed under this key, but its stored outcome no longer deserializes \
+             as `{type_name}` ({e}), so it cannot be replayed and is not run again; did the tool's return type change? \
+             Give the changed tool a new `name`, or forget the record to run the operation again"
+        ))))
+    }
+}
+
+impl<'a> Call<'a> {
+    /// A side-effect call, with its key and arguments' fingerprint made.
+    pub(crate) fn side_effect(
+        tool: Tool<'a>,
+        key: IdempotencyKey,
+        fingerprint: Result<Fingerprint, serde_json::Error>,
+    ) -> Self {
+        Call {
+            phase: Phase::Claim {
+                tool,
+                key,
+                fingerprint,
+            },
+        }
+    }
+
+    /// A read-only call.
+    pub(crate) fn read_only(tool: Tool<'a>) -> Self {
+        Call {
+            phase: Phase::Read { tool },
+        }
+    }
+
+    /// The key of the next attempt to run, or `None` when the call is over: a future that
+    /// claims, waits between attempts and records the end.
+    pub(crate) fn next_attempt(&mut self) -> Next<'_, 'a> {
+        Next { call: self }
+    }
+
+    /// The attempt succeeded with `value`, which is serialized to be stored. An outcome that
+    /// would not replay is stored as such (S16): one that does not serialize, or holds a NaN or
+    /// an infinite float (JSON writes `null`, which does not read back as a float). Any other
+    /// way an outcome fails to read back as `T` (a hand-written `Deserialize` that does not
+    /// match its `Serialize`) is found at replay, which then says the operation ran.
+    pub(crate) fn succeeded<T: serde::Serialize + ?Sized>(&mut self, value: &T) {
+        let ended = match serde_json::to_vec(value) {
+            Ok(bytes) => match crate::fingerprint::finite::first_non_finite(value) {
+                None => Ended::Stored(bytes),
+                Some(v) => Ended::Unreplayable(format!(
+                    "the outcome holds the float {v}, which JSON stores as `null`, so it does not read back as `{}`",
+                    std::any::type_name::<T>()
+                )),
+            },
+            Err(e) => Ended::Unreplayable(format!("the outcome does not serialize: {e}")),
+        };
+        self.attempt_ended(ended);
+    }
+
+    /// Keeps the running call's lease renewed while its attempt is pending (S12); `Ready` when
+    /// the lease is lost (S13), the call then being over. Reads never lose a lease.
+    pub(crate) fn poll_lease(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let Phase::Running(run, _) = &mut self.phase else {
+            return Poll::Pending;
+        };
+        let Some(holder) = &mut run.holder else {
+            return Poll::Pending;
+        };
+        let why = std::task::ready!(holder.poll_lease(&run.call, cx));
+        self.end_run(Ended::Lost {
+            attempting: true,
+            why,
+        });
+        Poll::Ready(())
+    }
+
+    /// The read succeeded.
+    pub(crate) fn read(&mut self) {
+        self.attempt_ended(Ended::Read);
+    }
+
+    /// The attempt failed, classified as `failure`.
+    pub(crate) fn failed(&mut self, failure: Failure) {
+        self.attempt_ended(Ended::Failed(failure));
+    }
+
+    /// How the call ended, once [`Call::next_attempt`] said it is over.
+    pub(crate) fn take_end(&mut self) -> End<'a> {
+        match std::mem::replace(&mut self.phase, Phase::Taken) {
+            Phase::Finished => End::LastAttempt,
+            Phase::Replayed(record, outcome) => match outcome.strip_prefix(UNREPLAYABLE) {
+                Some(reason) => {
+                    let _span = record.span.enter();
+                    let err = Error::Unreplayable {
+                        tool: record.tool.to_string(),
+                        key: record.key,
+                        reason: String::from_utf8_lossy(reason).into_owned(),
+                    };
+                    tracing::warn!(error = %err, "not run");
+                    record.finish(0, CallOutcome::Unreplayable);
+                    End::Refused(err)
+                }
+                None => End::Replay(Replay { outcome, record }),
+            },
+            Phase::Refused(err) => End::Refused(err),
+            _ => unreachable!("idemkit: a call's end was taken before it was over"),
+        }
+    }
+
+    /// Drives the protocol up to the next attempt, or to its end.
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<IdempotencyKey>> {
+        loop {
+            match &mut self.phase {
+                Phase::Running(run, between) => match between {
+                    Between::Ready => {
+                        run.attempts += 1;
+                        *between = Between::Attempting;
+                        return Poll::Ready(Some(run.call.key));
+                    }
+                    Between::Backoff(sleep) => {
+                        if sleep.as_mut().poll(cx).is_ready() {
+                            *between = Between::Ready;
+                            continue;
+                        }
+                        // The lease is kept while waiting, too: a long `RetryAfter` must not lose it.
+                        let Some(holder) = &mut run.holder else {
+                            return Poll::Pending;
+                        };
+                        let why = std::task::ready!(holder.poll_lease(&run.call, cx));
+                        self.end_run(Ended::Lost {
+                            attempting: false,
+                            why,
+                        });
+                    }
+                    Between::Attempting => unreachable!(
+                        "idemkit: a call was asked for its next attempt while one was running"
+                    ),
+                },
+                Phase::Claiming(claiming, _) => {
+                    let begun = match claiming.as_mut().poll(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(begun) => begun,
+                    };
+                    self.phase = match begun {
+                        Begun::Run(run) => Phase::Running(run, Between::Ready),
+                        Begun::Replay(record, outcome) => Phase::Replayed(record, outcome),
+                        Begun::Refused(err) => Phase::Refused(err),
+                    };
+                }
+                Phase::Recording(recording) => {
+                    let Poll::Ready(error) = recording.as_mut().poll(cx) else {
+                        return Poll::Pending;
+                    };
+                    self.phase = match error {
+                        Some(err) => Phase::Refused(err),
+                        None => Phase::Finished,
+                    };
+                }
+                Phase::Claim { .. } => {
+                    let Phase::Claim {
+                        tool,
+                        key,
+                        fingerprint,
+                    } = std::mem::replace(&mut self.phase, Phase::Taken)
+                    else {
+                        unreachable!()
+                    };
+                    self.phase = match fingerprint {
+                        Ok(fingerprint) => start(tool, key, fingerprint),
+                        Err(source) => Phase::Refused(Error::Arguments {
+                            tool: tool.name().to_owned(),
+                            source,
+                        }),
+                    };
+                }
+                Phase::Read { tool } => {
+                    let tool = *tool;
+                    self.phase = Phase::Running(Run::read(tool), Between::Ready);
+                }
+                Phase::Finished | Phase::Replayed(..) | Phase::Refused(_) => {
+                    return Poll::Ready(None);
+                }
+                Phase::Taken => {
+                    unreachable!("idemkit: a call was asked for its next attempt after its end")
+                }
+            }
+        }
+    }
+
+    /// Takes what the attempt came to: retries after a wait, or records the end.
+    fn attempt_ended(&mut self, ended: Ended) {
+        let Phase::Running(run, between @ Between::Attempting) = &mut self.phase else {
+            unreachable!("idemkit: an attempt ended that the call did not start")
+        };
+        if let Ended::Failed(failure) = ended {
+            // S14: once an attempt may have taken effect, the call never ends in a release.
+            run.ambiguous |= failure == Failure::Ambiguous;
+            if let Some(delay) = run.next_delay(failure) {
+                *between = Between::Backoff(Box::pin(tokio::time::sleep(delay)));
+                return;
+            }
+        }
+        self.end_run(ended);
+    }
+
+    /// Ends a running call: what it came to is recorded.
+    fn end_run(&mut self, ended: Ended) {
+        let Phase::Running(run, _) = std::mem::replace(&mut self.phase, Phase::Taken) else {
+            unreachable!("idemkit: a call ended that was not running")
+        };
+        self.phase = match run.end(ended) {
+            Ok(None) => Phase::Finished,
+            Ok(Some(err)) => Phase::Refused(err),
+            Err(recording) => Phase::Recording(recording),
+        };
+    }
+}
+
+/// The future of [`Call::next_attempt`].
+#[doc(hidden)]
+#[derive(Debug)]
+#[must_use = "futures do nothing unless awaited"]
+pub struct Next<'c, 'a> {
+    call: &'c mut Call<'a>,
+}
+
+impl Future for Next<'_, '_> {
+    type Output = Option<IdempotencyKey>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.call.poll_next(cx)
+    }
+}

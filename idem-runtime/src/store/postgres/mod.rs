@@ -1,0 +1,322 @@
+//! The PostgreSQL store: many agent workers on many machines share one table.
+//!
+//! Each operation is one short statement on a pooled connection (tokio-postgres +
+//! deadpool-postgres). The server's `now()` is the only clock, so workers' clocks may drift
+//! freely; the row's lease token is the fence, so a holder whose lease was taken over cannot
+//! write; no advisory locks are used, so the store also works behind transaction-pooling proxies
+//! (PgBouncer in `transaction` mode).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), idem_runtime::StoreError> {
+//! use idem_runtime::{Idem, PostgresStore};
+//!
+//! let store = PostgresStore::builder("postgres://app@db.internal/app")
+//!     .schema("idemkit") // optional: a schema of its own (created if missing)
+//!     .table("records") // optional: the table's name; tenants may each have their own
+//!     .max_connections(8)
+//!     .connect()
+//!     .await?;
+//! let idem = Idem::new(store);
+//! # let _ = idem; Ok(()) }
+//! ```
+//!
+//! `connect` creates the tables on first use and migrates them forward (a version table records
+//! where the schema stands); a build that finds a newer schema refuses to run rather than guess.
+//!
+//! No TLS is compiled in. For a server off the machine, build a `deadpool_postgres::Pool` with
+//! the TLS connector you trust (`tokio-postgres-rustls`, `postgres-native-tls`) and pass it to
+//! [`PostgresStore::from_pool`].
+//!
+//! # A lost connection
+//!
+//! When the connection dies under a statement (a terminated backend, a failover, a reset socket),
+//! the store sends the statement again on a fresh connection, twice at most, then reports
+//! [`StoreErrorKind::Unavailable`]. That is safe because the caller's lease token makes every
+//! write repeatable: a claim that already went through finds its own token and is granted again,
+//! and a `complete` or `mark_ambiguous` repeated by the same holder writes the same thing again.
+//! (Beyond what the memory store does, then: a second `complete` with the same token is applied,
+//! not fenced.)
+//!
+//! # Tables
+//!
+//! With the default name `idemkit`: `idemkit` (one row per key), `idemkit_operations` (operation
+//! ids) and `idemkit_schema` (the schema version). Expired rows are invisible at once and
+//! deleted by [`Store::prune`], which a program calls now and then.
+
+use std::future::Future;
+use std::str::FromStr;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod};
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{NoTls, Row};
+use uuid::Uuid;
+
+use super::{
+    Claim, ClaimRequest, Existing, ExistingState, LeaseToken, Record, RecordState, Store, Written,
+};
+use crate::error::{StoreError, StoreErrorKind};
+use crate::fingerprint::Fingerprint;
+use crate::key::IdempotencyKey;
+
+mod rows;
+mod sql;
+mod store;
+
+use self::rows::*;
+use self::sql::*;
+
+/// The schema version this build writes and understands.
+const SCHEMA_VERSION: i32 = 1;
+
+/// How often an operation is sent again after the connection it ran on was lost. Every statement
+/// is safe to repeat: the caller's lease token recognises a claim or write that already applied.
+const RETRIES_ON_LOST_CONNECTION: u32 = 2;
+
+/// How many expired rows one prune statement deletes.
+const PRUNE_BATCH: i64 = 1000;
+
+/// Records claims and outcomes in a PostgreSQL table. See the [module docs](self).
+#[derive(Clone)]
+pub struct PostgresStore {
+    pool: Pool,
+    sql: Sql,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("table", &self.sql.records)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Configures a [`PostgresStore`]: where it connects and which table it uses.
+#[must_use]
+#[derive(Debug, Clone)]
+pub struct PostgresStoreBuilder {
+    url: String,
+    schema: Option<String>,
+    table: String,
+    max_connections: usize,
+    connect_timeout: Duration,
+}
+
+impl PostgresStore {
+    /// Connects to `url` (`postgres://user:password@host:port/database`, or the `key=value`
+    /// form) with the default table `idemkit`, creating or migrating it.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::builder(url).connect().await
+    }
+
+    /// A builder for a store at `url`, to choose the schema, table and pool size.
+    pub fn builder(url: impl Into<String>) -> PostgresStoreBuilder {
+        PostgresStoreBuilder {
+            url: url.into(),
+            schema: None,
+            table: "idemkit".to_owned(),
+            max_connections: 16,
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// A store on a pool you built (for TLS, or a pool shared with the rest of the program), in
+    /// `schema` (`None`: the connection's search path) and `table`; creates or migrates the table.
+    pub async fn from_pool(
+        pool: Pool,
+        schema: Option<&str>,
+        table: &str,
+    ) -> Result<Self, StoreError> {
+        let sql = Sql::new(schema, table)?;
+        let store = PostgresStore { pool, sql };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// The pool the store runs on.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Creates the tables or brings them to [`SCHEMA_VERSION`], in one transaction. Concurrent
+    /// workers starting at once queue on the version table's lock (not an advisory lock).
+    async fn migrate(&self) -> Result<(), StoreError> {
+        let mut last = None;
+        for _ in 0..5 {
+            let mut client = self.pool.get().await.map_err(pool_error)?;
+            match self.migrate_on(&mut client).await {
+                Ok(()) => return Ok(()),
+                Err(Migration::Store(e)) => return Err(e),
+                // Two workers' `CREATE … IF NOT EXISTS` raced; the loser tries again and finds it.
+                Err(Migration::Raced(e)) => last = Some(e),
+                Err(Migration::Pg(e)) => return Err(pg_error(e, "creating the tables")),
+            }
+        }
+        Err(pg_error(
+            last.expect("a race was recorded"),
+            "creating the tables",
+        ))
+    }
+
+    async fn migrate_on(&self, client: &mut Object) -> Result<(), Migration> {
+        let tx = client.transaction().await?;
+        if let Some((schema, name)) = &self.sql.schema {
+            // Only when missing: `CREATE SCHEMA IF NOT EXISTS` needs CREATE on the database even
+            // when the schema exists, which a least-privileged role does not have.
+            let exists = tx
+                .query_opt("SELECT 1 FROM pg_namespace WHERE nspname = $1", &[name])
+                .await?
+                .is_some();
+            if !exists {
+                tx.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
+                    .await?;
+            }
+        }
+        let version_table = &self.sql.version;
+        tx.batch_execute(&format!(
+            "CREATE TABLE IF NOT EXISTS {version_table} (
+                 singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+                 version integer NOT NULL
+             );
+             LOCK TABLE {version_table} IN SHARE ROW EXCLUSIVE MODE;"
+        ))
+        .await?;
+        let found: Option<i32> = tx
+            .query_opt(&format!("SELECT version FROM {version_table}"), &[])
+            .await?
+            .map(|row| row.get(0));
+        match found {
+            Some(v) if v == SCHEMA_VERSION => return Ok(()),
+            Some(v) if v > SCHEMA_VERSION => {
+                return Err(Migration::Store(StoreError::new(
+                    StoreErrorKind::Incompatible,
+                    format!(
+                        "the table {} is at schema version {v}, newer than this build of idemkit understands \
+                         ({SCHEMA_VERSION}); upgrade idemkit on this worker, or point it at another table",
+                        self.sql.records
+                    ),
+                )));
+            }
+            _ => {}
+        }
+        // Version 1: one row per key; the token fences writes; expired rows are invisible.
+        let (records, operations) = (&self.sql.records, &self.sql.operations);
+        let index = quote(&format!("{}_expires_at", self.sql.table));
+        tx.batch_execute(&format!(
+            "CREATE TABLE IF NOT EXISTS {records} (
+                 key          uuid PRIMARY KEY,
+                 tool         text NOT NULL,
+                 fingerprint  bytea NOT NULL,
+                 state        text NOT NULL CHECK (state IN ('running', 'completed', 'ambiguous')),
+                 token        uuid NOT NULL,
+                 lease_until  timestamptz NOT NULL,
+                 outcome      bytea,
+                 note         text,
+                 expires_at   timestamptz NOT NULL
+             );
+             CREATE INDEX IF NOT EXISTS {index} ON {records} (expires_at);
+             CREATE TABLE IF NOT EXISTS {operations} (
+                 name  text PRIMARY KEY,
+                 id    uuid NOT NULL
+             );
+             INSERT INTO {version_table} (version) VALUES ({SCHEMA_VERSION})
+                 ON CONFLICT (singleton) DO UPDATE SET version = EXCLUDED.version;"
+        ))
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Runs `op` on a pooled connection; sends it again on a fresh connection when the one it
+    /// ran on was lost (every statement here is safe to repeat, see the module docs).
+    async fn run<T, F, Fut>(&self, what: &'static str, op: F) -> Result<T, StoreError>
+    where
+        F: Fn(Object) -> Fut,
+        Fut: Future<Output = Result<T, tokio_postgres::Error>>,
+    {
+        let mut attempt = 0;
+        loop {
+            let outcome = match self.pool.get().await {
+                Ok(client) => op(client).await.map_err(Failed::Pg),
+                Err(e) => Err(Failed::Pool(e)),
+            };
+            let err = match outcome {
+                Ok(value) => return Ok(value),
+                Err(err) => err,
+            };
+            if attempt < RETRIES_ON_LOST_CONNECTION && err.connection_lost() {
+                attempt += 1;
+                tracing::warn!(what, attempt, error = %err, "postgres connection lost; sending the statement again");
+                continue;
+            }
+            return Err(match err {
+                Failed::Pg(e) => pg_error(e, what),
+                Failed::Pool(e) => pool_error(e),
+            });
+        }
+    }
+}
+
+impl PostgresStoreBuilder {
+    /// The schema that holds the tables (created if missing). Default: the connection's
+    /// search path (usually `public`).
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = Some(schema.into());
+        self
+    }
+
+    /// The records table's name (letters, digits, `_`; at most 40). Default `idemkit`. Its
+    /// companions are named after it: `<table>_operations`, `<table>_schema`.
+    pub fn table(mut self, table: impl Into<String>) -> Self {
+        self.table = table.into();
+        self
+    }
+
+    /// The pool's size. Default 16.
+    pub fn max_connections(mut self, n: usize) -> Self {
+        self.max_connections = n.max(1);
+        self
+    }
+
+    /// How long opening one connection may take. Default 5 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Opens the pool, then creates or migrates the tables.
+    pub async fn connect(self) -> Result<PostgresStore, StoreError> {
+        let mut config = tokio_postgres::Config::from_str(&self.url).map_err(|e| {
+            StoreError::new(
+                StoreErrorKind::Other,
+                "the PostgreSQL URL does not parse; expected postgres://user:password@host:port/database",
+            )
+            .with_source(e)
+        })?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(self.connect_timeout);
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("idemkit");
+        }
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                // A terminated backend is noticed before its connection is handed out again.
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(self.max_connections)
+            .build()
+            .map_err(|e| {
+                StoreError::new(
+                    StoreErrorKind::Other,
+                    "the connection pool could not be built",
+                )
+                .with_source(e)
+            })?;
+        PostgresStore::from_pool(pool, self.schema.as_deref(), &self.table).await
+    }
+}

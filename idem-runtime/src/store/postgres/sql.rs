@@ -1,0 +1,115 @@
+//! The statements, each one state transition, for a table named by the store's settings.
+
+use super::*;
+
+/// The statements, with the table names filled in once.
+#[derive(Clone)]
+pub(super) struct Sql {
+    /// The schema, quoted and as named.
+    pub(super) schema: Option<(String, String)>,
+    pub(super) table: String,
+    pub(super) records: String,
+    pub(super) operations: String,
+    pub(super) version: String,
+    pub(super) claim: String,
+    pub(super) existing: String,
+    pub(super) complete: String,
+    pub(super) renew: String,
+    pub(super) release: String,
+    pub(super) mark_ambiguous: String,
+    pub(super) get: String,
+    pub(super) prune: String,
+    pub(super) operation_id: String,
+}
+
+impl Sql {
+    pub(super) fn new(schema: Option<&str>, table: &str) -> Result<Self, StoreError> {
+        let table = identifier(table)?;
+        let schema = schema.map(identifier).transpose()?.map(|s| (quote(&s), s));
+        // The derived names (`<table>_operations`) fit: the checked name has at most 40 bytes.
+        let qualify = |name: &str| match &schema {
+            Some((s, _)) => format!("{s}.{}", quote(name)),
+            None => quote(name),
+        };
+        let t = qualify(&table);
+        let us = "* interval '1 microsecond'";
+        Ok(Sql {
+            records: t.clone(),
+            operations: qualify(&format!("{table}_operations")),
+            version: qualify(&format!("{table}_schema")),
+            // absent → running; expired → running (a new record); same fingerprint and
+            // (lease over, or ambiguous, or already ours: a retried claim) → running (take over).
+            // Anything else is left alone and returns no row.
+            claim: format!(
+                "INSERT INTO {t} AS r (key, tool, fingerprint, state, token, lease_until, expires_at)
+                 VALUES ($1, $2, $3, 'running', $4, now() + $5::int8 {us}, now() + $6::int8 {us})
+                 ON CONFLICT (key) DO UPDATE
+                    SET tool = EXCLUDED.tool, fingerprint = EXCLUDED.fingerprint, state = 'running',
+                        token = EXCLUDED.token, lease_until = EXCLUDED.lease_until,
+                        expires_at = EXCLUDED.expires_at, outcome = NULL, note = NULL
+                  WHERE r.expires_at <= now()
+                     OR (r.fingerprint = EXCLUDED.fingerprint
+                         AND (r.state = 'ambiguous'
+                              OR (r.state = 'running'
+                                  AND (r.lease_until <= now() OR r.token = EXCLUDED.token))))
+                 RETURNING true"
+            ),
+            // The live record a claim did not take (none: it went away meanwhile).
+            existing: format!(
+                "SELECT fingerprint, state, outcome,
+                        GREATEST(EXTRACT(EPOCH FROM lease_until - now()) * 1000000, 0)::int8
+                   FROM {t} WHERE key = $1 AND expires_at > now()"
+            ),
+            // running (our token) → completed, kept for ttl; completed by us already → the same
+            // (a retry of this statement after a lost reply).
+            complete: format!(
+                "UPDATE {t} SET state = 'completed', outcome = $3, note = NULL,
+                                expires_at = now() + $4::int8 {us}
+                  WHERE key = $1 AND token = $2 AND expires_at > now()
+                    AND state IN ('running', 'completed')"
+            ),
+            // running (our token) → running, the lease ending $3 µs from now; the expiry moved
+            // to the lease end if that is later.
+            renew: format!(
+                "UPDATE {t} SET lease_until = now() + $3::int8 {us},
+                                expires_at = GREATEST(expires_at, now() + $3::int8 {us})
+                  WHERE key = $1 AND token = $2 AND expires_at > now() AND state = 'running'"
+            ),
+            // running (our token) → absent.
+            release: format!(
+                "DELETE FROM {t}
+                  WHERE key = $1 AND token = $2 AND expires_at > now() AND state = 'running'"
+            ),
+            // running (our token) → ambiguous, kept for ttl; ambiguous by us already → the same.
+            mark_ambiguous: format!(
+                "UPDATE {t} SET state = 'ambiguous', note = $3, outcome = NULL,
+                                expires_at = now() + $4::int8 {us}
+                  WHERE key = $1 AND token = $2 AND expires_at > now()
+                    AND state IN ('running', 'ambiguous')"
+            ),
+            // The live record, for operators.
+            get: format!(
+                "SELECT tool, fingerprint, state, token, outcome, note,
+                        GREATEST(EXTRACT(EPOCH FROM lease_until - now()) * 1000000, 0)::int8,
+                        GREATEST(EXTRACT(EPOCH FROM expires_at - now()) * 1000000, 0)::int8
+                   FROM {t} WHERE key = $1 AND expires_at > now()"
+            ),
+            // expired → absent, one batch; rows another pruner holds are skipped, not waited for.
+            prune: format!(
+                "DELETE FROM {t} WHERE key IN (
+                     SELECT key FROM {t} WHERE expires_at <= now()
+                      LIMIT $1 FOR UPDATE SKIP LOCKED)"
+            ),
+            // absent → `fresh`; present → unchanged. Returns the stored id either way (the no-op
+            // update makes RETURNING see a row a concurrent caller just inserted).
+            operation_id: format!(
+                "INSERT INTO {ops} (name, id) VALUES ($1, $2)
+                 ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name
+                 RETURNING id",
+                ops = qualify(&format!("{table}_operations"))
+            ),
+            schema,
+            table,
+        })
+    }
+}

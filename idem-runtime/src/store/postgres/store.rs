@@ -1,0 +1,157 @@
+//! The `Store` implementation: each operation one prepared statement of `Sql`, retried once on a
+//! lost connection where repeating it is safe.
+
+use super::*;
+
+#[async_trait::async_trait]
+impl Store for PostgresStore {
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        let key = req.key.as_uuid();
+        let fingerprint = &req.fingerprint.0[..];
+        let token = req.token.0;
+        let (lease, ttl) = (micros(req.lease), micros(req.ttl));
+        // The row may change between the two statements (completed, released, expired); when it
+        // turns out to be claimable after all, claim again. Each round trip sees progress by
+        // another caller, so a few rounds always settle.
+        for _ in 0..8 {
+            let acquired = self
+                .run("claim", |c| async move {
+                    let stmt = c.prepare_cached(&self.sql.claim).await?;
+                    c.query_opt(
+                        &stmt,
+                        &[&key, &req.tool, &fingerprint, &token, &lease, &ttl],
+                    )
+                    .await
+                })
+                .await?;
+            if acquired.is_some() {
+                return Ok(Claim::Acquired);
+            }
+            let existing = self
+                .run("claim", |c| async move {
+                    let stmt = c.prepare_cached(&self.sql.existing).await?;
+                    c.query_opt(&stmt, &[&key]).await
+                })
+                .await?;
+            let Some(row) = existing else {
+                continue; // Gone (released or expired) since the claim: claim again.
+            };
+            let existing = existing_of(&row)?;
+            let same = existing.fingerprint == req.fingerprint;
+            match existing.state {
+                ExistingState::Ambiguous if same => continue,
+                ExistingState::Running { lease_remaining } if same && lease_remaining.is_zero() => {
+                    continue;
+                }
+                _ => return Ok(Claim::Existing(existing)),
+            }
+        }
+        Err(StoreError::unavailable(
+            "the record changed under every claim (8 rounds); the table is under heavy contention on this key, retry the call",
+        ))
+    }
+
+    async fn complete(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        outcome: &[u8],
+        ttl: Duration,
+    ) -> Result<Written, StoreError> {
+        let (key, token, ttl) = (key.as_uuid(), token.0, micros(ttl));
+        let n = self
+            .run("complete", |c| async move {
+                let stmt = c.prepare_cached(&self.sql.complete).await?;
+                c.execute(&stmt, &[&key, &token, &outcome, &ttl]).await
+            })
+            .await?;
+        Ok(Written::from_changed(n))
+    }
+
+    async fn renew(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        lease: Duration,
+    ) -> Result<Written, StoreError> {
+        let (key, token, lease) = (key.as_uuid(), token.0, micros(lease));
+        let n = self
+            .run("renew", |c| async move {
+                let stmt = c.prepare_cached(&self.sql.renew).await?;
+                c.execute(&stmt, &[&key, &token, &lease]).await
+            })
+            .await?;
+        Ok(Written::from_changed(n))
+    }
+
+    async fn release(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+    ) -> Result<Written, StoreError> {
+        let (key, token) = (key.as_uuid(), token.0);
+        let n = self
+            .run("release", |c| async move {
+                let stmt = c.prepare_cached(&self.sql.release).await?;
+                c.execute(&stmt, &[&key, &token]).await
+            })
+            .await?;
+        Ok(Written::from_changed(n))
+    }
+
+    async fn mark_ambiguous(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        note: &str,
+        ttl: Duration,
+    ) -> Result<Written, StoreError> {
+        let (key, token, ttl) = (key.as_uuid(), token.0, micros(ttl));
+        let n = self
+            .run("mark_ambiguous", |c| async move {
+                let stmt = c.prepare_cached(&self.sql.mark_ambiguous).await?;
+                c.execute(&stmt, &[&key, &token, &note, &ttl]).await
+            })
+            .await?;
+        Ok(Written::from_changed(n))
+    }
+
+    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        let key = key.as_uuid();
+        let row = self
+            .run("get", |c| async move {
+                let stmt = c.prepare_cached(&self.sql.get).await?;
+                c.query_opt(&stmt, &[&key]).await
+            })
+            .await?;
+        row.map(|row| record_of(&row)).transpose()
+    }
+
+    async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
+        let mut pruned = 0usize;
+        while pruned < limit {
+            let batch = PRUNE_BATCH.min((limit - pruned) as i64);
+            let n = self
+                .run("prune", |c| async move {
+                    let stmt = c.prepare_cached(&self.sql.prune).await?;
+                    c.execute(&stmt, &[&batch]).await
+                })
+                .await? as usize;
+            pruned += n;
+            if (n as i64) < batch {
+                break;
+            }
+        }
+        Ok(pruned)
+    }
+
+    async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
+        let row = self
+            .run("operation_id", |c| async move {
+                let stmt = c.prepare_cached(&self.sql.operation_id).await?;
+                c.query_one(&stmt, &[&name, &fresh]).await
+            })
+            .await?;
+        Ok(row.get(0))
+    }
+}

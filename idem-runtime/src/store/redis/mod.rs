@@ -1,0 +1,234 @@
+//! The Redis store: one Lua script per operation, the server's `TIME` as the clock.
+//!
+//! Each record is one hash (`<prefix>rec:<key>`) and each script touches that one key only, so
+//! the scripts are valid on Redis Cluster (every key is its own slot). A script runs atomically,
+//! which is what makes a claim a claim: no other command sees a record half-changed.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), idem_runtime::StoreError> {
+//! use idem_runtime::{Idem, RedisStore};
+//!
+//! let store = RedisStore::builder("redis://cache.internal:6379/0")
+//!     .prefix("billing:idemkit:") // optional: one namespace per tenant or environment
+//!     .connect()
+//!     .await?;
+//! let idem = Idem::new(store);
+//! # let _ = idem; Ok(()) }
+//! ```
+//!
+//! # Durability: when to choose PostgreSQL instead
+//!
+//! Redis acknowledges a write before it is safe on disk or on a replica:
+//!
+//! - **Replication is asynchronous.** If the primary fails over after acknowledging a claim or a
+//!   completion but before a replica received it, the new primary has never seen it: the next
+//!   call finds no record and runs the operation again (with the same key, so a provider that
+//!   honours idempotency keys still dedupes it). `WAIT` narrows this window but does not close it.
+//! - **AOF with `appendfsync everysec`** (the usual setting) can lose the last second of writes
+//!   on a crash of the machine; with no persistence a restart loses every record.
+//! - **Eviction.** Under `maxmemory` with an `allkeys-*` policy Redis may evict live records;
+//!   give idemkit a `noeviction` (or `volatile-*` with headroom) instance.
+//!
+//! So Redis suits effects that the downstream API also dedupes by key, and short time-to-lives.
+//! When a lost record means money moved twice and the provider has no idempotency of its own,
+//! use [`PostgresStore`](crate::PostgresStore) (synchronous commit, synchronous replication if
+//! you need failover without loss).
+//!
+//! # Expiry
+//!
+//! A record stops counting at its time-to-live (the scripts compare with `TIME`) and Redis
+//! deletes it by itself a grace period later (`PEXPIREAT`, default one minute); within the grace
+//! [`Store::prune`] removes expired records eagerly (it `SCAN`s this store's
+//! prefix on the connected node). Nothing needs to call `prune` for memory to be reclaimed.
+//!
+//! # A lost connection
+//!
+//! A script whose connection dies (`CLIENT KILL`, a restart, a reset socket) is sent again once
+//! the connection is back, twice at most, then reported as
+//! [`StoreErrorKind::Unavailable`]. The caller's lease token
+//! makes that safe: a claim that already went through finds its own token and is granted again;
+//! a repeated `complete` or `mark_ambiguous` by the same holder writes the same thing again.
+//!
+//! This store's connection is a single-node, self-reconnecting one (redis-rs's
+//! `ConnectionManager`); operation ids (`<prefix>op:<name>`) never expire.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{ErrorKind, RedisError, Script, Value};
+use uuid::Uuid;
+
+use super::{
+    Claim, ClaimRequest, Existing, ExistingState, LeaseToken, Record, RecordState, Store, Written,
+};
+use crate::error::{StoreError, StoreErrorKind};
+use crate::fingerprint::Fingerprint;
+use crate::key::IdempotencyKey;
+
+mod scripts;
+mod store;
+mod values;
+
+use self::scripts::*;
+use self::values::*;
+
+/// How often an operation is sent again after its connection was lost. Every script is safe to
+/// repeat: the caller's lease token recognises a claim or write that already applied.
+const RETRIES_ON_LOST_CONNECTION: u32 = 2;
+
+/// Records claims and outcomes in Redis. See the [module docs](self), including its durability
+/// limits.
+#[derive(Clone)]
+pub struct RedisStore {
+    conn: Arc<Connection>,
+    prefix: String,
+    grace: Duration,
+    scripts: &'static Scripts,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The connection, and what it takes to open a new one.
+struct Connection {
+    current: RwLock<ConnectionManager>,
+    client: redis::Client,
+    config: ConnectionManagerConfig,
+}
+
+impl Connection {
+    fn get(&self) -> ConnectionManager {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Replaces a manager that stopped reconnecting: redis-rs retries only I/O failures, so a
+    /// connection refused once at the handshake (a disabled user, a password being rotated)
+    /// would fail every later call.
+    async fn renew(&self) -> Result<(), RedisError> {
+        let fresh =
+            ConnectionManager::new_with_config(self.client.clone(), self.config.clone()).await?;
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = fresh;
+        Ok(())
+    }
+}
+
+/// Configures a [`RedisStore`].
+#[must_use]
+#[derive(Debug, Clone)]
+pub struct RedisStoreBuilder {
+    url: String,
+    prefix: String,
+    grace: Duration,
+    timeout: Duration,
+}
+
+impl RedisStore {
+    /// Connects to `url` (`redis://[user:password@]host:port[/db]`) with the prefix `idemkit:`.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::builder(url).connect().await
+    }
+
+    /// A builder for a store at `url`, to choose the key prefix and timings.
+    pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
+        RedisStoreBuilder {
+            url: url.into(),
+            prefix: "idemkit:".to_owned(),
+            grace: Duration::from_secs(60),
+            timeout: Duration::from_secs(5),
+        }
+    }
+
+    fn record_key(&self, key: &IdempotencyKey) -> String {
+        format!("{}rec:{key}", self.prefix)
+    }
+
+    /// Invokes `script` on one key; sends it again when the connection was lost (the
+    /// `ConnectionManager` reconnects meanwhile).
+    async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        what: &'static str,
+        script: &Script,
+        key: &str,
+        args: &[&[u8]],
+    ) -> Result<T, StoreError> {
+        let mut invocation = script.key(key);
+        for arg in args {
+            invocation.arg(*arg);
+        }
+        let mut attempt = 0;
+        loop {
+            let mut conn = self.conn.get();
+            match invocation.invoke_async::<T>(&mut conn).await {
+                Ok(value) => return Ok(value),
+                Err(e) if attempt < RETRIES_ON_LOST_CONNECTION && connection_lost(&e) => {
+                    attempt += 1;
+                    tracing::warn!(what, attempt, error = %e, "redis connection lost; sending the script again");
+                    if e.kind() == ErrorKind::AuthenticationFailed {
+                        self.conn.renew().await.map_err(|e| redis_error(e, what))?;
+                    }
+                }
+                Err(e) => return Err(redis_error(e, what)),
+            }
+        }
+    }
+}
+
+impl RedisStoreBuilder {
+    /// The prefix of every key this store writes. Default `idemkit:`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How long Redis keeps a record after its time-to-live before deleting it by itself.
+    /// Default one minute.
+    pub fn expiry_grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// How long connecting, and each reply, may take. Default 5 s.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Opens the connection.
+    pub async fn connect(self) -> Result<RedisStore, StoreError> {
+        let client = redis::Client::open(self.url.as_str()).map_err(|e| {
+            StoreError::new(
+                StoreErrorKind::Other,
+                "the Redis URL does not parse; expected redis://[user:password@]host:port[/db]",
+            )
+            .with_source(e)
+        })?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(Some(self.timeout))
+            // Few, quick reconnection attempts: a dead server surfaces as `Error::Store` fast.
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_millis(500));
+        let conn = ConnectionManager::new_with_config(client.clone(), config.clone())
+            .await
+            .map_err(|e| redis_error(e, "connecting"))?;
+        Ok(RedisStore {
+            conn: Arc::new(Connection {
+                current: RwLock::new(conn),
+                client,
+                config,
+            }),
+            prefix: self.prefix,
+            grace: self.grace,
+            scripts: scripts(),
+        })
+    }
+}

@@ -1,0 +1,133 @@
+//! The Lua scripts, one per state transition, each touching one key (so Redis Cluster works).
+
+use super::*;
+
+/// The server's clock in milliseconds, and a formatter that keeps them integral in the hash.
+const PRELUDE: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function ms(x) return string.format('%.0f', x) end
+";
+
+/// KEYS[1] record; ARGV tool, fingerprint, token, lease ms, ttl ms, grace ms.
+/// absent or expired → running; same fingerprint and (lease over, ambiguous, or already ours:
+/// a retried claim) → running (take over); otherwise the live record is returned untouched.
+const CLAIM: &str = r"
+local r = redis.call('HMGET', KEYS[1], 'fp', 'state', 'token', 'lease_until', 'expires_at', 'outcome')
+if r[1] and tonumber(r[5]) > now then
+  local lease_left = tonumber(r[4]) - now
+  local same = r[1] == ARGV[2]
+  local take = same and (r[2] == 'ambiguous'
+    or (r[2] == 'running' and (lease_left <= 0 or r[3] == ARGV[3])))
+  if not take then
+    return {r[1], r[2], math.max(lease_left, 0), r[6] or ''}
+  end
+end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'tool', ARGV[1], 'fp', ARGV[2], 'state', 'running', 'token', ARGV[3],
+  'lease_until', ms(now + ARGV[4]), 'expires_at', ms(now + ARGV[5]))
+redis.call('PEXPIREAT', KEYS[1], ms(now + ARGV[5] + ARGV[6]))
+return 1
+";
+
+/// Whether the live record of KEYS[1] is held by token ARGV[1] in one of the given states.
+const HELD: &str = r"
+local function held(...)
+  local r = redis.call('HMGET', KEYS[1], 'token', 'state', 'expires_at')
+  if r[1] ~= ARGV[1] or tonumber(r[3]) <= now then return false end
+  for _, s in ipairs({...}) do if r[2] == s then return true end end
+  return false
+end
+";
+
+/// KEYS[1] record; ARGV token, outcome, ttl ms, grace ms.
+/// running (our token) → completed, kept for ttl; completed by us already → the same (a retry).
+const COMPLETE: &str = r"
+if not held('running', 'completed') then return 0 end
+redis.call('HSET', KEYS[1], 'state', 'completed', 'outcome', ARGV[2], 'expires_at', ms(now + ARGV[3]))
+redis.call('HDEL', KEYS[1], 'note')
+redis.call('PEXPIREAT', KEYS[1], ms(now + ARGV[3] + ARGV[4]))
+return 1
+";
+
+/// KEYS[1] record; ARGV token, lease ms, grace ms.
+/// running (our token) → running with the lease ending `lease` from now; the record's expiry
+/// moves to the lease end if that is later.
+const RENEW: &str = r"
+if not held('running') then return 0 end
+local until_ = now + ARGV[2]
+redis.call('HSET', KEYS[1], 'lease_until', ms(until_))
+local expires = tonumber(redis.call('HGET', KEYS[1], 'expires_at'))
+if until_ > expires then
+  redis.call('HSET', KEYS[1], 'expires_at', ms(until_))
+  redis.call('PEXPIREAT', KEYS[1], ms(until_ + ARGV[3]))
+end
+return 1
+";
+
+/// KEYS[1] record; ARGV token. running (our token) → absent.
+const RELEASE: &str = r"
+if not held('running') then return 0 end
+redis.call('DEL', KEYS[1])
+return 1
+";
+
+/// KEYS[1] record; ARGV token, note, ttl ms, grace ms.
+/// running (our token) → ambiguous, kept for ttl; ambiguous by us already → the same (a retry).
+const MARK_AMBIGUOUS: &str = r"
+if not held('running', 'ambiguous') then return 0 end
+redis.call('HSET', KEYS[1], 'state', 'ambiguous', 'note', ARGV[2], 'expires_at', ms(now + ARGV[3]))
+redis.call('HDEL', KEYS[1], 'outcome')
+redis.call('PEXPIREAT', KEYS[1], ms(now + ARGV[3] + ARGV[4]))
+return 1
+";
+
+/// KEYS[1] record. The live record, for operators (nil when absent or expired).
+const GET: &str = r"
+local r = redis.call('HMGET', KEYS[1], 'tool', 'fp', 'state', 'token', 'lease_until', 'expires_at', 'outcome', 'note')
+if not r[1] or tonumber(r[6]) <= now then return nil end
+return {r[1], r[2], r[3], r[4], math.max(tonumber(r[5]) - now, 0), tonumber(r[6]) - now, r[7] or '', r[8] or ''}
+";
+
+/// KEYS[1] record. expired → absent.
+const PRUNE: &str = r"
+local e = redis.call('HGET', KEYS[1], 'expires_at')
+if e and tonumber(e) <= now then redis.call('DEL', KEYS[1]) return 1 end
+return 0
+";
+
+/// KEYS[1] operation; ARGV fresh id. absent → fresh; returns the stored id.
+const OPERATION_ID: &str = r"
+local v = redis.call('GET', KEYS[1])
+if v then return v end
+redis.call('SET', KEYS[1], ARGV[1])
+return ARGV[1]
+";
+
+pub(super) struct Scripts {
+    pub(super) claim: Script,
+    pub(super) complete: Script,
+    pub(super) renew: Script,
+    pub(super) release: Script,
+    pub(super) mark_ambiguous: Script,
+    pub(super) get: Script,
+    pub(super) prune: Script,
+    pub(super) operation_id: Script,
+}
+
+pub(super) fn scripts() -> &'static Scripts {
+    static SCRIPTS: std::sync::OnceLock<Scripts> = std::sync::OnceLock::new();
+    SCRIPTS.get_or_init(|| {
+        let with = |parts: &[&str]| Script::new(&parts.concat());
+        Scripts {
+            claim: with(&[PRELUDE, CLAIM]),
+            complete: with(&[PRELUDE, HELD, COMPLETE]),
+            renew: with(&[PRELUDE, HELD, RENEW]),
+            release: with(&[PRELUDE, HELD, RELEASE]),
+            mark_ambiguous: with(&[PRELUDE, HELD, MARK_AMBIGUOUS]),
+            get: with(&[PRELUDE, GET]),
+            prune: with(&[PRELUDE, PRUNE]),
+            operation_id: Script::new(OPERATION_ID),
+        }
+    })
+}

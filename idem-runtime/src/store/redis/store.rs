@@ -1,0 +1,207 @@
+//! The `Store` implementation: each operation one script, retried on a lost connection where
+//! repeating it is safe.
+
+use super::*;
+
+#[async_trait::async_trait]
+impl Store for RedisStore {
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        let (fp, token) = (req.fingerprint.to_hex(), req.token.0.to_string());
+        let (lease, ttl, grace) = (ms(req.lease), ms(req.ttl), ms(self.grace));
+        let args: [&[u8]; 6] = [
+            req.tool.as_bytes(),
+            fp.as_bytes(),
+            token.as_bytes(),
+            lease.as_bytes(),
+            ttl.as_bytes(),
+            grace.as_bytes(),
+        ];
+        let key = self.record_key(&req.key);
+        let reply: Value = self
+            .invoke("claim", &self.scripts.claim, &key, &args)
+            .await?;
+        match reply {
+            Value::Int(1) => Ok(Claim::Acquired),
+            Value::Array(items) => {
+                let [fp, state, lease_left, outcome] = fields::<4>(items)?;
+                let fingerprint = fingerprint_of(&bytes(fp)?)?;
+                let state = match bytes(state)?.as_slice() {
+                    b"running" => ExistingState::Running {
+                        lease_remaining: Duration::from_millis(int(lease_left)?.max(0) as u64),
+                    },
+                    b"completed" => ExistingState::Completed {
+                        outcome: bytes(outcome)?,
+                    },
+                    b"ambiguous" => ExistingState::Ambiguous,
+                    other => return Err(bad_state(other)),
+                };
+                Ok(Claim::Existing(Existing { fingerprint, state }))
+            }
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn complete(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        outcome: &[u8],
+        ttl: Duration,
+    ) -> Result<Written, StoreError> {
+        let (token, ttl, grace) = (token.0.to_string(), ms(ttl), ms(self.grace));
+        let args: [&[u8]; 4] = [token.as_bytes(), outcome, ttl.as_bytes(), grace.as_bytes()];
+        let n: i64 = self
+            .invoke(
+                "complete",
+                &self.scripts.complete,
+                &self.record_key(key),
+                &args,
+            )
+            .await?;
+        Ok(Written::from_changed(n))
+    }
+
+    async fn renew(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        lease: Duration,
+    ) -> Result<Written, StoreError> {
+        let (token, lease, grace) = (token.0.to_string(), ms(lease), ms(self.grace));
+        let args: [&[u8]; 3] = [token.as_bytes(), lease.as_bytes(), grace.as_bytes()];
+        let n: i64 = self
+            .invoke("renew", &self.scripts.renew, &self.record_key(key), &args)
+            .await?;
+        Ok(Written::from_changed(n))
+    }
+
+    async fn release(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+    ) -> Result<Written, StoreError> {
+        let token = token.0.to_string();
+        let n: i64 = self
+            .invoke(
+                "release",
+                &self.scripts.release,
+                &self.record_key(key),
+                &[token.as_bytes()],
+            )
+            .await?;
+        Ok(Written::from_changed(n))
+    }
+
+    async fn mark_ambiguous(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        note: &str,
+        ttl: Duration,
+    ) -> Result<Written, StoreError> {
+        let (token, ttl, grace) = (token.0.to_string(), ms(ttl), ms(self.grace));
+        let args: [&[u8]; 4] = [
+            token.as_bytes(),
+            note.as_bytes(),
+            ttl.as_bytes(),
+            grace.as_bytes(),
+        ];
+        let n: i64 = self
+            .invoke(
+                "mark_ambiguous",
+                &self.scripts.mark_ambiguous,
+                &self.record_key(key),
+                &args,
+            )
+            .await?;
+        Ok(Written::from_changed(n))
+    }
+
+    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        let reply: Value = self
+            .invoke("get", &self.scripts.get, &self.record_key(key), &[])
+            .await?;
+        let items = match reply {
+            Value::Nil => return Ok(None),
+            Value::Array(items) => items,
+            other => return Err(unexpected(&other)),
+        };
+        let [
+            tool,
+            fp,
+            state,
+            token,
+            lease_left,
+            expires_in,
+            outcome,
+            note,
+        ] = fields::<8>(items)?;
+        let tool = String::from_utf8(bytes(tool)?).map_err(|_| corrupt_field("tool"))?;
+        let state = match bytes(state)?.as_slice() {
+            b"running" => RecordState::Running {
+                token: LeaseToken(
+                    std::str::from_utf8(&bytes(token)?)
+                        .ok()
+                        .and_then(|t| t.parse().ok())
+                        .ok_or_else(|| corrupt_field("token"))?,
+                ),
+                lease_remaining: Duration::from_millis(int(lease_left)?.max(0) as u64),
+            },
+            b"completed" => RecordState::Completed {
+                outcome: bytes(outcome)?,
+            },
+            b"ambiguous" => RecordState::Ambiguous {
+                note: String::from_utf8_lossy(&bytes(note)?).into_owned(),
+            },
+            other => return Err(bad_state(other)),
+        };
+        Ok(Some(Record {
+            tool,
+            fingerprint: fingerprint_of(&bytes(fp)?)?,
+            state,
+            expires_in: Duration::from_millis(int(expires_in)?.max(0) as u64),
+        }))
+    }
+
+    async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
+        let pattern = format!("{}rec:*", glob_escape(&self.prefix));
+        let mut cursor: u64 = 0;
+        let mut pruned = 0;
+        loop {
+            let mut conn = self.conn.get();
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| redis_error(e, "scanning for expired records"))?;
+            for key in keys {
+                if pruned >= limit {
+                    return Ok(pruned);
+                }
+                let n: i64 = self.invoke("prune", &self.scripts.prune, &key, &[]).await?;
+                pruned += n as usize;
+            }
+            cursor = next;
+            if cursor == 0 || pruned >= limit {
+                return Ok(pruned);
+            }
+        }
+    }
+
+    async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
+        let fresh = fresh.to_string();
+        let stored: String = self
+            .invoke(
+                "operation_id",
+                &self.scripts.operation_id,
+                &format!("{}op:{name}", self.prefix),
+                &[fresh.as_bytes()],
+            )
+            .await?;
+        stored.parse().map_err(|_| corrupt_field("operation id"))
+    }
+}
