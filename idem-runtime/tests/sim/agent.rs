@@ -238,6 +238,7 @@ async fn call_in_task(
                 _ = tokio::time::sleep(after) => {
                     world.call_dropped(id);
                     world.fault(host, "caller dropped its call (cancelled)");
+                    world.saw(host, world.where_dropped(id));
                     drop(fut);
                     world.probe_after_drop(id);
                     None

@@ -362,6 +362,9 @@ pub const CONSEQUENCES: &[&str] = &[
     "lease renewed while the body ran",
     "completion write retried under its token",
     "dropped call's claim ended at once",
+    "call dropped before it held the key",
+    "call dropped while an attempt ran",
+    "call dropped after an attempt (backoff or end write)",
     "caller got InFlight",
     "caller got a store error",
     "caller got LeaseLost",
@@ -648,6 +651,18 @@ impl World {
     pub fn call_dropped(&self, call: usize) {
         let now = self.now();
         self.state().calls[call].dropped_at.get_or_insert(now);
+    }
+
+    /// Where in its call a cancellation landed.
+    pub fn where_dropped(&self, call: usize) -> &'static str {
+        let st = self.state();
+        let c = &st.calls[call];
+        match c.attempts.last().map(|&a| st.attempts[a].end) {
+            None if !c.acquired => "call dropped before it held the key",
+            None => "call dropped holding the key, before its first attempt",
+            Some(None) => "call dropped while an attempt ran",
+            Some(Some(_)) => "call dropped after an attempt (backoff or end write)",
+        }
     }
 
     /// The claim of `call` under `token` was applied in the shared store.
