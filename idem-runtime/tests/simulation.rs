@@ -25,7 +25,7 @@
 //! - `IDEMKIT_SIM_SEEDS=20000`: run that many seeds instead of the default.
 //! - `IDEMKIT_SIM_BREAK=key-per-attempt` (or `key-per-call`, `no-takeover` for a store that
 //!   never hands a dead holder's lease over, `no-renewal`, `ambiguity-not-sticky`,
-//!   `no-drop-guard`): run a broken protocol, to watch the simulation catch it.
+//!   `no-drop-guard`, `no-completion-retry`): run a broken protocol, to watch the simulation catch it.
 
 mod sim;
 
@@ -42,9 +42,19 @@ fn env_u64(name: &str) -> Option<u64> {
 }
 
 fn failures_message(failures: &[SimFailure], runs: u64) -> String {
+    let count = |check: fn(&SimFailure) -> bool| failures.iter().filter(|f| check(f)).count();
     let mut msg = format!(
-        "{} of {runs} seeds failed; the first ones:\n",
-        failures.len()
+        "{} of {runs} seeds failed (seeds per check: overlapping body runs {}, re-run after a \
+         success {}, caller told nothing happened {}, stale claim of a dropped call {}, unclear \
+         answer {}, duplicate charges {}, caller without its outcome {}); the first ones:\n",
+        failures.len(),
+        count(|f| f.overlap),
+        count(|f| f.reran),
+        count(|f| f.misinformed),
+        count(|f| f.stale_claim),
+        count(|f| f.unclear),
+        count(|f| f.duplicates),
+        count(|f| f.stuck),
     );
     for f in failures.iter().take(5) {
         msg.push_str(&format!("{f}\n"));
