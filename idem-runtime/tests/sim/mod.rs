@@ -10,6 +10,13 @@
 //!
 //! Faults are injected until the world "heals" (a time drawn per seed); agents keep retrying
 //! each operation after that, so every operation must end with its outcome.
+//!
+//! The world sees body runs, not only charges: every attempt idemkit starts is recorded with
+//! its call, key, start and end (returned, failed, dropped or panicked), whether its request
+//! reached the provider and whether it charged. In some worlds the provider does not
+//! deduplicate by key, so that a second run of an operation shows as a second charge. Each
+//! call runs in a task of its own (a panicking body fails that task, not the agent), under a
+//! task-local call id that ties the lease token the store sees to the call.
 #![allow(dead_code)]
 
 mod agent;
@@ -955,6 +962,12 @@ impl World {
             ..SimFailure::default()
         };
         let mut across = Counts::default();
+        // Printed even at zero: S13 stops a holder cut from the store before its lease ends
+        // (by the store's clock), so its body never overlaps the next holder's.
+        across
+            .0
+            .entry("body runs of one key overlapped, a holder cut from the store")
+            .or_default();
         if !finished {
             f.stuck = true;
             f.problems.push(format!(
