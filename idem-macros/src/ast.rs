@@ -1,28 +1,15 @@
 //! A typed model of the annotated function: which parameter is the injected key, which are
 //! plain names, which destructure, and what the return type says. No judgement here: that is
-//! `valid`'s job.
+//! `check`'s job.
 
+pub(crate) use crate::attr::Kind;
+use crate::rmcp::McpTool;
 use proc_macro2::Span;
 use syn::visit::Visit;
+
 use syn::{
     FnArg, GenericArgument, Ident, ItemFn, Pat, PatType, PathArguments, Receiver, ReturnType, Type,
 };
-
-/// Which attribute is expanding.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Kind {
-    SideEffect,
-    ReadOnly,
-}
-
-impl Kind {
-    pub fn attribute(self) -> &'static str {
-        match self {
-            Kind::SideEffect => "#[side_effect]",
-            Kind::ReadOnly => "#[read_only]",
-        }
-    }
-}
 
 /// The annotated function.
 pub(crate) struct Tool {
@@ -31,7 +18,7 @@ pub(crate) struct Tool {
     pub receiver: Option<Receiver>,
     pub params: Vec<Param>,
     /// rmcp's `#[tool]` on the method, when there is one (MCP mode, see `mcp`).
-    pub mcp: Option<crate::mcp::McpTool>,
+    pub mcp: Option<McpTool>,
 }
 
 /// One parameter other than `self`.
@@ -62,7 +49,7 @@ impl Param {
 }
 
 impl Tool {
-    pub fn new(kind: Kind, item: ItemFn) -> Self {
+    pub fn new(kind: Kind, item: ItemFn, mcp: Option<McpTool>) -> Self {
         let mut receiver = None;
         let mut params = Vec::new();
         for (index, arg) in item.sig.inputs.iter().enumerate() {
@@ -95,7 +82,7 @@ impl Tool {
             item,
             receiver,
             params,
-            mcp: None,
+            mcp,
         }
     }
 

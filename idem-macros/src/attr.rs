@@ -12,6 +12,22 @@ use syn::{Expr, Ident, LitBool, LitInt, LitStr, Path, Token};
 
 use crate::ctxt::Ctxt;
 
+/// Which attribute is expanding.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Kind {
+    SideEffect,
+    ReadOnly,
+}
+
+impl Kind {
+    pub fn attribute(self) -> &'static str {
+        match self {
+            Kind::SideEffect => "#[side_effect]",
+            Kind::ReadOnly => "#[read_only]",
+        }
+    }
+}
+
 /// Every argument either attribute understands; `valid` decides which apply to which attribute.
 pub(crate) const ARGUMENTS: &[&str] = &[
     "key",
@@ -216,7 +232,7 @@ fn argument(cx: &Ctxt, args: &mut Args, ident: &Ident, input: ParseStream) -> sy
                 _ => None,
             };
             let hint =
-                match alias.or_else(|| crate::valid::closest(&name, ARGUMENTS.iter().copied())) {
+                match alias.or_else(|| crate::suggest::closest(&name, ARGUMENTS.iter().copied())) {
                     Some(close) => format!("did you mean `{close}`? "),
                     None => String::new(),
                 };

@@ -29,10 +29,6 @@ impl Ctxt {
         self.errors.borrow_mut().push(err);
     }
 
-    pub fn has_errors(&self) -> bool {
-        !self.errors.borrow().is_empty()
-    }
-
     /// All errors combined into one, if any.
     pub fn finish(self) -> Option<syn::Error> {
         self.errors.into_inner().into_iter().reduce(|mut all, e| {

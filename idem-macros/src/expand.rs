@@ -11,7 +11,7 @@ use syn::{Attribute, FnArg, Ident, Meta, Pat};
 
 use crate::ast::{Kind, Param, Role, Tool};
 use crate::attr::Args;
-use crate::valid::Plan;
+use crate::lower::Plan;
 
 /// `::idemkit::__private`, or `<crate = ...>::__private`.
 pub(crate) fn private(args: &Args) -> TokenStream {
@@ -28,7 +28,7 @@ fn key_local() -> Ident {
 
 pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
     let private = private(args);
-    let attrs = crate::mcp::attrs(args, tool, outer_attrs(&tool.item.attrs));
+    let attrs = crate::serve::attrs(args, tool, outer_attrs(&tool.item.attrs));
     let vis = &tool.item.vis;
     let mut sig = outer_signature(tool);
     let register = registration(&private, tool, plan);
@@ -108,7 +108,7 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
         None => body,
         Some(_) => {
             let key_fields: Vec<String> = plan.keys.iter().map(|k| k.name.clone()).collect();
-            let (output, body) = crate::mcp::serve(&private, tool, ok, err, &key_fields, body);
+            let (output, body) = crate::serve::serve(&private, tool, ok, err, &key_fields, body);
             sig = replace_output(sig, output);
             body
         }
@@ -128,37 +128,8 @@ fn replace_output(sig: TokenStream, output: TokenStream) -> TokenStream {
     sig.into_token_stream()
 }
 
-/// The item as written, minus the injected key parameter (bound to a placeholder inside the
-/// body, so the body still type-checks): what is emitted next to the errors.
-pub(crate) fn fallback(args: &Args, tool: &Tool) -> TokenStream {
-    let private = private(args);
-    let attrs = outer_attrs(&tool.item.attrs);
-    let vis = &tool.item.vis;
-    let mut sig = tool.item.sig.clone();
-    sig.inputs = sig
-        .inputs
-        .into_iter()
-        .filter(|arg| !matches!(arg, FnArg::Typed(pt) if crate::ast::is_key_type(&pt.ty)))
-        .collect();
-    let stmts = &tool.item.block.stmts;
-    let key = tool.injected_key().map(|p| {
-        let pat = &p.arg.pat;
-        let ty = crate::ast::key_referent(&p.arg.ty);
-        quote! {
-            let #pat: &#ty = &#private::IdempotencyKey::from_uuid(#private::uuid::Uuid::nil());
-        }
-    });
-    let body = crate::mcp::fallback(&private, tool, &mut sig, key, quote!(#(#stmts)*));
-    quote! {
-        #(#attrs)*
-        #vis #sig {
-            #body
-        }
-    }
-}
-
 /// Outer attributes as written; inner ones (`#![allow(...)]` in the body) become outer ones.
-fn outer_attrs(attrs: &[Attribute]) -> Vec<TokenStream> {
+pub(crate) fn outer_attrs(attrs: &[Attribute]) -> Vec<TokenStream> {
     attrs
         .iter()
         .map(|a| {

@@ -1,19 +1,27 @@
 //! Attribute macros of [idemkit](https://docs.rs/idemkit): `#[side_effect(key = "...")]` and
 //! `#[read_only]`. Use them through the `idemkit` facade, which re-exports them.
 //!
-//! The crate is split by stage: `attr` parses the arguments, `ast` models the function,
-//! `valid` runs every check, `expand` generates the wrapper (or, on any error, the item as
-//! written plus the errors, so one mistake gives one error).
+//! The crate is split by stage, each using only the stages before it: parse (`attr` the
+//! attribute's arguments, `rmcp` an rmcp `#[tool]` on the method) → model (`ast`) → check
+//! (`check`: every error, nothing built) → lower (`lower`: the plan) → expand (`expand`, with
+//! `serve` for MCP results), or on any error `fallback` (the item as written plus the errors, so
+//! one mistake gives one error). `suggest` and `ctxt` serve every stage; `classified` is the
+//! `#[classified_tools]` attribute.
 
 use proc_macro::TokenStream;
 use proc_macro2::TokenStream as TokenStream2;
 
 mod ast;
 mod attr;
+mod check;
+mod classified;
 mod ctxt;
 mod expand;
-mod mcp;
-mod valid;
+mod fallback;
+mod lower;
+mod rmcp;
+mod serve;
+mod suggest;
 
 use ast::Kind;
 
@@ -111,11 +119,11 @@ pub fn read_only(args: TokenStream, item: TokenStream) -> TokenStream {
 #[cfg(feature = "rmcp")]
 #[proc_macro_attribute]
 pub fn classified_tools(args: TokenStream, item: TokenStream) -> TokenStream {
-    mcp::classified_tools(args.into(), item.into()).into()
+    classified::classified_tools(args.into(), item.into()).into()
 }
 
-/// The whole expansion of one attribute: parse → validate → expand, or, on any error, the item
-/// as written plus every error.
+/// The whole expansion of one attribute: parse → model → check → lower → expand, or, on any
+/// error, the item as written plus every error.
 fn expand(kind: Kind, args: TokenStream2, item: TokenStream2) -> TokenStream2 {
     let cx = ctxt::Ctxt::default();
     let args = attr::parse(&cx, args);
@@ -133,15 +141,14 @@ fn expand(kind: Kind, args: TokenStream2, item: TokenStream2) -> TokenStream2 {
             return quote::quote!(#item #errors);
         }
     };
-    let mcp = mcp::find(&cx, kind, &func);
-    let mut tool = ast::Tool::new(kind, func);
-    tool.mcp = mcp;
-    let plan = valid::check(&cx, &args, &tool);
-    match (cx.finish(), plan) {
-        (None, Some(plan)) => expand::tool(&args, &tool, &plan),
-        (errors, _) => {
-            let item = expand::fallback(&args, &tool);
-            let errors = errors.map(|e| e.to_compile_error());
+    let mcp = rmcp::find(&cx, kind, &func);
+    let tool = ast::Tool::new(kind, func, mcp);
+    check::check(&cx, &args, &tool);
+    match cx.finish() {
+        None => expand::tool(&args, &tool, &lower::lower(&args, &tool)),
+        Some(errors) => {
+            let item = fallback::fallback(&args, &tool);
+            let errors = errors.to_compile_error();
             quote::quote!(#item #errors)
         }
     }

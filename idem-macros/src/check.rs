@@ -1,4 +1,5 @@
-//! Every semantic check (C1, C2, C4–C7, C9 of the contract), apart from code generation.
+//! Every semantic check (C1, C2, C4–C7, C9 of the contract, and MCP mode's), apart from code
+//! generation: each failure is recorded in the `Ctxt`; nothing is built here (that is `lower`).
 //!
 //! C3 (a key field that is not `KeyPart`), C8 (the error or output type lacks a trait) and a
 //! misspelt field inside a struct (`args.custmer_id`) are left to rustc: the expansion touches
@@ -7,77 +8,28 @@
 
 use std::collections::BTreeMap;
 
-use proc_macro2::{Span, TokenStream};
+use proc_macro2::Span;
 use quote::{ToTokens, quote};
 use syn::ext::IdentExt;
-use syn::spanned::Spanned;
 use syn::visit::Visit;
 use syn::{Ident, Type};
 
 use crate::ast::{self, Kind, Role, Tool};
 use crate::attr::{Args, KeyPath};
 use crate::ctxt::Ctxt;
+use crate::rmcp::{HINTS, boxed_by_tool, derived};
+use crate::suggest::closest;
 
-/// What the expansion needs, once everything checked out.
-pub(crate) struct Plan {
-    /// The tool's name (part of every key).
-    pub name: String,
-    pub keys: Vec<KeyField>,
-    /// The arguments fingerprinted: every parameter or binding that is not a whole key field.
-    pub fingerprint: Vec<Fingerprinted>,
-    pub ok: Type,
-    pub err: Type,
-}
-
-pub(crate) struct KeyField {
-    /// Its name in the key: the last segment of its path.
-    pub name: String,
-    /// The path, as tokens at the user's spans.
-    pub path: TokenStream,
-    /// Where a type error about it points.
-    pub span: Span,
-}
-
-pub(crate) struct Fingerprinted {
-    pub name: String,
-    pub ident: Ident,
-    pub span: Span,
-    /// Its fields that are key fields, left out (MCP requests only, see `mcp`).
-    pub except: Vec<String>,
-}
-
-/// Runs every check, recording each failure in `cx`; returns the plan when there was none.
-pub(crate) fn check(cx: &Ctxt, args: &Args, tool: &Tool) -> Option<Plan> {
+/// Runs every check, recording each failure in `cx`.
+pub(crate) fn check(cx: &Ctxt, args: &Args, tool: &Tool) {
     arguments(cx, args, tool.kind);
-    crate::mcp::check(cx, args, tool);
+    mcp(cx, args, tool);
     signature(cx, tool);
-    let output = output(cx, tool);
-    let (keys, fingerprint) = match tool.kind {
-        Kind::SideEffect => {
-            minted_keys(cx, &tool.item.block);
-            key_fields(cx, args, tool)
-        }
-        Kind::ReadOnly => (Vec::new(), Vec::new()),
-    };
-    if cx.has_errors() {
-        return None;
+    output(cx, tool);
+    if tool.kind == Kind::SideEffect {
+        minted_keys(cx, &tool.item.block);
+        key_paths(cx, args, tool);
     }
-    let (ok, err) = output?;
-    let name = match &args.name {
-        Some(lit) => lit.value(),
-        // An MCP tool's name (`#[tool(name = "...")]`) is what clients call it by.
-        None => match tool.mcp.as_ref().and_then(|m| m.name.clone()) {
-            Some(name) => name,
-            None => tool.item.sig.ident.unraw().to_string(),
-        },
-    };
-    Some(Plan {
-        name,
-        keys,
-        fingerprint,
-        ok,
-        err,
-    })
 }
 
 /// C1, C6, C9 (empty key list), and the knobs that do not apply to the attribute.
@@ -130,11 +82,81 @@ fn arguments(cx: &Ctxt, args: &Args, kind: Kind) {
     }
 }
 
+/// MCP mode: the knobs that need it, and hand-written hints that contradict the attribute.
+fn mcp(cx: &Ctxt, args: &Args, tool: &Tool) {
+    for (ident, _) in [&args.destructive, &args.open_world].into_iter().flatten() {
+        if tool.mcp.is_none() {
+            let hint = if ident == "destructive" {
+                "destructiveHint"
+            } else {
+                "openWorldHint"
+            };
+            cx.error(
+                ident.span(),
+                format!(
+                    "`{ident}` sets an MCP tool's `{hint}`: it applies with rmcp's `#[tool]` written below this \
+                     attribute; remove it"
+                ),
+            );
+        } else if tool.kind == Kind::ReadOnly && ident == "destructive" {
+            cx.error(
+                ident.span(),
+                "`destructive` does not apply to #[read_only]: a read-only tool changes nothing; remove it",
+            );
+        }
+    }
+    let Some(mcp) = &tool.mcp else { return };
+    let ours = derived(tool.kind, args);
+    let attribute = tool.kind.attribute();
+    for (name, value, tokens) in &mcp.hints {
+        let Some(i) = HINTS.iter().position(|h| h == name) else {
+            continue;
+        };
+        let why = match (tool.kind, i, ours[i]) {
+            (_, _, Some(ours)) if ours == *value => continue,
+            (Kind::SideEffect, 0, _) => {
+                "a side-effect tool acts on the world (`readOnlyHint: false`); mark it #[read_only] if it only reads"
+                    .to_owned()
+            }
+            (Kind::SideEffect, 2, _) => {
+                "a repeat with the same arguments returns the recorded outcome and does not act again, so the tool \
+                 is idempotent (`idempotentHint: true`)"
+                    .to_owned()
+            }
+            (Kind::SideEffect, _, Some(ours)) => {
+                let arg = if i == 1 { "destructive" } else { "open_world" };
+                format!(
+                    "the attribute says `{arg} = {ours}`; set it in one place, `#[side_effect({arg} = ...)]`"
+                )
+            }
+            (Kind::ReadOnly, 0, _) => {
+                "a read-only tool changes nothing (`readOnlyHint: true`); use #[side_effect(key = ...)] if it acts on the world"
+                    .to_owned()
+            }
+            (Kind::ReadOnly, 1, _) if *value => "a read-only tool destroys nothing".to_owned(),
+            (Kind::ReadOnly, 2, _) if !*value => {
+                "reading again changes nothing, so a read-only tool is idempotent".to_owned()
+            }
+            (Kind::ReadOnly, 3, Some(ours)) => {
+                format!("the attribute says `open_world = {ours}`; set it in one place, `#[read_only(open_world = ...)]`")
+            }
+            _ => continue,
+        };
+        cx.error_spanned(
+            tokens,
+            format!(
+                "`{name} = {value}` contradicts {attribute}: {why}. idemkit derives the tool's annotations from its \
+                 attribute; remove this hint"
+            ),
+        );
+    }
+}
+
 /// C5, the receiver, the parameters.
 fn signature(cx: &Ctxt, tool: &Tool) {
     let sig = &tool.item.sig;
     let attribute = tool.kind.attribute();
-    if sig.asyncness.is_none() && crate::mcp::boxed_by_tool(sig) {
+    if sig.asyncness.is_none() && boxed_by_tool(sig) {
         let fn_token = &sig.fn_token;
         let ident = &sig.ident;
         cx.error_spanned(
@@ -205,14 +227,14 @@ fn signature(cx: &Ctxt, tool: &Tool) {
 }
 
 /// C7: the return type is `Result<T, E>`.
-fn output(cx: &Ctxt, tool: &Tool) -> Option<(Type, Type)> {
+fn output(cx: &Ctxt, tool: &Tool) {
     let sig = &tool.item.sig;
-    if let Some((ok, err)) = ast::result_types(&sig.output) {
-        return Some((ok.clone(), err.clone()));
+    if ast::result_types(&sig.output).is_some() {
+        return;
     }
-    if crate::mcp::boxed_by_tool(sig) {
+    if boxed_by_tool(sig) {
         // Reported once, as the order of the attributes (see `signature`).
-        return None;
+        return;
     }
     let attribute = tool.kind.attribute();
     let what = match tool.kind {
@@ -240,13 +262,12 @@ fn output(cx: &Ctxt, tool: &Tool) -> Option<(Type, Type)> {
             cx.error_spanned(ty, format!("a {attribute} tool {what}{advice}"));
         }
     }
-    None
 }
 
-/// C2, C9: resolves each key path to a parameter, a binding or `self`; works out the fingerprint.
-fn key_fields(cx: &Ctxt, args: &Args, tool: &Tool) -> (Vec<KeyField>, Vec<Fingerprinted>) {
+/// C2, C9: each key path starts at a parameter, a binding or `self`, once, under a name of its own.
+fn key_paths(cx: &Ctxt, args: &Args, tool: &Tool) {
     let Some(key) = &args.key else {
-        return (Vec::new(), Vec::new());
+        return;
     };
     // Names a key path may start at, and whether each is a parameter (vs a binding).
     let mut roots: BTreeMap<String, Ident> = BTreeMap::new();
@@ -268,8 +289,6 @@ fn key_fields(cx: &Ctxt, args: &Args, tool: &Tool) -> (Vec<KeyField>, Vec<Finger
         _ => None,
     });
 
-    let mut fields = Vec::new();
-    let mut whole: Vec<String> = Vec::new();
     let mut seen_paths: BTreeMap<String, ()> = BTreeMap::new();
     let mut seen_names: BTreeMap<String, String> = BTreeMap::new();
     for path in &key.paths {
@@ -314,59 +333,6 @@ fn key_fields(cx: &Ctxt, args: &Args, tool: &Tool) -> (Vec<KeyField>, Vec<Finger
             unknown_root(cx, tool, path, &root, &roots);
             continue;
         }
-        if path.fields.is_empty() {
-            whole.push(root.clone());
-        }
-        fields.push(resolve(tool, path, name));
-    }
-
-    let mut fingerprint = Vec::new();
-    for p in &tool.params {
-        let candidates: Vec<&Ident> = match &p.role {
-            Role::Named(ident) => vec![ident],
-            Role::Pattern { bindings, .. } => bindings.iter().collect(),
-            Role::InjectedKey => Vec::new(),
-        };
-        for ident in candidates {
-            let name = ident.unraw().to_string();
-            if !whole.contains(&name) {
-                fingerprint.push(Fingerprinted {
-                    name,
-                    except: crate::mcp::fingerprint_except(tool, args, ident),
-                    ident: ident.clone(),
-                    span: p.arg.ty.span(),
-                });
-            }
-        }
-    }
-    (fields, fingerprint)
-}
-
-/// A key path's tokens and the span its type errors point at: the parameter's type for a whole
-/// parameter (`amount: f64` → `f64`), else the path as written in the attribute.
-fn resolve(tool: &Tool, path: &KeyPath, name: String) -> KeyField {
-    let param_ty = tool.params.iter().find_map(|p| match &p.role {
-        Role::Named(ident) if path.fields.is_empty() && *ident == path.root => {
-            Some(p.arg.ty.span())
-        }
-        _ => None,
-    });
-    match param_ty {
-        Some(span) => {
-            let mut root = path.root.clone();
-            root.set_span(span);
-            KeyField {
-                name,
-                path: root.into_token_stream(),
-                span,
-            }
-        }
-        None => KeyField {
-            name,
-            path: crate::mcp::key_path(tool, &path.root, &path.fields)
-                .unwrap_or_else(|| path.to_token_stream()),
-            span: path.span,
-        },
     }
 }
 
@@ -409,33 +375,6 @@ fn unknown_root(
             tool.item.sig.ident
         ),
     );
-}
-
-/// The candidate closest to `word` by edit distance, if close enough to be a likely typo.
-pub(crate) fn closest<'a>(
-    word: &str,
-    candidates: impl Iterator<Item = &'a str>,
-) -> Option<&'a str> {
-    let limit = (word.chars().count().max(3)) / 3;
-    candidates
-        .map(|c| (edit_distance(word, c), c))
-        .filter(|(d, _)| *d <= limit.max(1))
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, c)| c)
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let cost = usize::from(ca != *cb);
-            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
 }
 
 /// Calls that mint a fresh identifier: inside the body they run once per attempt (C4).
@@ -511,20 +450,4 @@ fn minted_keys(cx: &Ctxt, body: &syn::Block) {
         }
     }
     Finder { cx }.visit_block(body);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::closest;
-
-    #[test]
-    fn closest_suggests_typos_only() {
-        let names = ["customer_id", "purpose", "period"];
-        assert_eq!(
-            closest("custmer_id", names.iter().copied()),
-            Some("customer_id")
-        );
-        assert_eq!(closest("perid", names.iter().copied()), Some("period"));
-        assert_eq!(closest("amount", names.iter().copied()), None);
-    }
 }

@@ -1,0 +1,88 @@
+//! On any error: the item as written (minus the injected key, bound to a placeholder inside the
+//! body, so the body still type-checks), next to the errors, so one mistake gives one error and
+//! editors keep working; in MCP mode, a method rmcp's router still accepts.
+
+use proc_macro2::TokenStream;
+use quote::{ToTokens, quote};
+use syn::FnArg;
+
+use crate::ast::Tool;
+use crate::attr::Args;
+use crate::expand::{outer_attrs, private};
+use crate::rmcp::boxed_by_tool;
+
+/// The item as written, minus the injected key parameter (bound to a placeholder inside the
+/// body, so the body still type-checks): what is emitted next to the errors.
+pub(crate) fn fallback(args: &Args, tool: &Tool) -> TokenStream {
+    let private = private(args);
+    let attrs = outer_attrs(&tool.item.attrs);
+    let vis = &tool.item.vis;
+    let mut sig = tool.item.sig.clone();
+    sig.inputs = sig
+        .inputs
+        .into_iter()
+        .filter(|arg| !matches!(arg, FnArg::Typed(pt) if crate::ast::is_key_type(&pt.ty)))
+        .collect();
+    let stmts = &tool.item.block.stmts;
+    let key = tool.injected_key().map(|p| {
+        let pat = &p.arg.pat;
+        let ty = crate::ast::key_referent(&p.arg.ty);
+        quote! {
+            let #pat: &#ty = &#private::IdempotencyKey::from_uuid(#private::uuid::Uuid::nil());
+        }
+    });
+    let body = mcp(&private, tool, &mut sig, key, quote!(#(#stmts)*));
+    quote! {
+        #(#attrs)*
+        #vis #sig {
+            #body
+        }
+    }
+}
+
+/// On any error, what keeps rmcp's router compiling: the method serves `ToolOutput`, and the
+/// body as written is type-checked in a future that is never run.
+fn mcp(
+    private: &TokenStream,
+    tool: &Tool,
+    sig: &mut syn::Signature,
+    key: Option<TokenStream>,
+    stmts: TokenStream,
+) -> TokenStream {
+    if tool.mcp.is_none() {
+        if cfg!(feature = "rmcp") && boxed_by_tool(sig) {
+            // Below `#[tool]`: the router still takes this method; keep it a tool that compiles.
+            let boxed = match &sig.output {
+                syn::ReturnType::Type(_, ty) => ty.to_token_stream(),
+                syn::ReturnType::Default => quote!(()),
+            };
+            sig.output = syn::parse_quote! {
+                -> ::core::pin::Pin<::std::boxed::Box<dyn ::core::future::Future<Output = #private::mcp::ToolOutput> + ::core::marker::Send + '_>>
+            };
+            return quote! {
+                #[allow(unreachable_code, unused_variables, clippy::let_underscore_future)]
+                #key
+                let _: #boxed = { #stmts };
+                ::core::unreachable!("idemkit: a tool whose attribute has errors does not compile")
+            };
+        }
+        return quote!(#key #stmts);
+    }
+    let output = match &sig.output {
+        syn::ReturnType::Type(_, ty) => ty.to_token_stream(),
+        syn::ReturnType::Default => quote!(()),
+    };
+    sig.output = syn::parse_quote!(-> #private::mcp::ToolOutput);
+    quote! {
+        #[allow(unreachable_code, unused_variables, clippy::let_underscore_future)]
+        let _ = async move {
+            if false {
+                let __idemkit_fake_return: #output = loop {};
+                return __idemkit_fake_return;
+            }
+            #key
+            #stmts
+        };
+        ::core::unreachable!("idemkit: a tool whose attribute has errors does not compile")
+    }
+}

@@ -1,0 +1,169 @@
+//! Lowering: the plan the expansion follows (the tool's name, its key fields as paths at the
+//! user's spans, the arguments fingerprinted, the output and error types), made from a tool
+//! that passed every check.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{ToTokens, quote};
+use syn::ext::IdentExt;
+use syn::spanned::Spanned;
+use syn::{Ident, Type};
+
+use crate::ast::{self, Kind, Role, Tool};
+use crate::attr::{Args, KeyPath};
+use crate::rmcp::is_parameters;
+
+/// What the expansion needs, once everything checked out.
+pub(crate) struct Plan {
+    /// The tool's name (part of every key).
+    pub name: String,
+    pub keys: Vec<KeyField>,
+    /// The arguments fingerprinted: every parameter or binding that is not a whole key field.
+    pub fingerprint: Vec<Fingerprinted>,
+    pub ok: Type,
+    pub err: Type,
+}
+
+pub(crate) struct KeyField {
+    /// Its name in the key: the last segment of its path.
+    pub name: String,
+    /// The path, as tokens at the user's spans.
+    pub path: TokenStream,
+    /// Where a type error about it points.
+    pub span: Span,
+}
+
+pub(crate) struct Fingerprinted {
+    pub name: String,
+    pub ident: Ident,
+    pub span: Span,
+    /// Its fields that are key fields, left out (MCP requests only, see `mcp`).
+    pub except: Vec<String>,
+}
+
+/// The plan of a tool that passed every check.
+pub(crate) fn lower(args: &Args, tool: &Tool) -> Plan {
+    let (ok, err) = ast::result_types(&tool.item.sig.output)
+        .map(|(ok, err)| (ok.clone(), err.clone()))
+        .expect("checked: the return type is `Result<T, E>`");
+    let (keys, fingerprint) = match tool.kind {
+        Kind::SideEffect => key_fields(args, tool),
+        Kind::ReadOnly => (Vec::new(), Vec::new()),
+    };
+    let name = match &args.name {
+        Some(lit) => lit.value(),
+        // An MCP tool's name (`#[tool(name = "...")]`) is what clients call it by.
+        None => match tool.mcp.as_ref().and_then(|m| m.name.clone()) {
+            Some(name) => name,
+            None => tool.item.sig.ident.unraw().to_string(),
+        },
+    };
+    Plan {
+        name,
+        keys,
+        fingerprint,
+        ok,
+        err,
+    }
+}
+
+/// Each key path resolved (to a parameter, a binding or `self`), and the arguments fingerprinted.
+fn key_fields(args: &Args, tool: &Tool) -> (Vec<KeyField>, Vec<Fingerprinted>) {
+    let Some(key) = &args.key else {
+        return (Vec::new(), Vec::new());
+    };
+    let mut fields = Vec::new();
+    let mut whole: Vec<String> = Vec::new();
+    for path in &key.paths {
+        let root = path.root.unraw().to_string();
+        let name = path.key_name();
+        if path.fields.is_empty() {
+            whole.push(root.clone());
+        }
+        fields.push(resolve(tool, path, name));
+    }
+
+    let mut fingerprint = Vec::new();
+    for p in &tool.params {
+        let candidates: Vec<&Ident> = match &p.role {
+            Role::Named(ident) => vec![ident],
+            Role::Pattern { bindings, .. } => bindings.iter().collect(),
+            Role::InjectedKey => Vec::new(),
+        };
+        for ident in candidates {
+            let name = ident.unraw().to_string();
+            if !whole.contains(&name) {
+                fingerprint.push(Fingerprinted {
+                    name,
+                    except: fingerprint_except(tool, args, ident),
+                    ident: ident.clone(),
+                    span: p.arg.ty.span(),
+                });
+            }
+        }
+    }
+    (fields, fingerprint)
+}
+
+/// A key path's tokens and the span its type errors point at: the parameter's type for a whole
+/// parameter (`amount: f64` → `f64`), else the path as written in the attribute.
+fn resolve(tool: &Tool, path: &KeyPath, name: String) -> KeyField {
+    let param_ty = tool.params.iter().find_map(|p| match &p.role {
+        Role::Named(ident) if path.fields.is_empty() && *ident == path.root => {
+            Some(p.arg.ty.span())
+        }
+        _ => None,
+    });
+    match param_ty {
+        Some(span) => {
+            let mut root = path.root.clone();
+            root.set_span(span);
+            KeyField {
+                name,
+                path: root.into_token_stream(),
+                span,
+            }
+        }
+        None => KeyField {
+            name,
+            path: key_path(tool, &path.root, &path.fields)
+                .unwrap_or_else(|| path.to_token_stream()),
+            span: path.span,
+        },
+    }
+}
+
+/// `req.customer_id` for `req: Parameters<Req>` reads the request's field: `req.0.customer_id`.
+fn key_path(tool: &Tool, root: &Ident, fields: &[Ident]) -> Option<TokenStream> {
+    tool.mcp.as_ref()?;
+    if fields.is_empty() {
+        return None;
+    }
+    let param = tool.params.iter().find(|p| match &p.role {
+        Role::Named(ident) => ident == root,
+        _ => false,
+    })?;
+    if !is_parameters(&param.arg.ty) {
+        return None;
+    }
+    let zero = syn::Index {
+        index: 0,
+        span: root.span(),
+    };
+    Some(quote!(#root.#zero #(.#fields)*))
+}
+
+/// The request's fields that are key fields are left out of its fingerprint (MCP mode only, so
+/// other tools' fingerprints do not change): `req.customer_id` excludes `customer_id` from `req`.
+fn fingerprint_except(tool: &Tool, args: &Args, ident: &Ident) -> Vec<String> {
+    if tool.mcp.is_none() {
+        return Vec::new();
+    }
+    let Some(key) = &args.key else {
+        return Vec::new();
+    };
+    key.paths
+        .iter()
+        .filter(|p| p.root == *ident && p.fields.len() == 1)
+        .map(|p| p.key_name())
+        .collect()
+}

@@ -1,0 +1,68 @@
+//! MCP mode's expansion: rmcp's `#[tool]` rewritten with the annotations the classification
+//! implies, and the wrapper serving `CallToolResult`s (replays and refusals included).
+
+use proc_macro2::{Span, TokenStream};
+use quote::{ToTokens, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{Ident, Type};
+
+use crate::ast::{Kind, Tool};
+use crate::attr::Args;
+use crate::rmcp::{HINTS, McpTool, derived};
+
+/// `#[tool(..., annotations(...))]` with the derived hints (and any consistent hand-written one).
+fn tool_attr(kind: Kind, args: &Args, tool: &Tool, mcp: &McpTool) -> TokenStream {
+    let attr = &tool.item.attrs[mcp.index];
+    let path = attr.path();
+    let ours = derived(kind, args);
+    let mut entries: Vec<TokenStream> = mcp.title.iter().map(ToTokens::to_token_stream).collect();
+    for (i, hint) in HINTS.iter().enumerate() {
+        let written = mcp
+            .hints
+            .iter()
+            .find(|(n, ..)| n == hint)
+            .map(|(_, v, _)| *v);
+        if let Some(value) = ours[i].or(written) {
+            let ident = Ident::new(hint, Span::call_site());
+            entries.push(quote!(#ident = #value));
+        }
+    }
+    let others = &mcp.others;
+    quote!(#[#path(#(#others,)* annotations(#(#entries),*))])
+}
+
+/// The outer attributes with `#[tool]` rewritten.
+pub(crate) fn attrs(args: &Args, tool: &Tool, attrs: Vec<TokenStream>) -> Vec<TokenStream> {
+    let Some(mcp) = &tool.mcp else { return attrs };
+    let mut attrs = attrs;
+    attrs[mcp.index] = tool_attr(tool.kind, args, tool, mcp);
+    attrs
+}
+
+/// The wrapper's return type and body in MCP mode: the result as rmcp's `CallToolResult`.
+pub(crate) fn serve(
+    private: &TokenStream,
+    tool: &Tool,
+    ok: &Type,
+    err: &Type,
+    key_fields: &[String],
+    body: TokenStream,
+) -> (TokenStream, TokenStream) {
+    let output = quote!(#private::mcp::ToolOutput);
+    let check = quote_spanned!(err.span()=> #private::mcp::assert_tool_error::<#err>(););
+    let result = Ident::new("__idemkit_result", Span::mixed_site());
+    let info = Ident::new("__idemkit_info", Span::mixed_site());
+    let body = match tool.kind {
+        Kind::SideEffect => quote! {
+            #check
+            let (#result, #info) = #private::mcp::observe(async { #body }).await;
+            #private::mcp::side_effect_output::<#ok, #err>(#result, #info, &[#(#key_fields),*])
+        },
+        Kind::ReadOnly => quote! {
+            #check
+            let #result = { #body };
+            #private::mcp::read_only_output::<#ok, #err>(#result)
+        },
+    };
+    (output, body)
+}
