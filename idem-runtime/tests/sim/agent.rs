@@ -7,7 +7,7 @@ use idem_runtime::{Error, Idem, IdempotencyKey, RetryPolicy, Tool};
 
 use super::net::{self, PayError};
 use super::store::SimStore;
-use super::{Protocol, Receipt, World};
+use super::{AttemptEnd, CALL, Protocol, Receipt, World};
 
 /// How many times an agent calls one operation before it gives up on it (a liveness failure:
 /// after the world heals every operation must finish well within this).
@@ -40,7 +40,9 @@ pub async fn supervise(world: Arc<World>, host: usize) {
             }
             Err(_) => {
                 // The host dies: its futures are dropped wherever they are; messages already
-                // on the wire still travel; its leases stay in the store until they expire.
+                // on the wire still travel; its leases stay in the store until they expire
+                // (nothing it would still write reaches the store).
+                store.kill();
                 task.abort();
                 let _ = task.await;
                 world.fault(host, "host crash mid-plan");
@@ -67,6 +69,25 @@ fn key_of(world: &World, op: usize) -> IdempotencyKey {
     )
 }
 
+/// How a call came back to its agent.
+#[derive(Debug)]
+enum Returned {
+    Result(Result<Receipt, PayError>),
+    /// The agent dropped the call's future (and will call again later).
+    Cancelled,
+    /// The call's body panicked (its task's JoinError); the agent calls again later.
+    Panicked,
+}
+
+/// Aborts the call's task if the agent is dropped (its host crashed) while awaiting it.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// One incarnation of the host: runs the plan from its start (a replay after a crash).
 async fn run_plan(world: Arc<World>, host: usize, store: Arc<SimStore>) {
     let idem = Idem::builder()
@@ -80,24 +101,71 @@ async fn run_plan(world: Arc<World>, host: usize, store: Arc<SimStore>) {
         let mut round = 0;
         loop {
             round += 1;
-            let result = call(&world, &idem, host, op).await;
-            let done = matches!(result, Ok(_) | Err(PayError::Declined)) || round >= MAX_ROUNDS;
-            match &result {
-                Err(PayError::Idem(Error::InFlight { .. })) => {
-                    world.saw(host, "caller got InFlight")
+            let (call_id, returned) = call_in_task(&world, &idem, host, op).await;
+            let answer = match returned {
+                Returned::Result(result) => {
+                    if let Err(e) = &result {
+                        saw_error(&world, host, e);
+                    }
+                    if world.cfg.protocol == Protocol::AmbiguityNotSticky {
+                        non_sticky(&world, call_id, result)
+                    } else {
+                        result.map_err(|e| error_kind(&e))
+                    }
                 }
-                Err(PayError::Idem(Error::Store { .. })) => {
-                    world.saw(host, "caller got a store error")
+                Returned::Cancelled => Err("cancelled by its caller".to_owned()),
+                Returned::Panicked => {
+                    world.saw(host, "caller saw its body panic");
+                    Err("its body panicked".to_owned())
                 }
-                _ => {}
-            }
-            world.log(host, || format!("op {op} round {round}: {result:?}"));
-            world.record_result(host, op, result.map_err(|e| error_kind(&e)), done);
+            };
+            let done = answer.is_ok()
+                || matches!(&answer, Err(e) if e == "declined" || e == "unreplayable")
+                || round >= MAX_ROUNDS;
+            world.log(host, || {
+                format!("op {op} round {round} (call {call_id}): {answer:?}")
+            });
+            world.record_result(host, op, call_id, answer, done);
             if done {
                 break;
             }
             tokio::time::sleep(world.delay(200..=3_000)).await;
         }
+    }
+}
+
+fn saw_error(world: &World, host: usize, e: &PayError) {
+    let PayError::Idem(e) = e else { return };
+    match e {
+        Error::InFlight { .. } => world.saw(host, "caller got InFlight"),
+        Error::Store { .. } => world.saw(host, "caller got a store error"),
+        Error::LeaseLost { .. } => world.saw(host, "caller got LeaseLost"),
+        Error::Ambiguous { .. } => world.saw(
+            host,
+            "caller got Ambiguous (an earlier attempt was ambiguous)",
+        ),
+        Error::Unreplayable { .. } => world.saw(host, "caller got Unreplayable"),
+        _ => {}
+    }
+}
+
+/// `ambiguity-not-sticky`: what an executor that forgets ambiguity returns: the last attempt's
+/// own error instead of `Error::Ambiguous`.
+fn non_sticky(
+    world: &World,
+    call: usize,
+    result: Result<Receipt, PayError>,
+) -> Result<Receipt, String> {
+    match result {
+        Err(PayError::Idem(e @ Error::Ambiguous { .. })) => {
+            let kind = match world.last_error(call) {
+                Some("503") | Some("429") => "attempts exhausted".to_owned(),
+                Some("timeout") => "ambiguous (last attempt timed out)".to_owned(),
+                _ => error_kind(&PayError::Idem(e)),
+            };
+            Err(kind)
+        }
+        other => other.map_err(|e| error_kind(&e)),
     }
 }
 
@@ -107,14 +175,17 @@ fn error_kind(e: &PayError) -> String {
     use idem_runtime::StoreErrorKind;
     match e {
         PayError::Declined => "declined".to_owned(),
-        PayError::Timeout | PayError::Unavailable | PayError::RateLimited(_) => {
-            "attempts exhausted".to_owned()
-        }
+        // The last attempt's own error: may have happened.
+        PayError::Timeout => "ambiguous (last attempt timed out)".to_owned(),
+        // Transient: says the call had no effect.
+        PayError::Unavailable | PayError::RateLimited(_) => "attempts exhausted".to_owned(),
         PayError::Idem(Error::InFlight { .. }) => "in flight".to_owned(),
         // S13: the holder lost its lease (taken over, or its renewals failed): outcome unknown.
         PayError::Idem(Error::LeaseLost { .. }) => "lease lost".to_owned(),
         // S14: an attempt may have taken effect, a later one failed otherwise: kept ambiguous.
         PayError::Idem(Error::Ambiguous { .. }) => "kept ambiguous".to_owned(),
+        // S16: it ran and took effect; its outcome cannot be replayed, and it is not re-run.
+        PayError::Idem(Error::Unreplayable { .. }) => "unreplayable".to_owned(),
         PayError::Idem(Error::Store { source, .. })
             if source.kind() == StoreErrorKind::Unavailable =>
         {
@@ -124,34 +195,144 @@ fn error_kind(e: &PayError) -> String {
     }
 }
 
+/// Installs (once) a panic hook that keeps the simulated bodies' panics quiet.
+pub fn quiet_simulated_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let simulated = info
+                .payload()
+                .downcast_ref::<String>()
+                .is_some_and(|m| m.starts_with("simulated panic"));
+            if !simulated {
+                previous(info);
+            }
+        }));
+    });
+}
+
+/// One call, in a task of its own (a panicking body fails its task, not the agent), which the
+/// agent may drop at a random point.
+async fn call_in_task(
+    world: &Arc<World>,
+    idem: &Idem,
+    host: usize,
+    op: usize,
+) -> (usize, Returned) {
+    let id = world.new_call(host, op);
+    let cancel_after = world
+        .fault_chance(world.cfg.p_cancel)
+        .then(|| world.delay(0..=3_000));
+    let task = {
+        let world = world.clone();
+        let idem = idem.clone();
+        tokio::spawn(CALL.scope(id, async move {
+            let mut fut = Box::pin(call(&world, &idem, host, op, id));
+            let Some(after) = cancel_after else {
+                return Some(fut.await);
+            };
+            tokio::select! {
+                biased;
+                result = &mut fut => Some(result),
+                _ = tokio::time::sleep(after) => {
+                    world.call_dropped(id);
+                    world.fault(host, "caller dropped its call (cancelled)");
+                    world.saw(host, world.where_dropped(id));
+                    drop(fut);
+                    world.probe_after_drop(id);
+                    None
+                }
+            }
+        }))
+    };
+    let _abort = AbortOnDrop(task.abort_handle());
+    let returned = match task.await {
+        Ok(Some(result)) => Returned::Result(result),
+        Ok(None) => Returned::Cancelled,
+        Err(e) if e.is_panic() => Returned::Panicked,
+        // Aborted: only by a crash of this host, whose agent is being dropped too.
+        Err(_) => Returned::Cancelled,
+    };
+    (id, returned)
+}
+
+/// Marks the end of a body run when it returns, or when it is dropped or unwinds.
+struct BodyRun<'w> {
+    world: &'w World,
+    id: usize,
+    how: AttemptEnd,
+}
+
+impl Drop for BodyRun<'_> {
+    fn drop(&mut self) {
+        self.world.attempt_ends(self.id, self.how);
+    }
+}
+
+/// One attempt of `call`: the body idemkit runs, seen by the world.
+async fn body(
+    world: Arc<World>,
+    host: usize,
+    op: usize,
+    call: usize,
+    key: IdempotencyKey,
+    sent_key: String,
+) -> Result<Receipt, PayError> {
+    let mut run = BodyRun {
+        world: &world,
+        id: world.attempt_begins(call, key.to_string()),
+        how: AttemptEnd::Dropped,
+    };
+    let panic_at = world
+        .fault_chance(world.cfg.p_panic)
+        .then(|| world.rng(|r| r.bool()));
+    if panic_at == Some(false) {
+        world.fault(host, "body panicked before sending");
+        world.call_dropped(call);
+        world.probe_after_drop(call);
+        panic!("simulated panic before sending (call {call})");
+    }
+    let result = net::charge(world.clone(), host, sent_key, op, run.id).await;
+    if panic_at == Some(true) {
+        world.fault(host, "body panicked with the answer in hand");
+        world.call_dropped(call);
+        world.probe_after_drop(call);
+        panic!("simulated panic with the answer in hand (call {call})");
+    }
+    run.how = match &result {
+        Ok(_) => AttemptEnd::Ok,
+        Err(PayError::Timeout) => AttemptEnd::Failed("timeout"),
+        Err(PayError::Unavailable) => AttemptEnd::Failed("503"),
+        Err(PayError::RateLimited(_)) => AttemptEnd::Failed("429"),
+        Err(PayError::Declined) => AttemptEnd::Failed("declined"),
+        Err(_) => AttemptEnd::Failed("other"),
+    };
+    drop(run);
+    result
+}
+
 /// One call of the charge tool, the way `protocol` makes it.
 async fn call(
     world: &Arc<World>,
     idem: &Idem,
     host: usize,
     op: usize,
+    call: usize,
 ) -> Result<Receipt, PayError> {
     let spec = &world.cfg.ops[op];
     let args = serde_json::json!({ "amount_cents": spec.amount_cents });
     let tool = Tool::new("charge").idem(idem);
     match world.cfg.protocol {
-        Protocol::Correct | Protocol::NoTakeover => {
-            tool.side_effect(
-                &[("customer_id", &spec.customer), ("period", &spec.period)],
-                &args,
-                |key| net::charge(world.clone(), host, key.to_string(), op),
-            )
-            .await
-        }
         Protocol::KeyPerAttempt => {
             tool.side_effect(
                 &[("customer_id", &spec.customer), ("period", &spec.period)],
                 &args,
-                |_key| {
+                |key| {
                     // The bug: a key minted inside the retry loop.
                     let fresh = world.rng(|r| r.u64(..));
-                    let key = IdempotencyKey::derive("charge", &[("nonce", &fresh)]);
-                    net::charge(world.clone(), host, key.to_string(), op)
+                    let sent = IdempotencyKey::derive("charge", &[("nonce", &fresh)]);
+                    body(world.clone(), host, op, call, key, sent.to_string())
                 },
             )
             .await
@@ -166,7 +347,15 @@ async fn call(
                     ("nonce", &nonce),
                 ],
                 &args,
-                |key| net::charge(world.clone(), host, key.to_string(), op),
+                |key| body(world.clone(), host, op, call, key, key.to_string()),
+            )
+            .await
+        }
+        _ => {
+            tool.side_effect(
+                &[("customer_id", &spec.customer), ("period", &spec.period)],
+                &args,
+                |key| body(world.clone(), host, op, call, key, key.to_string()),
             )
             .await
         }

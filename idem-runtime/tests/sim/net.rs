@@ -53,18 +53,26 @@ enum Leg {
     Response { committed: bool },
 }
 
-/// One attempt: sends `POST /charges` with `key` for `op` from `host` and waits for the answer
-/// at most the client's timeout.
+/// One attempt (body run `attempt`): sends `POST /charges` with `key` for `op` from `host` and
+/// waits for the answer at most the client's timeout (longer for an operation whose provider
+/// body is slow: the client waits for it).
 pub async fn charge(
     world: Arc<World>,
     host: usize,
     key: String,
     op: usize,
+    attempt: usize,
 ) -> Result<Receipt, PayError> {
-    let deadline = Instant::now() + world.cfg.client_timeout;
+    let mut timeout = world.cfg.client_timeout;
+    if world.cfg.ops[op].slow_body {
+        timeout += world.cfg.lease * 3;
+    }
+    let deadline = Instant::now() + timeout;
     let (tx, rx) = oneshot::channel();
-    world.log(host, || format!("send charge op {op} key {key}"));
-    tokio::spawn(deliver(world.clone(), host, key, op, tx));
+    world.log(host, || {
+        format!("send charge op {op} key {key} (attempt {attempt})")
+    });
+    tokio::spawn(deliver(world.clone(), host, key, op, attempt, tx));
     match tokio::time::timeout_at(deadline, rx).await {
         Ok(Ok(answer)) => answer,
         // Lost on the way (the sender was dropped) or too slow: the client only sees silence.
@@ -82,13 +90,18 @@ async fn deliver(
     host: usize,
     key: String,
     op: usize,
+    attempt: usize,
     tx: oneshot::Sender<Result<Receipt, PayError>>,
 ) {
     if !transmit(&world, host, Leg::Request).await {
         return;
     }
-    let answer = provider(&world, host, &key, op).await;
-    let committed = world.provider_has(&key);
+    let (answer, lose_response) = provider(&world, host, &key, op, attempt).await;
+    if lose_response {
+        world.fault(host, "response lost after commit");
+        return;
+    }
+    let committed = answer.is_ok() || world.provider_has(&key);
     if !transmit(&world, host, Leg::Response { committed }).await {
         return;
     }
@@ -131,22 +144,44 @@ async fn transmit(world: &World, host: usize, leg: Leg) -> bool {
 }
 
 /// The provider: like Stripe, one charge per `Idempotency-Key`, and the same receipt for every
-/// repeat of it.
-async fn provider(world: &World, host: usize, key: &str, op: usize) -> Result<Receipt, PayError> {
+/// repeat of it (or, in a world whose provider does not deduplicate, a charge per request).
+/// Returns the answer, and whether its response is to be lost (the scripted sequence).
+async fn provider(
+    world: &World,
+    host: usize,
+    key: &str,
+    op: usize,
+    attempt: usize,
+) -> (Result<Receipt, PayError>, bool) {
+    world.reached_provider(attempt);
+    match world.scripted(op) {
+        Some(true) => {
+            tokio::time::sleep(world.delay(1..=20)).await;
+            return (world.provider_commit(host, key, op, attempt), true);
+        }
+        Some(false) => {
+            world.fault(host, "provider 503 before commit");
+            return (Err(PayError::Unavailable), false);
+        }
+        None => {}
+    }
     if world.fault_chance(world.cfg.p_unavailable) {
         world.fault(host, "provider 503 before commit");
-        return Err(PayError::Unavailable);
+        return (Err(PayError::Unavailable), false);
     }
     if world.fault_chance(world.cfg.p_rate_limited) {
         world.fault(host, "provider 429 Retry-After");
-        return Err(PayError::RateLimited(world.delay(100..=1_500)));
+        return (Err(PayError::RateLimited(world.delay(100..=1_500))), false);
     }
-    let work = if world.fault_chance(world.cfg.p_slow_provider) {
+    let work = if world.cfg.ops[op].slow_body && world.faulty() {
+        world.fault(host, "provider body slower than the lease");
+        world.cfg.lease.mul_f64(world.rng(|r| 1.3 + r.f64() * 1.2))
+    } else if world.fault_chance(world.cfg.p_slow_provider) {
         world.fault(host, "provider slow (1-6 s)");
         world.delay(1_000..=6_000)
     } else {
         world.delay(1..=20)
     };
     tokio::time::sleep(work).await;
-    world.provider_commit(host, key, op)
+    (world.provider_commit(host, key, op, attempt), false)
 }

@@ -3,6 +3,7 @@
 //! (takeovers, fenced writes, replays) as evidence that the hard paths ran.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use idem_runtime::store::{
 use idem_runtime::{IdempotencyKey, MemoryStore, Store, StoreError};
 use uuid::Uuid;
 
-use super::{Protocol, World};
+use super::{CALL, Protocol, World};
 
 /// One incarnation's view of the shared store.
 pub struct SimStore {
@@ -21,6 +22,8 @@ pub struct SimStore {
     shared: Arc<MemoryStore>,
     /// Tokens of leases this incarnation acquired and has not yet given up.
     held: Mutex<BTreeSet<Uuid>>,
+    /// The incarnation crashed: nothing it sends reaches the store any more.
+    dead: AtomicBool,
 }
 
 impl SimStore {
@@ -30,7 +33,20 @@ impl SimStore {
             host,
             shared,
             held: Mutex::new(BTreeSet::new()),
+            dead: AtomicBool::new(false),
         }
+    }
+
+    /// The host crashed: what its dropped futures still try to write never arrives.
+    pub fn kill(&self) {
+        self.dead.store(true, Ordering::SeqCst);
+    }
+
+    fn dead(&self) -> Result<(), StoreError> {
+        if self.dead.load(Ordering::SeqCst) {
+            return Err(StoreError::unavailable("the host crashed"));
+        }
+        Ok(())
     }
 
     /// Whether this incarnation holds a lease that is still the record's.
@@ -51,7 +67,14 @@ impl SimStore {
 
     /// The request's way to the store.
     async fn reach(&self) -> Result<(), StoreError> {
-        if self.world.partitioned(self.host) {
+        self.dead()?;
+        if let Some(cut) = self.world.store_cut(self.host) {
+            if cut.store_only {
+                self.world.fault(
+                    self.host,
+                    "store unreachable while the provider is (store-only partition)",
+                );
+            }
             tokio::time::sleep(Duration::from_millis(50)).await;
             return Err(StoreError::unavailable("partitioned from the store"));
         }
@@ -66,7 +89,8 @@ impl SimStore {
     /// The reply's way back: the write has been applied whatever happens here.
     async fn reply(&self) -> Result<(), StoreError> {
         tokio::time::sleep(self.world.delay(0..=10)).await;
-        if self.world.partitioned(self.host) {
+        self.dead()?;
+        if self.world.store_cut(self.host).is_some() {
             return Err(StoreError::unavailable("partitioned from the store"));
         }
         if self.world.fault_chance(self.world.cfg.p_store_reply_lost) {
@@ -75,6 +99,25 @@ impl SimStore {
             return Err(StoreError::unavailable("injected: reply lost"));
         }
         Ok(())
+    }
+
+    /// `no-drop-guard`: the end write of a dropped call is swallowed, as if never sent.
+    fn ignore_drop_guard(&self, token: LeaseToken) -> Option<Result<Written, StoreError>> {
+        if self.world.cfg.protocol != Protocol::NoDropGuard {
+            return None;
+        }
+        let call = self.world.dropped_call_of(token.0)?;
+        self.world.log(self.host, || {
+            format!("(broken) ignores the end write of dropped call {call}")
+        });
+        Some(Ok(Written::Applied))
+    }
+
+    fn dropped_claim_ended(&self, token: LeaseToken, w: Written) {
+        if w == Written::Applied && self.world.dropped_call_of(token.0).is_some() {
+            self.world
+                .saw(self.host, "dropped call's claim ended at once");
+        }
     }
 
     fn written(&self, token: LeaseToken, w: Written) -> Written {
@@ -129,6 +172,9 @@ impl Store for SimStore {
             _ => {}
         }
         if claim == Claim::Acquired {
+            self.world
+                .token_acquired(CALL.try_with(|c| *c).ok(), req.token.0);
+            self.world.claimed_key(req.token.0, req.key.to_string());
             self.held.lock().unwrap().insert(req.token.0);
             w.log(h, || format!("claimed {}", req.key));
         }
@@ -143,7 +189,28 @@ impl Store for SimStore {
         outcome: &[u8],
         ttl: Duration,
     ) -> Result<Written, StoreError> {
-        self.reach().await?;
+        self.dead()?;
+        self.world.end_write(token.0);
+        let (before, fail) = self.world.completion_arrives(token.0);
+        if before > 0 {
+            self.world
+                .saw(self.host, "completion write retried under its token");
+        }
+        if fail {
+            tokio::time::sleep(self.world.delay(1..=30)).await;
+            self.world.fault(
+                self.host,
+                "completion write failed before reaching the store",
+            );
+            return Err(StoreError::unavailable(
+                "injected: the completion write failed before reaching the store",
+            ));
+        }
+        if let Err(e) = self.reach().await {
+            self.world.completion_blocked(token.0);
+            self.world.end_write_failed(token.0);
+            return Err(e);
+        }
         let w = self.shared.complete(key, token, outcome, ttl).await?;
         let w = self.written(token, w);
         self.reply().await?;
@@ -156,8 +223,16 @@ impl Store for SimStore {
         token: LeaseToken,
         lease: Duration,
     ) -> Result<Written, StoreError> {
+        if self.world.cfg.protocol == Protocol::NoRenewal {
+            // The broken holder: its lease is never extended, whatever it is told.
+            return Ok(Written::Applied);
+        }
         self.reach().await?;
         let w = self.shared.renew(key, token, lease).await?;
+        if w == Written::Applied {
+            self.world
+                .saw(self.host, "lease renewed while the body ran");
+        }
         if w == Written::Fenced {
             self.world
                 .saw(self.host, "renewal refused (holder was taken over)");
@@ -172,8 +247,17 @@ impl Store for SimStore {
         key: &IdempotencyKey,
         token: LeaseToken,
     ) -> Result<Written, StoreError> {
-        self.reach().await?;
+        if let Some(ignored) = self.ignore_drop_guard(token) {
+            return ignored;
+        }
+        self.dead()?;
+        self.world.end_write(token.0);
+        if let Err(e) = self.reach().await {
+            self.world.end_write_failed(token.0);
+            return Err(e);
+        }
         let w = self.shared.release(key, token).await?;
+        self.dropped_claim_ended(token, w);
         let w = self.written(token, w);
         self.reply().await?;
         Ok(w)
@@ -186,8 +270,22 @@ impl Store for SimStore {
         note: &str,
         ttl: Duration,
     ) -> Result<Written, StoreError> {
-        self.reach().await?;
-        let w = self.shared.mark_ambiguous(key, token, note, ttl).await?;
+        if let Some(ignored) = self.ignore_drop_guard(token) {
+            return ignored;
+        }
+        self.dead()?;
+        self.world.end_write(token.0);
+        if let Err(e) = self.reach().await {
+            self.world.end_write_failed(token.0);
+            return Err(e);
+        }
+        let w = if self.world.cfg.protocol == Protocol::AmbiguityNotSticky {
+            // The store that forgets ambiguity: the record goes as if released.
+            self.shared.release(key, token).await?
+        } else {
+            self.shared.mark_ambiguous(key, token, note, ttl).await?
+        };
+        self.dropped_claim_ended(token, w);
         let w = self.written(token, w);
         self.reply().await?;
         Ok(w)
