@@ -18,7 +18,7 @@ pub(crate) struct Plan {
     pub name: String,
     pub keys: Vec<KeyField>,
     /// The arguments fingerprinted: every parameter or binding that is not a whole key field.
-    pub fingerprint: Vec<Fingerprinted>,
+    pub fingerprint: Vec<FingerprintArg>,
     pub ok: Type,
     pub err: Type,
 }
@@ -32,7 +32,7 @@ pub(crate) struct KeyField {
     pub span: Span,
 }
 
-pub(crate) struct Fingerprinted {
+pub(crate) struct FingerprintArg {
     pub name: String,
     pub ident: Ident,
     pub span: Span,
@@ -67,7 +67,7 @@ pub(crate) fn lower(args: &Args, tool: &Tool) -> Plan {
 }
 
 /// Each key path resolved (to a parameter, a binding or `self`), and the arguments fingerprinted.
-fn key_fields(args: &Args, tool: &Tool) -> (Vec<KeyField>, Vec<Fingerprinted>) {
+fn key_fields(args: &Args, tool: &Tool) -> (Vec<KeyField>, Vec<FingerprintArg>) {
     let Some(key) = &args.key else {
         return (Vec::new(), Vec::new());
     };
@@ -92,7 +92,7 @@ fn key_fields(args: &Args, tool: &Tool) -> (Vec<KeyField>, Vec<Fingerprinted>) {
         for ident in candidates {
             let name = ident.unraw().to_string();
             if !whole.contains(&name) {
-                fingerprint.push(Fingerprinted {
+                fingerprint.push(FingerprintArg {
                     name,
                     except: fingerprint_except(tool, args, ident),
                     ident: ident.clone(),

@@ -8,7 +8,7 @@ use super::*;
 #[allow(clippy::large_enum_variant)]
 pub(super) enum Begun<'a> {
     Run(Run<'a>),
-    Replay(Record<'a>, Vec<u8>),
+    Replay(CallTrace<'a>, Vec<u8>),
     Refused(Error),
 }
 
@@ -30,7 +30,7 @@ pub(super) fn start<'a>(
         replayed = Empty,
         outcome = Empty,
     );
-    let call = Record {
+    let call = CallTrace {
         tool: Cow::Borrowed(tool.name),
         key,
         span: span.clone(),

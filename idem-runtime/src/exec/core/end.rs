@@ -5,7 +5,7 @@ use super::*;
 
 /// A call past its claim (or a read): the attempts so far, and what the end must record.
 pub(super) struct Run<'a> {
-    pub(super) call: Record<'a>,
+    pub(super) call: CallTrace<'a>,
     /// `None` for a read: nothing is recorded.
     pub(super) holder: Option<Holder>,
     pub(super) policy: RetryPolicy,
@@ -33,7 +33,7 @@ impl<'a> Run<'a> {
             .or_else(Idem::configured)
             .map_or_else(RetryPolicy::default, |idem| idem.retry_policy());
         Run {
-            call: Record {
+            call: CallTrace {
                 tool: Cow::Borrowed(tool.name),
                 key: IdempotencyKey::from_uuid(uuid::Uuid::nil()),
                 span,
@@ -47,7 +47,7 @@ impl<'a> Run<'a> {
         }
     }
 
-    pub(super) fn side_effect(call: Record<'a>, holder: Holder, policy: RetryPolicy) -> Self {
+    pub(super) fn side_effect(call: CallTrace<'a>, holder: Holder, policy: RetryPolicy) -> Self {
         Run {
             call,
             started: holder.claimed_at,
@@ -211,7 +211,7 @@ impl<'a> Run<'a> {
 /// returned: the caller keeps the body's result.
 pub(super) async fn write<F: Future<Output = Result<Written, StoreError>>>(
     s: &Settings,
-    call: &Record<'_>,
+    call: &CallTrace<'_>,
     what: &str,
     until: Instant,
     mut op: impl FnMut() -> F,
@@ -230,7 +230,11 @@ pub(super) async fn write<F: Future<Output = Result<Written, StoreError>>>(
 }
 
 /// What [`write`] logs of a holder's write, and whether it was applied.
-pub(super) fn written(call: &Record<'_>, what: &str, result: Result<Written, StoreError>) -> bool {
+pub(super) fn written(
+    call: &CallTrace<'_>,
+    what: &str,
+    result: Result<Written, StoreError>,
+) -> bool {
     match result {
         Ok(Written::Applied) => true,
         Ok(Written::Fenced) => {

@@ -38,7 +38,7 @@ impl Holder {
     /// over), or none succeeded before it ended.
     pub(super) fn poll_lease(
         &mut self,
-        call: &Record<'_>,
+        call: &CallTrace<'_>,
         cx: &mut Context<'_>,
     ) -> Poll<&'static str> {
         let Holder {

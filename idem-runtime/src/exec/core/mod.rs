@@ -12,7 +12,7 @@
 //! This module owns the call's state machine ([`Call`], its phases, what an attempt came to);
 //! its rooms: `claim` (before the first attempt), `lease` (renewals while it runs), `end` (the
 //! attempts' bookkeeping and the end written to the store), `dropped` (a call dropped before its
-//! end), `record` (what logs and `CallInfo` name).
+//! end), `trace` (what logs and `CallInfo` name).
 
 use std::borrow::Cow;
 use std::future::Future;
@@ -39,12 +39,12 @@ mod claim;
 mod dropped;
 mod end;
 mod lease;
-mod record;
+mod trace;
 
 use self::claim::*;
 use self::end::*;
 use self::lease::*;
-use self::record::*;
+use self::trace::*;
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -107,7 +107,7 @@ enum Phase<'a> {
     /// result. Owns everything, so a dropped call can finish it in the background.
     Recording(BoxFuture<'static, Option<Error>>),
     /// The key was completed before: this outcome is to be decoded.
-    Replayed(Record<'a>, Vec<u8>),
+    Replayed(CallTrace<'a>, Vec<u8>),
     /// Refused before any attempt, or over with this error instead of the last attempt's result.
     Refused(Error),
     /// Over: the last attempt's result stands.
@@ -139,7 +139,7 @@ pub(crate) enum End<'a> {
 /// A stored outcome to decode.
 pub(crate) struct Replay<'a> {
     pub(crate) outcome: Vec<u8>,
-    record: Record<'a>,
+    record: CallTrace<'a>,
 }
 
 impl Replay<'_> {

@@ -3,16 +3,16 @@
 use super::*;
 
 /// The tool, key and span of one call: what every log line and [`CallInfo`] names.
-pub(super) struct Record<'a> {
+pub(super) struct CallTrace<'a> {
     pub(super) tool: Cow<'a, str>,
     pub(super) key: IdempotencyKey,
     pub(super) span: tracing::Span,
 }
 
-impl Record<'_> {
+impl CallTrace<'_> {
     /// The same, owning the tool's name (for a write that may outlive the caller).
-    pub(super) fn into_owned(self) -> Record<'static> {
-        Record {
+    pub(super) fn into_owned(self) -> CallTrace<'static> {
+        CallTrace {
             tool: Cow::Owned(self.tool.into_owned()),
             key: self.key,
             span: self.span,
