@@ -33,6 +33,8 @@ pub(crate) struct McpTool {
     pub hints: Vec<(String, bool, TokenStream)>,
     /// `#[tool(name = "...")]`: the MCP name, which is also the default name in the key.
     pub name: Option<String>,
+    /// Annotation entries that are neither the title nor a hint, passed on as written.
+    pub unknown: Vec<Meta>,
 }
 
 /// Whether an attribute is rmcp's `#[tool]` (by its last segment, as `#[tool_router]` finds it).
@@ -79,6 +81,7 @@ pub(crate) fn find(cx: &Ctxt, kind: Kind, func: &ItemFn) -> Option<McpTool> {
         title: None,
         hints: Vec::new(),
         name: None,
+        unknown: Vec::new(),
     };
     for meta in metas {
         if meta.path().is_ident("annotations") {
@@ -139,8 +142,9 @@ fn annotations(cx: &Ctxt, meta: &Meta, tool: &mut McpTool) {
                 ),
             }
         } else {
-            // rmcp reports what it does not know; keep it.
-            tool.hints.push((name, false, meta.to_token_stream()));
+            // Not ours to judge: passed on in the rewritten `#[tool]`, for rmcp to accept or
+            // report (a misspelt hint gets rmcp's "did you mean").
+            tool.unknown.push(meta);
         }
     }
 }

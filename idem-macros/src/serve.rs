@@ -27,6 +27,7 @@ fn tool_attr(kind: Kind, args: &Args, tool: &Tool, mcp: &McpTool) -> TokenStream
             entries.push(quote!(#ident = #value));
         }
     }
+    entries.extend(mcp.unknown.iter().map(ToTokens::to_token_stream));
     let others = &mcp.others;
     quote!(#[#path(#(#others,)* annotations(#(#entries),*))])
 }

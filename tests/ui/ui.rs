@@ -37,6 +37,7 @@ const MCP_FAIL: &[&str] = &[
     "mcp_unclassified_tool",
     "mcp_contradictory_annotation",
     "mcp_wrong_order",
+    "mcp_unknown_annotation",
 ];
 
 /// One `TestCases` for every case: trybuild builds them in one project, and two test functions
