@@ -164,6 +164,21 @@ fn outcomes_recorded_by_one_process_are_replayed_to_a_later_one_through_the_defa
     );
     let (first_output, first_replayed) = ok(&reported(&first));
     assert!(!first_replayed);
+    // Issue 16: where the default store is, said once on stderr, without a tracing subscriber.
+    let said = String::from_utf8_lossy(&first.stderr);
+    let expected = format!(
+        "idemkit: no runtime installed; recording outcomes in {}",
+        std::fs::canonicalize(work.path())
+            .unwrap()
+            .join(".idemkit/idemkit.db")
+            .display()
+    );
+    assert_eq!(
+        said.matches("idemkit: no runtime installed").count(),
+        1,
+        "{said}"
+    );
+    assert!(said.contains(&expected), "{said}");
 
     let later = run();
     let (output, replayed) = ok(&reported(&later));
