@@ -36,7 +36,7 @@ pub(crate) const ARGUMENTS: &[&str] = &[
     "retry",
     "lease",
     "ttl",
-    "wait",
+    "in_flight_wait",
     "idem",
     "crate",
     "destructive",
@@ -52,7 +52,7 @@ pub(crate) struct Args {
     pub retry: Option<(Ident, Expr)>,
     pub lease: Option<(Ident, Millis)>,
     pub ttl: Option<(Ident, Millis)>,
-    pub wait: Option<(Ident, Millis)>,
+    pub in_flight_wait: Option<(Ident, Millis)>,
     pub idem: Option<(Ident, Expr)>,
     pub krate: Option<Path>,
     /// MCP tools only: `destructiveHint`.
@@ -159,17 +159,17 @@ fn argument(cx: &Ctxt, args: &mut Args, ident: &Ident, input: ParseStream) -> sy
                 ),
             }
         }
-        "lease" | "ttl" | "wait" => {
+        "lease" | "ttl" | "in_flight_wait" => {
             let slot = match name.as_str() {
                 "lease" => &mut args.lease,
                 "ttl" => &mut args.ttl,
-                _ => &mut args.wait,
+                _ => &mut args.in_flight_wait,
             };
             once(slot.is_some());
             input.parse::<Token![=]>()?;
             let lit: LitStr = input.parse()?;
             match parse_duration(&lit.value()) {
-                Some(ms) if ms == 0 && name != "wait" => cx.error(
+                Some(ms) if ms == 0 && name != "in_flight_wait" => cx.error(
                     lit.span(),
                     format!("`{name}` must be longer than zero, e.g. `{name} = \"30s\"`"),
                 ),
@@ -226,7 +226,7 @@ fn argument(cx: &Ctxt, args: &mut Args, ident: &Ident, input: ParseStream) -> sy
             let alias = match name.as_str() {
                 "retries" | "max_retries" | "attempts" | "retry_count" => Some("max_attempts"),
                 "runtime" | "store" | "idemkit" => Some("idem"),
-                "timeout" | "in_flight_wait" | "in_flight" => Some("wait"),
+                "wait" | "timeout" | "in_flight" => Some("in_flight_wait"),
                 "expiry" | "expires" | "retention" => Some("ttl"),
                 "keys" | "key_fields" | "fields" => Some("key"),
                 _ => None,

@@ -70,7 +70,7 @@ fn arguments(cx: &Ctxt, args: &Args, kind: Kind) {
                      remove `key`, or use #[side_effect(key = ...)] if the tool acts on the world",
                 );
             }
-            for (ident, _) in [&args.lease, &args.ttl, &args.wait].into_iter().flatten() {
+            for (ident, _) in [&args.lease, &args.ttl, &args.in_flight_wait].into_iter().flatten() {
                 cx.error(
                     ident.span(),
                     format!(

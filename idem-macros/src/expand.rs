@@ -276,7 +276,7 @@ fn settings(private: &TokenStream, args: &Args, name: &str) -> TokenStream {
     for (method, value) in [
         ("lease", &args.lease),
         ("ttl", &args.ttl),
-        ("in_flight_wait", &args.wait),
+        ("in_flight_wait", &args.in_flight_wait),
     ] {
         if let Some((_, ms)) = value {
             let method = format_ident!("{method}");

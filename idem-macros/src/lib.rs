@@ -55,7 +55,7 @@ use ast::Kind;
 /// | `retry = <expr>` | a whole `idemkit::RetryPolicy` for this tool. |
 /// | `lease = "10s"` | how long a claim holds before another call may take over; renewed every third of it while the body runs, so it bounds how long a crashed holder blocks the key, not how long a body may run (default: the runtime's, 10 s). |
 /// | `ttl = "24h"` | how long the outcome is kept; at least the lease (a compile error otherwise, when both are given). |
-/// | `wait = "10s"` | how long a concurrent call of the same key waits for the outcome. |
+/// | `in_flight_wait = "10s"` | how long a concurrent call of the same key waits for the outcome before `Error::InFlight` (one name for this setting everywhere: `Tool::in_flight_wait`, `IdemBuilder::in_flight_wait`). |
 /// | `idem = <expr>` | the runtime to use, e.g. `idem = self.idem` (an `Idem`, `&Idem` or `Arc<Idem>`); default: the runtime in force (`Idem::current`). |
 /// | `crate = path` | where the `idemkit` crate is, when it is renamed (default `::idemkit`). |
 ///

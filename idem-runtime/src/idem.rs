@@ -40,7 +40,7 @@ pub(crate) struct Settings {
     pub(crate) retry: RetryPolicy,
     pub(crate) lease: Duration,
     pub(crate) ttl: Duration,
-    pub(crate) wait: Duration,
+    pub(crate) in_flight_wait: Duration,
     pub(crate) store_timeout: Duration,
     /// This runtime's waiters, woken by its holders' ends (shared by its clones only).
     pub(crate) wakes: Wakes,
@@ -52,7 +52,7 @@ impl std::fmt::Debug for Idem {
             .field("retry", &self.inner.retry)
             .field("lease", &self.inner.lease)
             .field("ttl", &self.inner.ttl)
-            .field("wait", &self.inner.wait)
+            .field("in_flight_wait", &self.inner.in_flight_wait)
             .finish_non_exhaustive()
     }
 }
@@ -233,7 +233,7 @@ pub struct IdemBuilder {
     retry: Option<RetryPolicy>,
     lease: Option<Duration>,
     ttl: Option<Duration>,
-    wait: Option<Duration>,
+    in_flight_wait: Option<Duration>,
     store_timeout: Option<Duration>,
 }
 
@@ -275,7 +275,7 @@ impl IdemBuilder {
     /// How long a call waits for another call of the same key to finish before it returns
     /// [`Error::InFlight`] (default 30 s).
     pub fn in_flight_wait(mut self, wait: Duration) -> Self {
-        self.wait = Some(wait);
+        self.in_flight_wait = Some(wait);
         self
     }
 
@@ -300,7 +300,7 @@ impl IdemBuilder {
                 retry: self.retry.unwrap_or_default(),
                 lease,
                 ttl,
-                wait: self.wait.unwrap_or(Duration::from_secs(30)),
+                in_flight_wait: self.in_flight_wait.unwrap_or(Duration::from_secs(30)),
                 store_timeout: self.store_timeout.unwrap_or(Duration::from_secs(10)),
                 wakes: Wakes::default(),
             }),

@@ -69,7 +69,7 @@ pub struct Tool<'a> {
     max_attempts: Option<u32>,
     lease: Option<Duration>,
     ttl: Option<Duration>,
-    wait: Option<Duration>,
+    in_flight_wait: Option<Duration>,
 }
 
 impl<'a> Tool<'a> {
@@ -82,7 +82,7 @@ impl<'a> Tool<'a> {
             max_attempts: None,
             lease: None,
             ttl: None,
-            wait: None,
+            in_flight_wait: None,
         }
     }
 
@@ -123,7 +123,7 @@ impl<'a> Tool<'a> {
 
     /// How long a call waits for another call of the same key before [`Error::InFlight`].
     pub const fn in_flight_wait(mut self, wait: Duration) -> Self {
-        self.wait = Some(wait);
+        self.in_flight_wait = Some(wait);
         self
     }
 

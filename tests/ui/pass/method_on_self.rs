@@ -26,7 +26,7 @@ struct Payments {
 }
 
 impl Payments {
-    #[side_effect(key = "self.account_id, customer_id", idem = self.idem, max_attempts = 2, ttl = "7d", wait = "2s")]
+    #[side_effect(key = "self.account_id, customer_id", idem = self.idem, max_attempts = 2, ttl = "7d", in_flight_wait = "2s")]
     async fn charge(&self, key: &IdempotencyKey, customer_id: &str, amount_cents: u64) -> Result<String, PayError> {
         let _ = customer_id;
         self.runs.fetch_add(1, Ordering::SeqCst);

@@ -26,7 +26,7 @@ fn block_on<F: std::future::Future>(fut: F) -> F::Output {
     retry = RetryPolicy::default().with_max_attempts(2),
     lease = "1m",
     ttl = "24h",
-    wait = "250ms"
+    in_flight_wait = "250ms"
 )]
 async fn charge(key: &IdempotencyKey, customer_id: &str, period: &str) -> Result<String, PayError> {
     let _ = (customer_id, period);

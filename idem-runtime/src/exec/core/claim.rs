@@ -55,7 +55,7 @@ pub(super) fn start<'a>(
         }));
     }
     let policy = tool.policy(s.retry);
-    let wait = tool.wait.unwrap_or(s.wait);
+    let wait = tool.in_flight_wait.unwrap_or(s.in_flight_wait);
     let req = ClaimRequest {
         key,
         tool: tool.name,
