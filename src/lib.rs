@@ -45,10 +45,10 @@
 pub use idem_macros::classified_tools;
 pub use idem_macros::{read_only, side_effect};
 pub use idem_runtime::{
-    AlreadyInstalled, BuildError, CallInfo, CallOutcome, Classify, DuplicateTools, Error, Failure,
-    Fingerprint, Idem, IdemBuilder, IdempotencyKey, KeyHasher, KeyPart, KeyValue, MemoryStore,
-    OperationId, RetryPolicy, Store, StoreError, StoreErrorKind, Tool, ToolInfo, ToolKind,
-    check_unique_tool_names, observe, operation, store, tools,
+    AlreadyInstalled, BuildError, CallInfo, CallOutcome, Classified, Classify, DuplicateTools,
+    Error, Failure, Fingerprint, Idem, IdemBuilder, IdempotencyKey, KeyHasher, KeyPart, KeyValue,
+    MemoryStore, OperationId, RetryPolicy, Store, StoreError, StoreErrorKind, Tool, ToolInfo,
+    ToolKind, check_unique_tool_names, observe, operation, store, tools,
 };
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]

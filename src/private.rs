@@ -5,6 +5,25 @@
 use std::marker::PhantomData;
 
 pub use idem_runtime::__private::*;
+
+/// What a tool's return type is made of, so that a one-argument alias (`anyhow::Result<T>`, a
+/// crate's own `Result<T>`) names its error type through the compiler, not through syntax.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a `Result`",
+    label = "a tool returns `Result<T, E>`, or an alias of it",
+    note = "write `Result<T, YourError>`, or an alias of `std::result::Result` such as `anyhow::Result<T>`"
+)]
+pub trait ToolResult {
+    /// `T`.
+    type Ok;
+    /// `E`.
+    type Err;
+}
+
+impl<T, E> ToolResult for Result<T, E> {
+    type Ok = T;
+    type Err = E;
+}
 pub use idem_runtime::{
     Classify, Error, Fingerprint, Fingerprinter, IdempotencyKey, KeyHasher, KeyPart, Next,
     ReadCall, SideEffectCall, Tool, ToolInfo, ToolKind,

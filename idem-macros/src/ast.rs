@@ -126,7 +126,10 @@ fn peel(ty: &Type) -> &Type {
 }
 
 /// `Result<T, E>` (any path whose last segment is `Result` with two type arguments) → `(T, E)`.
-pub(crate) fn result_types(output: &ReturnType) -> Option<(&Type, &Type)> {
+/// `Result<T, E>` → `T` and `E`; a one-argument alias (`anyhow::Result<T>`, `io::Result<T>`, a
+/// crate's own `Result<T>`) → `T` and no `E`: the alias's error type is then named through the
+/// runtime's `ToolResult` trait, which the compiler resolves.
+pub(crate) fn result_types(output: &ReturnType) -> Option<(&Type, Option<&Type>)> {
     let ReturnType::Type(_, ty) = output else {
         return None;
     };
@@ -143,7 +146,8 @@ pub(crate) fn result_types(output: &ReturnType) -> Option<(&Type, &Type)> {
         _ => None,
     });
     match (types.next(), types.next(), types.next()) {
-        (Some(t), Some(e), None) if args.args.len() == 2 => Some((t, e)),
+        (Some(t), Some(e), None) if args.args.len() == 2 => Some((t, Some(e))),
+        (Some(t), None, None) if args.args.len() == 1 => Some((t, None)),
         _ => None,
     }
 }

@@ -100,6 +100,15 @@ impl KeyPath {
     }
 }
 
+/// `::idemkit::__private`, or `<crate = ...>::__private`: where generated code reaches the
+/// runtime.
+pub(crate) fn private(args: &Args) -> TokenStream {
+    match &args.krate {
+        Some(path) => quote::quote!(#path::__private),
+        None => quote::quote!(::idemkit::__private),
+    }
+}
+
 /// Parses the arguments, recording every problem in `cx`.
 pub(crate) fn parse(cx: &Ctxt, tokens: TokenStream) -> Args {
     let mut args = Args::default();

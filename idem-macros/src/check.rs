@@ -280,14 +280,13 @@ fn output(cx: &Ctxt, tool: &Tool) {
             format!("a {attribute} tool {what}; add `-> Result<T, E>`"),
         ),
         syn::ReturnType::Type(_, ty) => {
-            let one_arg_result = matches!(&**ty, Type::Path(p) if p.path.segments.last().is_some_and(|s| s.ident == "Result"));
-            let advice = if one_arg_result {
-                "; a one-argument alias such as `anyhow::Result<T>` or `io::Result<T>` hides the error type: \
-                 write `Result<T, YourError>` in full"
-            } else {
-                "; wrap the value in `Result<_, YourError>`"
-            };
-            cx.error_spanned(ty, format!("a {attribute} tool {what}{advice}"));
+            cx.error_spanned(
+                ty,
+                format!(
+                    "a {attribute} tool {what}; wrap the value in `Result<_, YourError>` (a one-argument alias such \
+                     as `anyhow::Result<T>` works too)"
+                ),
+            );
         }
     }
 }

@@ -10,16 +10,8 @@ use syn::spanned::Spanned;
 use syn::{Attribute, FnArg, Ident, Meta, Pat};
 
 use crate::ast::{Kind, Param, Role, Tool};
-use crate::attr::Args;
+use crate::attr::{Args, private};
 use crate::lower::Plan;
-
-/// `::idemkit::__private`, or `<crate = ...>::__private`.
-pub(crate) fn private(args: &Args) -> TokenStream {
-    match &args.krate {
-        Some(path) => quote!(#path::__private),
-        None => quote!(::idemkit::__private),
-    }
-}
 
 /// The internal local every attempt's key arrives in; invisible to the body (mixed-site hygiene).
 fn key_local() -> Ident {

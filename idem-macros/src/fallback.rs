@@ -7,8 +7,8 @@ use quote::{ToTokens, quote};
 use syn::FnArg;
 
 use crate::ast::Tool;
-use crate::attr::Args;
-use crate::expand::{outer_attrs, private};
+use crate::attr::{Args, private};
+use crate::expand::outer_attrs;
 use crate::rmcp::boxed_by_tool;
 
 /// The item as written, minus the injected key parameter (bound to a placeholder inside the

@@ -43,8 +43,17 @@ pub(crate) struct FingerprintArg {
 /// The plan of a tool that passed every check.
 pub(crate) fn lower(args: &Args, tool: &Tool) -> Plan {
     let (ok, err) = ast::result_types(&tool.item.sig.output)
-        .map(|(ok, err)| (ok.clone(), err.clone()))
-        .expect("checked: the return type is `Result<T, E>`");
+        .expect("checked: the return type is `Result<T, E>` or a one-argument alias of it");
+    let ok = ok.clone();
+    let err = match (err, &tool.item.sig.output) {
+        (Some(err), _) => err.clone(),
+        // `anyhow::Result<T>` and the like: the compiler names the error type.
+        (None, syn::ReturnType::Type(_, ret)) => {
+            let private = crate::attr::private(args);
+            syn::parse_quote_spanned!(ret.span()=> <#ret as #private::ToolResult>::Err)
+        }
+        (None, syn::ReturnType::Default) => unreachable!("checked: a return type"),
+    };
     let (keys, fingerprint) = match tool.kind {
         Kind::SideEffect => key_fields(args, tool),
         Kind::ReadOnly => (Vec::new(), Vec::new()),

@@ -52,6 +52,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod classify;
 mod error;
 mod exec;
 mod fingerprint;
@@ -66,6 +67,7 @@ pub mod store;
 #[doc(hidden)]
 pub mod conformance;
 
+pub use classify::{Classified, classify_chain};
 pub use error::{Error, StoreError, StoreErrorKind};
 #[doc(hidden)]
 pub use exec::{Next, ReadCall, SideEffectCall};

@@ -49,7 +49,8 @@ impl Failure {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` does not say which failures to retry",
     label = "`{Self}` does not implement `idemkit::Classify`",
-    note = "implement `idemkit::Classify for {Self}`: map each error to `Failure::Transient` (did not happen), `Ambiguous` (may have happened), `RetryAfter(d)` or `Permanent`"
+    note = "implement `idemkit::Classify for {Self}`: map each error to `Failure::Transient` (did not happen), `Ambiguous` (may have happened), `RetryAfter(d)` or `Permanent`",
+    note = "for an error type of another crate, which you cannot implement it for: wrap it in a newtype of yours, or return `Box<dyn Error + Send + Sync>` (or `anyhow::Error` with idemkit's `anyhow` feature) and attach the failure with `Failure::Transient.to(err)` or `.context(Failure::Transient)`"
 )]
 pub trait Classify {
     /// What this failure means for the operation.

@@ -477,3 +477,43 @@ async fn a_stored_outcome_that_no_longer_decodes_says_the_operation_ran() {
     );
     assert_eq!((how, charge.runs()), (CallOutcome::Refused, 0));
 }
+
+/// Issue 16: an anyhow error that says nothing about what it means is taken the safe way for a
+/// write: it may have happened, so it is retried with the same key and, when attempts run out,
+/// the record is kept as ambiguous, never released; a `Failure` given as context decides instead.
+#[cfg(feature = "anyhow")]
+#[tokio::test(start_paused = true)]
+async fn an_anyhow_error_that_says_nothing_is_kept_as_ambiguous() {
+    let idem = Idem::new(MemoryStore::new());
+    let runs = &AtomicU32::new(0);
+    let call = |order: u64, permanent: bool| {
+        Tool::new("charge").idem(&idem).max_attempts(3).side_effect(
+            &[("order", &order)],
+            &(),
+            move |_| {
+                runs.fetch_add(1, SeqCst);
+                async move {
+                    let err = anyhow::anyhow!("connection reset by the provider");
+                    let err = if permanent {
+                        err.context(Failure::Permanent)
+                    } else {
+                        err
+                    };
+                    Err::<u32, _>(err)
+                }
+            },
+        )
+    };
+    assert!(call(1, false).await.is_err());
+    assert_eq!(runs.swap(0, SeqCst), 3, "retried, with the same key");
+    let kept = idem.store().get(&key()).await.unwrap().expect("kept");
+    assert!(matches!(kept.state, RecordState::Ambiguous { .. }));
+    assert!(call(2, true).await.is_err());
+    assert_eq!(runs.load(SeqCst), 1, "a Permanent context stops at once");
+    let other = IdempotencyKey::derive("charge", &[("order", &2u64)]);
+    assert_eq!(
+        idem.store().get(&other).await.unwrap(),
+        None,
+        "and releases"
+    );
+}
