@@ -72,10 +72,23 @@ use ast::Kind;
 /// anew: owned arguments are cloned (so they must be `Clone`), references are copied. The body
 /// runs in the caller's `tracing` span; idemkit's own events are in `idemkit.side_effect`.
 ///
-/// The return type must be written as `Result<T, E>` (any path ending in `Result` with two
-/// arguments); one-argument aliases such as `anyhow::Result<T>` are rejected, because `E` must
-/// implement `idemkit::Classify` and `From<idemkit::Error>`. `T` must be `Serialize +
-/// DeserializeOwned`: the first outcome is stored and replayed. Methods take `&self`.
+/// The return type is `Result<T, E>`, or a one-argument alias of it (`anyhow::Result<T>` with
+/// idemkit's `anyhow` feature, a crate's own `Result<T>`); `E` implements `idemkit::Classify` and
+/// `From<idemkit::Error>` (`anyhow::Error` and `Box<dyn Error + Send + Sync>` do). `T` must be
+/// `Serialize + DeserializeOwned`: the first outcome is stored and replayed. Methods take `&self`.
+///
+/// # What is a compile error about the key, and what cannot be
+///
+/// - A key minted **in the body** (C4): a call of `Uuid::new_v4`, `new_v7`, `now_v7` …,
+///   `IdempotencyKey::random`/`new`, `OperationId::new`, `Ulid::new`, `rand::random`, `nanoid!`,
+///   also inside a macro's arguments (`format!("{}", Uuid::new_v4())`).
+/// - A key the **caller** would pass: a parameter named `key` that is not `&IdempotencyKey`, or an
+///   `IdempotencyKey` taken by value.
+/// - Not caught: a key minted in a **helper function** the body calls (`fresh_key()` returning a
+///   UUID): the macro sees only the body's own tokens. Keep keys out of helpers: a helper that
+///   needs the key takes the injected `&IdempotencyKey` as an argument, and an operation with no
+///   natural identity keys on an `OperationId` (`idemkit::operation("...")`), minted once and
+///   stored.
 ///
 /// Minting an identifier in the body (`Uuid::new_v4()`, `Uuid::now_v7()`,
 /// `IdempotencyKey::random()`, `OperationId::new()`, `Ulid::new()`, `rand::random()`,

@@ -1,4 +1,5 @@
 // A destructuring parameter (rmcp's `Parameters(ChargeReq { .. })` style): its bindings are key fields.
+#![deny(warnings)] // A new warning in an expansion fails the case (issue 16).
 use idemkit::{Idem, IdempotencyKey, MemoryStore, side_effect};
 
 #[derive(Debug)]

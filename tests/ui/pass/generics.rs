@@ -1,4 +1,5 @@
 // Generics, lifetimes and where clauses are kept.
+#![deny(warnings)] // A new warning in an expansion fails the case (issue 16).
 use idemkit::{Idem, IdempotencyKey, KeyPart, MemoryStore, side_effect};
 use serde::Serialize;
 use std::fmt::Display;

@@ -1,4 +1,5 @@
 // A method on `&self`: a key field of `self`, the runtime from a field of `self` (`idem =`).
+#![deny(warnings)] // A new warning in an expansion fails the case (issue 16).
 use idemkit::{Idem, IdempotencyKey, MemoryStore, side_effect};
 use std::sync::atomic::{AtomicU32, Ordering};
 

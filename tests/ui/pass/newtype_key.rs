@@ -1,4 +1,5 @@
 // A user's newtype is a key field by delegating `KeyPart`; it keys like its inner value.
+#![deny(warnings)] // A new warning in an expansion fails the case (issue 16).
 use idemkit::{Idem, IdempotencyKey, KeyPart, KeyValue, MemoryStore, side_effect};
 
 #[derive(Debug)]

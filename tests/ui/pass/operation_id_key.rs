@@ -1,4 +1,5 @@
 // An operation with no natural identity keys on an `OperationId`, minted once and stored.
+#![deny(warnings)] // A new warning in an expansion fails the case (issue 16).
 use idemkit::{Idem, IdempotencyKey, MemoryStore, OperationId, side_effect};
 
 #[derive(Debug)]

@@ -1,4 +1,5 @@
 // The facade under another name (`crate = ...`), the list form of `key`, and every knob.
+#![deny(warnings)] // A new warning in an expansion fails the case (issue 16).
 use idemkit as idk;
 use idk::{Idem, IdempotencyKey, MemoryStore, RetryPolicy};
 

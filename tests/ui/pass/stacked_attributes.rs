@@ -1,4 +1,5 @@
 // Stacked with another attribute macro, in either order.
+#![deny(warnings)] // A new warning in an expansion fails the case (issue 16).
 use idemkit::{Idem, IdempotencyKey, MemoryStore, read_only, side_effect};
 
 #[derive(Debug)]

@@ -1,4 +1,5 @@
 // Key paths into a struct argument; `name =` pins the tool's name in the key.
+#![deny(warnings)] // A new warning in an expansion fails the case (issue 16).
 use idemkit::{Idem, IdempotencyKey, MemoryStore, side_effect};
 use serde::Serialize;
 
