@@ -6,6 +6,53 @@ use std::marker::PhantomData;
 
 pub use idem_runtime::__private::*;
 
+/// Text a key field normalisation (`nfc(name)`, `nfc_fold(name)`) can read.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not text, so `nfc(..)` or `nfc_fold(..)` cannot normalise it",
+    label = "not text",
+    note = "normalisation applies to text key fields (`&str`, `String`, `Cow<str>`, `Box<str>`, `Arc<str>`); key this field without it"
+)]
+pub trait KeyText {
+    /// The text.
+    fn key_text(&self) -> &str;
+}
+
+impl KeyText for str {
+    fn key_text(&self) -> &str {
+        self
+    }
+}
+
+impl KeyText for String {
+    fn key_text(&self) -> &str {
+        self
+    }
+}
+
+impl KeyText for std::borrow::Cow<'_, str> {
+    fn key_text(&self) -> &str {
+        self
+    }
+}
+
+impl KeyText for Box<str> {
+    fn key_text(&self) -> &str {
+        self
+    }
+}
+
+impl KeyText for std::sync::Arc<str> {
+    fn key_text(&self) -> &str {
+        self
+    }
+}
+
+impl<T: KeyText + ?Sized> KeyText for &T {
+    fn key_text(&self) -> &str {
+        (**self).key_text()
+    }
+}
+
 /// What a tool's return type is made of, so that a one-argument alias (`anyhow::Result<T>`, a
 /// crate's own `Result<T>`) names its error type through the compiler, not through syntax.
 #[diagnostic::on_unimplemented(
@@ -26,7 +73,7 @@ impl<T, E> ToolResult for Result<T, E> {
 }
 pub use idem_runtime::{
     Classify, Error, Fingerprint, Fingerprinter, IdempotencyKey, KeyHasher, KeyPart, Next,
-    ReadCall, SideEffectCall, Tool, ToolInfo, ToolKind,
+    ReadCall, SideEffectCall, Tool, ToolInfo, ToolKind, normalize,
 };
 
 use idem_runtime::__private::serde::Serialize;

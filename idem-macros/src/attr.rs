@@ -72,12 +72,35 @@ pub(crate) struct KeyArg {
     /// Where an empty list is reported: the string, or the parentheses.
     pub list_span: Span,
     pub paths: Vec<KeyPath>,
+    /// The string form did not parse (reported already): no paths, but not an empty list.
+    pub unreadable: bool,
 }
 
-/// One key field as written: a root (a parameter, a binding, or `self`) and field accesses.
+/// An opt-in normalisation of a text key field (keys are byte-exact without one).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Normalize {
+    /// `nfc(name)`: Unicode NFC.
+    Nfc,
+    /// `nfc_fold(name)`: NFC, trimmed, lower case.
+    NfcFold,
+}
+
+impl Normalize {
+    /// Its name, which is also the runtime's function (`idemkit::normalize::nfc`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Normalize::Nfc => "nfc",
+            Normalize::NfcFold => "nfc_fold",
+        }
+    }
+}
+
+/// One key field as written: a root (a parameter, a binding, or `self`) and field accesses,
+/// maybe inside a normalisation (`nfc(name)`).
 pub(crate) struct KeyPath {
     pub root: Ident,
     pub fields: Vec<Ident>,
+    pub normalize: Option<Normalize>,
     /// Where errors about this field point: the string in the string form (stable Rust cannot
     /// point inside it), the very name in the list form.
     pub span: Span,
@@ -89,14 +112,17 @@ impl KeyPath {
         self.fields.last().unwrap_or(&self.root).unraw().to_string()
     }
 
-    /// The path as written, `args.customer_id`.
+    /// The path as written, `args.customer_id` (`nfc(args.name)` with a normalisation).
     pub fn display(&self) -> String {
         let mut s = self.root.unraw().to_string();
         for f in &self.fields {
             s.push('.');
             s.push_str(&f.unraw().to_string());
         }
-        s
+        match self.normalize {
+            Some(n) => format!("{}({s})", n.name()),
+            None => s,
+        }
     }
 }
 
@@ -285,6 +311,7 @@ fn key_arg(cx: &Ctxt, ident: &Ident, input: ParseStream) -> syn::Result<KeyArg> 
         Ok(KeyArg {
             tokens,
             list_span: span,
+            unreadable: paths.is_empty() && !lit.value().trim().is_empty(),
             paths,
         })
     } else if input.peek(syn::token::Paren) {
@@ -299,6 +326,7 @@ fn key_arg(cx: &Ctxt, ident: &Ident, input: ParseStream) -> syn::Result<KeyArg> 
         Ok(KeyArg {
             tokens,
             list_span: parens.span.join(),
+            unreadable: false,
             paths: list.into_iter().collect(),
         })
     } else {
@@ -311,6 +339,32 @@ fn key_arg(cx: &Ctxt, ident: &Ident, input: ParseStream) -> syn::Result<KeyArg> 
 
 impl syn::parse::Parse for KeyPath {
     fn parse(input: ParseStream) -> syn::Result<Self> {
+        if input.peek(Ident) && input.peek2(syn::token::Paren) {
+            let modifier: Ident = input.parse()?;
+            let normalize = match modifier.to_string().as_str() {
+                "nfc" => Normalize::Nfc,
+                "nfc_fold" => Normalize::NfcFold,
+                other => {
+                    return Err(syn::Error::new(
+                        modifier.span(),
+                        format!(
+                            "unknown key normalisation `{other}(..)`: write `nfc(field)` (Unicode NFC) or \
+                             `nfc_fold(field)` (NFC, trimmed, lower case); keys are byte-exact without one"
+                        ),
+                    ));
+                }
+            };
+            let content;
+            syn::parenthesized!(content in input);
+            let mut inner: KeyPath = content.parse()?;
+            if inner.normalize.is_some() || !content.is_empty() {
+                return Err(
+                    content.error("write one field inside a normalisation, e.g. `nfc(name)`")
+                );
+            }
+            inner.normalize = Some(normalize);
+            return Ok(inner);
+        }
         let root = if input.peek(Token![self]) {
             input.call(Ident::parse_any)?
         } else {
@@ -322,7 +376,12 @@ impl syn::parse::Parse for KeyPath {
             fields.push(input.parse::<Ident>()?);
         }
         let span = fields.last().unwrap_or(&root).span();
-        Ok(KeyPath { root, fields, span })
+        Ok(KeyPath {
+            root,
+            fields,
+            normalize: None,
+            span,
+        })
     }
 }
 

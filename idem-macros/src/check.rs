@@ -54,7 +54,7 @@ fn arguments(cx: &Ctxt, args: &Args, kind: Kind) {
                  e.g. `#[side_effect(key = \"customer_id, period\")]`; the key is derived from them once, \
                  before the first attempt, and every retry reuses it",
             ),
-            Some(key) if key.paths.is_empty() => cx.error(
+            Some(key) if key.paths.is_empty() && !key.unreadable => cx.error(
                 key.list_span,
                 "the key list is empty: name at least one field that identifies the operation, \
                  e.g. `key = \"customer_id, period\"`; an operation with no natural identity can key on an \

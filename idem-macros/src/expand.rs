@@ -53,7 +53,13 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
             // C3: each value is borrowed at the user's span, so a non-`KeyPart` type is reported there.
             let key_fields = plan.keys.iter().map(|k| {
                 let (field, path) = (&k.name, &k.path);
-                let value = quote_spanned!(k.span=> &#path);
+                let value = match k.normalize {
+                    None => quote_spanned!(k.span=> &#path),
+                    Some(n) => {
+                        let f = Ident::new(n.name(), Span::call_site());
+                        quote_spanned!(k.span=> &#private::normalize::#f(#private::KeyText::key_text(&#path)))
+                    }
+                };
                 quote!(#hasher.field(#field, #value);)
             });
             let fingerprint = plan.fingerprint.iter().map(|f| {

@@ -50,6 +50,7 @@ use ast::Kind;
 /// | argument | meaning |
 /// | --- | --- |
 /// | `key = "a, b.c, self.d"` or `key(a, b.c, self.d)` | **required**: the fields that identify the operation, in key order. Each is a parameter, a name bound by a destructuring parameter, or `self`, followed by field accesses. The field's name in the key is the last segment (`args.customer_id` → `customer_id`). |
+/// | `key = "nfc(name), period"` | a text key field normalised first: `nfc(..)` Unicode NFC, `nfc_fold(..)` NFC trimmed and in lower case (keys are byte-exact without). |
 /// | `name = "payments.charge"` | the tool's name, part of every key (default: the function's name). Pin it to keep keys stable across renames. |
 /// | `max_attempts = 5` | attempts in all, the first included (default: the runtime's retry policy). |
 /// | `retry = <expr>` | a whole `idemkit::RetryPolicy` for this tool. |

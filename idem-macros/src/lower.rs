@@ -9,7 +9,7 @@ use syn::spanned::Spanned;
 use syn::{Ident, Type};
 
 use crate::ast::{self, Kind, Role, Tool};
-use crate::attr::{Args, KeyPath};
+use crate::attr::{Args, KeyPath, Normalize};
 use crate::rmcp::is_parameters;
 
 /// What the expansion needs, once everything checked out.
@@ -30,6 +30,8 @@ pub(crate) struct KeyField {
     pub path: TokenStream,
     /// Where a type error about it points.
     pub span: Span,
+    /// Normalised first (`nfc(name)`), or byte-exact.
+    pub normalize: Option<Normalize>,
 }
 
 pub(crate) struct FingerprintArg {
@@ -130,6 +132,7 @@ fn resolve(tool: &Tool, path: &KeyPath, name: String) -> KeyField {
                 name,
                 path: root.into_token_stream(),
                 span,
+                normalize: path.normalize,
             }
         }
         None => KeyField {
@@ -137,6 +140,7 @@ fn resolve(tool: &Tool, path: &KeyPath, name: String) -> KeyField {
             path: key_path(tool, &path.root, &path.fields)
                 .unwrap_or_else(|| path.to_token_stream()),
             span: path.span,
+            normalize: path.normalize,
         },
     }
 }

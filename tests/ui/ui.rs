@@ -30,6 +30,7 @@ const FAIL: &[&str] = &[
     "ttl_shorter_than_lease",
     // Issue 16: a key the caller would pass in (`key: &str`, `IdempotencyKey` by value).
     "key_param_not_injected",
+    "key_normalize_unknown",
 ];
 
 /// MCP tools: this package always enables idemkit's `rmcp` feature.

@@ -23,6 +23,7 @@ use sha2::digest::typenum::U64;
 use uuid::Uuid;
 
 mod hasher;
+pub mod normalize;
 mod operation;
 mod part;
 #[cfg(test)]
