@@ -29,6 +29,52 @@ pub(crate) fn check(cx: &Ctxt, args: &Args, tool: &Tool) {
     if tool.kind == Kind::SideEffect {
         minted_keys(cx, &tool.item.block);
         key_paths(cx, args, tool);
+        impl_trait_arguments(cx, args, tool);
+    }
+}
+
+/// An `impl Trait` argument that is fingerprinted must say it is `Serialize`: rustc's own advice
+/// names a path from inside serde's derive (issue 16).
+fn impl_trait_arguments(cx: &Ctxt, args: &Args, tool: &Tool) {
+    let whole_key = |ident: &Ident| {
+        args.key.as_ref().is_some_and(|k| {
+            k.paths
+                .iter()
+                .any(|p| p.fields.is_empty() && p.root == *ident)
+        })
+    };
+    for p in &tool.params {
+        let Role::Named(ident) = &p.role else {
+            continue;
+        };
+        let ty = match &*p.arg.ty {
+            Type::Reference(r) => &*r.elem,
+            ty => ty,
+        };
+        let Type::ImplTrait(it) = ty else { continue };
+        let serialize = it.bounds.iter().any(|b| {
+            matches!(b, syn::TypeParamBound::Trait(t)
+                if t.path.segments.last().is_some_and(|s| s.ident == "Serialize"))
+        });
+        if !serialize && !whole_key(ident) {
+            let written = p
+                .arg
+                .ty
+                .to_token_stream()
+                .to_string()
+                .replace(" <", "<")
+                .replace("< ", "<")
+                .replace(" >", ">")
+                .replace("& ", "&");
+            cx.error_spanned(
+                &p.arg.ty,
+                format!(
+                    "`{ident}: {written}` cannot be fingerprinted: the arguments that are not key fields must be \
+                     `serde::Serialize`, so that a retry is told apart from a key reused for another operation; add \
+                     `+ serde::Serialize` to the bounds, take a concrete type (e.g. `&str`), or make it a key field"
+                ),
+            );
+        }
     }
 }
 

@@ -31,6 +31,7 @@ const FAIL: &[&str] = &[
     // Issue 16: a key the caller would pass in (`key: &str`, `IdempotencyKey` by value).
     "key_param_not_injected",
     "key_normalize_unknown",
+    "impl_trait_argument",
 ];
 
 /// MCP tools: this package always enables idemkit's `rmcp` feature.
