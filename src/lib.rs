@@ -6,7 +6,7 @@
 //! returns the first result instead of acting again.
 //!
 //! ```
-//! use idemkit::{Classify, Failure, Idem, MemoryStore, Tool};
+//! use idemkit::{Classify, Failure, Idem, IdempotencyKey, MemoryStore, side_effect};
 //!
 //! #[derive(Debug)]
 //! enum PayError { Declined, Timeout, Idem(idemkit::Error) }
@@ -15,7 +15,7 @@
 //!     fn classify(&self) -> Failure {
 //!         match self {
 //!             PayError::Declined | PayError::Idem(_) => Failure::Permanent,
-//!             PayError::Timeout => Failure::Ambiguous,
+//!             PayError::Timeout => Failure::Ambiguous,   // may have happened: retried with the same key
 //!         }
 //!     }
 //! }
@@ -23,19 +23,25 @@
 //!     fn from(e: idemkit::Error) -> Self { PayError::Idem(e) }
 //! }
 //!
-//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-//! let idem = Idem::new(MemoryStore::new());
-//! let receipt: Result<String, PayError> = Tool::new("charge")
-//!     .idem(&idem)
-//!     .side_effect(
-//!         &[("customer_id", &"cus_1"), ("purpose", &"subscription"), ("period", &"2026-11")],
-//!         &serde_json::json!({ "amount_cents": 4200 }),
-//!         |key| async move { Ok(format!("charged once under {key}")) },
-//!     )
-//!     .await;
-//! assert_eq!(receipt.unwrap(), "charged once under 32e00e40-1a53-8058-93c7-e9d1adc8ecaa");
-//! # });
+//! /// Charges a customer once per purpose and period.
+//! #[side_effect(key = "customer_id, purpose, period")]
+//! async fn charge(key: &IdempotencyKey, customer_id: &str, purpose: &str, period: &str, cents: u64)
+//!     -> Result<String, PayError>
+//! {
+//!     // provider.charge(key.as_str(), customer_id, cents).await
+//!     Ok(format!("charged {cents} once under {key}"))
+//! }
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(
+//! # Idem::new(MemoryStore::new()).scope(async {
+//! // Callers see the signature they wrote, minus the key; a repeat returns the first outcome.
+//! let receipt = charge("cus_1", "subscription", "2026-11", 4200).await.unwrap();
+//! assert_eq!(receipt, "charged 4200 once under 32e00e40-1a53-8058-93c7-e9d1adc8ecaa");
+//! assert_eq!(charge("cus_1", "subscription", "2026-11", 4200).await.unwrap(), receipt);
+//! # }));
 //! ```
+//!
+//! Without the attribute, [`Tool`] runs the same protocol by hand.
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
