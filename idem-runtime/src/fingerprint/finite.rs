@@ -191,32 +191,23 @@ impl ser::SerializeMap for Finite {
     }
 }
 
-impl ser::SerializeStruct for Finite {
-    type Ok = ();
-    type Error = NotFinite;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        _: &'static str,
-        value: &T,
-    ) -> Result<(), NotFinite> {
-        value.serialize(Finite)
-    }
-    fn end(self) -> Result<(), NotFinite> {
-        Ok(())
-    }
+macro_rules! fields {
+    ($($trait:ident),*) => {$(
+        impl ser::$trait for Finite {
+            type Ok = ();
+            type Error = NotFinite;
+            fn serialize_field<T: Serialize + ?Sized>(
+                &mut self,
+                _: &'static str,
+                value: &T,
+            ) -> Result<(), NotFinite> {
+                value.serialize(Finite)
+            }
+            fn end(self) -> Result<(), NotFinite> {
+                Ok(())
+            }
+        }
+    )*};
 }
 
-impl ser::SerializeStructVariant for Finite {
-    type Ok = ();
-    type Error = NotFinite;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        _: &'static str,
-        value: &T,
-    ) -> Result<(), NotFinite> {
-        value.serialize(Finite)
-    }
-    fn end(self) -> Result<(), NotFinite> {
-        Ok(())
-    }
-}
+fields!(SerializeStruct, SerializeStructVariant);
