@@ -108,10 +108,12 @@ impl<'a> Run<'a> {
             // A store that answers at once (in memory) needs no future for the end.
             let _span = call.span.enter();
             let s = holder.idem.settings();
-            if let Some(result @ Ok(_)) =
-                s.store
-                    .complete_now(&call.key, holder.token, bytes, holder.ttl)
-            {
+            let answered = s
+                .store
+                .complete_now(&call.key, holder.token, bytes, holder.ttl);
+            // A failure answered at once is retried below (S17), unless the store took the
+            // bytes with it (an outcome is never empty: JSON has at least `null`).
+            if let Some(result) = answered.filter(|r| r.is_ok() || bytes.is_empty()) {
                 let outcome = if written(&call, "complete", result) {
                     CallOutcome::Completed
                 } else {
