@@ -93,13 +93,25 @@ impl std::fmt::Debug for PostgresStore {
 
 /// Configures a [`PostgresStore`]: where it connects and which table it uses.
 #[must_use]
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct PostgresStoreBuilder {
     url: String,
     schema: Option<String>,
     table: String,
     max_connections: usize,
     connect_timeout: Duration,
+}
+
+impl std::fmt::Debug for PostgresStoreBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStoreBuilder")
+            .field("url", &super::redacted_url(&self.url))
+            .field("schema", &self.schema)
+            .field("table", &self.table)
+            .field("max_connections", &self.max_connections)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
 }
 
 impl PostgresStore {

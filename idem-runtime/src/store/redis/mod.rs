@@ -123,12 +123,23 @@ impl Connection {
 
 /// Configures a [`RedisStore`].
 #[must_use]
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RedisStoreBuilder {
     url: String,
     prefix: String,
     grace: Duration,
     timeout: Duration,
+}
+
+impl std::fmt::Debug for RedisStoreBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStoreBuilder")
+            .field("url", &super::redacted_url(&self.url))
+            .field("prefix", &self.prefix)
+            .field("grace", &self.grace)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
 }
 
 impl RedisStore {
