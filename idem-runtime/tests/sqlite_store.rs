@@ -297,3 +297,29 @@ async fn a_deleted_or_replaced_database_file_fails_closed_saying_what_happened()
         assert!(err.to_string().contains(what), "reads too: {err}");
     }
 }
+
+/// Issue 19 (files): a new store's directory and file are readable by their owner only, and so
+/// are SQLite's WAL and shared-memory files beside it.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_new_store_is_readable_by_its_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state/idemkit/idemkit.db");
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(
+        store.claim(&request(50, DAY)).await.unwrap(),
+        Claim::Acquired
+    );
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(path.parent().unwrap()), 0o700, "the directory");
+    assert_eq!(
+        mode(path.parent().unwrap().parent().unwrap()),
+        0o700,
+        "a parent it made"
+    );
+    assert_eq!(mode(&path), 0o600, "the database file");
+    let wal = path.with_extension("db-wal");
+    assert!(wal.exists());
+    assert_eq!(mode(&wal), 0o600, "the WAL");
+}

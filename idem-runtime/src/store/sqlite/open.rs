@@ -63,7 +63,7 @@ pub(super) fn open_once(
         )));
     }
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| {
+        private_dir(dir).map_err(|e| {
             StoreError::unavailable(format!(
                 "cannot create the directory {} for the store {p}: {e}; create it (writable by this user), \
                  or set {DEFAULT_PATH_ENV} (or the store's path) to a writable place",
@@ -72,6 +72,7 @@ pub(super) fn open_once(
             .with_source(e)
         })?;
     }
+    private_file(path);
     let opening = |e| sql_error(path, "open", e);
     let conn = Connection::open(path).map_err(opening)?;
     conn.busy_timeout(settings.busy_timeout).map_err(opening)?;
@@ -183,4 +184,49 @@ pub(super) fn migrate(conn: &Connection, path: &Path) -> Result<(), StoreError> 
             Err(e)
         }
     }
+}
+
+/// Creates the store's directory (and its missing parents) readable by this user only: the
+/// records hold outcomes (receipts, customer data) and decide what runs again.
+fn private_dir(dir: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+    }
+    #[cfg(not(unix))]
+    std::fs::create_dir_all(dir)
+}
+
+/// Creates the database file readable by this user only (SQLite gives its WAL and shared-memory
+/// files the same permissions); an existing file that other users may write is reported, since
+/// they could rewrite what replays.
+fn private_file(path: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        match std::fs::metadata(path) {
+            Ok(meta) if meta.is_file() && meta.mode() & 0o022 != 0 => tracing::warn!(
+                path = %path.display(),
+                mode = format!("{:o}", meta.mode() & 0o777),
+                "the store's file is writable by other users, who could rewrite the outcomes it replays; \
+                 make it writable by its owner only (chmod 600)"
+            ),
+            Ok(_) => {}
+            Err(_) => {
+                // Made here, empty, so that SQLite opens it with these permissions; a racing
+                // opener that made it first is fine.
+                let _ = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(path);
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
 }
