@@ -41,6 +41,7 @@ pub(crate) struct Settings {
     pub(crate) lease: Duration,
     pub(crate) ttl: Duration,
     pub(crate) in_flight_wait: Duration,
+    pub(crate) max_outcome: usize,
     pub(crate) store_timeout: Duration,
     /// This runtime's waiters, woken by its holders' ends (shared by its clones only).
     pub(crate) wakes: Wakes,
@@ -234,6 +235,7 @@ pub struct IdemBuilder {
     lease: Option<Duration>,
     ttl: Option<Duration>,
     in_flight_wait: Option<Duration>,
+    max_outcome: Option<usize>,
     store_timeout: Option<Duration>,
 }
 
@@ -279,6 +281,15 @@ impl IdemBuilder {
         self
     }
 
+    /// Outcomes longer than this many bytes (as JSON) are not stored to be replayed (default
+    /// 1 MiB): the caller still gets its result, the record says the operation ran and its
+    /// outcome was too large to replay, and repeats get [`Error::Unreplayable`]. A tool's own
+    /// bound: [`Tool::max_outcome_bytes`](crate::Tool::max_outcome_bytes).
+    pub fn max_outcome_bytes(mut self, bytes: usize) -> Self {
+        self.max_outcome = Some(bytes);
+        self
+    }
+
     /// How long one store operation may take before it counts as a store failure (default 10 s).
     pub fn store_timeout(mut self, timeout: Duration) -> Self {
         self.store_timeout = Some(timeout);
@@ -301,6 +312,7 @@ impl IdemBuilder {
                 lease,
                 ttl,
                 in_flight_wait: self.in_flight_wait.unwrap_or(Duration::from_secs(30)),
+                max_outcome: self.max_outcome.unwrap_or(1 << 20),
                 store_timeout: self.store_timeout.unwrap_or(Duration::from_secs(10)),
                 wakes: Wakes::default(),
             }),

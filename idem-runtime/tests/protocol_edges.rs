@@ -517,3 +517,54 @@ async fn an_anyhow_error_that_says_nothing_is_kept_as_ambiguous() {
         "and releases"
     );
 }
+
+/// Issue 19 (sizes), S16: an outcome over the bound (default 1 MiB; per runtime and per tool) is
+/// returned to its caller and recorded as done but too large to replay; a repeat is told the
+/// operation ran, and the body never runs again.
+#[tokio::test(start_paused = true)]
+async fn an_outcome_over_the_size_bound_is_returned_once_and_never_run_again() {
+    let idem = Idem::builder()
+        .store(MemoryStore::new())
+        .max_outcome_bytes(64)
+        .build()
+        .unwrap();
+    let runs = &AtomicU32::new(0);
+    let call = |text: &'static str, bound: Option<usize>| {
+        let tool = Tool::new("report").idem(&idem);
+        let tool = match bound {
+            Some(n) => tool.max_outcome_bytes(n),
+            None => tool,
+        };
+        observe(tool.side_effect(
+            &[("order", &u64::from(text.len() as u32))],
+            &(),
+            move |_| {
+                runs.fetch_add(1, SeqCst);
+                async move { Ok::<_, E>(text.to_owned()) }
+            },
+        ))
+    };
+    let long = "x".repeat(100).leak();
+    let (first, info) = call(long, None).await;
+    assert_eq!(
+        (first.unwrap().len(), info.unwrap().outcome),
+        (100, CallOutcome::Completed)
+    );
+    let (again, info) = call(long, None).await;
+    let Err(E::Idem(err @ Error::Unreplayable { .. })) = again else {
+        panic!("refused: {again:?}")
+    };
+    assert!(
+        err.to_string().contains("over the bound of 64 bytes"),
+        "{err}"
+    );
+    assert_eq!(
+        (info.unwrap().outcome, runs.load(SeqCst)),
+        (CallOutcome::Unreplayable, 1)
+    );
+    // A tool's own bound replaces the runtime's.
+    let (first, _) = call("y".repeat(80).leak(), Some(1 << 10)).await;
+    let (again, info) = call("y".repeat(80).leak(), Some(1 << 10)).await;
+    assert_eq!(first.unwrap(), again.unwrap());
+    assert_eq!(info.unwrap().outcome, CallOutcome::Replayed);
+}

@@ -70,6 +70,7 @@ pub struct Tool<'a> {
     lease: Option<Duration>,
     ttl: Option<Duration>,
     in_flight_wait: Option<Duration>,
+    max_outcome: Option<usize>,
 }
 
 impl<'a> Tool<'a> {
@@ -83,6 +84,7 @@ impl<'a> Tool<'a> {
             lease: None,
             ttl: None,
             in_flight_wait: None,
+            max_outcome: None,
         }
     }
 
@@ -124,6 +126,14 @@ impl<'a> Tool<'a> {
     /// How long a call waits for another call of the same key before [`Error::InFlight`].
     pub const fn in_flight_wait(mut self, wait: Duration) -> Self {
         self.in_flight_wait = Some(wait);
+        self
+    }
+
+    /// Outcomes longer than this many bytes (as JSON) are not stored to be replayed: the caller
+    /// still gets its result, and repeats are told the operation ran (S16). Default: the
+    /// runtime's ([`IdemBuilder::max_outcome_bytes`](crate::IdemBuilder::max_outcome_bytes)).
+    pub const fn max_outcome_bytes(mut self, bytes: usize) -> Self {
+        self.max_outcome = Some(bytes);
         self
     }
 

@@ -64,6 +64,7 @@ pub(super) fn start<'a>(
         lease,
         ttl,
     };
+    let max_outcome = tool.max_outcome.unwrap_or(s.max_outcome);
     let claimed_at = Instant::now();
     let holder = move |idem, claimed_at| Holder {
         idem,
@@ -72,6 +73,7 @@ pub(super) fn start<'a>(
         lease,
         claimed_at,
         renewal: None,
+        max_outcome,
     };
     let answered = s.store.claim_now(&req).map(|claim| {
         claim

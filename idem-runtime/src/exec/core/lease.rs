@@ -13,6 +13,8 @@ pub(super) struct Holder {
     pub(super) claimed_at: Instant,
     /// Made when an attempt first waits (a body that answers at once never needs it).
     pub(super) renewal: Option<Box<Renewal>>,
+    /// Outcomes longer than this (as JSON) are recorded as not replayable (S16).
+    pub(super) max_outcome: usize,
 }
 
 /// A held lease's renewals (S12).

@@ -197,7 +197,15 @@ impl<'a> Call<'a> {
     /// way an outcome fails to read back as `T` (a hand-written `Deserialize` that does not
     /// match its `Serialize`) is found at replay, which then says the operation ran.
     pub(crate) fn succeeded<T: serde::Serialize + ?Sized>(&mut self, value: &T) {
+        let bound = match &self.phase {
+            Phase::Running(run, _) => run.holder.as_ref().map_or(usize::MAX, |h| h.max_outcome),
+            _ => usize::MAX,
+        };
         let ended = match serde_json::to_vec(value) {
+            Ok(bytes) if bytes.len() > bound => Ended::Unreplayable(format!(
+                "the outcome is {} bytes, over the bound of {bound} bytes (`max_outcome_bytes`)",
+                bytes.len()
+            )),
             Ok(bytes) => match crate::fingerprint::finite::first_non_finite(value) {
                 None => Ended::Stored(bytes),
                 Some(v) => Ended::Unreplayable(format!(
