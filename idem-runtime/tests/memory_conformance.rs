@@ -1,4 +1,4 @@
-//! The conformance suite (S1–S11) on the memory store.
+//! The conformance suite (S1–S13) on the memory store.
 
 async fn fresh_store() -> idem_runtime::MemoryStore {
     idem_runtime::MemoryStore::new()

@@ -1,4 +1,4 @@
-//! The conformance suite (S1–S11) on the PostgreSQL store, against the server at
+//! The conformance suite (S1–S13) on the PostgreSQL store, against the server at
 //! `IDEMKIT_TEST_POSTGRES_URL` (`scripts/test-servers.sh start` runs one). Each row gets a table
 //! of its own.
 

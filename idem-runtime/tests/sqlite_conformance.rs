@@ -1,4 +1,4 @@
-//! The conformance suite (S1–S11, contention, operation ids) on `SqliteStore`, unchanged, with
+//! The conformance suite (S1–S13, contention, operation ids) on `SqliteStore`, unchanged, with
 //! `synchronous=FULL` (the default: operations that commit go to the store's connection thread)
 //! and `NORMAL` (they run on the caller's thread): each row gets a new file in a temporary
 //! directory.

@@ -1,6 +1,6 @@
 //! `SqliteStore` on its own: the file it makes, what survives reopening it, pruning in bounded
 //! batches, concurrent openers of a new file, and async callers kept off SQLite's waits.
-//! (The protocol rows S1–S11 are in `sqlite_conformance.rs`, processes in `sqlite_processes.rs`.)
+//! (The protocol rows S1–S13 are in `sqlite_conformance.rs`, processes in `sqlite_processes.rs`.)
 
 use std::time::Duration;
 

@@ -177,7 +177,7 @@ impl<'a> Tool<'a> {
 
     /// Runs a side effect whose key and fingerprint are already made: claims the key, runs
     /// `attempt` with retries by [`Classify`], and completes or releases the record. See the
-    /// crate docs for the behaviours S1–S11.
+    /// README for the behaviours S1–S17.
     pub fn run_keyed<T, E, F, Fut>(
         self,
         key: IdempotencyKey,
