@@ -54,7 +54,7 @@ pub use idem_runtime::{
     AlreadyInstalled, BuildError, CallInfo, CallOutcome, Classified, Classify, DuplicateTools,
     Error, Failure, Fingerprint, Idem, IdemBuilder, IdempotencyKey, KeyHasher, KeyPart, KeyValue,
     MemoryStore, OperationId, RetryPolicy, Store, StoreError, StoreErrorKind, Tool, ToolInfo,
-    ToolKind, check_unique_tool_names, normalize, observe, operation, store, tools,
+    ToolKind, as_tenant, check_unique_tool_names, normalize, observe, operation, store, tools,
 };
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]

@@ -105,3 +105,26 @@ fn nfc_and_nfd_forms_of_one_name_give_one_key_only_when_asked() {
         );
     });
 }
+
+#[side_effect(key = "customer_id", tenant_required = true)]
+async fn charge_for_tenant(key: &IdempotencyKey, customer_id: &str) -> Result<String, PayError> {
+    let _ = customer_id;
+    Ok(key.to_string())
+}
+
+/// S18 through the attribute: `tenant_required = true` refuses a call without a tenant; under
+/// one, the key is the tenant's own.
+#[test]
+fn an_attribute_tool_can_require_a_tenant() {
+    run(async {
+        assert!(
+            charge_for_tenant("cus_1").await.is_err(),
+            "no tenant: refused"
+        );
+        let key = idemkit::as_tenant("acme", charge_for_tenant("cus_1"))
+            .await
+            .unwrap();
+        let v1 = IdempotencyKey::derive("charge_for_tenant", &[("customer_id", &"cus_1")]);
+        assert_eq!(key, v1.for_tenant("acme").to_string());
+    });
+}

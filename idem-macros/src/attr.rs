@@ -39,6 +39,7 @@ pub(crate) const ARGUMENTS: &[&str] = &[
     "in_flight_wait",
     "idem",
     "crate",
+    "tenant_required",
     "destructive",
     "open_world",
 ];
@@ -55,6 +56,8 @@ pub(crate) struct Args {
     pub in_flight_wait: Option<(Ident, Millis)>,
     pub idem: Option<(Ident, Expr)>,
     pub krate: Option<Path>,
+    /// `tenant_required = true`: the tool never runs without a tenant (S18).
+    pub tenant_required: Option<(Ident, LitBool)>,
     /// MCP tools only: `destructiveHint`.
     pub destructive: Option<(Ident, LitBool)>,
     /// MCP tools only: `openWorldHint`.
@@ -230,6 +233,12 @@ fn argument(cx: &Ctxt, args: &mut Args, ident: &Ident, input: ParseStream) -> sy
             input.parse::<Token![=]>()?;
             let expr: Expr = input.parse()?;
             slot.get_or_insert((ident.clone(), expr));
+        }
+        "tenant_required" => {
+            once(args.tenant_required.is_some());
+            input.parse::<Token![=]>()?;
+            let lit: LitBool = input.parse()?;
+            args.tenant_required.get_or_insert((ident.clone(), lit));
         }
         "destructive" | "open_world" => {
             let slot = if name == "destructive" {

@@ -116,7 +116,12 @@ fn arguments(cx: &Ctxt, args: &Args, kind: Kind) {
                      remove `key`, or use #[side_effect(key = ...)] if the tool acts on the world",
                 );
             }
-            for (ident, _) in [&args.lease, &args.ttl, &args.in_flight_wait].into_iter().flatten() {
+            for ident in [&args.lease, &args.ttl, &args.in_flight_wait]
+                .into_iter()
+                .flatten()
+                .map(|(ident, _)| ident)
+                .chain(args.tenant_required.as_ref().map(|(ident, _)| ident))
+            {
                 cx.error(
                     ident.span(),
                     format!(

@@ -271,6 +271,11 @@ fn settings(private: &TokenStream, args: &Args, name: &str) -> TokenStream {
     if let Some((_, n)) = &args.max_attempts {
         tool.extend(quote!(.max_attempts(#n)));
     }
+    if let Some((_, flag)) = &args.tenant_required
+        && flag.value
+    {
+        tool.extend(quote!(.tenant_required()));
+    }
     for (method, value) in [
         ("lease", &args.lease),
         ("ttl", &args.ttl),

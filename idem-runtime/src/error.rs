@@ -135,6 +135,17 @@ pub enum Error {
         reason: String,
     },
 
+    /// The tool runs only on behalf of a tenant, and none was set: the body was not run.
+    #[error(
+        "idemkit: tool `{tool}` runs only on behalf of a tenant, and none is set here; the tool was not run. Run the \
+         call under `idemkit::as_tenant(\"...\", ...)` where the request enters, or give the runtime one with \
+         `Idem::builder().tenant(\"...\")`"
+    )]
+    NoTenant {
+        /// The tool's name.
+        tool: String,
+    },
+
     /// No runtime is in force where [`Idem::current`](crate::Idem::current) was asked (outside a
     /// tool call).
     #[error(

@@ -42,6 +42,7 @@ pub(crate) struct Settings {
     pub(crate) ttl: Duration,
     pub(crate) in_flight_wait: Duration,
     pub(crate) max_outcome: usize,
+    pub(crate) tenant: Option<Arc<str>>,
     pub(crate) store_timeout: Duration,
     /// This runtime's waiters, woken by its holders' ends (shared by its clones only).
     pub(crate) wakes: Wakes,
@@ -60,6 +61,32 @@ impl std::fmt::Debug for Idem {
 
 tokio::task_local! {
     static SCOPED: Idem;
+    static TENANT: Arc<str>;
+}
+
+/// Runs `fut` with every call in it made on behalf of `tenant` (an account, an authenticated
+/// principal), set once where a request enters: equal key fields of two tenants are two
+/// operations, and neither ever sees the other's outcome (S18). A call's key is then
+/// [`IdempotencyKey::for_tenant`](crate::IdempotencyKey::for_tenant) of its v1 key. Tasks it
+/// spawns do not inherit it: wrap them too. Takes precedence over the runtime's
+/// [`IdemBuilder::tenant`].
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use idem_runtime::{Idem, MemoryStore, as_tenant};
+///
+/// let idem = Idem::new(MemoryStore::new());
+/// let id = idem.scope(as_tenant("acme", async { idem_runtime::operation("plan-1").await })).await;
+/// # let _ = id;
+/// # });
+/// ```
+pub async fn as_tenant<F: Future>(tenant: impl Into<Arc<str>>, fut: F) -> F::Output {
+    TENANT.scope(tenant.into(), fut).await
+}
+
+/// The tenant calls here are made for: the task's ([`as_tenant`]), else `None`.
+pub(crate) fn task_tenant() -> Option<Arc<str>> {
+    TENANT.try_with(Arc::clone).ok()
 }
 
 static INSTALLED: OnceLock<Idem> = OnceLock::new();
@@ -236,6 +263,7 @@ pub struct IdemBuilder {
     ttl: Option<Duration>,
     in_flight_wait: Option<Duration>,
     max_outcome: Option<usize>,
+    tenant: Option<Arc<str>>,
     store_timeout: Option<Duration>,
 }
 
@@ -290,6 +318,13 @@ impl IdemBuilder {
         self
     }
 
+    /// Makes every call of this runtime on behalf of `tenant`, unless a task says otherwise with
+    /// [`as_tenant`] (S18): for a process that serves one account.
+    pub fn tenant(mut self, tenant: impl Into<Arc<str>>) -> Self {
+        self.tenant = Some(tenant.into());
+        self
+    }
+
     /// How long one store operation may take before it counts as a store failure (default 10 s).
     pub fn store_timeout(mut self, timeout: Duration) -> Self {
         self.store_timeout = Some(timeout);
@@ -313,6 +348,7 @@ impl IdemBuilder {
                 ttl,
                 in_flight_wait: self.in_flight_wait.unwrap_or(Duration::from_secs(30)),
                 max_outcome: self.max_outcome.unwrap_or(1 << 20),
+                tenant: self.tenant,
                 store_timeout: self.store_timeout.unwrap_or(Duration::from_secs(10)),
                 wakes: Wakes::default(),
             }),

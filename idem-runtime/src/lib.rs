@@ -73,7 +73,7 @@ pub use error::{Error, StoreError, StoreErrorKind};
 pub use exec::{Next, ReadCall, SideEffectCall};
 pub use exec::{Tool, run_side_effect};
 pub use fingerprint::{Fingerprint, Fingerprinter};
-pub use idem::{AlreadyInstalled, BuildError, Idem, IdemBuilder, operation};
+pub use idem::{AlreadyInstalled, BuildError, Idem, IdemBuilder, as_tenant, operation};
 pub use key::normalize;
 pub use key::{IdempotencyKey, KeyField, KeyHasher, KeyPart, KeyValue, OperationId};
 pub use observe::{CallInfo, CallOutcome, observe};

@@ -568,3 +568,49 @@ async fn an_outcome_over_the_size_bound_is_returned_once_and_never_run_again() {
     assert_eq!(first.unwrap(), again.unwrap());
     assert_eq!(info.unwrap().outcome, CallOutcome::Replayed);
 }
+
+/// S18 (issue 19): a tool that requires a tenant fails closed without one, its body not run;
+/// the task's tenant (`as_tenant`) or the runtime's (`IdemBuilder::tenant`) makes its key the
+/// tenant's own.
+#[tokio::test(start_paused = true)]
+async fn s18_a_tool_that_requires_a_tenant_fails_closed_without_one() {
+    let runs = &AtomicU32::new(0);
+    let call = |idem: &Idem| {
+        let idem = idem.clone();
+        async move {
+            Tool::new("charge")
+                .idem(&idem)
+                .tenant_required()
+                .side_effect(&[("order", &1u64)], &(), move |key| {
+                    runs.fetch_add(1, SeqCst);
+                    async move { Ok::<_, E>(key.to_string()) }
+                })
+                .await
+        }
+    };
+    let idem = Idem::new(MemoryStore::new());
+    let refused = call(&idem).await;
+    let Err(E::Idem(err @ Error::NoTenant { .. })) = refused else {
+        panic!("refused: {refused:?}")
+    };
+    assert!(err.to_string().contains("as_tenant"), "{err}");
+    assert_eq!(runs.load(SeqCst), 0);
+    let acme = idem_runtime::as_tenant("acme", call(&idem)).await.unwrap();
+    assert_eq!(acme, key().for_tenant("acme").to_string());
+    let for_globex = Idem::builder()
+        .store(MemoryStore::new())
+        .tenant("globex")
+        .build()
+        .unwrap();
+    assert_eq!(
+        call(&for_globex).await.unwrap(),
+        key().for_tenant("globex").to_string()
+    );
+    assert_eq!(
+        idem_runtime::as_tenant("acme", call(&for_globex))
+            .await
+            .unwrap(),
+        acme,
+        "the task's tenant over the runtime's"
+    );
+}

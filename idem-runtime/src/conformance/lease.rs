@@ -234,3 +234,49 @@ pub async fn s13_a_holder_whose_renewals_fail_stops_and_is_taken_over(store: imp
     assert_eq!((next.unwrap().run, outcome), (2, CallOutcome::Completed));
     assert_eq!(tool.keys.lock().unwrap().clone(), vec![key_of(20); 2]);
 }
+
+/// S18: equal key fields under two tenants are two records: each tenant's call runs once, each
+/// replays only its own outcome, and neither record is found under the other's key or the
+/// unscoped one.
+pub async fn s18_equal_key_fields_under_two_tenants_are_two_operations(store: impl Store) {
+    use crate::as_tenant;
+    let idem = runtime(store);
+    let tool = Counted::new();
+    let call = |tenant: &'static str| {
+        as_tenant(
+            tenant,
+            tool.call(charge(&idem), 21, 4200, &[], Duration::ZERO),
+        )
+    };
+    let (acme, outcome) = call("acme").await;
+    assert_eq!(
+        (acme.clone().unwrap().run, outcome),
+        (1, CallOutcome::Completed)
+    );
+    let (globex, outcome) = call("globex").await;
+    assert_eq!(
+        (globex.clone().unwrap().run, outcome),
+        (2, CallOutcome::Completed)
+    );
+    assert_eq!(call("acme").await, (acme.clone(), CallOutcome::Replayed));
+    assert_eq!(
+        call("globex").await,
+        (globex.clone(), CallOutcome::Replayed)
+    );
+    let (acme, globex) = (acme.unwrap(), globex.unwrap());
+    assert_eq!(acme.key, key_of(21).for_tenant("acme").to_string());
+    assert_eq!(globex.key, key_of(21).for_tenant("globex").to_string());
+    assert_eq!(
+        idem.store().get(&key_of(21)).await.unwrap(),
+        None,
+        "nothing under the unscoped key"
+    );
+    let (unscoped, _) = tool
+        .call(charge(&idem), 21, 4200, &[], Duration::ZERO)
+        .await;
+    assert_eq!(
+        unscoped.unwrap().run,
+        3,
+        "an unscoped call is a third operation"
+    );
+}

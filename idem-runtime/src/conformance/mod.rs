@@ -61,6 +61,7 @@ macro_rules! conformance_tests {
             s12_renew_is_refused_to_a_stale_token_and_to_ended_records,
             s12_a_body_longer_than_its_lease_runs_once,
             s13_a_holder_whose_renewals_fail_stops_and_is_taken_over,
+            s18_equal_key_fields_under_two_tenants_are_two_operations,
             contention_64_tasks_one_key,
             operation_ids_are_minted_once
         );

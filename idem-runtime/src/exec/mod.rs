@@ -71,6 +71,7 @@ pub struct Tool<'a> {
     ttl: Option<Duration>,
     in_flight_wait: Option<Duration>,
     max_outcome: Option<usize>,
+    tenant_required: bool,
 }
 
 impl<'a> Tool<'a> {
@@ -85,6 +86,7 @@ impl<'a> Tool<'a> {
             ttl: None,
             in_flight_wait: None,
             max_outcome: None,
+            tenant_required: false,
         }
     }
 
@@ -134,6 +136,14 @@ impl<'a> Tool<'a> {
     /// runtime's ([`IdemBuilder::max_outcome_bytes`](crate::IdemBuilder::max_outcome_bytes)).
     pub const fn max_outcome_bytes(mut self, bytes: usize) -> Self {
         self.max_outcome = Some(bytes);
+        self
+    }
+
+    /// This tool never runs without a tenant ([`as_tenant`](crate::as_tenant) or the runtime's
+    /// [`IdemBuilder::tenant`](crate::IdemBuilder::tenant)): a call without one fails closed with
+    /// [`Error::NoTenant`], its body not run.
+    pub const fn tenant_required(mut self) -> Self {
+        self.tenant_required = true;
         self
     }
 

@@ -88,6 +88,41 @@ impl IdempotencyKey {
         self.uuid.as_bytes()
     }
 
+    /// This key under `tenant` (an account, an authenticated principal): a documented extension
+    /// of encoding v1, so that equal key fields of two tenants are two operations. The key is
+    /// derived from this one, so an unscoped key (v1) never changes:
+    ///
+    /// ```text
+    /// SHA-256( "idemkit:tenant:v1" 0x00  u32be(len(tenant)) tenant  key's 16 bytes )
+    /// ```
+    ///
+    /// taken as a UUID version 8 like v1's. `charge`'s golden key under tenant `acme` is
+    /// `key.for_tenant("acme")`:
+    ///
+    /// ```
+    /// use idem_runtime::IdempotencyKey;
+    ///
+    /// let key = IdempotencyKey::derive(
+    ///     "charge",
+    ///     &[("customer_id", &"cus_1"), ("purpose", &"subscription"), ("period", &"2026-11")],
+    /// );
+    /// assert_eq!(key.for_tenant("acme").as_str(), "6a1557d2-fe2a-83ea-9696-a86f7991dfbf");
+    /// assert_ne!(key.for_tenant("acme"), key.for_tenant("globex"));
+    /// ```
+    pub fn for_tenant(&self, tenant: &str) -> IdempotencyKey {
+        use sha2::{Digest, Sha256};
+        let len = u32::try_from(tenant.len()).expect("idemkit: a tenant longer than 4 GiB");
+        let digest = Sha256::new()
+            .chain_update(b"idemkit:tenant:v1\0")
+            .chain_update(len.to_be_bytes())
+            .chain_update(tenant.as_bytes())
+            .chain_update(self.as_bytes())
+            .finalize();
+        let mut first = [0u8; 16];
+        first.copy_from_slice(&digest[..16]);
+        IdempotencyKey::from_uuid(Uuid::new_v8(first))
+    }
+
     /// Wraps a UUID read back from a store or a log. Keys are *derived*, never minted: there is
     /// deliberately no `random()` constructor.
     pub fn from_uuid(uuid: Uuid) -> Self {

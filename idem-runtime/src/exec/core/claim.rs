@@ -21,6 +21,18 @@ pub(super) fn start<'a>(
     key: IdempotencyKey,
     fingerprint: Fingerprint,
 ) -> Phase<'a> {
+    let idem = tool.runtime();
+    // S18: the task's tenant, else the runtime's; the key the body and the store see is then
+    // the tenant's own.
+    let tenant = crate::idem::task_tenant().or_else(|| {
+        idem.as_ref()
+            .ok()
+            .and_then(|idem| idem.settings().tenant.clone())
+    });
+    let key = match &tenant {
+        Some(tenant) => key.for_tenant(tenant),
+        None => key,
+    };
     let span = tracing::info_span!(
         "idemkit.side_effect",
         tool = tool.name,
@@ -36,10 +48,16 @@ pub(super) fn start<'a>(
         span: span.clone(),
     };
     let entered = span.enter();
-    let idem = match tool.runtime() {
+    let idem = match idem {
         Ok(idem) => idem,
         Err(e) => return Phase::Refused(call.refused(e)),
     };
+    if tool.tenant_required && tenant.is_none() {
+        let e = Error::NoTenant {
+            tool: tool.name.to_owned(),
+        };
+        return Phase::Refused(call.refused(e));
+    }
     let s = idem.settings();
     let token = LeaseToken::new();
     let ttl = tool.ttl.unwrap_or(s.ttl);
