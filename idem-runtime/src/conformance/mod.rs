@@ -1,4 +1,4 @@
-//! The conformance suite: one test per behaviour S1–S13 of the executor protocol, generic over
+//! The conformance suite: one test per behaviour S1–S13 and S18 of the executor protocol, generic over
 //! the store, so every store proves it obeys the same table.
 //!
 //! A store's test file runs it with one line:
