@@ -81,11 +81,20 @@ tokio::task_local! {
 /// # });
 /// ```
 pub async fn as_tenant<F: Future>(tenant: impl Into<Arc<str>>, fut: F) -> F::Output {
+    TENANTS_USED.store(true, std::sync::atomic::Ordering::Relaxed);
     TENANT.scope(tenant.into(), fut).await
 }
 
+/// Whether any task of the process ever ran under a tenant: until one does, a call looks no
+/// further (the task-local lookup is most of what tenants cost a call that has none).
+static TENANTS_USED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// The tenant calls here are made for: the task's ([`as_tenant`]), else `None`.
+#[inline]
 pub(crate) fn task_tenant() -> Option<Arc<str>> {
+    if !TENANTS_USED.load(std::sync::atomic::Ordering::Relaxed) {
+        return None;
+    }
     TENANT.try_with(Arc::clone).ok()
 }
 
