@@ -16,6 +16,9 @@ pub(super) enum Begun<'a> {
 /// that answers the claim at once ([`Store::claim_now`](crate::store::Store::claim_now)) is
 /// answered here, without a future; otherwise (or while another holder runs) the claim is
 /// awaited, waiting (bounded) for that holder.
+// Inlined into `poll_next`, its one caller: the `Phase` it makes is large, and returned from an
+// outlined function it is built on the stack and copied (a `memcpy` per call, by callgrind).
+#[inline(always)]
 pub(super) fn start<'a>(
     tool: Tool<'a>,
     key: IdempotencyKey,
