@@ -84,6 +84,7 @@ impl<'a> Run<'a> {
     /// Ends the call: a read is over at once; a side effect records its end in the store, at
     /// once when the store answers at once (`Ok`, with the error the call ends with if not its
     /// last attempt's result), else through the returned future.
+    #[inline] // Called once per call: taking `self` (a large `Run`) out of line copies it.
     pub(super) fn end(
         self,
         ended: Ended,

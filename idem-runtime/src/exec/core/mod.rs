@@ -365,6 +365,7 @@ impl<'a> Call<'a> {
     }
 
     /// Ends a running call: what it came to is recorded.
+    #[inline]
     fn end_run(&mut self, ended: Ended) {
         let Phase::Running(run, _) = std::mem::replace(&mut self.phase, Phase::Taken) else {
             unreachable!("idemkit: a call ended that was not running")

@@ -33,6 +33,7 @@ impl CallTrace<'_> {
         err
     }
 
+    #[inline]
     pub(super) fn finish(&self, attempts: u32, outcome: CallOutcome) {
         let replayed = outcome == CallOutcome::Replayed;
         self.span.record("attempts", attempts);
