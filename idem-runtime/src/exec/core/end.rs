@@ -81,14 +81,44 @@ impl<'a> Run<'a> {
         Some(delay)
     }
 
-    /// Ends the call: a read is over at once; a side effect records its end in the store, at
-    /// once when the store answers at once (`Ok`, with the error the call ends with if not its
-    /// last attempt's result), else through the returned future.
-    #[inline] // Called once per call: taking `self` (a large `Run`) out of line copies it.
-    pub(super) fn end(
-        self,
-        ended: Ended,
-    ) -> Result<Option<Error>, BoxFuture<'static, Option<Error>>> {
+    /// Ends the call where it can without a future, in place (no move of the `Run`): a read,
+    /// and a side effect whose store completes at once (in memory). `None`: [`Run::end`] it.
+    #[inline]
+    pub(super) fn end_now(&mut self, ended: &mut Ended) -> Option<()> {
+        let Some(holder) = &self.holder else {
+            let outcome = match ended {
+                Ended::Failed(failure) => CallOutcome::Failed(*failure),
+                _ => CallOutcome::Completed,
+            };
+            self.call.finish_read(self.attempts, outcome);
+            return Some(());
+        };
+        let Ended::Stored(bytes) = ended else {
+            return None;
+        };
+        let call = &self.call;
+        let _span = call.span.enter();
+        let s = holder.idem.settings();
+        let answered = s
+            .store
+            .complete_now(&call.key, holder.token, bytes, holder.ttl);
+        // A failure answered at once is retried by `end` (S17), unless the store took the bytes
+        // with it (an outcome is never empty: JSON has at least `null`).
+        let result = answered.filter(|r| r.is_ok() || bytes.is_empty())?;
+        let outcome = if written(call, "complete", result) {
+            CallOutcome::Completed
+        } else {
+            CallOutcome::Unrecorded
+        };
+        s.wakes.ended(&call.key);
+        call.finish(self.attempts, outcome);
+        Some(())
+    }
+
+    /// Ends a side effect through the store: the returned future writes the end (complete,
+    /// keep as ambiguous or release, retried under the lease) and gives the error the call ends
+    /// with, if not its last attempt's result.
+    pub(super) fn end(self, ended: Ended) -> BoxFuture<'static, Option<Error>> {
         let Run {
             call,
             holder,
@@ -96,38 +126,10 @@ impl<'a> Run<'a> {
             ambiguous,
             ..
         } = self;
-        let Some(holder) = holder else {
-            let outcome = match ended {
-                Ended::Failed(failure) => CallOutcome::Failed(failure),
-                _ => CallOutcome::Completed,
-            };
-            call.finish_read(attempts, outcome);
-            return Ok(None);
-        };
-        let mut ended = ended;
-        if let Ended::Stored(bytes) = &mut ended {
-            // A store that answers at once (in memory) needs no future for the end.
-            let _span = call.span.enter();
-            let s = holder.idem.settings();
-            let answered = s
-                .store
-                .complete_now(&call.key, holder.token, bytes, holder.ttl);
-            // A failure answered at once is retried below (S17), unless the store took the
-            // bytes with it (an outcome is never empty: JSON has at least `null`).
-            if let Some(result) = answered.filter(|r| r.is_ok() || bytes.is_empty()) {
-                let outcome = if written(&call, "complete", result) {
-                    CallOutcome::Completed
-                } else {
-                    CallOutcome::Unrecorded
-                };
-                s.wakes.ended(&call.key);
-                call.finish(attempts, outcome);
-                return Ok(None);
-            }
-        }
+        let holder = holder.expect("idemkit: a read ends in end_now");
         let span = call.span.clone();
         let call = call.into_owned();
-        Err(Box::pin(
+        Box::pin(
             async move {
                 let until = holder.lease_ends();
                 let Holder {
@@ -204,7 +206,7 @@ impl<'a> Run<'a> {
                 error
             }
             .instrument(span),
-        ))
+        )
     }
 }
 

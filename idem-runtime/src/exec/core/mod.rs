@@ -247,6 +247,12 @@ impl<'a> Call<'a> {
 
     /// How the call ended, once [`Call::next_attempt`] said it is over.
     pub(crate) fn take_end(&mut self) -> End<'a> {
+        // The usual end: nothing to move out (replacing the whole phase copies its largest
+        // variant's size).
+        if matches!(self.phase, Phase::Finished) {
+            self.phase = Phase::Taken;
+            return End::LastAttempt;
+        }
         match std::mem::replace(&mut self.phase, Phase::Taken) {
             Phase::Finished => End::LastAttempt,
             Phase::Replayed(record, outcome) => match outcome.strip_prefix(UNREPLAYABLE) {
@@ -366,15 +372,20 @@ impl<'a> Call<'a> {
 
     /// Ends a running call: what it came to is recorded.
     #[inline]
-    fn end_run(&mut self, ended: Ended) {
-        let Phase::Running(run, _) = std::mem::replace(&mut self.phase, Phase::Taken) else {
+    fn end_run(&mut self, mut ended: Ended) {
+        let Phase::Running(run, _) = &mut self.phase else {
             unreachable!("idemkit: a call ended that was not running")
         };
-        self.phase = match run.end(ended) {
-            Ok(None) => Phase::Finished,
-            Ok(Some(err)) => Phase::Refused(err),
-            Err(recording) => Phase::Recording(recording),
+        // In place when it can (a read, a store that answers at once): moving the whole phase
+        // out copies its largest variant.
+        if run.end_now(&mut ended).is_some() {
+            self.phase = Phase::Finished;
+            return;
+        }
+        let Phase::Running(run, _) = std::mem::replace(&mut self.phase, Phase::Taken) else {
+            unreachable!()
         };
+        self.phase = Phase::Recording(run.end(ended));
     }
 }
 
