@@ -87,12 +87,11 @@ pub(super) fn start<'a>(
     };
     let max_outcome = tool.max_outcome.unwrap_or(s.max_outcome);
     let claimed_at = Instant::now();
-    let holder = move |idem, claimed_at| Holder {
+    let holder = move |idem| Holder {
         idem,
         token,
         ttl,
         lease,
-        claimed_at,
         renewal: None,
         max_outcome,
     };
@@ -103,7 +102,7 @@ pub(super) fn start<'a>(
     });
     match answered {
         Some(Ok(Answer::Run)) => {
-            let run = Run::side_effect(call, holder(idem, claimed_at), policy);
+            let run = Run::side_effect(call, holder(idem), policy, claimed_at);
             return Phase::Running(run, Between::Ready);
         }
         Some(Ok(Answer::Replay(outcome))) => return Phase::Replayed(call, outcome),
@@ -121,7 +120,7 @@ pub(super) fn start<'a>(
                     Ok(Claimed::Replay(outcome)) => return Begun::Replay(call, outcome),
                     Err(e) => return Begun::Refused(call.refused(e)),
                 };
-                Begun::Run(Run::side_effect(call, holder(idem, claimed_at), policy))
+                Begun::Run(Run::side_effect(call, holder(idem), policy, claimed_at))
             }
             .instrument(span),
         ),

@@ -12,6 +12,8 @@ pub(super) struct Run<'a> {
     /// Made at the first failure: most calls never need one (boxed: it is most of a `Run`'s
     /// size, which every step of the call moves).
     pub(super) schedule: Option<Box<Schedule>>,
+    /// When the first attempt could start: a side effect's claim was sent then (its lease runs
+    /// from it), a read began.
     pub(super) started: Instant,
     pub(super) attempts: u32,
     /// An attempt failed `Ambiguous`: the call never ends in a release (S14).
@@ -47,10 +49,16 @@ impl<'a> Run<'a> {
         }
     }
 
-    pub(super) fn side_effect(call: CallTrace<'a>, holder: Holder, policy: RetryPolicy) -> Self {
+    /// A side effect whose claim, sent at `claimed_at`, took the lease.
+    pub(super) fn side_effect(
+        call: CallTrace<'a>,
+        holder: Holder,
+        policy: RetryPolicy,
+        claimed_at: Instant,
+    ) -> Self {
         Run {
             call,
-            started: holder.claimed_at,
+            started: claimed_at,
             holder: Some(holder),
             policy,
             schedule: None,
@@ -124,6 +132,7 @@ impl<'a> Run<'a> {
             holder,
             attempts,
             ambiguous,
+            started,
             ..
         } = self;
         let holder = holder.expect("idemkit: a read ends in end_now");
@@ -131,7 +140,7 @@ impl<'a> Run<'a> {
         let call = call.into_owned();
         Box::pin(
             async move {
-                let until = holder.lease_ends();
+                let until = holder.lease_ends(started);
                 let Holder {
                     idem, token, ttl, ..
                 } = holder;

@@ -8,9 +8,6 @@ pub(super) struct Holder {
     pub(super) token: LeaseToken,
     pub(super) ttl: Duration,
     pub(super) lease: Duration,
-    /// When the claim that took the lease was sent: by this process's clock the lease ends no
-    /// sooner than `lease` after it (the store applied it later).
-    pub(super) claimed_at: Instant,
     /// Made when an attempt first waits (a body that answers at once never needs it).
     pub(super) renewal: Option<Box<Renewal>>,
     /// Outcomes longer than this (as JSON) are recorded as not replayable (S16).
@@ -29,11 +26,13 @@ pub(super) struct Renewal {
 }
 
 impl Holder {
-    /// When the lease ends at the latest, as far as this process knows.
-    pub(super) fn lease_ends(&self) -> Instant {
+    /// When the lease ends at the latest, as far as this process knows, for a lease taken by
+    /// the claim sent at `claimed_at` (by this process's clock the lease ends no sooner than
+    /// `lease` after it: the store applied it later).
+    pub(super) fn lease_ends(&self, claimed_at: Instant) -> Instant {
         self.renewal
             .as_ref()
-            .map_or(self.claimed_at + self.lease, |r| r.ends)
+            .map_or(claimed_at + self.lease, |r| r.ends)
     }
 
     /// Renews the lease when due; `Ready(why)` when it is lost: a renewal was refused (taken
@@ -41,21 +40,21 @@ impl Holder {
     pub(super) fn poll_lease(
         &mut self,
         call: &CallTrace<'_>,
+        claimed_at: Instant,
         cx: &mut Context<'_>,
     ) -> Poll<&'static str> {
         let Holder {
             idem,
             token,
             lease,
-            claimed_at,
             renewal,
             ..
         } = self;
         let (lease, token) = (*lease, *token);
         let r = renewal.get_or_insert_with(|| {
-            let due = *claimed_at + lease / 3;
+            let due = claimed_at + lease / 3;
             Box::new(Renewal {
-                ends: *claimed_at + lease,
+                ends: claimed_at + lease,
                 due,
                 timer: Box::pin(tokio::time::sleep_until(due)),
                 pending: None,

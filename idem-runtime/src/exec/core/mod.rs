@@ -227,7 +227,7 @@ impl<'a> Call<'a> {
         let Some(holder) = &mut run.holder else {
             return Poll::Pending;
         };
-        let why = std::task::ready!(holder.poll_lease(&run.call, cx));
+        let why = std::task::ready!(holder.poll_lease(&run.call, run.started, cx));
         self.end_run(Ended::Lost {
             attempting: true,
             why,
@@ -293,7 +293,7 @@ impl<'a> Call<'a> {
                         let Some(holder) = &mut run.holder else {
                             return Poll::Pending;
                         };
-                        let why = std::task::ready!(holder.poll_lease(&run.call, cx));
+                        let why = std::task::ready!(holder.poll_lease(&run.call, run.started, cx));
                         self.end_run(Ended::Lost {
                             attempting: false,
                             why,
