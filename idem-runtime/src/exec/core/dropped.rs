@@ -19,32 +19,32 @@ impl Drop for Call<'_> {
         match std::mem::replace(&mut self.phase, Phase::Taken) {
             Phase::Running(run, between) => {
                 let Some(holder) = run.holder else { return };
-                let call = run.call;
-                let _span = call.span.enter();
+                let call = run.call.into_owned();
+                let _span = call.span.clone().entered();
                 let may_have_happened = run.ambiguous || matches!(between, Between::Attempting);
                 tracing::warn!(
                     attempts = run.attempts,
                     may_have_happened,
                     "the call was dropped before its end (cancelled, or its body panicked); ending its claim"
                 );
+                let until = holder.lease_ends(run.started);
                 let Holder {
                     idem, token, ttl, ..
                 } = holder;
                 let key = call.key;
                 let attempts = run.attempts;
+                // The same write as a call's own end: retried under the lease (S17), logged alike.
                 in_background(async move {
                     let s = idem.settings();
-                    let written = if may_have_happened {
+                    if may_have_happened {
                         let note = format!(
                             "the call was dropped (cancelled, or its body panicked) after {attempts} attempt(s) \
                              while one may have taken effect"
                         );
-                        timed(s, s.store.mark_ambiguous(&key, token, &note, ttl)).await
+                        let op = || s.store.mark_ambiguous(&key, token, &note, ttl);
+                        write(s, &call, "mark_ambiguous", until, op).await;
                     } else {
-                        timed(s, s.store.release(&key, token)).await
-                    };
-                    if let Err(e) = written {
-                        tracing::warn!(%key, error = %e, "a dropped call's claim could not be ended; its lease will expire");
+                        write(s, &call, "release", until, || s.store.release(&key, token)).await;
                     }
                     s.wakes.ended(&key);
                 });
