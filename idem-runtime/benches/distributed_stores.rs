@@ -97,16 +97,21 @@ fn interleave(
 }
 
 async fn store_op(store: &dyn Store, fingerprint: Fingerprint) {
-    let req = ClaimRequest {
-        key: fresh_key(),
-        tool: "bench",
+    let req = ClaimRequest::new(
+        fresh_key(),
+        "bench",
         fingerprint,
-        token: LeaseToken::new(),
-        lease: LEASE,
-        ttl: TTL,
-    };
+        LeaseToken::new(),
+        LEASE,
+        TTL,
+    );
     assert_eq!(store.claim(&req).await.unwrap(), Claim::Acquired);
-    let done = store.complete(&req.key, req.token, b"{\"ok\":true}", TTL);
+    let done = store.complete(
+        req.key,
+        req.token,
+        Outcome::from(&b"{\"ok\":true}"[..]),
+        TTL,
+    );
     assert_eq!(done.await.unwrap(), Written::Applied);
 }
 

@@ -105,17 +105,15 @@ async fn store_claim_and_complete(
     key: IdempotencyKey,
     fingerprint: Fingerprint,
 ) {
-    let req = ClaimRequest {
-        key,
-        tool: "charge",
-        fingerprint,
-        token: LeaseToken::new(),
-        lease: LEASE,
-        ttl: TTL,
-    };
+    let req = ClaimRequest::new(key, "charge", fingerprint, LeaseToken::new(), LEASE, TTL);
     assert_eq!(store.claim(&req).await.unwrap(), Claim::Acquired);
     let written = store
-        .complete(&key, req.token, br#"{"receipt":"r_1"}"#, TTL)
+        .complete(
+            key,
+            req.token,
+            Outcome::from(&br#"{"receipt":"r_1"}"#[..]),
+            TTL,
+        )
         .await
         .unwrap();
     assert_eq!(written, Written::Applied);

@@ -10,7 +10,7 @@ use crate::error::Error;
 use crate::exec::Wakes;
 use crate::key::OperationId;
 use crate::retry::RetryPolicy;
-use crate::store::Store;
+use crate::store::{OperationIds, Store};
 
 /// A runtime: the store that records outcomes and the defaults every tool starts from.
 ///
@@ -37,6 +37,8 @@ pub struct Idem {
 /// What an [`Idem`] holds.
 pub(crate) struct Settings {
     pub(crate) store: Arc<dyn Store>,
+    /// The same store, as the name → id map of [`Idem::operation`].
+    pub(crate) operation_ids: Arc<dyn OperationIds>,
     pub(crate) retry: RetryPolicy,
     pub(crate) lease: Duration,
     pub(crate) ttl: Duration,
@@ -142,7 +144,7 @@ pub struct AlreadyInstalled;
 
 impl Idem {
     /// A runtime over `store`, with the default settings.
-    pub fn new(store: impl Store) -> Self {
+    pub fn new(store: impl Store + OperationIds) -> Self {
         Self::builder()
             .store(store)
             .build()
@@ -223,7 +225,7 @@ impl Idem {
     /// ```
     pub async fn operation(&self, name: &str) -> Result<OperationId, Error> {
         let fresh = Uuid::new_v4();
-        let fut = self.inner.store.operation_id(name, fresh);
+        let fut = self.inner.operation_ids.operation_id(name, fresh);
         let stored = match tokio::time::timeout(self.inner.store_timeout, fut).await {
             Ok(r) => r,
             Err(_) => Err(crate::StoreError::unavailable(format!(
@@ -266,7 +268,7 @@ pub async fn operation(name: &str) -> Result<OperationId, Error> {
 #[must_use]
 #[derive(Default)]
 pub struct IdemBuilder {
-    store: Option<Arc<dyn Store>>,
+    store: Option<(Arc<dyn Store>, Arc<dyn OperationIds>)>,
     retry: Option<RetryPolicy>,
     lease: Option<Duration>,
     ttl: Option<Duration>,
@@ -277,15 +279,14 @@ pub struct IdemBuilder {
 }
 
 impl IdemBuilder {
-    /// Where claims and outcomes are kept (required).
-    pub fn store(mut self, store: impl Store) -> Self {
-        self.store = Some(Arc::new(store));
-        self
+    /// Where claims, outcomes and operation ids are kept (required).
+    pub fn store(self, store: impl Store + OperationIds) -> Self {
+        self.shared_store(Arc::new(store))
     }
 
     /// Like [`IdemBuilder::store`], for a store already shared.
-    pub fn shared_store(mut self, store: Arc<dyn Store>) -> Self {
-        self.store = Some(store);
+    pub fn shared_store<S: Store + OperationIds>(mut self, store: Arc<S>) -> Self {
+        self.store = Some((store.clone(), store));
         self
     }
 
@@ -343,7 +344,7 @@ impl IdemBuilder {
     /// The runtime, or why these settings cannot make one: no store, or a ttl shorter than the
     /// lease (a running record would expire before its lease).
     pub fn build(self) -> Result<Idem, BuildError> {
-        let store = self.store.ok_or(BuildError::NoStore)?;
+        let (store, operation_ids) = self.store.ok_or(BuildError::NoStore)?;
         let lease = self.lease.unwrap_or(Duration::from_secs(10));
         let ttl = self.ttl.unwrap_or(Duration::from_secs(24 * 60 * 60));
         if ttl < lease {
@@ -352,6 +353,7 @@ impl IdemBuilder {
         Ok(Idem {
             inner: Arc::new(Settings {
                 store,
+                operation_ids,
                 retry: self.retry.unwrap_or_default(),
                 lease,
                 ttl,

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use idem_runtime::store::{
-    Claim, ClaimRequest, Existing, ExistingState, LeaseToken, Record, RecordState, Written,
+    Claim, ClaimRequest, Existing, ExistingState, LeaseToken, Outcome, Record, RecordState, Written,
 };
 use idem_runtime::{Fingerprint, IdempotencyKey, MemoryStore, Store};
 use tokio::time::Instant;
@@ -98,7 +98,7 @@ impl Model {
                 lease_remaining: lease_until.saturating_duration_since(now),
             }),
             ModelState::Completed { outcome } => Some(ExistingState::Completed {
-                outcome: outcome.clone(),
+                outcome: outcome.clone().into(),
             }),
             ModelState::Ambiguous { .. } => Some(ExistingState::Ambiguous),
         };
@@ -109,8 +109,9 @@ impl Model {
                     ExistingState::Running { .. } => "claim: live holder",
                     ExistingState::Completed { .. } => "claim: completed",
                     ExistingState::Ambiguous => "claim: ambiguous, other arguments",
+                    _ => unreachable!("the model makes no other state"),
                 });
-                Claim::Existing(Existing { fingerprint, state })
+                Claim::Existing(Existing::new(fingerprint, state))
             }
             None => {
                 let what = match rec.state {
@@ -235,15 +236,10 @@ async fn worker(
     for _ in 0..ops {
         let k = rng.usize(..KEYS);
         let kk = key(k);
-        let req = ClaimRequest {
-            key: kk,
-            tool: "stress",
-            // Mostly the same operation; sometimes a reused key with other arguments.
-            fingerprint: fingerprint(u8::from(rng.f64() < 0.15)),
-            token: LeaseToken::new(),
-            lease: ms(&mut rng, 400),
-            ttl: ms(&mut rng, 3_000),
-        };
+        // Mostly the same operation; sometimes a reused key with other arguments.
+        let fp = fingerprint(u8::from(rng.f64() < 0.15));
+        let (lease, ttl) = (ms(&mut rng, 400), ms(&mut rng, 3_000));
+        let req = ClaimRequest::new(kk, "stress", fp, LeaseToken::new(), lease, ttl);
         // The store's answer and its records, then the model's step: nothing runs in between.
         let got = store.claim(&req).await.map_err(|e| e.to_string())?;
         let stored = records(&store).await?;
@@ -264,7 +260,7 @@ async fn worker(
                 state: ExistingState::Completed { outcome },
                 ..
             }) = &got
-                && m.completed.get(&k) != Some(outcome)
+                && m.completed.get(&k).map(Vec::as_slice) != Some(outcome.as_bytes())
             {
                 return Err(format!(
                     "key {k} replayed {outcome:?}, but it completed with {:?}",
@@ -300,9 +296,13 @@ async fn worker(
         };
         let before = records(&store).await?;
         let written = match &op {
-            Op::Complete(outcome, ttl) => store.complete(&kk, token, outcome, *ttl).await,
-            Op::Release => store.release(&kk, token).await,
-            Op::Ambiguous(note, ttl) => store.mark_ambiguous(&kk, token, note, *ttl).await,
+            Op::Complete(outcome, ttl) => {
+                store
+                    .complete(kk, token, Outcome::from(&outcome[..]), *ttl)
+                    .await
+            }
+            Op::Release => store.release(kk, token).await,
+            Op::Ambiguous(note, ttl) => store.mark_ambiguous(kk, token, note, *ttl).await,
         }
         .map_err(|e| e.to_string())?;
         let stored = records(&store).await?;
@@ -429,14 +429,14 @@ fn threads_never_see_two_live_holders_a_fenced_write_applied_or_an_outcome_chang
                     let kk = key(k);
                     let id = next_id.fetch_add(1, Ordering::Relaxed);
                     let token = LeaseToken(uuid::Uuid::from_u128(u128::from(id)));
-                    let req = ClaimRequest {
-                        key: kk,
-                        tool: "stress",
-                        fingerprint: fingerprint(0),
+                    let req = ClaimRequest::new(
+                        kk,
+                        "stress",
+                        fingerprint(0),
                         token,
-                        lease: Duration::from_secs(3_600),
-                        ttl: Duration::from_secs(3_600),
-                    };
+                        Duration::from_secs(3_600),
+                        Duration::from_secs(3_600),
+                    );
                     match rt.block_on(store.claim(&req)).unwrap() {
                         Claim::Acquired => {
                             count("acquired");
@@ -449,24 +449,24 @@ fn threads_never_see_two_live_holders_a_fenced_write_applied_or_an_outcome_chang
                                 0 => {
                                     let outcome = id.to_be_bytes().to_vec();
                                     let w = rt.block_on(store.complete(
-                                        &kk,
+                                        kk,
                                         token,
-                                        &outcome,
+                                        Outcome::from(&outcome[..]),
                                         Duration::from_secs(3_600),
                                     ));
-                                    let first = outcomes[k].get_or_init(|| outcome.clone());
+                                    let first = outcomes[k].get_or_init(|| outcome.to_vec());
                                     assert_eq!(first, &outcome, "key {k} completed twice");
                                     count("completed");
                                     w
                                 }
                                 1 => {
                                     count("released");
-                                    rt.block_on(store.release(&kk, token))
+                                    rt.block_on(store.release(kk, token))
                                 }
                                 _ => {
                                     count("marked ambiguous");
                                     rt.block_on(store.mark_ambiguous(
-                                        &kk,
+                                        kk,
                                         token,
                                         "maybe",
                                         Duration::from_secs(3_600),
@@ -485,28 +485,29 @@ fn threads_never_see_two_live_holders_a_fenced_write_applied_or_an_outcome_chang
                             ..
                         }) => {
                             count("replayed");
-                            let first = outcomes[k].get_or_init(|| outcome.clone());
-                            assert_eq!(first, &outcome, "key {k}'s outcome changed");
+                            let first = outcomes[k].get_or_init(|| outcome.to_vec());
+                            assert_eq!(&first[..], outcome.as_bytes(), "key {k}'s outcome changed");
                         }
                         Claim::Existing(Existing {
                             state: ExistingState::Running { .. },
                             ..
                         }) => count("live holder seen"),
                         Claim::Existing(other) => panic!("unexpected {other:?}"),
+                        other => panic!("unexpected {other:?}"),
                     }
                     if !stale.is_empty() && rng.f64() < 0.3 {
                         let (sk, st) = stale[rng.usize(..stale.len())];
                         let kk = key(sk);
                         let w = match rng.u8(0..3) {
                             0 => rt.block_on(store.complete(
-                                &kk,
+                                kk,
                                 st,
-                                b"stale",
+                                Outcome::from(&b"stale"[..]),
                                 Duration::from_secs(3_600),
                             )),
-                            1 => rt.block_on(store.release(&kk, st)),
+                            1 => rt.block_on(store.release(kk, st)),
                             _ => rt.block_on(store.mark_ambiguous(
-                                &kk,
+                                kk,
                                 st,
                                 "stale",
                                 Duration::from_secs(3_600),

@@ -10,13 +10,12 @@ use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use idem_runtime::store::{Claim, ClaimRequest, LeaseToken, Record, RecordState, Written};
+use idem_runtime::store::{Intercept, OperationIds, RecordState, Step};
 use idem_runtime::{
     BuildError, CallOutcome, Classify, Error, Failure, Idem, IdempotencyKey, MemoryStore, Store,
     StoreError, Tool, observe,
 };
 use tokio::time::Instant;
-use uuid::Uuid;
 
 #[derive(Debug)]
 enum E {
@@ -313,66 +312,17 @@ async fn f7_a_panicking_body_ends_its_claim_as_ambiguous() {
     assert!(matches!(record.state, RecordState::Ambiguous { .. }));
 }
 
-/// A memory store whose first `fail_completes` completes fail as unavailable.
-struct CompletesFail {
-    inner: MemoryStore,
-    fail_completes: AtomicU32,
-}
-
-#[async_trait::async_trait]
-impl Store for CompletesFail {
-    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        self.inner.claim(req).await
-    }
-    async fn complete(
-        &self,
-        key: &IdempotencyKey,
-        token: LeaseToken,
-        outcome: &[u8],
-        ttl: Duration,
-    ) -> Result<Written, StoreError> {
-        if self
-            .fail_completes
-            .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
-            .is_ok()
-        {
-            return Err(StoreError::unavailable("database is locked"));
-        }
-        self.inner.complete(key, token, outcome, ttl).await
-    }
-    async fn renew(
-        &self,
-        key: &IdempotencyKey,
-        token: LeaseToken,
-        lease: Duration,
-    ) -> Result<Written, StoreError> {
-        self.inner.renew(key, token, lease).await
-    }
-    async fn release(
-        &self,
-        key: &IdempotencyKey,
-        token: LeaseToken,
-    ) -> Result<Written, StoreError> {
-        self.inner.release(key, token).await
-    }
-    async fn mark_ambiguous(
-        &self,
-        key: &IdempotencyKey,
-        token: LeaseToken,
-        note: &str,
-        ttl: Duration,
-    ) -> Result<Written, StoreError> {
-        self.inner.mark_ambiguous(key, token, note, ttl).await
-    }
-    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
-        self.inner.get(key).await
-    }
-    async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
-        self.inner.prune(limit).await
-    }
-    async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
-        self.inner.operation_id(name, fresh).await
-    }
+/// A memory store whose first `failures` completes fail as unavailable (answered at once, as a
+/// locked SQLite file answers).
+fn completes_fail(failures: u32) -> impl Store + OperationIds {
+    let left = AtomicU32::new(failures);
+    Intercept::new(MemoryStore::new(), move |step, _| {
+        (step == Step::Complete
+            && left
+                .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+                .is_ok())
+        .then(|| StoreError::unavailable("database is locked"))
+    })
 }
 
 /// Finding 6 (S17): the completion write is retried under the token while the lease lasts.
@@ -380,10 +330,7 @@ impl Store for CompletesFail {
 /// caller ran the body again.
 #[tokio::test(start_paused = true)]
 async fn f6_a_completion_write_that_fails_for_a_while_is_retried_and_lands() {
-    let idem = Idem::new(CompletesFail {
-        inner: MemoryStore::new(),
-        fail_completes: AtomicU32::new(5),
-    });
+    let idem = Idem::new(completes_fail(5));
     let charge = Charge::default();
     let t0 = Instant::now();
     let (first, how) = charge
@@ -402,10 +349,7 @@ async fn f6_a_completion_write_that_fails_for_a_while_is_retried_and_lands() {
 #[tokio::test(start_paused = true)]
 async fn f6_a_completion_write_that_keeps_failing_is_given_up_at_the_lease_end() {
     let idem = Idem::builder()
-        .store(CompletesFail {
-            inner: MemoryStore::new(),
-            fail_completes: AtomicU32::new(u32::MAX),
-        })
+        .store(completes_fail(u32::MAX))
         .lease(S(2))
         .build()
         .unwrap();

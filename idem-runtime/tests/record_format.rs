@@ -11,7 +11,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use idem_runtime::store::{Claim, ClaimRequest, ExistingState, LeaseToken, RecordState, Written};
+use idem_runtime::store::{
+    Claim, ClaimRequest, ExistingState, LeaseToken, OperationIds, Outcome, RecordState, Written,
+};
 use idem_runtime::{
     CallOutcome, Classify, Error, Failure, Fingerprint, Idem, IdempotencyKey, SqliteStore, Store,
     Tool, observe,
@@ -31,14 +33,14 @@ fn fingerprint() -> Fingerprint {
 }
 
 fn request(order: u64) -> ClaimRequest<'static> {
-    ClaimRequest {
-        key: key(order),
-        tool: "charge",
-        fingerprint: fingerprint(),
-        token: LeaseToken::new(),
-        lease: FOREVER,
-        ttl: FOREVER,
-    }
+    ClaimRequest::new(
+        key(order),
+        "charge",
+        fingerprint(),
+        LeaseToken::new(),
+        FOREVER,
+        FOREVER,
+    )
 }
 
 const OUTCOME: &[u8] = br#"{"charge_id":"ch_1","cents":4200}"#;
@@ -46,23 +48,27 @@ const OUTCOME: &[u8] = br#"{"charge_id":"ch_1","cents":4200}"#;
 /// Writes the records of the fixture through `store`: order 1 completed, 2 ambiguous, 3 running
 /// (a lease for ever), 4 completed but not replayable (as the executor records it), and the
 /// operation id of "plan-42/step-3", which is returned.
-async fn write_records(store: impl Store + Clone) -> String {
+async fn write_records(store: impl Store + OperationIds + Clone) -> String {
     for order in 1..=4 {
         let req = request(order);
         assert_eq!(store.claim(&req).await.unwrap(), Claim::Acquired);
         let written = match order {
-            1 => store.complete(&key(1), req.token, OUTCOME, FOREVER).await,
+            1 => {
+                store
+                    .complete(key(1), req.token, Outcome::from(OUTCOME), FOREVER)
+                    .await
+            }
             2 => {
                 let note = "1 attempt(s); the last failed and may have taken effect";
-                store
-                    .mark_ambiguous(&key(2), req.token, note, FOREVER)
-                    .await
+                store.mark_ambiguous(key(2), req.token, note, FOREVER).await
             }
             3 => Ok(Written::Applied),
             _ => {
                 let outcome =
                     b"\0idemkit:unreplayable\0the outcome does not serialize: key must be a string";
-                store.complete(&key(4), req.token, outcome, FOREVER).await
+                store
+                    .complete(key(4), req.token, Outcome::from(&outcome[..]), FOREVER)
+                    .await
             }
         };
         assert_eq!(written.unwrap(), Written::Applied);
@@ -109,7 +115,7 @@ fn manifest_path(relative: &str) -> PathBuf {
 }
 
 /// Reads the fixture's records back through `store` as they were meant.
-async fn check_records(store: impl Store + Clone, operation_id: &str) {
+async fn check_records(store: impl Store + OperationIds + Clone, operation_id: &str) {
     // Completed: the stored outcome, byte for byte, and a replay through the executor.
     let record = store.get(&key(1)).await.unwrap().expect("completed record");
     assert_eq!(record.tool, "charge");

@@ -3,85 +3,32 @@
 //! and `NORMAL` (they run on the caller's thread): each row gets a new file in a temporary
 //! directory.
 
-use std::time::Duration;
+use idem_runtime::store::{Intercept, OperationIds};
+use idem_runtime::{SqliteStore, Store, Synchronous};
 
-use idem_runtime::store::{Claim, ClaimRequest, LeaseToken, Record, Written};
-use idem_runtime::{IdempotencyKey, SqliteStore, Store, StoreError, Synchronous};
-use uuid::Uuid;
-
-/// A `SqliteStore` on a new file, deleted with its directory when the row's store is dropped.
-struct TempSqlite {
-    store: SqliteStore,
-    _dir: tempfile::TempDir,
-}
-
-fn fresh(synchronous: Synchronous) -> TempSqlite {
+/// A `SqliteStore` on a new file, in a temporary directory that is deleted when the row's store
+/// is dropped (the hook, which forwards everything, owns it).
+fn fresh(synchronous: Synchronous) -> impl Store + OperationIds {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let store = SqliteStore::builder(dir.path().join("idemkit.db"))
         .synchronous(synchronous)
         .open()
         .expect("a new store opens");
-    TempSqlite { store, _dir: dir }
-}
-
-#[async_trait::async_trait]
-impl Store for TempSqlite {
-    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        self.store.claim(req).await
-    }
-    async fn complete(
-        &self,
-        key: &IdempotencyKey,
-        token: LeaseToken,
-        outcome: &[u8],
-        ttl: Duration,
-    ) -> Result<Written, StoreError> {
-        self.store.complete(key, token, outcome, ttl).await
-    }
-    async fn renew(
-        &self,
-        key: &IdempotencyKey,
-        token: LeaseToken,
-        lease: Duration,
-    ) -> Result<Written, StoreError> {
-        self.store.renew(key, token, lease).await
-    }
-    async fn release(
-        &self,
-        key: &IdempotencyKey,
-        token: LeaseToken,
-    ) -> Result<Written, StoreError> {
-        self.store.release(key, token).await
-    }
-    async fn mark_ambiguous(
-        &self,
-        key: &IdempotencyKey,
-        token: LeaseToken,
-        note: &str,
-        ttl: Duration,
-    ) -> Result<Written, StoreError> {
-        self.store.mark_ambiguous(key, token, note, ttl).await
-    }
-    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
-        self.store.get(key).await
-    }
-    async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
-        self.store.prune(limit).await
-    }
-    async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
-        self.store.operation_id(name, fresh).await
-    }
+    Intercept::new(store, move |_, _| {
+        let _kept_until_the_store_is_dropped = &dir;
+        None
+    })
 }
 
 mod full {
-    async fn fresh_store() -> super::TempSqlite {
+    async fn fresh_store() -> impl idem_runtime::Store + idem_runtime::store::OperationIds {
         super::fresh(idem_runtime::Synchronous::Full)
     }
     idem_runtime::conformance_tests!(fresh_store);
 }
 
 mod normal {
-    async fn fresh_store() -> super::TempSqlite {
+    async fn fresh_store() -> impl idem_runtime::Store + idem_runtime::store::OperationIds {
         super::fresh(idem_runtime::Synchronous::Normal)
     }
     idem_runtime::conformance_tests!(fresh_store);

@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use idem_runtime::store::sqlite::sql::{APPLICATION_ID, SCHEMA_VERSION};
-use idem_runtime::store::{Claim, ClaimRequest, LeaseToken, RecordState, Written};
+use idem_runtime::store::{
+    Claim, ClaimRequest, LeaseToken, OperationIds, Outcome, RecordState, Written,
+};
 use idem_runtime::{Fingerprint, IdempotencyKey, SqliteStore, Store, Synchronous};
 use uuid::Uuid;
 
@@ -14,14 +16,14 @@ fn key(n: u128) -> IdempotencyKey {
 }
 
 fn request(n: u128, ttl: Duration) -> ClaimRequest<'static> {
-    ClaimRequest {
-        key: key(n),
-        tool: "charge",
-        fingerprint: Fingerprint([n as u8; 32]),
-        token: LeaseToken::new(),
-        lease: Duration::from_secs(30),
+    ClaimRequest::new(
+        key(n),
+        "charge",
+        Fingerprint([n as u8; 32]),
+        LeaseToken::new(),
+        Duration::from_secs(30),
         ttl,
-    }
+    )
 }
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
@@ -81,14 +83,19 @@ async fn outcomes_ambiguous_records_and_operation_ids_survive_reopening_the_file
         assert_eq!(store.claim(&done).await.unwrap(), Claim::Acquired);
         assert_eq!(
             store
-                .complete(&done.key, done.token, b"{\"receipt\":1}", DAY)
+                .complete(
+                    done.key,
+                    done.token,
+                    Outcome::from(&b"{\"receipt\":1}"[..]),
+                    DAY
+                )
                 .await
                 .unwrap(),
             Written::Applied
         );
         assert_eq!(store.claim(&unsure).await.unwrap(), Claim::Acquired);
         let marked = store
-            .mark_ambiguous(&unsure.key, unsure.token, "timed out", DAY)
+            .mark_ambiguous(unsure.key, unsure.token, "timed out", DAY)
             .await
             .unwrap();
         assert_eq!(marked, Written::Applied);
@@ -227,16 +234,12 @@ async fn a_claim_waiting_for_another_writer_leaves_the_async_runtime_free() {
 async fn a_lease_end_written_by_a_clock_ahead_is_capped_at_one_lease() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path().join("idemkit.db")).unwrap();
-    let ahead = ClaimRequest {
-        lease: Duration::from_secs(3600),
-        ..request(40, DAY)
-    };
+    let mut ahead = request(40, DAY);
+    ahead.lease = Duration::from_secs(3600);
     assert_eq!(store.claim(&ahead).await.unwrap(), Claim::Acquired);
-    let here = ClaimRequest {
-        lease: Duration::from_millis(300),
-        token: LeaseToken::new(),
-        ..request(40, DAY)
-    };
+    let mut here = request(40, DAY);
+    here.lease = Duration::from_millis(300);
+    here.token = LeaseToken::new();
     match store.claim(&here).await.unwrap() {
         Claim::Existing(e) => assert!(
             matches!(e.state, idem_runtime::store::ExistingState::Running { lease_remaining }

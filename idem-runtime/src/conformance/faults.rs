@@ -3,7 +3,7 @@
 use super::*;
 
 /// S8: a holder that died leaves a lease that expires; the next call takes over with the same key.
-pub async fn s8_a_dead_holders_lease_expires_and_is_taken_over(store: impl Store) {
+pub async fn s8_a_dead_holders_lease_expires_and_is_taken_over(store: impl Store + OperationIds) {
     let idem = runtime(store);
     // The "dead process": it claimed and never came back.
     let dead = ClaimRequest {
@@ -24,65 +24,26 @@ pub async fn s8_a_dead_holders_lease_expires_and_is_taken_over(store: impl Store
     assert_eq!(tool.runs(), 1);
     assert_eq!(
         idem.store()
-            .complete(&key_of(9), dead.token, b"1", Duration::from_secs(60))
+            .complete(
+                key_of(9),
+                dead.token,
+                b"1".as_slice().into(),
+                Duration::from_secs(60)
+            )
             .await
             .unwrap(),
         Written::Fenced
     );
 }
 
-/// A store whose every operation fails as an unreachable one would.
-pub(super) struct Unreachable;
-
-#[async_trait::async_trait]
-impl Store for Unreachable {
-    async fn claim(&self, _: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        Err(StoreError::unavailable("connection refused"))
-    }
-    async fn complete(
-        &self,
-        _: &IdempotencyKey,
-        _: LeaseToken,
-        _: &[u8],
-        _: Duration,
-    ) -> Result<Written, StoreError> {
-        Err(StoreError::unavailable("connection refused"))
-    }
-    async fn renew(
-        &self,
-        _: &IdempotencyKey,
-        _: LeaseToken,
-        _: Duration,
-    ) -> Result<Written, StoreError> {
-        Err(StoreError::unavailable("connection refused"))
-    }
-    async fn release(&self, _: &IdempotencyKey, _: LeaseToken) -> Result<Written, StoreError> {
-        Err(StoreError::unavailable("connection refused"))
-    }
-    async fn mark_ambiguous(
-        &self,
-        _: &IdempotencyKey,
-        _: LeaseToken,
-        _: &str,
-        _: Duration,
-    ) -> Result<Written, StoreError> {
-        Err(StoreError::unavailable("connection refused"))
-    }
-    async fn get(&self, _: &IdempotencyKey) -> Result<Option<crate::store::Record>, StoreError> {
-        Err(StoreError::unavailable("connection refused"))
-    }
-    async fn prune(&self, _: usize) -> Result<usize, StoreError> {
-        Err(StoreError::unavailable("connection refused"))
-    }
-    async fn operation_id(&self, _: &str, _: Uuid) -> Result<Uuid, StoreError> {
-        Err(StoreError::unavailable("connection refused"))
-    }
-}
-
 /// S9: an unreachable store fails the call closed: `Error::Store`, the body never runs.
-pub async fn s9_unreachable_store_fails_closed(store: impl Store) {
-    drop(store); // This row is about the executor's side of the contract.
-    let idem = runtime(Unreachable);
+pub async fn s9_unreachable_store_fails_closed(store: impl Store + OperationIds) {
+    // The store under test, cut off: every transition fails as an unreachable store's would.
+    let store = Arc::new(store);
+    let unreachable = Intercept::new(store.clone(), |_, _| {
+        Some(StoreError::unavailable("connection refused"))
+    });
+    let idem = runtime(unreachable);
     let tool = Counted::new();
     let (result, outcome) = tool
         .call(charge(&idem), 10, 4200, &[], Duration::ZERO)
@@ -98,7 +59,7 @@ pub async fn s9_unreachable_store_fails_closed(store: impl Store) {
 }
 
 /// S9: a stored outcome that no longer deserializes fails closed: `Error::Store`, the body never runs.
-pub async fn s9_corrupt_outcome_fails_closed(store: impl Store) {
+pub async fn s9_corrupt_outcome_fails_closed(store: impl Store + OperationIds) {
     let idem = runtime(store);
     let req = ClaimRequest {
         key: key_of(11),
@@ -112,9 +73,9 @@ pub async fn s9_corrupt_outcome_fails_closed(store: impl Store) {
     let written = idem
         .store()
         .complete(
-            &req.key,
+            req.key,
             req.token,
-            br#"{"not":"a receipt"}"#,
+            br#"{"not":"a receipt"}"#.as_slice().into(),
             Duration::from_secs(60),
         )
         .await;
@@ -134,7 +95,7 @@ pub async fn s9_corrupt_outcome_fails_closed(store: impl Store) {
 }
 
 /// S10: a record older than its time-to-live is treated as absent, and pruned.
-pub async fn s10_records_past_their_ttl_are_absent(store: impl Store) {
+pub async fn s10_records_past_their_ttl_are_absent(store: impl Store + OperationIds) {
     let idem = runtime(store);
     let tool = Counted::new();
     let short = || charge(&idem).ttl(Duration::from_millis(1000));
@@ -158,7 +119,7 @@ pub async fn s10_records_past_their_ttl_are_absent(store: impl Store) {
 }
 
 /// S11: every write of a holder whose lease was taken over is refused; the new record stands.
-pub async fn s11_late_writes_of_a_taken_over_lease_are_fenced(store: impl Store) {
+pub async fn s11_late_writes_of_a_taken_over_lease_are_fenced(store: impl Store + OperationIds) {
     let req = |token| ClaimRequest {
         key: key_of(13),
         tool: "charge",
@@ -182,25 +143,25 @@ pub async fn s11_late_writes_of_a_taken_over_lease_are_fenced(store: impl Store)
     let ttl = Duration::from_secs(60);
     assert_eq!(
         store
-            .complete(&key_of(13), old, b"\"old\"", ttl)
+            .complete(key_of(13), old, b"\"old\"".as_slice().into(), ttl)
             .await
             .unwrap(),
         Written::Fenced
     );
     assert_eq!(
         store
-            .mark_ambiguous(&key_of(13), old, "late", ttl)
+            .mark_ambiguous(key_of(13), old, "late", ttl)
             .await
             .unwrap(),
         Written::Fenced
     );
     assert_eq!(
-        store.release(&key_of(13), old).await.unwrap(),
+        store.release(key_of(13), old).await.unwrap(),
         Written::Fenced
     );
     assert_eq!(
         store
-            .complete(&key_of(13), new, b"\"new\"", ttl)
+            .complete(key_of(13), new, b"\"new\"".as_slice().into(), ttl)
             .await
             .unwrap(),
         Written::Applied
@@ -218,7 +179,7 @@ pub async fn s11_late_writes_of_a_taken_over_lease_are_fenced(store: impl Store)
 /// thread, so nothing polls the lease) finishes after the lease was taken over and the new
 /// holder completed; its write is refused, the new record stands, and its caller is told.
 /// (A holder that awaits notices and stops: S13.)
-pub async fn s11_a_slow_holder_cannot_overwrite_the_new_record(store: impl Store) {
+pub async fn s11_a_slow_holder_cannot_overwrite_the_new_record(store: impl Store + OperationIds) {
     let idem = runtime(store);
     let tool = Arc::new(Counted::new());
     let slow = {
@@ -274,7 +235,7 @@ pub async fn s11_a_slow_holder_cannot_overwrite_the_new_record(store: impl Store
 }
 
 /// `Idem::operation` mints an id once per name and returns it unchanged afterwards.
-pub async fn operation_ids_are_minted_once(store: impl Store) {
+pub async fn operation_ids_are_minted_once(store: impl Store + OperationIds) {
     let idem = runtime(store);
     let first = idem.operation("plan-42/step-3").await.unwrap();
     assert_eq!(idem.operation("plan-42/step-3").await.unwrap(), first);

@@ -4,7 +4,7 @@
 use super::*;
 
 /// S1: the body runs once; the outcome is stored as completed and returned.
-pub async fn s1_first_call_runs_once_and_is_stored(store: impl Store) {
+pub async fn s1_first_call_runs_once_and_is_stored(store: impl Store + OperationIds) {
     let idem = runtime(store);
     let tool = Counted::new();
     let (result, outcome) = tool.call(charge(&idem), 1, 4200, &[], Duration::ZERO).await;
@@ -32,7 +32,7 @@ pub async fn s1_first_call_runs_once_and_is_stored(store: impl Store) {
 }
 
 /// S2: the same key and arguments again return the stored outcome without running the body.
-pub async fn s2_repeat_returns_the_stored_outcome(store: impl Store) {
+pub async fn s2_repeat_returns_the_stored_outcome(store: impl Store + OperationIds) {
     let idem = runtime(store);
     let tool = Counted::new();
     let first = tool
@@ -49,7 +49,7 @@ pub async fn s2_repeat_returns_the_stored_outcome(store: impl Store) {
 }
 
 /// S3: the same key with other arguments is refused as key reuse; the body does not run.
-pub async fn s3_same_key_other_arguments_is_key_reuse(store: impl Store) {
+pub async fn s3_same_key_other_arguments_is_key_reuse(store: impl Store + OperationIds) {
     let idem = runtime(store);
     let tool = Counted::new();
     tool.call(charge(&idem), 3, 4200, &[], Duration::ZERO)
@@ -65,7 +65,7 @@ pub async fn s3_same_key_other_arguments_is_key_reuse(store: impl Store) {
 }
 
 /// S4: transient, ambiguous and retry-after failures are retried with the identical key.
-pub async fn s4_retryable_failures_retry_with_the_identical_key(store: impl Store) {
+pub async fn s4_retryable_failures_retry_with_the_identical_key(store: impl Store + OperationIds) {
     let idem = runtime(store);
     let tool = Counted::new();
     let script = [
@@ -92,7 +92,7 @@ pub async fn s4_retryable_failures_retry_with_the_identical_key(store: impl Stor
 }
 
 /// S5: a permanent failure is not retried; the record is released, so a later call runs again.
-pub async fn s5_permanent_failure_is_not_retried_and_released(store: impl Store) {
+pub async fn s5_permanent_failure_is_not_retried_and_released(store: impl Store + OperationIds) {
     let idem = runtime(store);
     let tool = Counted::new();
     let (result, outcome) = tool
@@ -116,7 +116,7 @@ pub async fn s5_permanent_failure_is_not_retried_and_released(store: impl Store)
 }
 
 /// S6: transient failures until the attempts run out: the last error returned, the record released.
-pub async fn s6_exhausted_transient_is_released(store: impl Store) {
+pub async fn s6_exhausted_transient_is_released(store: impl Store + OperationIds) {
     let idem = runtime(store);
     let tool = Counted::new();
     let script = [Failure::Transient; 3];
@@ -139,7 +139,7 @@ pub async fn s6_exhausted_transient_is_released(store: impl Store) {
 
 /// S6: ambiguous failures until the attempts run out: the record is kept (an operator sees it),
 /// and the next call with the same arguments takes it over at once, with the same key.
-pub async fn s6_exhausted_ambiguous_is_kept_and_taken_over(store: impl Store) {
+pub async fn s6_exhausted_ambiguous_is_kept_and_taken_over(store: impl Store + OperationIds) {
     let idem = runtime(store);
     let tool = Counted::new();
     let script = [Failure::Ambiguous; 2];
@@ -173,16 +173,16 @@ pub async fn s6_exhausted_ambiguous_is_kept_and_taken_over(store: impl Store) {
 }
 
 /// S7: concurrent calls of one key: one body runs, the others wait for and return its outcome.
-pub async fn s7_concurrent_calls_run_the_body_once(store: impl Store) {
+pub async fn s7_concurrent_calls_run_the_body_once(store: impl Store + OperationIds) {
     contend(store, 8, 8).await;
 }
 
 /// 64 tasks calling one key at once: the body runs exactly once; all get the same output.
-pub async fn contention_64_tasks_one_key(store: impl Store) {
+pub async fn contention_64_tasks_one_key(store: impl Store + OperationIds) {
     contend(store, 64, 64).await;
 }
 
-pub(super) async fn contend(store: impl Store, callers: usize, order: u64) {
+pub(super) async fn contend(store: impl Store + OperationIds, callers: usize, order: u64) {
     let idem = runtime(store);
     let tool = Arc::new(Counted::new());
     let start = Arc::new(tokio::sync::Barrier::new(callers));
@@ -212,7 +212,7 @@ pub(super) async fn contend(store: impl Store, callers: usize, order: u64) {
 }
 
 /// S7: a caller that waits longer than its bound for the running call gets `InFlight`.
-pub async fn s7_a_caller_that_waits_too_long_gets_in_flight(store: impl Store) {
+pub async fn s7_a_caller_that_waits_too_long_gets_in_flight(store: impl Store + OperationIds) {
     let idem = runtime(store);
     let tool = Arc::new(Counted::new());
     let holder = {

@@ -21,7 +21,9 @@ pub(super) fn renew_req(
 
 /// S12 (store): `renew` moves a held lease's end later, and the record's expiry with it, so a
 /// holder that renews is neither taken over nor expired while it runs.
-pub async fn s12_renew_extends_a_held_lease_past_its_end_and_its_ttl(store: impl Store) {
+pub async fn s12_renew_extends_a_held_lease_past_its_end_and_its_ttl(
+    store: impl Store + OperationIds,
+) {
     let short = Duration::from_millis(300);
     let (holder, other) = (LeaseToken::new(), LeaseToken::new());
     assert_eq!(
@@ -33,7 +35,7 @@ pub async fn s12_renew_extends_a_held_lease_past_its_end_and_its_ttl(store: impl
     );
     assert_eq!(
         store
-            .renew(&key_of(15), holder, Duration::from_secs(5))
+            .renew(key_of(15), holder, Duration::from_secs(5))
             .await
             .unwrap(),
         Written::Applied
@@ -62,7 +64,9 @@ pub async fn s12_renew_extends_a_held_lease_past_its_end_and_its_ttl(store: impl
 
 /// S12 (store): a holder whose lease ran out, but that nobody took over, still holds the record
 /// (its token is the record's: nobody else runs), so its renewal applies.
-pub async fn s12_renew_after_the_lease_ran_out_untaken_still_holds(store: impl Store) {
+pub async fn s12_renew_after_the_lease_ran_out_untaken_still_holds(
+    store: impl Store + OperationIds,
+) {
     let (holder, other) = (LeaseToken::new(), LeaseToken::new());
     let ttl = Duration::from_secs(60);
     let req = |token| renew_req(16, token, Duration::from_millis(100), ttl);
@@ -70,7 +74,7 @@ pub async fn s12_renew_after_the_lease_ran_out_untaken_still_holds(store: impl S
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
         store
-            .renew(&key_of(16), holder, Duration::from_secs(5))
+            .renew(key_of(16), holder, Duration::from_secs(5))
             .await
             .unwrap(),
         Written::Applied
@@ -83,7 +87,9 @@ pub async fn s12_renew_after_the_lease_ran_out_untaken_still_holds(store: impl S
 
 /// S12/S13 (store): a renewal under a token that no longer holds the record is refused and
 /// changes nothing: after a takeover, after the record ended, and for a key never claimed.
-pub async fn s12_renew_is_refused_to_a_stale_token_and_to_ended_records(store: impl Store) {
+pub async fn s12_renew_is_refused_to_a_stale_token_and_to_ended_records(
+    store: impl Store + OperationIds,
+) {
     let (old, new) = (LeaseToken::new(), LeaseToken::new());
     let ttl = Duration::from_secs(60);
     let long = Duration::from_secs(5);
@@ -92,7 +98,7 @@ pub async fn s12_renew_is_refused_to_a_stale_token_and_to_ended_records(store: i
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(store.claim(&req(new)).await.unwrap(), Claim::Acquired);
     assert_eq!(
-        store.renew(&key_of(17), old, long).await.unwrap(),
+        store.renew(key_of(17), old, long).await.unwrap(),
         Written::Fenced,
         "the taken-over holder's renewal"
     );
@@ -103,13 +109,13 @@ pub async fn s12_renew_is_refused_to_a_stale_token_and_to_ended_records(store: i
     );
     assert_eq!(
         store
-            .complete(&key_of(17), new, b"\"done\"", ttl)
+            .complete(key_of(17), new, b"\"done\"".as_slice().into(), ttl)
             .await
             .unwrap(),
         Written::Applied
     );
     assert_eq!(
-        store.renew(&key_of(17), new, long).await.unwrap(),
+        store.renew(key_of(17), new, long).await.unwrap(),
         Written::Fenced,
         "a completed record is not renewed"
     );
@@ -118,7 +124,7 @@ pub async fn s12_renew_is_refused_to_a_stale_token_and_to_ended_records(store: i
         RecordState::Completed { .. }
     ));
     assert_eq!(
-        store.renew(&key_of(18), new, long).await.unwrap(),
+        store.renew(key_of(18), new, long).await.unwrap(),
         Written::Fenced,
         "a key never claimed"
     );
@@ -128,7 +134,7 @@ pub async fn s12_renew_is_refused_to_a_stale_token_and_to_ended_records(store: i
 /// S12 through the executor: a body that runs 2.5 leases is not taken over: its holder renews
 /// the lease while it runs, so a second caller waits for it and replays its outcome. (Before
 /// renewals, the second caller took the key over at the lease's end and ran the body again.)
-pub async fn s12_a_body_longer_than_its_lease_runs_once(store: impl Store) {
+pub async fn s12_a_body_longer_than_its_lease_runs_once(store: impl Store + OperationIds) {
     let idem = runtime(store);
     let tool = Arc::new(Counted::new());
     let first = {
@@ -146,65 +152,18 @@ pub async fn s12_a_body_longer_than_its_lease_runs_once(store: impl Store) {
     assert_eq!(tool.runs(), 1, "the body ran once");
 }
 
-/// A store whose renewals fail (as when the holder cannot reach it); everything else passes.
-pub(super) struct RenewalsFail<S>(Arc<S>);
-
-#[async_trait::async_trait]
-impl<S: Store> Store for RenewalsFail<S> {
-    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        self.0.claim(req).await
-    }
-    async fn complete(
-        &self,
-        key: &IdempotencyKey,
-        token: LeaseToken,
-        outcome: &[u8],
-        ttl: Duration,
-    ) -> Result<Written, StoreError> {
-        self.0.complete(key, token, outcome, ttl).await
-    }
-    async fn renew(
-        &self,
-        _: &IdempotencyKey,
-        _: LeaseToken,
-        _: Duration,
-    ) -> Result<Written, StoreError> {
-        Err(StoreError::unavailable("connection refused"))
-    }
-    async fn release(
-        &self,
-        key: &IdempotencyKey,
-        token: LeaseToken,
-    ) -> Result<Written, StoreError> {
-        self.0.release(key, token).await
-    }
-    async fn mark_ambiguous(
-        &self,
-        key: &IdempotencyKey,
-        token: LeaseToken,
-        note: &str,
-        ttl: Duration,
-    ) -> Result<Written, StoreError> {
-        self.0.mark_ambiguous(key, token, note, ttl).await
-    }
-    async fn get(&self, key: &IdempotencyKey) -> Result<Option<crate::store::Record>, StoreError> {
-        self.0.get(key).await
-    }
-    async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
-        self.0.prune(limit).await
-    }
-    async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
-        self.0.operation_id(name, fresh).await
-    }
-}
-
 /// S13 through the executor: a holder whose renewals fail until its lease ends stops its body
 /// at the next await (the body never finishes), starts no further attempt, and its caller is
 /// told the outcome is unknown; the record is kept as ambiguous, so the next call takes it over
 /// with the same key.
-pub async fn s13_a_holder_whose_renewals_fail_stops_and_is_taken_over(store: impl Store) {
+pub async fn s13_a_holder_whose_renewals_fail_stops_and_is_taken_over(
+    store: impl Store + OperationIds,
+) {
     let store = Arc::new(store);
-    let cut_off = runtime(RenewalsFail(store.clone()));
+    let cut_off = runtime(Intercept::new(store.clone(), |step, _| {
+        // Renewals fail, as when the holder cannot reach the store; everything else passes.
+        (step == Step::Renew).then(|| StoreError::unavailable("connection refused"))
+    }));
     let idem = runtime(store);
     let tool = Counted::new();
     let (stopped, outcome) = tool
@@ -238,7 +197,9 @@ pub async fn s13_a_holder_whose_renewals_fail_stops_and_is_taken_over(store: imp
 /// S18: equal key fields under two tenants are two records: each tenant's call runs once, each
 /// replays only its own outcome, and neither record is found under the other's key or the
 /// unscoped one.
-pub async fn s18_equal_key_fields_under_two_tenants_are_two_operations(store: impl Store) {
+pub async fn s18_equal_key_fields_under_two_tenants_are_two_operations(
+    store: impl Store + OperationIds,
+) {
     use crate::as_tenant;
     let idem = runtime(store);
     let tool = Counted::new();

@@ -17,10 +17,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
 use crate::store::{
-    Claim, ClaimRequest, Existing, ExistingState, LeaseToken, RecordState, Written,
+    Claim, ClaimRequest, Existing, ExistingState, Intercept, LeaseToken, OperationIds, RecordState,
+    Step, Written,
 };
 use crate::{
     CallOutcome, Classify, Error, Failure, Fingerprint, Idem, IdempotencyKey, RetryPolicy, Store,
@@ -135,7 +135,7 @@ pub struct Receipt {
 // takeover there would be a second body run, and a false failure of S7), short enough for S8.
 const LEASE: Duration = Duration::from_millis(1000);
 
-fn runtime(store: impl Store) -> Idem {
+fn runtime(store: impl Store + OperationIds) -> Idem {
     Idem::builder()
         .store(store)
         .retry(

@@ -11,7 +11,8 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::{
-    Claim, ClaimRequest, Existing, ExistingState, LeaseToken, Record, RecordState, Store, Written,
+    Claim, ClaimRequest, Existing, ExistingState, LeaseToken, OperationIds, Outcome, Record,
+    RecordState, Store, StoreFuture, Written,
 };
 use crate::error::StoreError;
 use crate::fingerprint::Fingerprint;
@@ -103,7 +104,7 @@ enum State {
         lease_until: Instant,
     },
     Completed {
-        outcome: Vec<u8>,
+        outcome: Outcome,
     },
     Ambiguous {
         note: String,
@@ -137,8 +138,8 @@ impl MemoryStore {
 }
 
 impl MemoryStore {
-    // Claim and complete answer at once: the executor takes them through `Store::claim_now` and
-    // `Store::complete_now`, without a boxed future; the async methods share these bodies.
+    // Every transition answers at once (`StoreFuture::ready`): the executor neither allocates nor
+    // polls for them.
     fn claim_sync(&self, req: &ClaimRequest<'_>) -> Claim {
         let now = Instant::now();
         let mut guard = self.lock();
@@ -186,20 +187,65 @@ impl MemoryStore {
         }
     }
 
-    /// Takes `outcome`'s bytes when it applies.
     fn complete_sync(
         &self,
-        key: &IdempotencyKey,
+        key: IdempotencyKey,
         token: LeaseToken,
-        outcome: &mut Vec<u8>,
+        outcome: Outcome,
         ttl: Duration,
     ) -> Written {
         let now = Instant::now();
         let mut inner = self.lock();
-        match Self::held(&mut inner, key, token, now) {
+        match Self::held(&mut inner, &key, token, now) {
             Some(rec) => {
-                rec.state = State::Completed {
-                    outcome: std::mem::take(outcome),
+                rec.state = State::Completed { outcome };
+                rec.expires_at = now + ttl;
+                Written::Applied
+            }
+            None => Written::Fenced,
+        }
+    }
+
+    fn renew_sync(&self, key: IdempotencyKey, token: LeaseToken, lease: Duration) -> Written {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        match Self::held(&mut inner, &key, token, now) {
+            Some(rec) => {
+                let until = now + lease;
+                rec.state = State::Running {
+                    token,
+                    lease_until: until,
+                };
+                rec.expires_at = rec.expires_at.max(until);
+                Written::Applied
+            }
+            None => Written::Fenced,
+        }
+    }
+
+    fn release_sync(&self, key: IdempotencyKey, token: LeaseToken) -> Written {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        if Self::held(&mut inner, &key, token, now).is_none() {
+            return Written::Fenced;
+        }
+        inner.records.remove(key.as_bytes());
+        Written::Applied
+    }
+
+    fn mark_ambiguous_sync(
+        &self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        note: &str,
+        ttl: Duration,
+    ) -> Written {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        match Self::held(&mut inner, &key, token, now) {
+            Some(rec) => {
+                rec.state = State::Ambiguous {
+                    note: note.to_owned(),
                 };
                 rec.expires_at = now + ttl;
                 Written::Applied
@@ -211,89 +257,43 @@ impl MemoryStore {
 
 #[async_trait::async_trait]
 impl Store for MemoryStore {
-    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        Ok(self.claim_sync(req))
+    #[inline]
+    fn claim<'a>(&'a self, req: &'a ClaimRequest<'_>) -> StoreFuture<'a, Claim> {
+        StoreFuture::ready(Ok(self.claim_sync(req)))
     }
 
-    fn claim_now(&self, req: &ClaimRequest<'_>) -> Option<Result<Claim, StoreError>> {
-        Some(Ok(self.claim_sync(req)))
-    }
-
-    async fn complete(
+    fn renew(
         &self,
-        key: &IdempotencyKey,
-        token: LeaseToken,
-        outcome: &[u8],
-        ttl: Duration,
-    ) -> Result<Written, StoreError> {
-        Ok(self.complete_sync(key, token, &mut outcome.to_vec(), ttl))
-    }
-
-    fn complete_now(
-        &self,
-        key: &IdempotencyKey,
-        token: LeaseToken,
-        outcome: &mut Vec<u8>,
-        ttl: Duration,
-    ) -> Option<Result<Written, StoreError>> {
-        Some(Ok(self.complete_sync(key, token, outcome, ttl)))
-    }
-
-    async fn renew(
-        &self,
-        key: &IdempotencyKey,
+        key: IdempotencyKey,
         token: LeaseToken,
         lease: Duration,
-    ) -> Result<Written, StoreError> {
-        let now = Instant::now();
-        let mut inner = self.lock();
-        Ok(match Self::held(&mut inner, key, token, now) {
-            Some(rec) => {
-                let until = now + lease;
-                rec.state = State::Running {
-                    token,
-                    lease_until: until,
-                };
-                rec.expires_at = rec.expires_at.max(until);
-                Written::Applied
-            }
-            None => Written::Fenced,
-        })
+    ) -> StoreFuture<'_, Written> {
+        StoreFuture::ready(Ok(self.renew_sync(key, token, lease)))
     }
 
-    async fn release(
+    #[inline]
+    fn complete(
         &self,
-        key: &IdempotencyKey,
+        key: IdempotencyKey,
         token: LeaseToken,
-    ) -> Result<Written, StoreError> {
-        let now = Instant::now();
-        let mut inner = self.lock();
-        if Self::held(&mut inner, key, token, now).is_none() {
-            return Ok(Written::Fenced);
-        }
-        inner.records.remove(key.as_bytes());
-        Ok(Written::Applied)
-    }
-
-    async fn mark_ambiguous(
-        &self,
-        key: &IdempotencyKey,
-        token: LeaseToken,
-        note: &str,
+        outcome: Outcome,
         ttl: Duration,
-    ) -> Result<Written, StoreError> {
-        let now = Instant::now();
-        let mut inner = self.lock();
-        Ok(match Self::held(&mut inner, key, token, now) {
-            Some(rec) => {
-                rec.state = State::Ambiguous {
-                    note: note.to_owned(),
-                };
-                rec.expires_at = now + ttl;
-                Written::Applied
-            }
-            None => Written::Fenced,
-        })
+    ) -> StoreFuture<'_, Written> {
+        StoreFuture::ready(Ok(self.complete_sync(key, token, outcome, ttl)))
+    }
+
+    fn release(&self, key: IdempotencyKey, token: LeaseToken) -> StoreFuture<'_, Written> {
+        StoreFuture::ready(Ok(self.release_sync(key, token)))
+    }
+
+    fn mark_ambiguous<'a>(
+        &'a self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        note: &'a str,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Written> {
+        StoreFuture::ready(Ok(self.mark_ambiguous_sync(key, token, note, ttl)))
     }
 
     async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
@@ -312,7 +312,7 @@ impl Store for MemoryStore {
                         lease_remaining: lease_until.saturating_duration_since(now),
                     },
                     State::Completed { outcome } => RecordState::Completed {
-                        outcome: outcome.clone(),
+                        outcome: outcome.to_vec(),
                     },
                     State::Ambiguous { note } => RecordState::Ambiguous { note: note.clone() },
                 },
@@ -335,7 +335,10 @@ impl Store for MemoryStore {
         }
         Ok(expired.len())
     }
+}
 
+#[async_trait::async_trait]
+impl OperationIds for MemoryStore {
     async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
         Ok(*self
             .lock()

@@ -1,6 +1,10 @@
-//! The store trait: where claims and outcomes are kept, and what each operation must do.
+//! The store traits: where claims and outcomes are kept, and what each transition must do.
 //!
-//! Every implementation obeys the same state machine (and the same conformance suite):
+//! - [`Store`]: the claim state machine, one method per transition. The executor drives it.
+//! - [`OperationIds`]: the name → UUID map behind [`OperationId`](crate::OperationId).
+//!
+//! Every [`Store`] obeys the same state machine, and proves it with the same conformance suite
+//! (`idem_runtime::conformance`, feature `conformance`):
 //!
 //! ```text
 //!              claim (absent or expired)                 complete (token matches)
@@ -16,9 +20,25 @@
 //!
 //! A record whose time-to-live has passed is absent for every operation. A write by a holder
 //! whose token is no longer the record's is refused ([`Written::Fenced`]).
+//!
+//! # Writing a store
+//!
+//! Implement [`Store`] (five methods) and [`OperationIds`] (one), then run the conformance
+//! suite against it in one line of a test file:
+//!
+//! ```ignore
+//! async fn fresh() -> MyStore { MyStore::connect_to_a_new_empty_namespace().await }
+//! idem_runtime::conformance_tests!(fresh);
+//! ```
+//!
+//! Each method returns a [`StoreFuture`]: [`StoreFuture::ready`] when the store has the answer at
+//! once (no allocation, no poll), [`StoreFuture::boxed`] around an `async` block when it must
+//! wait. `idem-runtime/tests/third_party_store.rs` is a complete store in about a hundred lines.
 
 use std::sync::Arc;
 use std::time::Duration;
+
+use async_trait::async_trait;
 
 use uuid::Uuid;
 
@@ -37,8 +57,16 @@ pub mod redis;
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub mod sqlite;
 
+mod future;
+mod intercept;
+mod outcome;
 mod redact;
 mod token;
+
+pub use self::future::StoreFuture;
+pub use self::intercept::{Intercept, Step};
+pub use self::memory::MemoryStore;
+pub use self::outcome::Outcome;
 
 #[cfg_attr(
     not(any(feature = "postgres", feature = "redis")),
@@ -50,6 +78,7 @@ pub use self::token::LeaseToken;
 pub(crate) use self::token::fork_generation;
 
 /// What a claim asks of the store.
+#[non_exhaustive]
 #[derive(Debug, Clone)]
 pub struct ClaimRequest<'a> {
     /// The operation's key.
@@ -62,11 +91,35 @@ pub struct ClaimRequest<'a> {
     pub token: LeaseToken,
     /// How long the lease lasts: past it, another call may take over.
     pub lease: Duration,
-    /// How long the record lasts from now: past it, it is treated as absent.
+    /// How long the record lasts from now: past it, it is treated as absent. Never shorter than
+    /// `lease` (the executor refuses such settings).
     pub ttl: Duration,
 }
 
+impl<'a> ClaimRequest<'a> {
+    /// A claim of `key` for `tool` with these arguments' `fingerprint`, under a new lease
+    /// `token` that lasts `lease`, for a record that lasts `ttl`.
+    pub fn new(
+        key: IdempotencyKey,
+        tool: &'a str,
+        fingerprint: Fingerprint,
+        token: LeaseToken,
+        lease: Duration,
+        ttl: Duration,
+    ) -> Self {
+        ClaimRequest {
+            key,
+            tool,
+            fingerprint,
+            token,
+            lease,
+            ttl,
+        }
+    }
+}
+
 /// What a claim got.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
     /// The caller holds the lease (a new record, or a takeover) and must run the operation.
@@ -75,7 +128,9 @@ pub enum Claim {
     Existing(Existing),
 }
 
-/// A live record that a claim did not take.
+/// A live record that a claim did not take: only what the claimant acts on (an operator's view of
+/// a record is [`Record`]).
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Existing {
     /// The fingerprint the record was made with: if it is not the caller's, the key was reused.
@@ -84,7 +139,21 @@ pub struct Existing {
     pub state: ExistingState,
 }
 
+impl Existing {
+    /// A live record made with `fingerprint`, standing at `state`.
+    pub fn new(fingerprint: Fingerprint, state: ExistingState) -> Self {
+        Existing { fingerprint, state }
+    }
+}
+
+impl From<Existing> for Claim {
+    fn from(existing: Existing) -> Self {
+        Claim::Existing(existing)
+    }
+}
+
 /// Where a record that was not taken stands.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExistingState {
     /// Another holder's lease is live for this much longer.
@@ -94,8 +163,8 @@ pub enum ExistingState {
     },
     /// The operation completed with this serialized outcome.
     Completed {
-        /// The outcome as the executor stored it (JSON).
-        outcome: Vec<u8>,
+        /// The outcome as the executor stored it.
+        outcome: Outcome,
     },
     /// The operation ran out of attempts and may have happened (only reported when the
     /// fingerprint differs; with the same fingerprint the claim takes it over).
@@ -159,126 +228,115 @@ pub enum RecordState {
     },
 }
 
-/// Where claims and outcomes are kept. See the module docs for the state machine every
-/// implementation obeys; `idem_runtime::conformance` tests it.
-#[async_trait::async_trait]
+/// The claim state machine: where claims and outcomes are kept. One method per transition; see
+/// the module docs for the diagram every implementation obeys, and `idem_runtime::conformance`
+/// for the suite that proves it.
+///
+/// Every method returns a [`StoreFuture`]: ready when the store answers at once (the executor
+/// then neither allocates nor polls), boxed when it must wait. A write by a holder (`renew`,
+/// `complete`, `release`, `mark_ambiguous`) is guarded by the holder's `token`: when the record
+/// is no longer Running under that token (taken over, expired, gone) nothing changes and the
+/// answer is [`Written::Fenced`]. An `Err` means the store could not answer (it may or may not
+/// have applied the write: the executor retries under the same token, which is safe because
+/// every write is idempotent for its token).
+#[async_trait]
 pub trait Store: Send + Sync + 'static {
-    /// Atomically: takes the record (absent, expired, or same fingerprint with an expired lease
-    /// or ambiguous) for `req.token`, or reports the live record.
-    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError>;
+    /// **absent / expired → Running**, or a **takeover** (same fingerprint, and the lease
+    /// expired or the record is Ambiguous → Running under `req.token`), atomically; otherwise
+    /// nothing changes and the answer is the live record ([`Claim::Existing`]). The new record
+    /// expires `req.ttl` from now, its lease `req.lease` from now.
+    fn claim<'a>(&'a self, req: &'a ClaimRequest<'_>) -> StoreFuture<'a, Claim>;
 
-    /// Records the outcome and keeps it for `ttl`, if `token` still holds the lease.
-    async fn complete(
+    /// **Running → Running** with a later lease end: the lease `token` holds now ends `lease`
+    /// from now (by the store's clock); the record's expiry moves to the new lease end if it was
+    /// sooner, so a running record never expires before its lease. Applied also when the lease
+    /// ran out but nobody took it over (the token is still the record's, so nobody else runs).
+    /// The executor renews while a body runs (S12); a refused renewal stops the holder (S13).
+    fn renew(
         &self,
-        key: &IdempotencyKey,
-        token: LeaseToken,
-        outcome: &[u8],
-        ttl: Duration,
-    ) -> Result<Written, StoreError>;
-
-    /// Extends the lease that `token` holds to `lease` from now (by the store's clock), if
-    /// `token` still holds the record: Running → Running, with a later lease end; the record's
-    /// expiry moves to the new lease end if it was sooner, so a running record never expires
-    /// before its lease. Applied also when the lease ran out but nobody took it over (the token
-    /// is still the record's, so nobody else runs); [`Written::Fenced`] when the record is gone,
-    /// expired, no longer Running, or held under another token. The executor renews while a
-    /// body runs (S12); a refused renewal stops the holder (S13).
-    async fn renew(
-        &self,
-        key: &IdempotencyKey,
+        key: IdempotencyKey,
         token: LeaseToken,
         lease: Duration,
-    ) -> Result<Written, StoreError>;
+    ) -> StoreFuture<'_, Written>;
 
-    /// Deletes the record, if `token` still holds the lease: the operation did not happen, so a
-    /// later call may run it again.
-    async fn release(&self, key: &IdempotencyKey, token: LeaseToken)
-    -> Result<Written, StoreError>;
-
-    /// Keeps the record as ambiguous (it may have happened) for `ttl`, if `token` still holds
-    /// the lease: the next call with the same arguments takes it over at once, with the same key.
-    async fn mark_ambiguous(
+    /// **Running → Completed**: keeps `outcome` (the store owns it from now; it is cheap to keep
+    /// as it is) and the record for `ttl` from now. A later claim with the same fingerprint gets
+    /// the outcome back, byte for byte.
+    fn complete(
         &self,
-        key: &IdempotencyKey,
+        key: IdempotencyKey,
         token: LeaseToken,
-        note: &str,
+        outcome: Outcome,
         ttl: Duration,
-    ) -> Result<Written, StoreError>;
+    ) -> StoreFuture<'_, Written>;
+
+    /// **Running → absent**: the operation did not happen, so a later call may run it again.
+    fn release(&self, key: IdempotencyKey, token: LeaseToken) -> StoreFuture<'_, Written>;
+
+    /// **Running → Ambiguous**, kept for `ttl` from now with `note` (the last error, for
+    /// operators): the operation may have happened, so the next claim with the same fingerprint
+    /// takes it over at once and runs it again with the same key (the provider deduplicates).
+    fn mark_ambiguous<'a>(
+        &'a self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        note: &'a str,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Written>;
 
     /// The live record of `key`, if any.
     async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError>;
 
     /// Deletes up to `limit` expired records; returns how many.
     async fn prune(&self, limit: usize) -> Result<usize, StoreError>;
-
-    /// The operation id stored under `name`, storing `fresh` first if there is none.
-    async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError>;
-
-    /// [`Store::claim`], answered without waiting, or `None` when this store cannot answer
-    /// without waiting (the executor then awaits [`Store::claim`]).
-    ///
-    /// Optional: the default is `None`. A store that keeps its records in memory overrides it,
-    /// so that the executor's hot path needs no boxed future for the claim. An answer must be
-    /// exactly what [`Store::claim`] would have answered, and must not block (no I/O, no lock
-    /// held across I/O by others).
-    fn claim_now(&self, req: &ClaimRequest<'_>) -> Option<Result<Claim, StoreError>> {
-        let _ = req;
-        None
-    }
-
-    /// [`Store::complete`], answered without waiting, or `None` (the default) when this store
-    /// cannot: the same rules as [`Store::claim_now`]. A store that keeps the outcome may take
-    /// its bytes out of `outcome` (`std::mem::take`) instead of copying them; one that answers
-    /// `None` must leave them.
-    fn complete_now(
-        &self,
-        key: &IdempotencyKey,
-        token: LeaseToken,
-        outcome: &mut Vec<u8>,
-        ttl: Duration,
-    ) -> Option<Result<Written, StoreError>> {
-        let _ = (key, token, outcome, ttl);
-        None
-    }
 }
 
-#[async_trait::async_trait]
+/// The name → UUID map behind [`OperationId`](crate::OperationId): the id a named operation
+/// (a plan step, a conversation turn) got the first time, kept so that a restart gets the same.
+/// Apart from [`Store`] because it is not part of the claim state machine; every store of this
+/// crate implements both.
+#[async_trait]
+pub trait OperationIds: Send + Sync + 'static {
+    /// The id stored under `name`, storing `fresh` first if there is none, atomically: two
+    /// callers racing on one name get the same id.
+    async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError>;
+}
+
+#[async_trait]
 impl<S: Store + ?Sized> Store for Arc<S> {
-    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        (**self).claim(req).await
+    #[inline]
+    fn claim<'a>(&'a self, req: &'a ClaimRequest<'_>) -> StoreFuture<'a, Claim> {
+        (**self).claim(req)
     }
-    async fn complete(
+    fn renew(
         &self,
-        key: &IdempotencyKey,
-        token: LeaseToken,
-        outcome: &[u8],
-        ttl: Duration,
-    ) -> Result<Written, StoreError> {
-        (**self).complete(key, token, outcome, ttl).await
-    }
-    async fn renew(
-        &self,
-        key: &IdempotencyKey,
+        key: IdempotencyKey,
         token: LeaseToken,
         lease: Duration,
-    ) -> Result<Written, StoreError> {
-        (**self).renew(key, token, lease).await
+    ) -> StoreFuture<'_, Written> {
+        (**self).renew(key, token, lease)
     }
-    async fn release(
+    #[inline]
+    fn complete(
         &self,
-        key: &IdempotencyKey,
+        key: IdempotencyKey,
         token: LeaseToken,
-    ) -> Result<Written, StoreError> {
-        (**self).release(key, token).await
-    }
-    async fn mark_ambiguous(
-        &self,
-        key: &IdempotencyKey,
-        token: LeaseToken,
-        note: &str,
+        outcome: Outcome,
         ttl: Duration,
-    ) -> Result<Written, StoreError> {
-        (**self).mark_ambiguous(key, token, note, ttl).await
+    ) -> StoreFuture<'_, Written> {
+        (**self).complete(key, token, outcome, ttl)
+    }
+    fn release(&self, key: IdempotencyKey, token: LeaseToken) -> StoreFuture<'_, Written> {
+        (**self).release(key, token)
+    }
+    fn mark_ambiguous<'a>(
+        &'a self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        note: &'a str,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Written> {
+        (**self).mark_ambiguous(key, token, note, ttl)
     }
     async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
         (**self).get(key).await
@@ -286,19 +344,11 @@ impl<S: Store + ?Sized> Store for Arc<S> {
     async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
         (**self).prune(limit).await
     }
+}
+
+#[async_trait]
+impl<S: OperationIds + ?Sized> OperationIds for Arc<S> {
     async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
         (**self).operation_id(name, fresh).await
-    }
-    fn claim_now(&self, req: &ClaimRequest<'_>) -> Option<Result<Claim, StoreError>> {
-        (**self).claim_now(req)
-    }
-    fn complete_now(
-        &self,
-        key: &IdempotencyKey,
-        token: LeaseToken,
-        outcome: &mut Vec<u8>,
-        ttl: Duration,
-    ) -> Option<Result<Written, StoreError>> {
-        (**self).complete_now(key, token, outcome, ttl)
     }
 }

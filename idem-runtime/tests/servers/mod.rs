@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use idem_runtime::store::{Claim, ClaimRequest, LeaseToken, RecordState, Written};
+use idem_runtime::store::{
+    Claim, ClaimRequest, LeaseToken, OperationIds, Outcome, RecordState, Written,
+};
 use idem_runtime::{
     CallOutcome, Classify, Error, Failure, Fingerprint, Idem, IdempotencyKey, Store,
     StoreErrorKind, Tool, observe,
@@ -95,7 +97,7 @@ pub async fn charge<Fut: Future<Output = ()>>(
 
 /// 32 tasks spread over 4 workers (one store each, so 4 pools or connections) call one key at
 /// once: exactly one body runs, and all 32 get its output.
-pub async fn contention_32_tasks_over_4_workers<S: Store>(stores: Vec<S>) {
+pub async fn contention_32_tasks_over_4_workers<S: Store + OperationIds>(stores: Vec<S>) {
     assert_eq!(stores.len(), 4);
     let workers: Vec<Idem> = stores.into_iter().map(Idem::new).collect();
     let runs = Arc::new(AtomicU32::new(0));
@@ -126,14 +128,16 @@ pub async fn contention_32_tasks_over_4_workers<S: Store>(stores: Vec<S>) {
 
 /// Worker A's lease expires and worker B (another store instance) takes over; A's late writes
 /// are refused and B's record stands, seen from both.
-pub async fn fencing_across_workers<S: Store>(a: S, b: S) {
-    let req = |token| ClaimRequest {
-        key: key_of(7),
-        tool: "charge",
-        fingerprint: Fingerprint::of(&4200u64).unwrap(),
-        token,
-        lease: Duration::from_millis(200),
-        ttl: Duration::from_secs(60),
+pub async fn fencing_across_workers<S: Store + OperationIds>(a: S, b: S) {
+    let req = |token| {
+        ClaimRequest::new(
+            key_of(7),
+            "charge",
+            Fingerprint::of(&4200u64).unwrap(),
+            token,
+            Duration::from_millis(200),
+            Duration::from_secs(60),
+        )
     };
     let (old, new) = (LeaseToken::new(), LeaseToken::new());
     let ttl = Duration::from_secs(60);
@@ -145,18 +149,20 @@ pub async fn fencing_across_workers<S: Store>(a: S, b: S) {
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(b.claim(&req(new)).await.unwrap(), Claim::Acquired);
     assert_eq!(
-        a.complete(&key_of(7), old, b"\"a\"", ttl).await.unwrap(),
-        Written::Fenced
-    );
-    assert_eq!(
-        a.mark_ambiguous(&key_of(7), old, "late", ttl)
+        a.complete(key_of(7), old, Outcome::from(&b"\"a\""[..]), ttl)
             .await
             .unwrap(),
         Written::Fenced
     );
-    assert_eq!(a.release(&key_of(7), old).await.unwrap(), Written::Fenced);
     assert_eq!(
-        b.complete(&key_of(7), new, b"\"b\"", ttl).await.unwrap(),
+        a.mark_ambiguous(key_of(7), old, "late", ttl).await.unwrap(),
+        Written::Fenced
+    );
+    assert_eq!(a.release(key_of(7), old).await.unwrap(), Written::Fenced);
+    assert_eq!(
+        b.complete(key_of(7), new, Outcome::from(&b"\"b\""[..]), ttl)
+            .await
+            .unwrap(),
         Written::Applied
     );
     for store in [&a, &b] {

@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem_runtime::store::{
-    Claim, ClaimRequest, Existing, ExistingState, LeaseToken, Record, RecordState, Written,
+    Claim, ClaimRequest, Existing, ExistingState, LeaseToken, OperationIds, Outcome, Record,
+    RecordState, StoreFuture, Written,
 };
 use idem_runtime::{IdempotencyKey, MemoryStore, Store, StoreError};
 use uuid::Uuid;
@@ -132,7 +133,62 @@ impl SimStore {
 
 #[async_trait::async_trait]
 impl Store for SimStore {
-    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+    fn claim<'a>(&'a self, req: &'a ClaimRequest<'_>) -> StoreFuture<'a, Claim> {
+        StoreFuture::boxed(self.claim_async(req))
+    }
+
+    fn complete(
+        &self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        outcome: Outcome,
+        ttl: Duration,
+    ) -> StoreFuture<'_, Written> {
+        StoreFuture::boxed(self.complete_async(key, token, outcome, ttl))
+    }
+
+    fn renew(
+        &self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        lease: Duration,
+    ) -> StoreFuture<'_, Written> {
+        StoreFuture::boxed(self.renew_async(key, token, lease))
+    }
+
+    fn release(&self, key: IdempotencyKey, token: LeaseToken) -> StoreFuture<'_, Written> {
+        StoreFuture::boxed(self.release_async(key, token))
+    }
+
+    fn mark_ambiguous<'a>(
+        &'a self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        note: &'a str,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Written> {
+        StoreFuture::boxed(self.mark_ambiguous_async(key, token, note, ttl))
+    }
+
+    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        self.get_async(key).await
+    }
+
+    async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
+        self.prune_async(limit).await
+    }
+}
+
+#[async_trait::async_trait]
+impl OperationIds for SimStore {
+    async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
+        self.operation_id_async(name, fresh).await
+    }
+}
+
+/// The transitions and reads, each as the store runs it.
+impl SimStore {
+    async fn claim_async(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
         self.reach().await?;
         let before = self.shared.get(&req.key).await?;
         if self.world.cfg.protocol == Protocol::NoTakeover
@@ -148,12 +204,12 @@ impl Store for SimStore {
         {
             // The broken store: an expired lease is reported as live, never handed over.
             self.reply().await?;
-            return Ok(Claim::Existing(Existing {
+            return Ok(Claim::Existing(Existing::new(
                 fingerprint,
-                state: ExistingState::Running {
+                ExistingState::Running {
                     lease_remaining: self.world.cfg.lease,
                 },
-            }));
+            )));
         }
         let claim = self.shared.claim(req).await?;
         let (w, h) = (&self.world, self.host);
@@ -167,7 +223,7 @@ impl Store for SimStore {
             (Claim::Existing(e), _) => match e.state {
                 ExistingState::Running { .. } => w.saw(h, "waited on another holder's live lease"),
                 ExistingState::Completed { .. } => w.saw(h, "replayed from the store"),
-                ExistingState::Ambiguous => {}
+                ExistingState::Ambiguous | _ => {}
             },
             _ => {}
         }
@@ -182,11 +238,11 @@ impl Store for SimStore {
         Ok(claim)
     }
 
-    async fn complete(
+    async fn complete_async(
         &self,
-        key: &IdempotencyKey,
+        key: IdempotencyKey,
         token: LeaseToken,
-        outcome: &[u8],
+        outcome: Outcome,
         ttl: Duration,
     ) -> Result<Written, StoreError> {
         self.dead()?;
@@ -217,9 +273,9 @@ impl Store for SimStore {
         Ok(w)
     }
 
-    async fn renew(
+    async fn renew_async(
         &self,
-        key: &IdempotencyKey,
+        key: IdempotencyKey,
         token: LeaseToken,
         lease: Duration,
     ) -> Result<Written, StoreError> {
@@ -242,9 +298,9 @@ impl Store for SimStore {
         Ok(w)
     }
 
-    async fn release(
+    async fn release_async(
         &self,
-        key: &IdempotencyKey,
+        key: IdempotencyKey,
         token: LeaseToken,
     ) -> Result<Written, StoreError> {
         if let Some(ignored) = self.ignore_drop_guard(token) {
@@ -263,9 +319,9 @@ impl Store for SimStore {
         Ok(w)
     }
 
-    async fn mark_ambiguous(
+    async fn mark_ambiguous_async(
         &self,
-        key: &IdempotencyKey,
+        key: IdempotencyKey,
         token: LeaseToken,
         note: &str,
         ttl: Duration,
@@ -291,15 +347,15 @@ impl Store for SimStore {
         Ok(w)
     }
 
-    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+    async fn get_async(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
         self.shared.get(key).await
     }
 
-    async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
+    async fn prune_async(&self, limit: usize) -> Result<usize, StoreError> {
         self.shared.prune(limit).await
     }
 
-    async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
+    async fn operation_id_async(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
         self.shared.operation_id(name, fresh).await
     }
 }

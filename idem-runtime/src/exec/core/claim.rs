@@ -8,13 +8,13 @@ use super::*;
 #[allow(clippy::large_enum_variant)]
 pub(super) enum Begun<'a> {
     Run(Run<'a>),
-    Replay(CallTrace<'a>, Vec<u8>),
+    Replay(CallTrace<'a>, Outcome),
     Refused(Error),
 }
 
 /// Everything before the first attempt: the span, the runtime in force, the claim. A store
-/// that answers the claim at once ([`Store::claim_now`](crate::store::Store::claim_now)) is
-/// answered here, without a future; otherwise (or while another holder runs) the claim is
+/// that answers the claim at once (a ready [`StoreFuture`](crate::store::StoreFuture)) is
+/// answered here, without a boxed future of the call's own; otherwise (or while another holder runs) the claim is
 /// awaited, waiting (bounded) for that holder.
 // Inlined into `poll_next`, its one caller: the `Phase` it makes is large, and returned from an
 // outlined function it is built on the stack and copied (a `memcpy` per call, by callgrind).
@@ -95,7 +95,10 @@ pub(super) fn start<'a>(
         renewal: None,
         max_outcome,
     };
-    let answered = s.store.claim_now(&req).map(|claim| {
+    // A store that answers at once is answered here, without a boxed future. An answer still to
+    // come is dropped unpolled (a store's future does nothing until polled) and asked again by
+    // the claim loop below, which can await it.
+    let answered = s.store.claim(&req).into_ready().ok().map(|claim| {
         claim
             .map_err(|e| call.store_error(e))
             .and_then(|claim| answer(&req, claim))
@@ -131,13 +134,13 @@ pub(super) fn start<'a>(
 pub(super) enum Claimed {
     /// The key is ours, by the claim sent at this instant.
     Run(Instant),
-    Replay(Vec<u8>),
+    Replay(Outcome),
 }
 
 /// What a claim's answer means for the call.
 pub(super) enum Answer {
     Run,
-    Replay(Vec<u8>),
+    Replay(Outcome),
     /// Another holder's lease is live for this long.
     Wait(Duration),
 }

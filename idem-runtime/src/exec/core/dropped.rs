@@ -41,10 +41,10 @@ impl Drop for Call<'_> {
                             "the call was dropped (cancelled, or its body panicked) after {attempts} attempt(s) \
                              while one may have taken effect"
                         );
-                        let op = || s.store.mark_ambiguous(&key, token, &note, ttl);
+                        let op = || s.store.mark_ambiguous(key, token, &note, ttl);
                         write(s, &call, "mark_ambiguous", until, op).await;
                     } else {
-                        write(s, &call, "release", until, || s.store.release(&key, token)).await;
+                        write(s, &call, "release", until, || s.store.release(key, token)).await;
                     }
                     s.wakes.ended(&key);
                 });
@@ -53,7 +53,7 @@ impl Drop for Call<'_> {
                 // The claim may have been applied: release it under its token (refused if not).
                 in_background(async move {
                     let s = idem.settings();
-                    if let Ok(Written::Applied) = timed(s, s.store.release(&key, token)).await {
+                    if let Ok(Written::Applied) = timed(s, s.store.release(key, token)).await {
                         s.wakes.ended(&key);
                     }
                 });

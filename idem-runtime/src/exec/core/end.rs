@@ -101,18 +101,22 @@ impl<'a> Run<'a> {
             self.call.finish_read(self.attempts, outcome);
             return Some(());
         };
-        let Ended::Stored(bytes) = ended else {
+        let Ended::Stored(outcome) = ended else {
             return None;
         };
         let call = &self.call;
         let _span = call.span.enter();
         let s = holder.idem.settings();
+        // A store that answers at once ends the call here. An answer still to come is dropped
+        // unpolled (a store's future does nothing until polled) and written again by `end`,
+        // which can await it; so is a failure answered at once, retried there (S17).
         let answered = s
             .store
-            .complete_now(&call.key, holder.token, bytes, holder.ttl);
-        // A failure answered at once is retried by `end` (S17), unless the store took the bytes
-        // with it (an outcome is never empty: JSON has at least `null`).
-        let result = answered.filter(|r| r.is_ok() || bytes.is_empty())?;
+            .complete(call.key, holder.token, outcome.clone(), holder.ttl);
+        let result = match answered.into_ready() {
+            Ok(Ok(written)) => Ok(written),
+            Ok(Err(_)) | Err(_) => return None,
+        };
         let outcome = if written(call, "complete", result) {
             CallOutcome::Completed
         } else {
@@ -147,8 +151,8 @@ impl<'a> Run<'a> {
                 let s = idem.settings();
                 let key = call.key;
                 let (outcome, error) = match ended {
-                    Ended::Stored(bytes) => {
-                        let op = || s.store.complete(&key, token, &bytes, ttl);
+                    Ended::Stored(outcome) => {
+                        let op = || s.store.complete(key, token, outcome.clone(), ttl);
                         match write(s, &call, "complete", until, op).await {
                             true => (CallOutcome::Completed, None),
                             false => (CallOutcome::Unrecorded, None),
@@ -158,7 +162,8 @@ impl<'a> Run<'a> {
                         tracing::error!(%reason, "the outcome cannot be replayed; recording that the operation ran");
                         let mut bytes = UNREPLAYABLE.to_vec();
                         bytes.extend_from_slice(reason.as_bytes());
-                        let op = || s.store.complete(&key, token, &bytes, ttl);
+                        let outcome = Outcome::from(bytes);
+                        let op = || s.store.complete(key, token, outcome.clone(), ttl);
                         match write(s, &call, "complete", until, op).await {
                             true => (CallOutcome::Completed, None),
                             false => (CallOutcome::Unrecorded, None),
@@ -168,7 +173,7 @@ impl<'a> Run<'a> {
                         let note = format!(
                             "{attempts} attempt(s); the last failed and may have taken effect"
                         );
-                        let op = || s.store.mark_ambiguous(&key, token, &note, ttl);
+                        let op = || s.store.mark_ambiguous(key, token, &note, ttl);
                         write(s, &call, "mark_ambiguous", until, op).await;
                         (CallOutcome::Failed(Failure::Ambiguous), None)
                     }
@@ -176,7 +181,7 @@ impl<'a> Run<'a> {
                         let note = format!(
                             "{attempts} attempt(s); the last failed as {last:?}, an earlier one may have taken effect"
                         );
-                        let op = || s.store.mark_ambiguous(&key, token, &note, ttl);
+                        let op = || s.store.mark_ambiguous(key, token, &note, ttl);
                         write(s, &call, "mark_ambiguous", until, op).await;
                         let err = Error::Ambiguous {
                             tool: call.tool.to_string(),
@@ -187,7 +192,7 @@ impl<'a> Run<'a> {
                         (CallOutcome::Failed(Failure::Ambiguous), Some(err))
                     }
                     Ended::Failed(failure) => {
-                        let op = || s.store.release(&key, token);
+                        let op = || s.store.release(key, token);
                         write(s, &call, "release", until, op).await;
                         (CallOutcome::Failed(failure), None)
                     }
@@ -195,10 +200,10 @@ impl<'a> Run<'a> {
                         // Fenced when taken over; applied when only the renewals failed.
                         if attempting || ambiguous {
                             let note = format!("{attempts} attempt(s); the lease was lost while one ran ({why})");
-                            let mark = s.store.mark_ambiguous(&key, token, &note, ttl);
+                            let mark = s.store.mark_ambiguous(key, token, &note, ttl);
                             written(&call, "mark_ambiguous", timed(s, mark).await);
                         } else {
-                            written(&call, "release", timed(s, s.store.release(&key, token)).await);
+                            written(&call, "release", timed(s, s.store.release(key, token)).await);
                         }
                         let err = Error::LeaseLost {
                             tool: call.tool.to_string(),

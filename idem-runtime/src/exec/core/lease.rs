@@ -100,7 +100,7 @@ impl Holder {
                 r.pending = Some((
                     now,
                     Box::pin(async move {
-                        match tokio::time::timeout(timeout, store.renew(&key, token, lease)).await {
+                        match tokio::time::timeout(timeout, store.renew(key, token, lease)).await {
                             Ok(result) => result,
                             Err(_) => Err(StoreError::unavailable(format!(
                                 "the store did not answer within {timeout:?}"

@@ -33,7 +33,9 @@ use crate::idem::{Idem, Settings};
 use crate::key::IdempotencyKey;
 use crate::observe::{CallInfo, CallOutcome, report};
 use crate::retry::{Failure, RetryPolicy, Schedule};
-use crate::store::{Claim, ClaimRequest, Existing, ExistingState, LeaseToken, Store, Written};
+use crate::store::{
+    Claim, ClaimRequest, Existing, ExistingState, LeaseToken, Outcome, Store, Written,
+};
 
 mod claim;
 mod dropped;
@@ -55,7 +57,7 @@ pub(crate) const UNREPLAYABLE: &[u8] = b"\0idemkit:unreplayable\0";
 /// What one attempt came to, as the protocol needs to know it.
 enum Ended {
     /// A side effect succeeded; its outcome serialized and reads back.
-    Stored(Vec<u8>),
+    Stored(Outcome),
     /// A side effect succeeded, but its outcome does not serialize or read back: why.
     Unreplayable(String),
     /// A read succeeded.
@@ -107,7 +109,7 @@ enum Phase<'a> {
     /// result. Owns everything, so a dropped call can finish it in the background.
     Recording(BoxFuture<'static, Option<Error>>),
     /// The key was completed before: this outcome is to be decoded.
-    Replayed(CallTrace<'a>, Vec<u8>),
+    Replayed(CallTrace<'a>, Outcome),
     /// Refused before any attempt, or over with this error instead of the last attempt's result.
     Refused(Error),
     /// Over: the last attempt's result stands.
@@ -138,7 +140,7 @@ pub(crate) enum End<'a> {
 
 /// A stored outcome to decode.
 pub(crate) struct Replay<'a> {
-    pub(crate) outcome: Vec<u8>,
+    pub(crate) outcome: Outcome,
     record: CallTrace<'a>,
 }
 
@@ -207,7 +209,7 @@ impl<'a> Call<'a> {
                 bytes.len()
             )),
             Ok(bytes) => match crate::fingerprint::finite::first_non_finite(value) {
-                None => Ended::Stored(bytes),
+                None => Ended::Stored(bytes.into()),
                 Some(v) => Ended::Unreplayable(format!(
                     "the outcome holds the float {v}, which JSON stores as `null`, so it does not read back as `{}`",
                     std::any::type_name::<T>()

@@ -53,7 +53,8 @@ use tokio_postgres::{NoTls, Row};
 use uuid::Uuid;
 
 use super::{
-    Claim, ClaimRequest, Existing, ExistingState, LeaseToken, Record, RecordState, Store, Written,
+    Claim, ClaimRequest, Existing, ExistingState, LeaseToken, OperationIds, Outcome, Record,
+    RecordState, Store, StoreFuture, Written,
 };
 use crate::error::{StoreError, StoreErrorKind};
 use crate::fingerprint::Fingerprint;

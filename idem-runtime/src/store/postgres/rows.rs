@@ -107,7 +107,9 @@ pub(super) fn existing_of(row: &Row) -> Result<Existing, StoreError> {
         ("running", _) => ExistingState::Running {
             lease_remaining: Duration::from_micros(lease_us.max(0) as u64),
         },
-        ("completed", Some(outcome)) => ExistingState::Completed { outcome },
+        ("completed", Some(outcome)) => ExistingState::Completed {
+            outcome: outcome.into(),
+        },
         ("ambiguous", _) => ExistingState::Ambiguous,
         (state, _) => return Err(bad_state(state)),
     };

@@ -5,7 +5,62 @@ use super::*;
 
 #[async_trait::async_trait]
 impl Store for PostgresStore {
-    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+    fn claim<'a>(&'a self, req: &'a ClaimRequest<'_>) -> StoreFuture<'a, Claim> {
+        StoreFuture::boxed(self.claim_async(req))
+    }
+
+    fn complete(
+        &self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        outcome: Outcome,
+        ttl: Duration,
+    ) -> StoreFuture<'_, Written> {
+        StoreFuture::boxed(self.complete_async(key, token, outcome, ttl))
+    }
+
+    fn renew(
+        &self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        lease: Duration,
+    ) -> StoreFuture<'_, Written> {
+        StoreFuture::boxed(self.renew_async(key, token, lease))
+    }
+
+    fn release(&self, key: IdempotencyKey, token: LeaseToken) -> StoreFuture<'_, Written> {
+        StoreFuture::boxed(self.release_async(key, token))
+    }
+
+    fn mark_ambiguous<'a>(
+        &'a self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        note: &'a str,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Written> {
+        StoreFuture::boxed(self.mark_ambiguous_async(key, token, note, ttl))
+    }
+
+    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        self.get_async(key).await
+    }
+
+    async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
+        self.prune_async(limit).await
+    }
+}
+
+#[async_trait::async_trait]
+impl OperationIds for PostgresStore {
+    async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
+        self.operation_id_async(name, fresh).await
+    }
+}
+
+/// The transitions and reads, each as the store runs it.
+impl PostgresStore {
+    async fn claim_async(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
         let key = req.key.as_uuid();
         let fingerprint = &req.fingerprint.0[..];
         let token = req.token.0;
@@ -51,14 +106,15 @@ impl Store for PostgresStore {
         ))
     }
 
-    async fn complete(
+    async fn complete_async(
         &self,
-        key: &IdempotencyKey,
+        key: IdempotencyKey,
         token: LeaseToken,
-        outcome: &[u8],
+        outcome: Outcome,
         ttl: Duration,
     ) -> Result<Written, StoreError> {
         let (key, token, ttl) = (key.as_uuid(), token.0, micros(ttl));
+        let outcome = outcome.as_bytes();
         let n = self
             .run("complete", |c| async move {
                 let stmt = c.prepare_cached(&self.sql.complete).await?;
@@ -68,9 +124,9 @@ impl Store for PostgresStore {
         Ok(Written::from_changed(n))
     }
 
-    async fn renew(
+    async fn renew_async(
         &self,
-        key: &IdempotencyKey,
+        key: IdempotencyKey,
         token: LeaseToken,
         lease: Duration,
     ) -> Result<Written, StoreError> {
@@ -84,9 +140,9 @@ impl Store for PostgresStore {
         Ok(Written::from_changed(n))
     }
 
-    async fn release(
+    async fn release_async(
         &self,
-        key: &IdempotencyKey,
+        key: IdempotencyKey,
         token: LeaseToken,
     ) -> Result<Written, StoreError> {
         let (key, token) = (key.as_uuid(), token.0);
@@ -99,9 +155,9 @@ impl Store for PostgresStore {
         Ok(Written::from_changed(n))
     }
 
-    async fn mark_ambiguous(
+    async fn mark_ambiguous_async(
         &self,
-        key: &IdempotencyKey,
+        key: IdempotencyKey,
         token: LeaseToken,
         note: &str,
         ttl: Duration,
@@ -116,7 +172,7 @@ impl Store for PostgresStore {
         Ok(Written::from_changed(n))
     }
 
-    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+    async fn get_async(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
         let key = key.as_uuid();
         let row = self
             .run("get", |c| async move {
@@ -127,7 +183,7 @@ impl Store for PostgresStore {
         row.map(|row| record_of(&row)).transpose()
     }
 
-    async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
+    async fn prune_async(&self, limit: usize) -> Result<usize, StoreError> {
         let mut pruned = 0usize;
         while pruned < limit {
             let batch = PRUNE_BATCH.min((limit - pruned) as i64);
@@ -145,7 +201,7 @@ impl Store for PostgresStore {
         Ok(pruned)
     }
 
-    async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
+    async fn operation_id_async(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
         let row = self
             .run("operation_id", |c| async move {
                 let stmt = c.prepare_cached(&self.sql.operation_id).await?;

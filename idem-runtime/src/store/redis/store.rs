@@ -5,7 +5,62 @@ use super::*;
 
 #[async_trait::async_trait]
 impl Store for RedisStore {
-    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+    fn claim<'a>(&'a self, req: &'a ClaimRequest<'_>) -> StoreFuture<'a, Claim> {
+        StoreFuture::boxed(self.claim_async(req))
+    }
+
+    fn complete(
+        &self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        outcome: Outcome,
+        ttl: Duration,
+    ) -> StoreFuture<'_, Written> {
+        StoreFuture::boxed(self.complete_async(key, token, outcome, ttl))
+    }
+
+    fn renew(
+        &self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        lease: Duration,
+    ) -> StoreFuture<'_, Written> {
+        StoreFuture::boxed(self.renew_async(key, token, lease))
+    }
+
+    fn release(&self, key: IdempotencyKey, token: LeaseToken) -> StoreFuture<'_, Written> {
+        StoreFuture::boxed(self.release_async(key, token))
+    }
+
+    fn mark_ambiguous<'a>(
+        &'a self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        note: &'a str,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Written> {
+        StoreFuture::boxed(self.mark_ambiguous_async(key, token, note, ttl))
+    }
+
+    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        self.get_async(key).await
+    }
+
+    async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
+        self.prune_async(limit).await
+    }
+}
+
+#[async_trait::async_trait]
+impl OperationIds for RedisStore {
+    async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
+        self.operation_id_async(name, fresh).await
+    }
+}
+
+/// The transitions and reads, each as the store runs it.
+impl RedisStore {
+    async fn claim_async(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
         let (fp, token) = (req.fingerprint.to_hex(), req.token.0.to_string());
         let (lease, ttl, grace) = (ms(req.lease), ms(req.ttl), ms(self.grace));
         let args: [&[u8]; 6] = [
@@ -30,7 +85,7 @@ impl Store for RedisStore {
                         lease_remaining: Duration::from_millis(int(lease_left)?.max(0) as u64),
                     },
                     b"completed" => ExistingState::Completed {
-                        outcome: bytes(outcome)?,
+                        outcome: bytes(outcome)?.into(),
                     },
                     b"ambiguous" => ExistingState::Ambiguous,
                     other => return Err(bad_state(other)),
@@ -41,43 +96,48 @@ impl Store for RedisStore {
         }
     }
 
-    async fn complete(
+    async fn complete_async(
         &self,
-        key: &IdempotencyKey,
+        key: IdempotencyKey,
         token: LeaseToken,
-        outcome: &[u8],
+        outcome: Outcome,
         ttl: Duration,
     ) -> Result<Written, StoreError> {
         let (token, ttl, grace) = (token.0.to_string(), ms(ttl), ms(self.grace));
-        let args: [&[u8]; 4] = [token.as_bytes(), outcome, ttl.as_bytes(), grace.as_bytes()];
+        let args: [&[u8]; 4] = [
+            token.as_bytes(),
+            outcome.as_bytes(),
+            ttl.as_bytes(),
+            grace.as_bytes(),
+        ];
         let n: i64 = self
             .invoke(
                 "complete",
                 &self.scripts.complete,
-                &self.record_key(key),
+                &self.record_key(&key),
                 &args,
             )
             .await?;
         Ok(Written::from_changed(n))
     }
 
-    async fn renew(
+    async fn renew_async(
         &self,
-        key: &IdempotencyKey,
+        key: IdempotencyKey,
         token: LeaseToken,
         lease: Duration,
     ) -> Result<Written, StoreError> {
         let (token, lease, grace) = (token.0.to_string(), ms(lease), ms(self.grace));
         let args: [&[u8]; 3] = [token.as_bytes(), lease.as_bytes(), grace.as_bytes()];
         let n: i64 = self
-            .invoke("renew", &self.scripts.renew, &self.record_key(key), &args)
+            .invoke("renew", &self.scripts.renew, &self.record_key(&key), &args)
             .await?;
         Ok(Written::from_changed(n))
     }
 
-    async fn release(
+    async fn release_async(
         &self,
-        key: &IdempotencyKey,
+        key: IdempotencyKey,
         token: LeaseToken,
     ) -> Result<Written, StoreError> {
         let token = token.0.to_string();
@@ -85,16 +145,16 @@ impl Store for RedisStore {
             .invoke(
                 "release",
                 &self.scripts.release,
-                &self.record_key(key),
+                &self.record_key(&key),
                 &[token.as_bytes()],
             )
             .await?;
         Ok(Written::from_changed(n))
     }
 
-    async fn mark_ambiguous(
+    async fn mark_ambiguous_async(
         &self,
-        key: &IdempotencyKey,
+        key: IdempotencyKey,
         token: LeaseToken,
         note: &str,
         ttl: Duration,
@@ -110,14 +170,14 @@ impl Store for RedisStore {
             .invoke(
                 "mark_ambiguous",
                 &self.scripts.mark_ambiguous,
-                &self.record_key(key),
+                &self.record_key(&key),
                 &args,
             )
             .await?;
         Ok(Written::from_changed(n))
     }
 
-    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+    async fn get_async(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
         let reply: Value = self
             .invoke("get", &self.scripts.get, &self.record_key(key), &[])
             .await?;
@@ -163,7 +223,7 @@ impl Store for RedisStore {
         }))
     }
 
-    async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
+    async fn prune_async(&self, limit: usize) -> Result<usize, StoreError> {
         let pattern = format!("{}rec:*", glob_escape(&self.prefix));
         let mut cursor: u64 = 0;
         let mut pruned = 0;
@@ -192,7 +252,7 @@ impl Store for RedisStore {
         }
     }
 
-    async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
+    async fn operation_id_async(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
         let fresh = fresh.to_string();
         let stored: String = self
             .invoke(

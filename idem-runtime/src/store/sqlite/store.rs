@@ -20,7 +20,63 @@ pub(super) fn remaining(until: i64, now: i64) -> Duration {
 
 #[async_trait::async_trait]
 impl Store for SqliteStore {
-    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+    fn claim<'a>(&'a self, req: &'a ClaimRequest<'_>) -> StoreFuture<'a, Claim> {
+        StoreFuture::boxed(self.claim_async(req))
+    }
+
+    fn complete(
+        &self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        outcome: Outcome,
+        ttl: Duration,
+    ) -> StoreFuture<'_, Written> {
+        StoreFuture::boxed(self.complete_async(key, token, outcome, ttl))
+    }
+
+    fn renew(
+        &self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        lease: Duration,
+    ) -> StoreFuture<'_, Written> {
+        StoreFuture::boxed(self.renew_async(key, token, lease))
+    }
+
+    fn release(&self, key: IdempotencyKey, token: LeaseToken) -> StoreFuture<'_, Written> {
+        StoreFuture::boxed(self.release_async(key, token))
+    }
+
+    fn mark_ambiguous<'a>(
+        &'a self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        note: &'a str,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Written> {
+        StoreFuture::boxed(self.mark_ambiguous_async(key, token, note, ttl))
+    }
+
+    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        self.get_async(key).await
+    }
+
+    async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
+        self.prune_async(limit).await
+    }
+}
+
+#[async_trait::async_trait]
+impl OperationIds for SqliteStore {
+    async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
+        self.operation_id_async(name, fresh).await
+    }
+}
+
+/// The transitions, each one statement of [`sql`] on the connection (on the caller's thread
+/// when it can, else on the store's).
+impl SqliteStore {
+    async fn claim_async(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
         let (key, tool, fingerprint, token) =
             (req.key, req.tool.to_owned(), req.fingerprint, req.token);
         let (lease, ttl, req_lease) = (ms(req.lease), ms(req.ttl), req.lease);
@@ -79,7 +135,7 @@ impl Store for SqliteStore {
                     let rec = rec?;
                     let state = match rec.state {
                         RecordState::Running { lease_remaining, .. } => ExistingState::Running { lease_remaining },
-                        RecordState::Completed { outcome } => ExistingState::Completed { outcome },
+                        RecordState::Completed { outcome } => ExistingState::Completed { outcome: outcome.into() },
                         RecordState::Ambiguous { .. } => ExistingState::Ambiguous,
                     };
                     Ok(Claim::Existing(Existing { fingerprint: rec.fingerprint, state }))
@@ -90,21 +146,21 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn complete(
+    async fn complete_async(
         &self,
-        key: &IdempotencyKey,
+        key: IdempotencyKey,
         token: LeaseToken,
-        outcome: &[u8],
+        outcome: Outcome,
         ttl: Duration,
     ) -> Result<Written, StoreError> {
-        let (key, outcome, ttl) = (*key, outcome.to_vec(), ms(ttl));
+        let ttl = ms(ttl);
         self.run(Access::Write, move |conn, path| {
             let now = now_ms();
             let changed = conn
                 .prepare_cached(sql::COMPLETE)
                 .and_then(|mut st| {
                     st.execute(named_params! {
-                        ":key": key.as_str(), ":token": token.0.as_bytes(), ":outcome": outcome,
+                        ":key": key.as_str(), ":token": token.0.as_bytes(), ":outcome": outcome.as_bytes(),
                         ":now": now, ":expires_at": now.saturating_add(ttl),
                     })
                 })
@@ -114,13 +170,13 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn renew(
+    async fn renew_async(
         &self,
-        key: &IdempotencyKey,
+        key: IdempotencyKey,
         token: LeaseToken,
         lease: Duration,
     ) -> Result<Written, StoreError> {
-        let (key, lease) = (*key, ms(lease));
+        let lease = ms(lease);
         self.run(Access::Write, move |conn, path| {
             let now = now_ms();
             let changed = conn
@@ -137,12 +193,11 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn release(
+    async fn release_async(
         &self,
-        key: &IdempotencyKey,
+        key: IdempotencyKey,
         token: LeaseToken,
     ) -> Result<Written, StoreError> {
-        let key = *key;
         self.run(Access::Write, move |conn, path| {
             let changed = conn
                 .prepare_cached(sql::RELEASE)
@@ -155,14 +210,14 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn mark_ambiguous(
+    async fn mark_ambiguous_async(
         &self,
-        key: &IdempotencyKey,
+        key: IdempotencyKey,
         token: LeaseToken,
         note: &str,
         ttl: Duration,
     ) -> Result<Written, StoreError> {
-        let (key, note, ttl) = (*key, note.to_owned(), ms(ttl));
+        let (note, ttl) = (note.to_owned(), ms(ttl));
         self.run(Access::Write, move |conn, path| {
             let now = now_ms();
             let changed = conn
@@ -179,7 +234,7 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+    async fn get_async(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
         let key = *key;
         self.run(Access::Read, move |conn, path| {
             let rec = conn
@@ -197,7 +252,7 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
+    async fn prune_async(&self, limit: usize) -> Result<usize, StoreError> {
         self.run(Access::Long, move |conn, path| {
             prune_expired(conn, now_ms(), limit)
                 .map_err(|e| sql_error(path, "prune expired records from", e))
@@ -205,7 +260,7 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
+    async fn operation_id_async(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
         let name = name.to_owned();
         self.run(Access::Write, move |conn, path| {
             let id: Vec<u8> = conn

@@ -4,14 +4,14 @@
 use super::*;
 
 fn request(n: u128, ttl: Duration) -> ClaimRequest<'static> {
-    ClaimRequest {
-        key: IdempotencyKey::from_uuid(Uuid::from_u128(n)),
-        tool: "charge",
-        fingerprint: Fingerprint([n as u8; 32]),
-        token: LeaseToken::new(),
-        lease: Duration::from_secs(30),
+    ClaimRequest::new(
+        IdempotencyKey::from_uuid(Uuid::from_u128(n)),
+        "charge",
+        Fingerprint([n as u8; 32]),
+        LeaseToken::new(),
+        Duration::from_secs(30),
         ttl,
-    }
+    )
 }
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
@@ -75,7 +75,12 @@ async fn under_normal_the_busy_timeout_still_applies_and_a_caller_can_stop_waiti
     let started = std::time::Instant::now();
     let late = tokio::time::timeout(
         Duration::from_millis(50),
-        store.complete(&request(1, DAY).key, LeaseToken::new(), b"{}", DAY),
+        store.complete(
+            request(1, DAY).key,
+            LeaseToken::new(),
+            Outcome::from(&b"{}"[..]),
+            DAY,
+        ),
     )
     .await;
     assert!(late.is_err(), "timed out");
@@ -283,7 +288,9 @@ async fn sixteen_callers_under_normal_each_get_their_own_records() {
                 for i in 0..200u128 {
                     let req = request(t * 1000 + i + 1, DAY);
                     assert_eq!(store.claim(&req).await.unwrap(), Claim::Acquired);
-                    let done = store.complete(&req.key, req.token, b"{}", DAY).await;
+                    let done = store
+                        .complete(req.key, req.token, Outcome::from(&b"{}"[..]), DAY)
+                        .await;
                     assert_eq!(done.unwrap(), Written::Applied);
                 }
             })
