@@ -2,18 +2,18 @@
 
 use std::fmt;
 use std::ops::Deref;
-
-use bytes::Bytes;
+use std::sync::Arc;
 
 /// The bytes of a completed operation's outcome, as the executor serialized them (JSON, or a
 /// marker that it cannot be replayed). A store keeps them as they are and hands them back, byte
 /// for byte, to a later claim with the same fingerprint.
 ///
-/// Owned and reference-counted: a store that keeps outcomes in memory keeps this value (no
-/// copy), and cloning it to answer a claim copies no bytes. A store that writes them elsewhere
-/// reads them as a slice (`&outcome[..]`, [`Outcome::as_bytes`]).
+/// Owned and reference-counted (the count and the bytes in one allocation): a store that keeps
+/// outcomes in memory keeps this value (no copy), and cloning it to answer a claim copies no
+/// bytes. A store that writes them elsewhere reads them as a slice (`&outcome[..]`,
+/// [`Outcome::as_bytes`]).
 #[derive(Clone, PartialEq, Eq, Hash, Default)]
-pub struct Outcome(Bytes);
+pub struct Outcome(Arc<[u8]>);
 
 impl Outcome {
     /// The bytes.
@@ -22,9 +22,9 @@ impl Outcome {
         &self.0
     }
 
-    /// The bytes, as a vector (a copy unless this was the only handle on them).
-    pub fn into_vec(self) -> Vec<u8> {
-        Vec::from(self.0)
+    /// The bytes, as a vector (a copy).
+    pub fn to_vec(&self) -> Vec<u8> {
+        self.0.to_vec()
     }
 }
 
@@ -44,27 +44,21 @@ impl AsRef<[u8]> for Outcome {
 }
 
 impl From<Vec<u8>> for Outcome {
-    #[inline]
     fn from(bytes: Vec<u8>) -> Self {
-        Outcome(Bytes::from(bytes))
+        Outcome(bytes.into())
     }
 }
 
 impl From<&[u8]> for Outcome {
+    #[inline]
     fn from(bytes: &[u8]) -> Self {
-        Outcome(Bytes::copy_from_slice(bytes))
+        Outcome(bytes.into())
     }
 }
 
-impl From<Bytes> for Outcome {
-    fn from(bytes: Bytes) -> Self {
-        Outcome(bytes)
-    }
-}
-
-impl From<Outcome> for Bytes {
-    fn from(outcome: Outcome) -> Self {
-        outcome.0
+impl<const N: usize> From<&[u8; N]> for Outcome {
+    fn from(bytes: &[u8; N]) -> Self {
+        Outcome(bytes[..].into())
     }
 }
 
@@ -89,6 +83,6 @@ impl PartialEq<Vec<u8>> for Outcome {
 impl fmt::Debug for Outcome {
     /// Shows the bytes as text where they are UTF-8 (JSON is), escaped otherwise.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Outcome({:?})", self.0)
+        write!(f, "Outcome(\"{}\")", self.0.escape_ascii())
     }
 }

@@ -54,6 +54,36 @@ type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// starts with a NUL byte, which no JSON text does, followed by why. Part of the record format.
 pub(crate) const UNREPLAYABLE: &[u8] = b"\0idemkit:unreplayable\0";
 
+/// Runs `f` on this thread's empty scratch buffer: an outcome is serialized there, then copied
+/// once into the [`Outcome`] the store keeps (one allocation, the count beside the bytes),
+/// instead of into a vector of its own that the outcome would then wrap (two).
+fn with_scratch<R>(f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+    use std::cell::RefCell;
+    /// Past this, the buffer is not kept: an outlier outcome does not pin its size per thread.
+    const KEPT: usize = 64 * 1024;
+    thread_local! {
+        static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    }
+    let mut f = Some(f);
+    let kept = SCRATCH.try_with(|scratch| {
+        // Busy when serializing an outcome ended another call on this thread (a `Serialize`
+        // impl that runs a tool): that one gets a buffer of its own, below.
+        let mut buf = scratch.try_borrow_mut().ok()?;
+        buf.clear();
+        let r = f.take().map(|f| f(&mut buf));
+        if buf.capacity() > KEPT {
+            *buf = Vec::new();
+        }
+        r
+    });
+    match (kept, f) {
+        (Ok(Some(r)), _) => r,
+        // No scratch buffer (busy, or this thread's are being torn down): a fresh one.
+        (_, Some(f)) => f(&mut Vec::new()),
+        (_, None) => unreachable!("idemkit: the outcome was serialized but not returned"),
+    }
+}
+
 /// What one attempt came to, as the protocol needs to know it.
 enum Ended {
     /// A side effect succeeded; its outcome serialized and reads back.
@@ -203,20 +233,20 @@ impl<'a> Call<'a> {
             Phase::Running(run, _) => run.holder.as_ref().map_or(usize::MAX, |h| h.max_outcome),
             _ => usize::MAX,
         };
-        let ended = match serde_json::to_vec(value) {
-            Ok(bytes) if bytes.len() > bound => Ended::Unreplayable(format!(
+        let ended = with_scratch(|buf| match serde_json::to_writer(&mut *buf, value) {
+            Ok(()) if buf.len() > bound => Ended::Unreplayable(format!(
                 "the outcome is {} bytes, over the bound of {bound} bytes (`max_outcome_bytes`)",
-                bytes.len()
+                buf.len()
             )),
-            Ok(bytes) => match crate::fingerprint::finite::first_non_finite(value) {
-                None => Ended::Stored(bytes.into()),
+            Ok(()) => match crate::fingerprint::finite::first_non_finite(value) {
+                None => Ended::Stored(Outcome::from(&buf[..])),
                 Some(v) => Ended::Unreplayable(format!(
                     "the outcome holds the float {v}, which JSON stores as `null`, so it does not read back as `{}`",
                     std::any::type_name::<T>()
                 )),
             },
             Err(e) => Ended::Unreplayable(format!("the outcome does not serialize: {e}")),
-        };
+        });
         self.attempt_ended(ended);
     }
 
