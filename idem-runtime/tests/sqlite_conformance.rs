@@ -5,8 +5,10 @@
 
 use std::time::Duration;
 
-use idem_runtime::store::{Claim, ClaimRequest, LeaseToken, Record, Written};
-use idem_runtime::{IdempotencyKey, SqliteStore, Store, StoreError, Synchronous};
+use idem_runtime::store::{
+    Claim, ClaimRequest, Count, LeaseToken, Record, RecordFilter, Released, Written,
+};
+use idem_runtime::{IdempotencyKey, Records, SqliteStore, Store, StoreError, Synchronous};
 use uuid::Uuid;
 
 /// A `SqliteStore` on a new file, deleted with its directory when the row's store is dropped.
@@ -63,13 +65,35 @@ impl Store for TempSqlite {
         self.store.mark_ambiguous(key, token, note, ttl).await
     }
     async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
-        self.store.get(key).await
+        Store::get(&self.store, key).await
     }
     async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
-        self.store.prune(limit).await
+        Store::prune(&self.store, limit).await
     }
     async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
         self.store.operation_id(name, fresh).await
+    }
+}
+
+#[async_trait::async_trait]
+impl Records for TempSqlite {
+    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        Records::get(&self.store, key).await
+    }
+    async fn list(&self, filter: &RecordFilter) -> Result<Vec<Record>, StoreError> {
+        self.store.list(filter).await
+    }
+    async fn release_key(&self, key: &IdempotencyKey, force: bool) -> Result<Released, StoreError> {
+        self.store.release_key(key, force).await
+    }
+    async fn forget(&self, key: &IdempotencyKey) -> Result<bool, StoreError> {
+        self.store.forget(key).await
+    }
+    async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
+        Records::prune(&self.store, limit).await
+    }
+    async fn counts(&self) -> Result<Vec<Count>, StoreError> {
+        self.store.counts().await
     }
 }
 
@@ -78,6 +102,7 @@ mod full {
         super::fresh(idem_runtime::Synchronous::Full)
     }
     idem_runtime::conformance_tests!(fresh_store);
+    idem_runtime::records_conformance_tests!(fresh_store);
 }
 
 mod normal {
@@ -85,4 +110,5 @@ mod normal {
         super::fresh(idem_runtime::Synchronous::Normal)
     }
     idem_runtime::conformance_tests!(fresh_store);
+    idem_runtime::records_conformance_tests!(fresh_store);
 }

@@ -18,7 +18,7 @@
 //! whose token is no longer the record's is refused ([`Written::Fenced`]).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use uuid::Uuid;
 
@@ -30,6 +30,7 @@ pub mod memory;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
+pub mod records;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
@@ -37,11 +38,14 @@ pub mod redis;
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub mod sqlite;
 
+pub use self::records::{Count, RecordFilter, Records, Released, StateKind};
+
 /// `url` with its password replaced by `***`, for `Debug` and messages: a store's URL is never
 /// printed with its secret. Handles `scheme://user:password@host/...` and PostgreSQL's
 /// `key=value` form (`password=...`).
-#[cfg_attr(not(any(feature = "postgres", feature = "redis")), allow(dead_code))]
-pub(crate) fn redacted_url(url: &str) -> String {
+///
+/// Public for the operator command, which prints the store it opened.
+pub fn redacted_url(url: &str) -> String {
     if let Some((scheme, rest)) = url.split_once("://") {
         let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
         if let Some((credentials, host)) = authority.rsplit_once('@')
@@ -226,9 +230,12 @@ impl Written {
     }
 }
 
-/// A record as an operator sees it.
+/// A record as an operator sees it (see [`Records`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Record {
+    /// Its key.
+    pub key: IdempotencyKey,
     /// The tool that made it.
     pub tool: String,
     /// The fingerprint it was made with.
@@ -237,6 +244,43 @@ pub struct Record {
     pub state: RecordState,
     /// Time until it expires.
     pub expires_in: Duration,
+    /// When it was made (its first claim, or the takeover that restarted it), by the store's
+    /// clock: SQLite's the machine's, PostgreSQL's `now()`, Redis's `TIME`, the memory store's
+    /// tokio's. [`SystemTime::UNIX_EPOCH`] when the store does not know: a record written before
+    /// stores kept this (schema version 1).
+    pub created: SystemTime,
+    /// When it last changed (a claim, a renewal, completion, marked ambiguous), by the same
+    /// clock; [`SystemTime::UNIX_EPOCH`] when unknown, as for `created`.
+    pub updated: SystemTime,
+}
+
+impl Record {
+    /// A record, made and changed at an unknown time (set [`Record::created`] and
+    /// [`Record::updated`] where the store knows them): for stores written outside this crate.
+    pub fn new(
+        key: IdempotencyKey,
+        tool: impl Into<String>,
+        fingerprint: Fingerprint,
+        state: RecordState,
+        expires_in: Duration,
+    ) -> Self {
+        Record {
+            key,
+            tool: tool.into(),
+            fingerprint,
+            state,
+            expires_in,
+            created: SystemTime::UNIX_EPOCH,
+            updated: SystemTime::UNIX_EPOCH,
+        }
+    }
+
+    /// The same, made at `created` and last changed at `updated`.
+    pub fn with_times(mut self, created: SystemTime, updated: SystemTime) -> Self {
+        self.created = created;
+        self.updated = updated;
+        self
+    }
 }
 
 /// Where a record stands, as an operator sees it.

@@ -66,6 +66,7 @@ use crate::error::{StoreError, StoreErrorKind};
 use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
 
+mod records;
 mod scripts;
 mod store;
 mod values;

@@ -79,6 +79,7 @@ mod group;
 mod inline;
 mod open;
 mod options;
+mod records;
 pub mod sql;
 mod store;
 #[cfg(test)]
@@ -155,6 +156,7 @@ impl SqliteStore {
             path: path.into(),
             synchronous: Synchronous::Full,
             busy_timeout: Duration::from_secs(5),
+            read_only: false,
         }
     }
 
