@@ -53,8 +53,9 @@ pub use idem_macros::{read_only, side_effect};
 pub use idem_runtime::{
     AlreadyInstalled, BuildError, CallInfo, CallOutcome, Classified, Classify, DuplicateTools,
     Error, Failure, Fingerprint, Idem, IdemBuilder, IdempotencyKey, KeyHasher, KeyPart, KeyValue,
-    MemoryStore, OperationId, RetryPolicy, Store, StoreError, StoreErrorKind, Tool, ToolInfo,
-    ToolKind, as_tenant, check_unique_tool_names, normalize, observe, operation, store, tools,
+    MemoryStore, OperationId, Records, RetryPolicy, Store, StoreError, StoreErrorKind, Tool,
+    ToolInfo, ToolKind, as_tenant, check_unique_tool_names, normalize, observe, operation, store,
+    tools,
 };
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]

@@ -81,7 +81,6 @@ pub use registry::{
     DuplicateTools, ToolInfo, ToolKind, check_unique_tool_names, find_duplicates, tools,
 };
 pub use retry::{Classify, Failure, RetryPolicy, Schedule};
-pub use store::Store;
 pub use store::memory::MemoryStore;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
@@ -92,6 +91,7 @@ pub use store::redis::{RedisStore, RedisStoreBuilder};
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use store::sqlite::{SqliteStore, SqliteStoreBuilder, Synchronous};
+pub use store::{Records, Store};
 
 /// What generated code reaches, and nothing else should: the paths are not a stable API.
 #[doc(hidden)]

@@ -5,3 +5,4 @@ async fn fresh_store() -> idem_runtime::MemoryStore {
 }
 
 idem_runtime::conformance_tests!(fresh_store);
+idem_runtime::records_conformance_tests!(fresh_store);

@@ -3,12 +3,12 @@
 //! and `NORMAL` (they run on the caller's thread): each row gets a new file in a temporary
 //! directory.
 
-use idem_runtime::store::{Intercept, OperationIds};
+use idem_runtime::store::{Intercept, OperationIds, Records};
 use idem_runtime::{SqliteStore, Store, Synchronous};
 
 /// A `SqliteStore` on a new file, in a temporary directory that is deleted when the row's store
 /// is dropped (the hook, which forwards everything, owns it).
-fn fresh(synchronous: Synchronous) -> impl Store + OperationIds {
+fn fresh(synchronous: Synchronous) -> impl Store + OperationIds + Records {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let store = SqliteStore::builder(dir.path().join("idemkit.db"))
         .synchronous(synchronous)
@@ -21,15 +21,19 @@ fn fresh(synchronous: Synchronous) -> impl Store + OperationIds {
 }
 
 mod full {
-    async fn fresh_store() -> impl idem_runtime::Store + idem_runtime::store::OperationIds {
+    async fn fresh_store()
+    -> impl idem_runtime::Store + idem_runtime::store::OperationIds + idem_runtime::Records {
         super::fresh(idem_runtime::Synchronous::Full)
     }
     idem_runtime::conformance_tests!(fresh_store);
+    idem_runtime::records_conformance_tests!(fresh_store);
 }
 
 mod normal {
-    async fn fresh_store() -> impl idem_runtime::Store + idem_runtime::store::OperationIds {
+    async fn fresh_store()
+    -> impl idem_runtime::Store + idem_runtime::store::OperationIds + idem_runtime::Records {
         super::fresh(idem_runtime::Synchronous::Normal)
     }
     idem_runtime::conformance_tests!(fresh_store);
+    idem_runtime::records_conformance_tests!(fresh_store);
 }

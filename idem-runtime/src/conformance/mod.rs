@@ -30,10 +30,12 @@ use crate::{
 mod faults;
 mod happy;
 mod lease;
+mod records;
 
 pub use self::faults::*;
 pub use self::happy::*;
 pub use self::lease::*;
+pub use self::records::*;
 
 /// Generates one `#[test]` per conformance row for the store `make` returns (an `async fn`
 /// returning a fresh, empty store each time it is called).

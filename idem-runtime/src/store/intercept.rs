@@ -7,7 +7,8 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use super::{
-    Claim, ClaimRequest, LeaseToken, OperationIds, Outcome, Record, Store, StoreFuture, Written,
+    Claim, ClaimRequest, Count, LeaseToken, OperationIds, Outcome, Record, RecordFilter, Records,
+    Released, Store, StoreFuture, Written,
 };
 use crate::error::StoreError;
 use crate::key::IdempotencyKey;
@@ -154,11 +155,11 @@ where
     }
 
     async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
-        self.inner.get(key).await
+        Store::get(&self.inner, key).await
     }
 
     async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
-        self.inner.prune(limit).await
+        Store::prune(&self.inner, limit).await
     }
 }
 
@@ -170,5 +171,31 @@ where
 {
     async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
         self.inner.operation_id(name, fresh).await
+    }
+}
+
+#[async_trait]
+impl<S, H> Records for Intercept<S, H>
+where
+    S: Records,
+    H: Send + Sync + 'static,
+{
+    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        Records::get(&self.inner, key).await
+    }
+    async fn list(&self, filter: &RecordFilter) -> Result<Vec<Record>, StoreError> {
+        self.inner.list(filter).await
+    }
+    async fn release_key(&self, key: &IdempotencyKey, force: bool) -> Result<Released, StoreError> {
+        self.inner.release_key(key, force).await
+    }
+    async fn forget(&self, key: &IdempotencyKey) -> Result<bool, StoreError> {
+        self.inner.forget(key).await
+    }
+    async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
+        Records::prune(&self.inner, limit).await
+    }
+    async fn counts(&self) -> Result<Vec<Count>, StoreError> {
+        self.inner.counts().await
     }
 }

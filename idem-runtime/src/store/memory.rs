@@ -11,12 +11,16 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::{
-    Claim, ClaimRequest, Existing, ExistingState, LeaseToken, OperationIds, Outcome, Record,
-    RecordState, Store, StoreFuture, Written,
+    Claim, ClaimRequest, Existing, ExistingState, LeaseToken, OperationIds, Outcome, Record, Store,
+    StoreFuture, Written,
 };
 use crate::error::StoreError;
 use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
+
+// Operator reads (`Records`), beside the claim state machine.
+#[path = "memory_records.rs"]
+mod records;
 
 /// Keeps records in a map in memory; its clock is tokio's, so tests can pause and advance it.
 ///
@@ -32,6 +36,8 @@ struct Inner {
     /// Every tool name seen, shared by its records: a claim does not copy the name.
     tools: HashSet<Arc<str>, KeyHashing>,
     operations: HashMap<String, Uuid>,
+    /// Maps the store's clock (tokio's) to wall-clock time, for operators.
+    clock: records::Origin,
 }
 
 /// Hashes record keys for the map. Keys are UUIDs, nearly all derived by SHA-256 (the rest random
@@ -95,6 +101,9 @@ struct Rec {
     fingerprint: Fingerprint,
     state: State,
     expires_at: Instant,
+    /// When it was made (claimed new, or taken over) and last changed.
+    created: Instant,
+    updated: Instant,
 }
 
 #[derive(Debug, Clone)]
@@ -157,6 +166,8 @@ impl MemoryStore {
                     fingerprint: req.fingerprint,
                     state: running,
                     expires_at: now + req.ttl,
+                    created: now,
+                    updated: now,
                 });
                 return Claim::Acquired;
             }
@@ -182,6 +193,7 @@ impl MemoryStore {
                 // Take over: same operation, its holder gone or given up.
                 rec.state = running;
                 rec.expires_at = now + req.ttl;
+                (rec.created, rec.updated) = (now, now);
                 Claim::Acquired
             }
         }
@@ -217,6 +229,7 @@ impl MemoryStore {
                     lease_until: until,
                 };
                 rec.expires_at = rec.expires_at.max(until);
+                rec.updated = now;
                 Written::Applied
             }
             None => Written::Fenced,
@@ -248,6 +261,7 @@ impl MemoryStore {
                     note: note.to_owned(),
                 };
                 rec.expires_at = now + ttl;
+                rec.updated = now;
                 Written::Applied
             }
             None => Written::Fenced,
@@ -297,43 +311,11 @@ impl Store for MemoryStore {
     }
 
     async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
-        let now = Instant::now();
-        let inner = self.lock();
-        Ok(inner
-            .records
-            .get(key.as_bytes())
-            .filter(|r| r.expires_at > now)
-            .map(|rec| Record {
-                tool: rec.tool.to_string(),
-                fingerprint: rec.fingerprint,
-                state: match &rec.state {
-                    State::Running { token, lease_until } => RecordState::Running {
-                        token: *token,
-                        lease_remaining: lease_until.saturating_duration_since(now),
-                    },
-                    State::Completed { outcome } => RecordState::Completed {
-                        outcome: outcome.to_vec(),
-                    },
-                    State::Ambiguous { note } => RecordState::Ambiguous { note: note.clone() },
-                },
-                expires_in: rec.expires_at.saturating_duration_since(now),
-            }))
+        Ok(self.live_record(key))
     }
 
     async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
-        let now = Instant::now();
-        let mut inner = self.lock();
-        let expired: Vec<[u8; 16]> = inner
-            .records
-            .iter()
-            .filter(|(_, r)| r.expires_at <= now)
-            .map(|(k, _)| *k)
-            .take(limit)
-            .collect();
-        for k in &expired {
-            inner.records.remove(k);
-        }
-        Ok(expired.len())
+        Ok(self.prune_expired(limit))
     }
 }
 

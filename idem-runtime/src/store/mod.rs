@@ -36,7 +36,7 @@
 //! wait. `idem-runtime/tests/third_party_store.rs` is a complete store in about a hundred lines.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 
@@ -50,6 +50,7 @@ pub mod memory;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
+pub mod records;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
@@ -68,11 +69,8 @@ pub use self::intercept::{Intercept, Step};
 pub use self::memory::MemoryStore;
 pub use self::outcome::Outcome;
 
-#[cfg_attr(
-    not(any(feature = "postgres", feature = "redis")),
-    allow(unused_imports)
-)]
-pub(crate) use self::redact::redacted_url;
+pub use self::records::{Count, RecordFilter, Records, Released, StateKind};
+pub use self::redact::redacted_url;
 pub use self::token::LeaseToken;
 #[cfg_attr(not(feature = "sqlite"), allow(unused_imports))]
 pub(crate) use self::token::fork_generation;
@@ -193,9 +191,12 @@ impl Written {
     }
 }
 
-/// A record as an operator sees it.
+/// A record as an operator sees it (see [`Records`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Record {
+    /// Its key.
+    pub key: IdempotencyKey,
     /// The tool that made it.
     pub tool: String,
     /// The fingerprint it was made with.
@@ -204,6 +205,43 @@ pub struct Record {
     pub state: RecordState,
     /// Time until it expires.
     pub expires_in: Duration,
+    /// When it was made (its first claim, or the takeover that restarted it), by the store's
+    /// clock: SQLite's the machine's, PostgreSQL's `now()`, Redis's `TIME`, the memory store's
+    /// tokio's. [`SystemTime::UNIX_EPOCH`] when the store does not know: a record written before
+    /// stores kept this (schema version 1).
+    pub created: SystemTime,
+    /// When it last changed (a claim, a renewal, completion, marked ambiguous), by the same
+    /// clock; [`SystemTime::UNIX_EPOCH`] when unknown, as for `created`.
+    pub updated: SystemTime,
+}
+
+impl Record {
+    /// A record, made and changed at an unknown time (set [`Record::created`] and
+    /// [`Record::updated`] where the store knows them): for stores written outside this crate.
+    pub fn new(
+        key: IdempotencyKey,
+        tool: impl Into<String>,
+        fingerprint: Fingerprint,
+        state: RecordState,
+        expires_in: Duration,
+    ) -> Self {
+        Record {
+            key,
+            tool: tool.into(),
+            fingerprint,
+            state,
+            expires_in,
+            created: SystemTime::UNIX_EPOCH,
+            updated: SystemTime::UNIX_EPOCH,
+        }
+    }
+
+    /// The same, made at `created` and last changed at `updated`.
+    pub fn with_times(mut self, created: SystemTime, updated: SystemTime) -> Self {
+        self.created = created;
+        self.updated = updated;
+        self
+    }
 }
 
 /// Where a record stands, as an operator sees it.

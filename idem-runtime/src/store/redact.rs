@@ -3,8 +3,9 @@
 /// `url` with its password replaced by `***`, for `Debug` and messages: a store's URL is never
 /// printed with its secret. Handles `scheme://user:password@host/...` and PostgreSQL's
 /// `key=value` form (`password=...`).
-#[cfg_attr(not(any(feature = "postgres", feature = "redis")), allow(dead_code))]
-pub(crate) fn redacted_url(url: &str) -> String {
+///
+/// Public for the operator command, which prints the store it opened.
+pub fn redacted_url(url: &str) -> String {
     if let Some((scheme, rest)) = url.split_once("://") {
         let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
         if let Some((credentials, host)) = authority.rsplit_once('@')

@@ -60,6 +60,7 @@ use crate::error::{StoreError, StoreErrorKind};
 use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
 
+mod records;
 mod rows;
 mod sql;
 mod store;
@@ -68,7 +69,7 @@ use self::rows::*;
 use self::sql::*;
 
 /// The schema version this build writes and understands.
-const SCHEMA_VERSION: i32 = 1;
+const SCHEMA_VERSION: i32 = 2;
 
 /// How often an operation is sent again after the connection it ran on was lost. Every statement
 /// is safe to repeat: the caller's lease token recognises a claim or write that already applied.
@@ -101,6 +102,7 @@ pub struct PostgresStoreBuilder {
     table: String,
     max_connections: usize,
     connect_timeout: Duration,
+    read_only: bool,
 }
 
 impl std::fmt::Debug for PostgresStoreBuilder {
@@ -111,6 +113,7 @@ impl std::fmt::Debug for PostgresStoreBuilder {
             .field("table", &self.table)
             .field("max_connections", &self.max_connections)
             .field("connect_timeout", &self.connect_timeout)
+            .field("read_only", &self.read_only)
             .finish()
     }
 }
@@ -130,6 +133,7 @@ impl PostgresStore {
             table: "idemkit".to_owned(),
             max_connections: 16,
             connect_timeout: Duration::from_secs(5),
+            read_only: false,
         }
     }
 
@@ -215,6 +219,7 @@ impl PostgresStore {
         // Version 1: one row per key; the token fences writes; expired rows are invisible.
         let (records, operations) = (&self.sql.records, &self.sql.operations);
         let index = quote(&format!("{}_expires_at", self.sql.table));
+        let by_created = quote(&format!("{}_created", self.sql.table));
         tx.batch_execute(&format!(
             "CREATE TABLE IF NOT EXISTS {records} (
                  key          uuid PRIMARY KEY,
@@ -232,6 +237,12 @@ impl PostgresStore {
                  name  text PRIMARY KEY,
                  id    uuid NOT NULL
              );
+             -- Version 2: when each row was made and last changed, for operators; 'epoch'
+             -- (unknown) for rows written before.
+             ALTER TABLE {records}
+                 ADD COLUMN IF NOT EXISTS created timestamptz NOT NULL DEFAULT 'epoch',
+                 ADD COLUMN IF NOT EXISTS updated timestamptz NOT NULL DEFAULT 'epoch';
+             CREATE INDEX IF NOT EXISTS {by_created} ON {records} (created);
              INSERT INTO {version_table} (version) VALUES ({SCHEMA_VERSION})
                  ON CONFLICT (singleton) DO UPDATE SET version = EXCLUDED.version;"
         ))
@@ -297,7 +308,15 @@ impl PostgresStoreBuilder {
         self
     }
 
-    /// Opens the pool, then creates or migrates the tables.
+    /// Opens existing tables for reading only (default: no), as an operator's reads do: nothing
+    /// is created or migrated; missing tables, or tables of another schema version, are an
+    /// error that says what to do.
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        self
+    }
+
+    /// Opens the pool, then creates or migrates the tables (unless [`read_only`](Self::read_only)).
     pub async fn connect(self) -> Result<PostgresStore, StoreError> {
         let mut config = tokio_postgres::Config::from_str(&self.url).map_err(|e| {
             StoreError::new(
@@ -330,6 +349,14 @@ impl PostgresStoreBuilder {
                 )
                 .with_source(e)
             })?;
+        if self.read_only {
+            let store = PostgresStore {
+                pool,
+                sql: Sql::new(self.schema.as_deref(), &self.table)?,
+            };
+            store.check_schema().await?;
+            return Ok(store);
+        }
         PostgresStore::from_pool(pool, self.schema.as_deref(), &self.table).await
     }
 }

@@ -116,7 +116,8 @@ pub(super) fn existing_of(row: &Row) -> Result<Existing, StoreError> {
     Ok(Existing { fingerprint, state })
 }
 
-/// Reads `tool, fingerprint, state, token, outcome, note, lease_remaining_us, expires_in_us`.
+/// Reads `tool, fingerprint, state, token, outcome, note, lease_remaining_us, expires_in_us,
+/// created, updated, key`.
 pub(super) fn record_of(row: &Row) -> Result<Record, StoreError> {
     let tool: String = row.try_get(0).map_err(corrupt_row)?;
     let fingerprint = fingerprint_of(row.try_get(1).map_err(corrupt_row)?)?;
@@ -126,6 +127,9 @@ pub(super) fn record_of(row: &Row) -> Result<Record, StoreError> {
     let note: Option<String> = row.try_get(5).map_err(corrupt_row)?;
     let lease_us: i64 = row.try_get(6).map_err(corrupt_row)?;
     let expires_us: i64 = row.try_get(7).map_err(corrupt_row)?;
+    let created: std::time::SystemTime = row.try_get(8).map_err(corrupt_row)?;
+    let updated: std::time::SystemTime = row.try_get(9).map_err(corrupt_row)?;
+    let key: Uuid = row.try_get(10).map_err(corrupt_row)?;
     let state = match (state, outcome) {
         ("running", _) => RecordState::Running {
             token: LeaseToken(token),
@@ -138,10 +142,14 @@ pub(super) fn record_of(row: &Row) -> Result<Record, StoreError> {
         (state, _) => return Err(bad_state(state)),
     };
     Ok(Record {
+        key: IdempotencyKey::from_uuid(key),
         tool,
         fingerprint,
         state,
         expires_in: Duration::from_micros(expires_us.max(0) as u64),
+        // Before the epoch: written before schema 2 (its default), unknown.
+        created: created.max(std::time::UNIX_EPOCH),
+        updated: updated.max(std::time::UNIX_EPOCH),
     })
 }
 

@@ -41,12 +41,15 @@ impl Sql {
             // (lease over, or ambiguous, or already ours: a retried claim) → running (take over).
             // Anything else is left alone and returns no row.
             claim: format!(
-                "INSERT INTO {t} AS r (key, tool, fingerprint, state, token, lease_until, expires_at)
-                 VALUES ($1, $2, $3, 'running', $4, now() + $5::int8 {us}, now() + $6::int8 {us})
+                "INSERT INTO {t} AS r (key, tool, fingerprint, state, token, lease_until, expires_at,
+                                       created, updated)
+                 VALUES ($1, $2, $3, 'running', $4, now() + $5::int8 {us}, now() + $6::int8 {us},
+                         now(), now())
                  ON CONFLICT (key) DO UPDATE
                     SET tool = EXCLUDED.tool, fingerprint = EXCLUDED.fingerprint, state = 'running',
                         token = EXCLUDED.token, lease_until = EXCLUDED.lease_until,
-                        expires_at = EXCLUDED.expires_at, outcome = NULL, note = NULL
+                        expires_at = EXCLUDED.expires_at, outcome = NULL, note = NULL,
+                        created = EXCLUDED.created, updated = EXCLUDED.updated
                   WHERE r.expires_at <= now()
                      OR (r.fingerprint = EXCLUDED.fingerprint
                          AND (r.state = 'ambiguous'
@@ -64,7 +67,7 @@ impl Sql {
             // (a retry of this statement after a lost reply).
             complete: format!(
                 "UPDATE {t} SET state = 'completed', outcome = $3, note = NULL,
-                                expires_at = now() + $4::int8 {us}
+                                expires_at = now() + $4::int8 {us}, updated = now()
                   WHERE key = $1 AND token = $2 AND expires_at > now()
                     AND state IN ('running', 'completed')"
             ),
@@ -72,7 +75,8 @@ impl Sql {
             // to the lease end if that is later.
             renew: format!(
                 "UPDATE {t} SET lease_until = now() + $3::int8 {us},
-                                expires_at = GREATEST(expires_at, now() + $3::int8 {us})
+                                expires_at = GREATEST(expires_at, now() + $3::int8 {us}),
+                                updated = now()
                   WHERE key = $1 AND token = $2 AND expires_at > now() AND state = 'running'"
             ),
             // running (our token) → absent.
@@ -83,7 +87,7 @@ impl Sql {
             // running (our token) → ambiguous, kept for ttl; ambiguous by us already → the same.
             mark_ambiguous: format!(
                 "UPDATE {t} SET state = 'ambiguous', note = $3, outcome = NULL,
-                                expires_at = now() + $4::int8 {us}
+                                expires_at = now() + $4::int8 {us}, updated = now()
                   WHERE key = $1 AND token = $2 AND expires_at > now()
                     AND state IN ('running', 'ambiguous')"
             ),
@@ -91,7 +95,8 @@ impl Sql {
             get: format!(
                 "SELECT tool, fingerprint, state, token, outcome, note,
                         GREATEST(EXTRACT(EPOCH FROM lease_until - now()) * 1000000, 0)::int8,
-                        GREATEST(EXTRACT(EPOCH FROM expires_at - now()) * 1000000, 0)::int8
+                        GREATEST(EXTRACT(EPOCH FROM expires_at - now()) * 1000000, 0)::int8,
+                        created, updated, key
                    FROM {t} WHERE key = $1 AND expires_at > now()"
             ),
             // expired → absent, one batch; rows another pruner holds are skipped, not waited for.

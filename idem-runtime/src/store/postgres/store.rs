@@ -173,32 +173,11 @@ impl PostgresStore {
     }
 
     async fn get_async(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
-        let key = key.as_uuid();
-        let row = self
-            .run("get", |c| async move {
-                let stmt = c.prepare_cached(&self.sql.get).await?;
-                c.query_opt(&stmt, &[&key]).await
-            })
-            .await?;
-        row.map(|row| record_of(&row)).transpose()
+        self.live_record(key).await
     }
 
     async fn prune_async(&self, limit: usize) -> Result<usize, StoreError> {
-        let mut pruned = 0usize;
-        while pruned < limit {
-            let batch = PRUNE_BATCH.min((limit - pruned) as i64);
-            let n = self
-                .run("prune", |c| async move {
-                    let stmt = c.prepare_cached(&self.sql.prune).await?;
-                    c.execute(&stmt, &[&batch]).await
-                })
-                .await? as usize;
-            pruned += n;
-            if (n as i64) < batch {
-                break;
-            }
-        }
-        Ok(pruned)
+        self.prune_now(limit).await
     }
 
     async fn operation_id_async(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {

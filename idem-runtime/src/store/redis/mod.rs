@@ -67,6 +67,7 @@ use crate::error::{StoreError, StoreErrorKind};
 use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
 
+mod records;
 mod scripts;
 mod store;
 mod values;

@@ -3,7 +3,7 @@
 use super::*;
 
 /// The server's clock in milliseconds, and a formatter that keeps them integral in the hash.
-const PRELUDE: &str = r"
+pub(super) const PRELUDE: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function ms(x) return string.format('%.0f', x) end
@@ -25,7 +25,7 @@ if r[1] and tonumber(r[5]) > now then
 end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'tool', ARGV[1], 'fp', ARGV[2], 'state', 'running', 'token', ARGV[3],
-  'lease_until', ms(now + ARGV[4]), 'expires_at', ms(now + ARGV[5]))
+  'lease_until', ms(now + ARGV[4]), 'expires_at', ms(now + ARGV[5]), 'created', ms(now), 'updated', ms(now))
 redis.call('PEXPIREAT', KEYS[1], ms(now + ARGV[5] + ARGV[6]))
 return 1
 ";
@@ -44,7 +44,8 @@ end
 /// running (our token) → completed, kept for ttl; completed by us already → the same (a retry).
 const COMPLETE: &str = r"
 if not held('running', 'completed') then return 0 end
-redis.call('HSET', KEYS[1], 'state', 'completed', 'outcome', ARGV[2], 'expires_at', ms(now + ARGV[3]))
+redis.call('HSET', KEYS[1], 'state', 'completed', 'outcome', ARGV[2], 'expires_at', ms(now + ARGV[3]),
+  'updated', ms(now))
 redis.call('HDEL', KEYS[1], 'note')
 redis.call('PEXPIREAT', KEYS[1], ms(now + ARGV[3] + ARGV[4]))
 return 1
@@ -56,7 +57,7 @@ return 1
 const RENEW: &str = r"
 if not held('running') then return 0 end
 local until_ = now + ARGV[2]
-redis.call('HSET', KEYS[1], 'lease_until', ms(until_))
+redis.call('HSET', KEYS[1], 'lease_until', ms(until_), 'updated', ms(now))
 local expires = tonumber(redis.call('HGET', KEYS[1], 'expires_at'))
 if until_ > expires then
   redis.call('HSET', KEYS[1], 'expires_at', ms(until_))
@@ -76,17 +77,20 @@ return 1
 /// running (our token) → ambiguous, kept for ttl; ambiguous by us already → the same (a retry).
 const MARK_AMBIGUOUS: &str = r"
 if not held('running', 'ambiguous') then return 0 end
-redis.call('HSET', KEYS[1], 'state', 'ambiguous', 'note', ARGV[2], 'expires_at', ms(now + ARGV[3]))
+redis.call('HSET', KEYS[1], 'state', 'ambiguous', 'note', ARGV[2], 'expires_at', ms(now + ARGV[3]),
+  'updated', ms(now))
 redis.call('HDEL', KEYS[1], 'outcome')
 redis.call('PEXPIREAT', KEYS[1], ms(now + ARGV[3] + ARGV[4]))
 return 1
 ";
 
-/// KEYS[1] record. The live record, for operators (nil when absent or expired).
+/// KEYS[1] record. The live record, for operators (nil when absent or expired), with the
+/// server's time; `created`/`updated` are '' in a record written before they were kept.
 const GET: &str = r"
-local r = redis.call('HMGET', KEYS[1], 'tool', 'fp', 'state', 'token', 'lease_until', 'expires_at', 'outcome', 'note')
+local r = redis.call('HMGET', KEYS[1], 'tool', 'fp', 'state', 'token', 'lease_until', 'expires_at', 'outcome', 'note', 'created', 'updated')
 if not r[1] or tonumber(r[6]) <= now then return nil end
-return {r[1], r[2], r[3], r[4], math.max(tonumber(r[5]) - now, 0), tonumber(r[6]) - now, r[7] or '', r[8] or ''}
+return {r[1], r[2], r[3], r[4], math.max(tonumber(r[5] or now) - now, 0), tonumber(r[6]) - now, r[7] or '', r[8] or '',
+  r[9] or '', r[10] or '', now}
 ";
 
 /// KEYS[1] record. expired → absent.

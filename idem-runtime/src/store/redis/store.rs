@@ -178,78 +178,11 @@ impl RedisStore {
     }
 
     async fn get_async(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
-        let reply: Value = self
-            .invoke("get", &self.scripts.get, &self.record_key(key), &[])
-            .await?;
-        let items = match reply {
-            Value::Nil => return Ok(None),
-            Value::Array(items) => items,
-            other => return Err(unexpected(&other)),
-        };
-        let [
-            tool,
-            fp,
-            state,
-            token,
-            lease_left,
-            expires_in,
-            outcome,
-            note,
-        ] = fields::<8>(items)?;
-        let tool = String::from_utf8(bytes(tool)?).map_err(|_| corrupt_field("tool"))?;
-        let state = match bytes(state)?.as_slice() {
-            b"running" => RecordState::Running {
-                token: LeaseToken(
-                    std::str::from_utf8(&bytes(token)?)
-                        .ok()
-                        .and_then(|t| t.parse().ok())
-                        .ok_or_else(|| corrupt_field("token"))?,
-                ),
-                lease_remaining: Duration::from_millis(int(lease_left)?.max(0) as u64),
-            },
-            b"completed" => RecordState::Completed {
-                outcome: bytes(outcome)?,
-            },
-            b"ambiguous" => RecordState::Ambiguous {
-                note: String::from_utf8_lossy(&bytes(note)?).into_owned(),
-            },
-            other => return Err(bad_state(other)),
-        };
-        Ok(Some(Record {
-            tool,
-            fingerprint: fingerprint_of(&bytes(fp)?)?,
-            state,
-            expires_in: Duration::from_millis(int(expires_in)?.max(0) as u64),
-        }))
+        self.live_record(key).await
     }
 
     async fn prune_async(&self, limit: usize) -> Result<usize, StoreError> {
-        let pattern = format!("{}rec:*", glob_escape(&self.prefix));
-        let mut cursor: u64 = 0;
-        let mut pruned = 0;
-        loop {
-            let mut conn = self.conn.get();
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| redis_error(e, "scanning for expired records"))?;
-            for key in keys {
-                if pruned >= limit {
-                    return Ok(pruned);
-                }
-                let n: i64 = self.invoke("prune", &self.scripts.prune, &key, &[]).await?;
-                pruned += n as usize;
-            }
-            cursor = next;
-            if cursor == 0 || pruned >= limit {
-                return Ok(pruned);
-            }
-        }
+        self.prune_now(limit).await
     }
 
     async fn operation_id_async(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {

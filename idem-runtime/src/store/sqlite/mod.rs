@@ -80,6 +80,7 @@ mod group;
 mod inline;
 mod open;
 mod options;
+mod records;
 pub mod sql;
 mod store;
 #[cfg(test)]
@@ -156,6 +157,7 @@ impl SqliteStore {
             path: path.into(),
             synchronous: Synchronous::Full,
             busy_timeout: Duration::from_secs(5),
+            read_only: false,
         }
     }
 

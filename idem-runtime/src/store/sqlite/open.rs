@@ -54,6 +54,9 @@ pub(super) fn open_once(
     path: &Path,
     settings: &SqliteStoreBuilder,
 ) -> Result<Connection, StoreError> {
+    if settings.read_only {
+        return open_read_only(path, settings);
+    }
     let p = path.display();
     if path.is_dir() {
         return Err(StoreError::unavailable(format!(
@@ -100,6 +103,39 @@ pub(super) fn open_once(
         .map_err(opening)?;
     if version < sql::SCHEMA_VERSION {
         migrate(&conn, path)?;
+    }
+    Ok(conn)
+}
+
+/// Opens an existing store for reading: nothing created, migrated or switched.
+fn open_read_only(path: &Path, settings: &SqliteStoreBuilder) -> Result<Connection, StoreError> {
+    use rusqlite::OpenFlags;
+    let p = path.display();
+    if !path.is_file() {
+        return Err(StoreError::unavailable(format!(
+            "there is no store at {p} (nothing was created); give the path of an existing store, or set \
+             {DEFAULT_PATH_ENV} to where the agent keeps it"
+        )));
+    }
+    let opening = |e| sql_error(path, "open", e);
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(opening)?;
+    conn.busy_timeout(settings.busy_timeout).map_err(opening)?;
+    let (app_id, version) = versions(&conn).map_err(opening)?;
+    check_ours(path, app_id, version)?;
+    if version < sql::SCHEMA_VERSION {
+        return Err(StoreError::new(
+            StoreErrorKind::Incompatible,
+            format!(
+                "the store {p} has schema version {version} (an older idemkit; 0 is an empty file) and was not \
+                 changed; reading it needs version {}: open it once for writing with this idemkit (any write, \
+                 or the agent itself after an upgrade) to migrate it",
+                sql::SCHEMA_VERSION
+            ),
+        ));
     }
     Ok(conn)
 }

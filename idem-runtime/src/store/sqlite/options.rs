@@ -30,6 +30,7 @@ pub struct SqliteStoreBuilder {
     pub(super) path: PathBuf,
     pub(super) synchronous: Synchronous,
     pub(super) busy_timeout: Duration,
+    pub(super) read_only: bool,
 }
 
 impl SqliteStoreBuilder {
@@ -43,6 +44,14 @@ impl SqliteStoreBuilder {
     /// unavailable (default 5 s).
     pub fn busy_timeout(mut self, timeout: Duration) -> Self {
         self.busy_timeout = timeout;
+        self
+    }
+
+    /// Opens an existing store for reading only (default: no), as an operator's reads do: a
+    /// missing file is an error, not created; nothing is migrated or switched to WAL, and a
+    /// store of an older schema is refused with what to do. Writes through it fail.
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
         self
     }
 

@@ -31,18 +31,24 @@ pub const MIGRATIONS: &[&str] = &[
         name TEXT NOT NULL PRIMARY KEY,
         id   BLOB NOT NULL CHECK (length(id) = 16)                      -- a UUID v4, minted once
     ) STRICT;",
+    // v1 → v2: when each record was made and last changed, for operators (unix ms; 0 for a
+    // record written before: unknown), and an index for listing newest first.
+    "ALTER TABLE records ADD COLUMN created INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE records ADD COLUMN updated INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX records_by_created ON records (created);",
 ];
 
 /// absent | expired → running (a new record);
 /// running with the lease expired | ambiguous, same fingerprint → running (takeover).
 /// Returns the token only when the caller took the record.
 pub const CLAIM: &str = "
-    INSERT INTO records (key, tool, fingerprint, state, token, lease_until, expires_at)
-    VALUES (:key, :tool, :fingerprint, 'running', :token, :lease_until, :expires_at)
+    INSERT INTO records (key, tool, fingerprint, state, token, lease_until, expires_at, created, updated)
+    VALUES (:key, :tool, :fingerprint, 'running', :token, :lease_until, :expires_at, :now, :now)
     ON CONFLICT (key) DO UPDATE SET
         tool = excluded.tool, fingerprint = excluded.fingerprint, state = 'running',
         token = excluded.token, lease_until = excluded.lease_until,
-        outcome = NULL, note = NULL, expires_at = excluded.expires_at
+        outcome = NULL, note = NULL, expires_at = excluded.expires_at,
+        created = excluded.created, updated = excluded.updated
     WHERE records.expires_at <= :now
        OR (records.fingerprint = excluded.fingerprint
            AND (records.state = 'ambiguous'
@@ -51,19 +57,19 @@ pub const CLAIM: &str = "
 
 /// The live record a claim did not take (read in the claim's transaction).
 pub const LIVE: &str = "
-    SELECT tool, fingerprint, state, token, lease_until, outcome, note, expires_at
+    SELECT tool, fingerprint, state, token, lease_until, outcome, note, expires_at, created, updated
     FROM records WHERE key = :key AND expires_at > :now";
 
 /// running, held by :token, not expired → completed.
 pub const COMPLETE: &str = "
     UPDATE records SET state = 'completed', outcome = :outcome, token = NULL, lease_until = NULL,
-                       expires_at = :expires_at
+                       expires_at = :expires_at, updated = :now
     WHERE key = :key AND state = 'running' AND token = :token AND expires_at > :now";
 
 /// running, held by :token, not expired → ambiguous (the next same-fingerprint claim takes it).
 pub const MARK_AMBIGUOUS: &str = "
     UPDATE records SET state = 'ambiguous', note = :note, token = NULL, lease_until = NULL,
-                       expires_at = :expires_at
+                       expires_at = :expires_at, updated = :now
     WHERE key = :key AND state = 'running' AND token = :token AND expires_at > :now";
 
 /// running, its lease ending further ahead than :cap (now + a lease: written by a clock
@@ -75,7 +81,8 @@ pub const CAP_LEASE: &str = "
 /// running, held by :token, not expired → running, the lease ending at :lease_until; the
 /// expiry moved to the lease end if that is later.
 pub const RENEW: &str = "
-    UPDATE records SET lease_until = :lease_until, expires_at = max(expires_at, :lease_until)
+    UPDATE records SET lease_until = :lease_until, expires_at = max(expires_at, :lease_until),
+                       updated = :now
     WHERE key = :key AND state = 'running' AND token = :token AND expires_at > :now";
 
 /// running, held by :token, not expired → absent (it did not happen: a later call may run).

@@ -14,6 +14,11 @@ pub(super) fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
+/// Unix milliseconds as a time (0, or anything before: the epoch, "unknown").
+pub(super) fn wall_time(unix_ms: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(u64::try_from(unix_ms).unwrap_or(0))
+}
+
 pub(super) fn remaining(until: i64, now: i64) -> Duration {
     Duration::from_millis(u64::try_from(until.saturating_sub(now)).unwrap_or(0))
 }
@@ -235,29 +240,11 @@ impl SqliteStore {
     }
 
     async fn get_async(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
-        let key = *key;
-        self.run(Access::Read, move |conn, path| {
-            let rec = conn
-                .prepare_cached(sql::LIVE)
-                .and_then(|mut st| {
-                    st.query_row(
-                        named_params! { ":key": key.as_str(), ":now": now_ms() },
-                        |row| Ok(decode(row, &key, path)),
-                    )
-                    .optional()
-                })
-                .map_err(|e| sql_error(path, "read a record from", e))?;
-            rec.transpose()
-        })
-        .await
+        self.live_record(key).await
     }
 
     async fn prune_async(&self, limit: usize) -> Result<usize, StoreError> {
-        self.run(Access::Long, move |conn, path| {
-            prune_expired(conn, now_ms(), limit)
-                .map_err(|e| sql_error(path, "prune expired records from", e))
-        })
-        .await
+        self.prune_now(limit).await
     }
 
     async fn operation_id_async(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
@@ -352,10 +339,13 @@ pub(super) fn decode(
         }
     };
     Ok(Record {
+        key: *key,
         tool,
         fingerprint,
         state,
         expires_in: remaining(int(7, "expires_at")?, now),
+        created: wall_time(int(8, "created")?),
+        updated: wall_time(int(9, "updated")?),
     })
 }
 

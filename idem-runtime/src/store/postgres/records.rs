@@ -1,0 +1,198 @@
+//! The PostgreSQL store's operator reads and repairs ([`Records`]): each one statement, by the
+//! server's clock.
+
+use super::*;
+use crate::store::{Count, RecordFilter, Records, Released, StateKind};
+
+const US: &str = "* interval '1 microsecond'";
+
+impl PostgresStore {
+    /// The live record of `key` (for `Store::get` and `Records::get`).
+    pub(super) async fn live_record(
+        &self,
+        key: &IdempotencyKey,
+    ) -> Result<Option<Record>, StoreError> {
+        let key = key.as_uuid();
+        let row = self
+            .run("get", |c| async move {
+                let stmt = c.prepare_cached(&self.sql.get).await?;
+                c.query_opt(&stmt, &[&key]).await
+            })
+            .await?;
+        row.map(|row| record_of(&row)).transpose()
+    }
+
+    /// Deletes up to `limit` expired records, in batches (for `Store::prune` and
+    /// `Records::prune`).
+    pub(super) async fn prune_now(&self, limit: usize) -> Result<usize, StoreError> {
+        let mut pruned = 0usize;
+        while pruned < limit {
+            let batch = PRUNE_BATCH.min((limit - pruned) as i64);
+            let n = self
+                .run("prune", |c| async move {
+                    let stmt = c.prepare_cached(&self.sql.prune).await?;
+                    c.execute(&stmt, &[&batch]).await
+                })
+                .await? as usize;
+            pruned += n;
+            if (n as i64) < batch {
+                break;
+            }
+        }
+        Ok(pruned)
+    }
+
+    /// Checks that the tables exist at this build's schema version, changing nothing (for a
+    /// read-only store).
+    pub(super) async fn check_schema(&self) -> Result<(), StoreError> {
+        let query = format!("SELECT version FROM {}", self.sql.version);
+        let found = self
+            .run("reading the schema version", |c| {
+                let query = query.clone();
+                async move { c.query_opt(&query, &[]).await }
+            })
+            .await;
+        let version: Option<i32> = match found {
+            Ok(row) => row.map(|r| r.get(0)),
+            Err(e) if e.kind() == StoreErrorKind::Incompatible => None,
+            Err(e) => return Err(e),
+        };
+        match version {
+            Some(SCHEMA_VERSION) => Ok(()),
+            found => Err(StoreError::new(
+                StoreErrorKind::Incompatible,
+                format!(
+                    "the table {} {}, and was not changed (opened read-only); this build reads version \
+                     {SCHEMA_VERSION}: check the schema and table names, or let an agent of this version \
+                     connect once to create or migrate it",
+                    self.sql.records,
+                    match found {
+                        None => "does not exist (no schema version found)".to_owned(),
+                        Some(v) => format!("is at schema version {v}"),
+                    }
+                ),
+            )),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Records for PostgresStore {
+    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        self.live_record(key).await
+    }
+
+    async fn list(&self, filter: &RecordFilter) -> Result<Vec<Record>, StoreError> {
+        let t = &self.sql.records;
+        let query = format!(
+            "SELECT tool, fingerprint, state, token, outcome, note,
+                    GREATEST(EXTRACT(EPOCH FROM lease_until - now()) * 1000000, 0)::int8,
+                    GREATEST(EXTRACT(EPOCH FROM expires_at - now()) * 1000000, 0)::int8,
+                    created, updated, key
+               FROM {t}
+              WHERE expires_at > now()
+                AND ($1::text IS NULL OR tool = $1)
+                AND ($2::text IS NULL OR state = $2)
+                AND ($3::int8 IS NULL OR created <= now() - $3::int8 {US})
+                AND ($4::int8 IS NULL OR created > now() - $4::int8 {US})
+              ORDER BY created DESC, key
+              LIMIT $5"
+        );
+        let tool = filter.tool.as_deref();
+        let state = filter.state.map(|s| s.as_str());
+        let older = filter.older_than.map(micros);
+        let newer = filter.newer_than.map(micros);
+        let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
+        let query = &query;
+        let rows = self
+            .run("listing records", |c| async move {
+                let stmt = c.prepare_cached(query).await?;
+                c.query(&stmt, &[&tool, &state, &older, &newer, &limit])
+                    .await
+            })
+            .await?;
+        rows.iter().map(record_of).collect()
+    }
+
+    async fn release_key(&self, key: &IdempotencyKey, force: bool) -> Result<Released, StoreError> {
+        let t = &self.sql.records;
+        // One statement: the row judged is locked, and deleted only if it is the one judged.
+        let query = format!(
+            "WITH r AS (
+                 SELECT state, lease_until,
+                        GREATEST(EXTRACT(EPOCH FROM lease_until - now()) * 1000000, 0)::int8 AS lease_us
+                   FROM {t} WHERE key = $1 AND expires_at > now() FOR UPDATE),
+             d AS (
+                 DELETE FROM {t} USING r
+                  WHERE {t}.key = $1 AND r.state = 'running' AND ($2 OR r.lease_until <= now())
+                 RETURNING 1)
+             SELECT r.state, r.lease_us, EXISTS (SELECT 1 FROM d) FROM r"
+        );
+        let key = key.as_uuid();
+        let query = &query;
+        let row = self
+            .run("releasing a record", |c| async move {
+                let stmt = c.prepare_cached(query).await?;
+                c.query_opt(&stmt, &[&key, &force]).await
+            })
+            .await?;
+        let Some(row) = row else {
+            return Ok(Released::NotFound);
+        };
+        let state: &str = row.try_get(0).map_err(corrupt_row)?;
+        let lease_us: i64 = row.try_get(1).map_err(corrupt_row)?;
+        let deleted: bool = row.try_get(2).map_err(corrupt_row)?;
+        let kind: StateKind = state.parse().map_err(|_| bad_state(state))?;
+        Ok(match (kind, deleted) {
+            (_, true) => Released::Released,
+            (StateKind::Running, false) => Released::LeaseLive {
+                remaining: Duration::from_micros(lease_us.max(0) as u64),
+            },
+            (other, false) => Released::NotRunning(other),
+        })
+    }
+
+    async fn forget(&self, key: &IdempotencyKey) -> Result<bool, StoreError> {
+        let query = format!(
+            "DELETE FROM {} WHERE key = $1 RETURNING expires_at > now()",
+            self.sql.records
+        );
+        let key = key.as_uuid();
+        let query = &query;
+        let row = self
+            .run("forgetting a record", |c| async move {
+                let stmt = c.prepare_cached(query).await?;
+                c.query_opt(&stmt, &[&key]).await
+            })
+            .await?;
+        Ok(row.is_some_and(|r| r.get::<_, bool>(0)))
+    }
+
+    async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
+        self.prune_now(limit).await
+    }
+
+    async fn counts(&self) -> Result<Vec<Count>, StoreError> {
+        let query = format!(
+            "SELECT tool, state, count(*) FROM {} WHERE expires_at > now() GROUP BY tool, state",
+            self.sql.records
+        );
+        let query = &query;
+        let rows = self
+            .run("counting records", |c| async move {
+                let stmt = c.prepare_cached(query).await?;
+                c.query(&stmt, &[]).await
+            })
+            .await?;
+        let mut counts = Vec::with_capacity(rows.len());
+        for row in rows {
+            let tool: String = row.try_get(0).map_err(corrupt_row)?;
+            let state: &str = row.try_get(1).map_err(corrupt_row)?;
+            let n: i64 = row.try_get(2).map_err(corrupt_row)?;
+            let state = state.parse().map_err(|_| bad_state(state))?;
+            counts.push(Count::new(tool, state, u64::try_from(n).unwrap_or(0)));
+        }
+        counts.sort_by(|a, b| a.tool.cmp(&b.tool).then(a.state.cmp(&b.state)));
+        Ok(counts)
+    }
+}

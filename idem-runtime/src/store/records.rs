@@ -1,0 +1,293 @@
+//! Operator reads and repairs ([`Records`]): what a person on call asks of a store, apart from
+//! the claim state machine that the executor drives through [`Store`](super::Store).
+//!
+//! Cold path: one `async_trait` method per question, each answered by the store's own clock.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use super::{Record, RecordState};
+use crate::error::StoreError;
+use crate::key::IdempotencyKey;
+
+/// The kind of a record's state, without what it holds: for filters and counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum StateKind {
+    /// A holder is running it (its lease may have run out).
+    Running,
+    /// It completed; its outcome replays.
+    Completed,
+    /// It ran out of attempts after a failure that may have taken effect.
+    Ambiguous,
+}
+
+impl StateKind {
+    /// Every kind, in the order of the state machine.
+    pub const ALL: [StateKind; 3] = [
+        StateKind::Running,
+        StateKind::Completed,
+        StateKind::Ambiguous,
+    ];
+
+    /// The lowercase word the stores write: `running`, `completed`, `ambiguous`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            StateKind::Running => "running",
+            StateKind::Completed => "completed",
+            StateKind::Ambiguous => "ambiguous",
+        }
+    }
+}
+
+impl fmt::Display for StateKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A word that is not a state: says which are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownState(pub String);
+
+impl fmt::Display for UnknownState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "`{}` is not a state; use running, completed or ambiguous",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for UnknownState {}
+
+impl FromStr for StateKind {
+    type Err = UnknownState;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        StateKind::ALL
+            .into_iter()
+            .find(|k| k.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| UnknownState(s.to_owned()))
+    }
+}
+
+impl RecordState {
+    /// Its kind.
+    pub fn kind(&self) -> StateKind {
+        match self {
+            RecordState::Running { .. } => StateKind::Running,
+            RecordState::Completed { .. } => StateKind::Completed,
+            RecordState::Ambiguous { .. } => StateKind::Ambiguous,
+        }
+    }
+}
+
+/// Which live records [`Records::list`] returns: every condition set must hold.
+///
+/// Ages are measured by the store's clock (`now()` of PostgreSQL, `TIME` of Redis), not the
+/// caller's, so an operator's machine with a skewed clock still sees the right records.
+///
+/// ```
+/// use idem_runtime::store::{RecordFilter, StateKind};
+/// use std::time::Duration;
+///
+/// let stuck = RecordFilter::new()
+///     .tool("charge")
+///     .state(StateKind::Running)
+///     .older_than(Duration::from_secs(600))
+///     .limit(20);
+/// assert_eq!(stuck.limit, 20);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RecordFilter {
+    /// Only this tool's records.
+    pub tool: Option<String>,
+    /// Only records in this state.
+    pub state: Option<StateKind>,
+    /// Only records made at least this long ago.
+    pub older_than: Option<Duration>,
+    /// Only records made less than this long ago.
+    pub newer_than: Option<Duration>,
+    /// At most this many (default [`RecordFilter::DEFAULT_LIMIT`]).
+    pub limit: usize,
+}
+
+impl Default for RecordFilter {
+    fn default() -> Self {
+        RecordFilter {
+            tool: None,
+            state: None,
+            older_than: None,
+            newer_than: None,
+            limit: Self::DEFAULT_LIMIT,
+        }
+    }
+}
+
+impl RecordFilter {
+    /// How many records a list returns unless told otherwise: enough for a screen, few enough
+    /// that a store with millions of records answers at once.
+    pub const DEFAULT_LIMIT: usize = 100;
+
+    /// Every live record, at most [`RecordFilter::DEFAULT_LIMIT`].
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Only `tool`'s records.
+    pub fn tool(mut self, tool: impl Into<String>) -> Self {
+        self.tool = Some(tool.into());
+        self
+    }
+
+    /// Only records in `state`.
+    pub fn state(mut self, state: StateKind) -> Self {
+        self.state = Some(state);
+        self
+    }
+
+    /// Only records made at least `age` ago.
+    pub fn older_than(mut self, age: Duration) -> Self {
+        self.older_than = Some(age);
+        self
+    }
+
+    /// Only records made less than `age` ago.
+    pub fn newer_than(mut self, age: Duration) -> Self {
+        self.newer_than = Some(age);
+        self
+    }
+
+    /// At most `limit` records.
+    pub fn limit(mut self, limit: usize) -> Self {
+        self.limit = limit;
+        self
+    }
+
+    /// Whether `record` passes, its age taken at `now` by the store's clock: for stores that
+    /// filter as they scan.
+    pub fn matches(&self, record: &Record, now: SystemTime) -> bool {
+        let age = now.duration_since(record.created).unwrap_or_default();
+        self.tool.as_deref().is_none_or(|t| record.tool == t)
+            && self.state.is_none_or(|s| record.state.kind() == s)
+            && self.older_than.is_none_or(|d| age >= d)
+            && self.newer_than.is_none_or(|d| age < d)
+    }
+
+    /// Sorts `records` newest first (ties by key) and keeps at most [`RecordFilter::limit`]: for
+    /// stores that filter as they scan.
+    pub fn newest_first(&self, records: &mut Vec<Record>) {
+        records.sort_by(|a, b| b.created.cmp(&a.created).then(a.key.cmp(&b.key)));
+        records.truncate(self.limit);
+    }
+}
+
+/// What [`Records::release_key`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Released {
+    /// The running record is gone: the next call with its key runs the operation again.
+    Released,
+    /// No live record has that key.
+    NotFound,
+    /// Its holder's lease is live for this much longer: nothing changed (release with `force`
+    /// only when that holder is known to be dead).
+    LeaseLive {
+        /// Time until the lease runs out.
+        remaining: Duration,
+    },
+    /// The record is not running: nothing changed ([`Records::forget`] removes any record).
+    NotRunning(StateKind),
+}
+
+/// How many live records one tool has in one state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Count {
+    /// The tool.
+    pub tool: String,
+    /// The state.
+    pub state: StateKind,
+    /// How many.
+    pub records: u64,
+}
+
+impl Count {
+    /// `records` live records of `tool` in `state`.
+    pub fn new(tool: impl Into<String>, state: StateKind, records: u64) -> Self {
+        Count {
+            tool: tool.into(),
+            state,
+            records,
+        }
+    }
+}
+
+/// Operator reads and repairs, implemented by every store; the `idemkit` command is built on it.
+///
+/// Kept apart from [`Store`](super::Store): the executor never calls these, and a repair here
+/// names no lease token (the operator has none). Each method is one atomic step of the store, so
+/// a repair cannot undo a claim that raced it: a release deletes only the record it judged.
+#[async_trait::async_trait]
+pub trait Records: Send + Sync {
+    /// The live record of `key`, if any.
+    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError>;
+
+    /// Live records that pass `filter`, newest first (by [`Record::created`], ties by key), at
+    /// most `filter.limit`.
+    async fn list(&self, filter: &RecordFilter) -> Result<Vec<Record>, StoreError>;
+
+    /// Running → absent, so the next call runs the operation again (with the same key). Refused
+    /// ([`Released::LeaseLive`]) while the holder's lease is live, unless `force`: forcing while
+    /// the holder is alive lets a second call run the effect alongside it, and fences the first
+    /// holder's outcome out.
+    async fn release_key(&self, key: &IdempotencyKey, force: bool) -> Result<Released, StoreError>;
+
+    /// Any state → absent: the next call runs the operation again, whether or not it happened.
+    /// Returns whether a live record was there.
+    async fn forget(&self, key: &IdempotencyKey) -> Result<bool, StoreError>;
+
+    /// Deletes up to `limit` expired records (never a live one); returns how many.
+    async fn prune(&self, limit: usize) -> Result<usize, StoreError>;
+
+    /// Live records by tool and state (only the pairs that have any), sorted by tool then state.
+    async fn counts(&self) -> Result<Vec<Count>, StoreError>;
+}
+
+#[async_trait::async_trait]
+impl<R: Records + ?Sized> Records for Arc<R> {
+    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        (**self).get(key).await
+    }
+    async fn list(&self, filter: &RecordFilter) -> Result<Vec<Record>, StoreError> {
+        (**self).list(filter).await
+    }
+    async fn release_key(&self, key: &IdempotencyKey, force: bool) -> Result<Released, StoreError> {
+        (**self).release_key(key, force).await
+    }
+    async fn forget(&self, key: &IdempotencyKey) -> Result<bool, StoreError> {
+        (**self).forget(key).await
+    }
+    async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
+        (**self).prune(limit).await
+    }
+    async fn counts(&self) -> Result<Vec<Count>, StoreError> {
+        (**self).counts().await
+    }
+}
+
+/// Counts `records` by tool and state, sorted: for stores that count as they scan.
+pub fn count_records<'a>(records: impl IntoIterator<Item = (&'a str, StateKind)>) -> Vec<Count> {
+    let mut counts = std::collections::BTreeMap::<(String, StateKind), u64>::new();
+    for (tool, state) in records {
+        *counts.entry((tool.to_owned(), state)).or_default() += 1;
+    }
+    counts
+        .into_iter()
+        .map(|((tool, state), records)| Count::new(tool, state, records))
+        .collect()
+}

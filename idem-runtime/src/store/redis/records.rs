@@ -1,0 +1,253 @@
+//! The Redis store's operator reads and repairs ([`Records`]): a repair is one script on one
+//! key; lists and counts `SCAN` this store's prefix on the connected node (not a cluster's other
+//! nodes) and read each record with the same script as `get`.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::*;
+use crate::store::records::count_records;
+use crate::store::{Count, RecordFilter, Records, Released, StateKind};
+
+/// KEYS[1] record; ARGV force ('1' or '0'). Running → absent, unless its lease is live and not
+/// forced. Returns {what, lease ms left}: 'absent', 'live', 'released', or the state.
+const RELEASE_BY_OPERATOR: &str = r"
+local r = redis.call('HMGET', KEYS[1], 'state', 'lease_until', 'expires_at')
+if not r[1] or tonumber(r[3]) <= now then return {'absent', 0} end
+if r[1] ~= 'running' then return {r[1], 0} end
+local left = tonumber(r[2]) - now
+if left > 0 and ARGV[1] ~= '1' then return {'live', left} end
+redis.call('DEL', KEYS[1])
+return {'released', 0}
+";
+
+/// KEYS[1] record. Any state → absent; 1 if it was live.
+const FORGET: &str = r"
+local e = redis.call('HGET', KEYS[1], 'expires_at')
+redis.call('DEL', KEYS[1])
+if e and tonumber(e) > now then return 1 end
+return 0
+";
+
+struct OperatorScripts {
+    release: Script,
+    forget: Script,
+}
+
+fn operator_scripts() -> &'static OperatorScripts {
+    static SCRIPTS: std::sync::OnceLock<OperatorScripts> = std::sync::OnceLock::new();
+    SCRIPTS.get_or_init(|| OperatorScripts {
+        release: Script::new(&[PRELUDE, RELEASE_BY_OPERATOR].concat()),
+        forget: Script::new(&[PRELUDE, FORGET].concat()),
+    })
+}
+
+/// Unix milliseconds as the hash holds them ('' in a record written before they were kept:
+/// the epoch, "unknown").
+fn wall_time(field: &[u8]) -> SystemTime {
+    let ms = std::str::from_utf8(field)
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or(0);
+    UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+impl RedisStore {
+    /// The live record of `key` and the server's time, read by the `get` script.
+    async fn read(&self, key: IdempotencyKey) -> Result<Option<(Record, SystemTime)>, StoreError> {
+        let reply: Value = self
+            .invoke("get", &self.scripts.get, &self.record_key(&key), &[])
+            .await?;
+        let items = match reply {
+            Value::Nil => return Ok(None),
+            Value::Array(items) => items,
+            other => return Err(unexpected(&other)),
+        };
+        let [
+            tool,
+            fp,
+            state,
+            token,
+            lease_left,
+            expires_in,
+            outcome,
+            note,
+            created,
+            updated,
+            now,
+        ] = fields::<11>(items)?;
+        let tool = String::from_utf8(bytes(tool)?).map_err(|_| corrupt_field("tool"))?;
+        let state = match bytes(state)?.as_slice() {
+            b"running" => RecordState::Running {
+                token: LeaseToken(
+                    std::str::from_utf8(&bytes(token)?)
+                        .ok()
+                        .and_then(|t| t.parse().ok())
+                        .ok_or_else(|| corrupt_field("token"))?,
+                ),
+                lease_remaining: Duration::from_millis(int(lease_left)?.max(0) as u64),
+            },
+            b"completed" => RecordState::Completed {
+                outcome: bytes(outcome)?,
+            },
+            b"ambiguous" => RecordState::Ambiguous {
+                note: String::from_utf8_lossy(&bytes(note)?).into_owned(),
+            },
+            other => return Err(bad_state(other)),
+        };
+        let record = Record {
+            key,
+            tool,
+            fingerprint: fingerprint_of(&bytes(fp)?)?,
+            state,
+            expires_in: Duration::from_millis(int(expires_in)?.max(0) as u64),
+            created: wall_time(&bytes(created)?),
+            updated: wall_time(&bytes(updated)?),
+        };
+        let now = UNIX_EPOCH + Duration::from_millis(int(now)?.max(0) as u64);
+        Ok(Some((record, now)))
+    }
+
+    /// The live record of `key` (for `Store::get` and `Records::get`).
+    pub(super) async fn live_record(
+        &self,
+        key: &IdempotencyKey,
+    ) -> Result<Option<Record>, StoreError> {
+        Ok(self.read(*key).await?.map(|(record, _)| record))
+    }
+
+    /// One `SCAN` step over this store's records on the connected node: the next cursor
+    /// (0 at the end) and a batch of hash names.
+    async fn scan_step(
+        &self,
+        cursor: u64,
+        what: &'static str,
+    ) -> Result<(u64, Vec<String>), StoreError> {
+        let pattern = format!("{}rec:*", glob_escape(&self.prefix));
+        let mut conn = self.conn.get();
+        redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| redis_error(e, what))
+    }
+
+    /// Every live record of this store on the connected node, with the server's time.
+    async fn all_records(&self) -> Result<Vec<(Record, SystemTime)>, StoreError> {
+        let rec_prefix = format!("{}rec:", self.prefix);
+        let mut found = Vec::new();
+        let mut cursor = 0;
+        loop {
+            let (next, names) = self.scan_step(cursor, "scanning for records").await?;
+            for name in names {
+                // A name under the prefix that is not a record's is not ours to judge.
+                let Some(key) = name
+                    .strip_prefix(&rec_prefix)
+                    .and_then(|k| k.parse::<IdempotencyKey>().ok())
+                else {
+                    continue;
+                };
+                if let Some(read) = self.read(key).await? {
+                    found.push(read);
+                }
+            }
+            cursor = next;
+            if cursor == 0 {
+                return Ok(found);
+            }
+        }
+    }
+
+    /// Deletes up to `limit` expired records (for `Store::prune` and `Records::prune`).
+    pub(super) async fn prune_now(&self, limit: usize) -> Result<usize, StoreError> {
+        let mut cursor = 0;
+        let mut pruned = 0;
+        loop {
+            let (next, names) = self
+                .scan_step(cursor, "scanning for expired records")
+                .await?;
+            for name in names {
+                if pruned >= limit {
+                    return Ok(pruned);
+                }
+                let n: i64 = self
+                    .invoke("prune", &self.scripts.prune, &name, &[])
+                    .await?;
+                pruned += n as usize;
+            }
+            cursor = next;
+            if cursor == 0 || pruned >= limit {
+                return Ok(pruned);
+            }
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Records for RedisStore {
+    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        self.live_record(key).await
+    }
+
+    async fn list(&self, filter: &RecordFilter) -> Result<Vec<Record>, StoreError> {
+        let mut records: Vec<Record> = self
+            .all_records()
+            .await?
+            .into_iter()
+            .filter(|(record, now)| filter.matches(record, *now))
+            .map(|(record, _)| record)
+            .collect();
+        filter.newest_first(&mut records);
+        Ok(records)
+    }
+
+    async fn release_key(&self, key: &IdempotencyKey, force: bool) -> Result<Released, StoreError> {
+        let force: &[u8] = if force { b"1" } else { b"0" };
+        let reply: Vec<Value> = self
+            .invoke(
+                "releasing a record",
+                &operator_scripts().release,
+                &self.record_key(key),
+                &[force],
+            )
+            .await?;
+        let [what, left] = fields::<2>(reply)?;
+        let left = Duration::from_millis(int(left)?.max(0) as u64);
+        Ok(match bytes(what)?.as_slice() {
+            b"absent" => Released::NotFound,
+            b"live" => Released::LeaseLive { remaining: left },
+            b"released" => Released::Released,
+            b"completed" => Released::NotRunning(StateKind::Completed),
+            b"ambiguous" => Released::NotRunning(StateKind::Ambiguous),
+            other => return Err(bad_state(other)),
+        })
+    }
+
+    async fn forget(&self, key: &IdempotencyKey) -> Result<bool, StoreError> {
+        let n: i64 = self
+            .invoke(
+                "forgetting a record",
+                &operator_scripts().forget,
+                &self.record_key(key),
+                &[],
+            )
+            .await?;
+        Ok(n == 1)
+    }
+
+    async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
+        self.prune_now(limit).await
+    }
+
+    async fn counts(&self) -> Result<Vec<Count>, StoreError> {
+        let records = self.all_records().await?;
+        Ok(count_records(
+            records
+                .iter()
+                .map(|(r, _)| (r.tool.as_str(), r.state.kind())),
+        ))
+    }
+}

@@ -1,0 +1,203 @@
+//! The SQLite store's operator reads and repairs ([`Records`]): their statements, and each one
+//! run on the connection like the claim state machine's.
+
+use super::*;
+use crate::store::{Count, RecordFilter, Records, Released, StateKind};
+
+/// Live records that pass the filter (each condition off when its parameter is NULL), newest
+/// first. `:made_before`/`:made_after` are unix ms, `now` minus the ages asked for.
+const LIST: &str = "
+    SELECT tool, fingerprint, state, token, lease_until, outcome, note, expires_at, created, updated, key
+    FROM records
+    WHERE expires_at > :now
+      AND (:tool IS NULL OR tool = :tool)
+      AND (:state IS NULL OR state = :state)
+      AND (:made_before IS NULL OR created <= :made_before)
+      AND (:made_after IS NULL OR created > :made_after)
+    ORDER BY created DESC, key
+    LIMIT :limit";
+
+/// What an operator's release judges, read in its transaction.
+const RELEASE_CHECK: &str = "
+    SELECT state, token, lease_until FROM records WHERE key = :key AND expires_at > :now";
+
+/// running under :token → absent (the record judged, not one that replaced it).
+const RELEASE_JUDGED: &str = "
+    DELETE FROM records WHERE key = :key AND state = 'running' AND token = :token";
+
+/// any state → absent; says whether the record was live.
+const FORGET: &str = "
+    DELETE FROM records WHERE key = :key RETURNING expires_at > :now";
+
+/// Live records by tool and state.
+const COUNTS: &str = "
+    SELECT tool, state, count(*) FROM records WHERE expires_at > :now
+    GROUP BY tool, state ORDER BY tool, state";
+
+fn state_of(word: &str) -> Option<StateKind> {
+    word.parse().ok()
+}
+
+impl SqliteStore {
+    /// The live record of `key` (for `Store::get` and `Records::get`).
+    pub(super) async fn live_record(
+        &self,
+        key: &IdempotencyKey,
+    ) -> Result<Option<Record>, StoreError> {
+        let key = *key;
+        self.run(Access::Read, move |conn, path| {
+            let rec = conn
+                .prepare_cached(sql::LIVE)
+                .and_then(|mut st| {
+                    st.query_row(
+                        named_params! { ":key": key.as_str(), ":now": now_ms() },
+                        |row| Ok(decode(row, &key, path)),
+                    )
+                    .optional()
+                })
+                .map_err(|e| sql_error(path, "read a record from", e))?;
+            rec.transpose()
+        })
+        .await
+    }
+
+    /// Deletes up to `limit` expired records (for `Store::prune` and `Records::prune`).
+    pub(super) async fn prune_now(&self, limit: usize) -> Result<usize, StoreError> {
+        self.run(Access::Long, move |conn, path| {
+            prune_expired(conn, now_ms(), limit)
+                .map_err(|e| sql_error(path, "prune expired records from", e))
+        })
+        .await
+    }
+}
+
+#[async_trait::async_trait]
+impl Records for SqliteStore {
+    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        self.live_record(key).await
+    }
+
+    async fn list(&self, filter: &RecordFilter) -> Result<Vec<Record>, StoreError> {
+        let filter = filter.clone();
+        // On the store's thread: a scan of a large file must not hold an async worker.
+        self.run(Access::Long, move |conn, path| {
+            let now = now_ms();
+            let before = filter.older_than.map(|d| now.saturating_sub(ms(d)));
+            let after = filter.newer_than.map(|d| now.saturating_sub(ms(d)));
+            let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
+            let failed = |e| sql_error(path, "list the records of", e);
+            let mut st = conn.prepare_cached(LIST).map_err(failed)?;
+            let rows = st
+                .query_map(
+                    named_params! {
+                        ":now": now, ":tool": filter.tool, ":state": filter.state.map(|s| s.as_str()),
+                        ":made_before": before, ":made_after": after, ":limit": limit,
+                    },
+                    |row| {
+                        let key: String = row.get(10)?;
+                        Ok(match key.parse::<IdempotencyKey>() {
+                            Ok(key) => decode(row, &key, path),
+                            Err(_) => Err(StoreError::corrupt(format!(
+                                "a record in {} has the key `{key}`, which is not a UUID; delete that row \
+                                 (`DELETE FROM records WHERE key = '{key}'`)",
+                                path.display()
+                            ))),
+                        })
+                    },
+                )
+                .map_err(failed)?;
+            let mut records = Vec::new();
+            for row in rows {
+                records.push(row.map_err(failed)??);
+            }
+            Ok(records)
+        })
+        .await
+    }
+
+    async fn release_key(&self, key: &IdempotencyKey, force: bool) -> Result<Released, StoreError> {
+        let key = *key;
+        self.run(Access::Write, move |conn, path| {
+            let now = now_ms();
+            let released = (|| {
+                let tx = Scope::begin(conn)?;
+                let found: Option<(String, Option<Vec<u8>>, Option<i64>)> = tx
+                    .prepare_cached(RELEASE_CHECK)?
+                    .query_row(named_params! { ":key": key.as_str(), ":now": now }, |row| {
+                        Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+                    })
+                    .optional()?;
+                let answer = match found {
+                    None => Released::NotFound,
+                    Some((state, _, _)) if state != "running" => {
+                        Released::NotRunning(state_of(&state).unwrap_or(StateKind::Ambiguous))
+                    }
+                    Some((_, _, Some(until))) if until > now && !force => Released::LeaseLive {
+                        remaining: remaining(until, now),
+                    },
+                    Some((_, token, _)) => {
+                        tx.prepare_cached(RELEASE_JUDGED)?
+                            .execute(named_params! { ":key": key.as_str(), ":token": token })?;
+                        Released::Released
+                    }
+                };
+                tx.commit()?;
+                Ok::<_, rusqlite::Error>(answer)
+            })();
+            released.map_err(|e| sql_error(path, "release a key in", e))
+        })
+        .await
+    }
+
+    async fn forget(&self, key: &IdempotencyKey) -> Result<bool, StoreError> {
+        let key = *key;
+        self.run(Access::Write, move |conn, path| {
+            conn.prepare_cached(FORGET)
+                .and_then(|mut st| {
+                    st.query_row(
+                        named_params! { ":key": key.as_str(), ":now": now_ms() },
+                        |row| row.get::<_, bool>(0),
+                    )
+                    .optional()
+                })
+                .map(|live| live.unwrap_or(false))
+                .map_err(|e| sql_error(path, "forget a key in", e))
+        })
+        .await
+    }
+
+    async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
+        self.prune_now(limit).await
+    }
+
+    async fn counts(&self) -> Result<Vec<Count>, StoreError> {
+        self.run(Access::Long, move |conn, path| {
+            let failed = |e| sql_error(path, "count the records of", e);
+            let mut st = conn.prepare_cached(COUNTS).map_err(failed)?;
+            let rows = st
+                .query_map(named_params! { ":now": now_ms() }, |row| {
+                    Ok((
+                        row.get::<_, String>(0)?,
+                        row.get::<_, String>(1)?,
+                        row.get::<_, i64>(2)?,
+                    ))
+                })
+                .map_err(failed)?;
+            let mut counts = Vec::new();
+            for row in rows {
+                let (tool, state, n) = row.map_err(failed)?;
+                let state = state_of(&state).ok_or_else(|| {
+                    StoreError::corrupt(format!(
+                        "records of `{tool}` in {} have the state `{state}`, which idemkit never writes",
+                        path.display()
+                    ))
+                })?;
+                counts.push(Count::new(tool, state, u64::try_from(n).unwrap_or(0)));
+            }
+            // Grouped already; sorted by the state machine's order rather than the words'.
+            counts.sort_by(|a, b| a.tool.cmp(&b.tool).then(a.state.cmp(&b.state)));
+            Ok(counts)
+        })
+        .await
+    }
+}
