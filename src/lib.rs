@@ -74,3 +74,10 @@ pub mod mcp;
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;
+
+/// The README's Rust blocks, compiled (and run, unless `no_run`) as doctests of this crate. They
+/// use the `anyhow`, `postgres` and `rmcp` features, so they run with all features (the README's
+/// test command, `cargo test --workspace --all-features`).
+#[cfg(all(doctest, feature = "anyhow", feature = "postgres", feature = "rmcp"))]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
