@@ -62,7 +62,8 @@
 //! - **Annotations** come from the attribute: `#[read_only]` → `readOnlyHint: true`;
 //!   `#[side_effect]` → `readOnlyHint: false, idempotentHint: true`, and `destructiveHint` /
 //!   `openWorldHint` from `destructive = bool` / `open_world = bool`. A hint written in
-//!   `#[tool(annotations(...))]` that contradicts them is a compile error; a `title` is kept.
+//!   `#[tool(annotations(...))]` that contradicts them, or that does not exist, is a compile error; a
+//!   `title` is kept.
 //! - **Key fields** are fields of the request: `req.customer_id` for `req: Parameters<ChargeReq>`
 //!   (the wrapper reads `req.0.customer_id`), or the names bound by
 //!   `Parameters(ChargeReq { customer_id, .. })`. The other fields of the request are the
