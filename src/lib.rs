@@ -47,8 +47,13 @@
 
 // What a user needs, named one by one: the runtime crate's own entry points for generated code
 // (`SideEffectCall`, `ReadCall`, …) are reached through `__private`, not here.
+// The attributes' pages are idem-macros' own docs, inlined: their examples are doctests of
+// idem-macros compiled against this crate (a dev-dependency), so what users read here compiles.
 #[cfg(feature = "rmcp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rmcp")))]
+#[doc(inline)]
 pub use idem_macros::classified_tools;
+#[doc(inline)]
 pub use idem_macros::{read_only, side_effect};
 pub use idem_runtime::{
     AlreadyInstalled, BuildError, CallInfo, CallOutcome, Classified, Classify, DuplicateTools,
@@ -75,3 +80,10 @@ pub mod mcp;
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;
+
+/// The README's Rust blocks, compiled (and run, unless `no_run`) as doctests of this crate. They
+/// use the `anyhow`, `postgres` and `rmcp` features, so they run with all features (the README's
+/// test command, `cargo test --workspace --all-features`).
+#[cfg(all(doctest, feature = "anyhow", feature = "postgres", feature = "rmcp"))]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

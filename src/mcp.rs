@@ -3,12 +3,39 @@
 //! Write `#[side_effect(...)]` or `#[read_only]` **above** rmcp's `#[tool]` on a tool method, and
 //! `#[classified_tools]` above `#[tool_router]` on the impl block:
 //!
-//! ```ignore
-//! #[idemkit::classified_tools] // every #[tool] below must be #[side_effect] or #[read_only]
+//! ```
+//! use idemkit::{Idem, IdempotencyKey, MemoryStore, classified_tools, read_only, side_effect};
+//! use rmcp::handler::server::wrapper::Parameters;
+//! use rmcp::{tool, tool_router};
+//! # #[derive(Debug)] struct PayError;
+//! # impl std::fmt::Display for PayError {
+//! #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { f.write_str("declined") }
+//! # }
+//! # impl std::error::Error for PayError {}
+//! # impl idemkit::Classify for PayError {
+//! #     fn classify(&self) -> idemkit::Failure { idemkit::Failure::Permanent }
+//! # }
+//! # impl From<idemkit::Error> for PayError { fn from(_: idemkit::Error) -> Self { PayError } }
+//! # #[derive(Debug, serde::Serialize, serde::Deserialize)] struct Receipt { key: String }
+//! # struct Provider;
+//! # impl Provider {
+//! #     async fn charge(&self, key: &str, _: &ChargeReq) -> Result<Receipt, PayError> {
+//! #         Ok(Receipt { key: key.to_owned() })
+//! #     }
+//! # }
+//! # #[derive(Clone, serde::Serialize, serde::Deserialize, rmcp::schemars::JsonSchema)]
+//! # #[schemars(crate = "rmcp::schemars")]
+//! # struct ChargeReq { customer_id: String, purpose: String, period: String, cents: u64 }
+//! # #[derive(Clone, serde::Serialize, serde::Deserialize, rmcp::schemars::JsonSchema)]
+//! # #[schemars(crate = "rmcp::schemars")]
+//! # struct BalanceReq { customer_id: String }
+//! struct Payments { provider: Provider, idem: Idem }
+//!
+//! #[classified_tools] // every #[tool] below must be #[side_effect] or #[read_only]
 //! #[tool_router]
 //! impl Payments {
 //!     /// Charges a customer once per purpose and period.
-//!     #[side_effect(key = "req.customer_id, req.purpose, req.period", destructive = false)]
+//!     #[side_effect(key = "req.customer_id, req.purpose, req.period", idem = self.idem, destructive = false)]
 //!     #[tool]
 //!     async fn charge(&self, key: &IdempotencyKey, req: Parameters<ChargeReq>) -> Result<Receipt, PayError> {
 //!         self.provider.charge(key.as_str(), &req.0).await
@@ -17,8 +44,16 @@
 //!     /// The customer's balance.
 //!     #[read_only]
 //!     #[tool]
-//!     async fn balance(&self, Parameters(req): Parameters<BalanceReq>) -> Result<u64, PayError> { /* … */ }
+//!     async fn balance(&self, Parameters(req): Parameters<BalanceReq>) -> Result<u64, PayError> {
+//!         Ok(req.customer_id.len() as u64)
+//!     }
 //! }
+//!
+//! let tools = Payments::tool_router().list_all();
+//! let charge = tools.iter().find(|t| t.name == "charge").unwrap();
+//! let hints = charge.annotations.as_ref().unwrap();
+//! assert_eq!((hints.read_only_hint, hints.idempotent_hint), (Some(false), Some(true)));
+//! # let _ = Payments { provider: Provider, idem: Idem::new(MemoryStore::new()) };
 //! ```
 //!
 //! - **Order**: our attribute goes above `#[tool]`. Attributes expand top to bottom, so ours sees
@@ -27,7 +62,8 @@
 //! - **Annotations** come from the attribute: `#[read_only]` → `readOnlyHint: true`;
 //!   `#[side_effect]` → `readOnlyHint: false, idempotentHint: true`, and `destructiveHint` /
 //!   `openWorldHint` from `destructive = bool` / `open_world = bool`. A hint written in
-//!   `#[tool(annotations(...))]` that contradicts them is a compile error; a `title` is kept.
+//!   `#[tool(annotations(...))]` that contradicts them, or that does not exist, is a compile error; a
+//!   `title` is kept.
 //! - **Key fields** are fields of the request: `req.customer_id` for `req: Parameters<ChargeReq>`
 //!   (the wrapper reads `req.0.customer_id`), or the names bound by
 //!   `Parameters(ChargeReq { customer_id, .. })`. The other fields of the request are the

@@ -15,7 +15,10 @@ use crate::rmcp::boxed_by_tool;
 /// body, so the body still type-checks): what is emitted next to the errors.
 pub(crate) fn fallback(args: &Args, tool: &Tool) -> TokenStream {
     let private = private(args);
-    let attrs = outer_attrs(&tool.item.attrs);
+    let mut attrs = outer_attrs(&tool.item.attrs);
+    if let Some(mcp) = &tool.mcp {
+        attrs[mcp.index] = crate::serve::written_tool_attr(tool, mcp);
+    }
     let vis = &tool.item.vis;
     let mut sig = tool.item.sig.clone();
     sig.inputs = sig

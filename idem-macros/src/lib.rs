@@ -27,8 +27,33 @@ use ast::Kind;
 
 /// Marks an `async fn` as a tool with a side effect, keyed by the named fields.
 ///
-/// ```ignore
-/// use idemkit::{side_effect, IdempotencyKey};
+/// ```
+/// use idemkit::{Classify, Failure, IdempotencyKey, side_effect};
+/// # use idemkit::{Idem, MemoryStore};
+/// # #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+/// # struct Receipt { key: String, cents: u64 }
+/// # struct Provider;
+/// # impl Provider {
+/// #     async fn charge(&self, key: &str, _: &str, cents: u64) -> Result<Receipt, PayError> {
+/// #         Ok(Receipt { key: key.to_owned(), cents })
+/// #     }
+/// # }
+/// # #[allow(non_upper_case_globals)] static provider: Provider = Provider;
+///
+/// #[derive(Debug)]
+/// enum PayError { Declined, Timeout, Idem(idemkit::Error) }
+///
+/// impl Classify for PayError {
+///     fn classify(&self) -> Failure {
+///         match self {
+///             PayError::Declined | PayError::Idem(_) => Failure::Permanent,
+///             PayError::Timeout => Failure::Ambiguous, // may have happened: same key again
+///         }
+///     }
+/// }
+/// impl From<idemkit::Error> for PayError {
+///     fn from(e: idemkit::Error) -> Self { PayError::Idem(e) }
+/// }
 ///
 /// /// Charges a customer once per purpose and period.
 /// #[side_effect(key = "customer_id, purpose, period", max_attempts = 5)]
@@ -42,7 +67,52 @@ use ast::Kind;
 ///     provider.charge(key.as_str(), customer_id, amount_cents).await
 /// }
 ///
+/// # async fn agent() -> Result<(), PayError> {
 /// let receipt = charge("cus_1", "subscription", "2026-11", 4200).await?;
+/// assert_eq!(receipt.key, "32e00e40-1a53-8058-93c7-e9d1adc8ecaa");
+/// // A repeat returns the recorded outcome; the body does not run again.
+/// assert_eq!(charge("cus_1", "subscription", "2026-11", 4200).await?, receipt);
+/// # Ok(())
+/// # }
+/// # let run = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+/// # run.block_on(Idem::new(MemoryStore::new()).scope(agent())).unwrap();
+/// ```
+///
+/// A method of whatever holds the client, keyed on fields of a JSON arguments struct (what a
+/// language model sends), with its own runtime and a pinned name:
+///
+/// ```
+/// use idemkit::{Idem, IdempotencyKey, MemoryStore, side_effect};
+/// use serde::{Deserialize, Serialize};
+/// # #[derive(Debug)] struct PayError;
+/// # impl idemkit::Classify for PayError {
+/// #     fn classify(&self) -> idemkit::Failure { idemkit::Failure::Permanent }
+/// # }
+/// # impl From<idemkit::Error> for PayError { fn from(_: idemkit::Error) -> Self { PayError } }
+///
+/// #[derive(Clone, Serialize, Deserialize)]
+/// struct RefundReq { charge_id: String, cents: u64, reason: String }
+///
+/// struct Payments { idem: Idem }
+///
+/// impl Payments {
+///     /// Refunds a charge at most once; `cents` and `reason` are fingerprinted, not keyed.
+///     #[side_effect(key = "req.charge_id", name = "payments.refund", idem = self.idem)]
+///     async fn refund(&self, key: &IdempotencyKey, req: RefundReq) -> Result<String, PayError> {
+///         Ok(format!("refunded {} of {} under {key}", req.cents, req.charge_id))
+///     }
+/// }
+///
+/// # let run = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+/// # run.block_on(async {
+/// let payments = Payments { idem: Idem::new(MemoryStore::new()) };
+/// let req = RefundReq { charge_id: "ch_1".into(), cents: 500, reason: "duplicate".into() };
+/// let first = payments.refund(req.clone()).await.unwrap();
+/// assert_eq!(payments.refund(req.clone()).await.unwrap(), first); // replayed
+/// // The same key with other arguments is refused, not run (S3).
+/// let other = RefundReq { cents: 900, ..req };
+/// assert!(matches!(payments.refund(other).await, Err(PayError)));
+/// # });
 /// ```
 ///
 /// # Arguments
@@ -90,10 +160,6 @@ use ast::Kind;
 ///   needs the key takes the injected `&IdempotencyKey` as an argument, and an operation with no
 ///   natural identity keys on an `OperationId` (`idemkit::operation("...")`), minted once and
 ///   stored.
-///
-/// Minting an identifier in the body (`Uuid::new_v4()`, `Uuid::now_v7()`,
-/// `IdempotencyKey::random()`, `OperationId::new()`, `Ulid::new()`, `rand::random()`,
-/// `nanoid!()`) is a compile error: it would run once per attempt.
 #[proc_macro_attribute]
 pub fn side_effect(args: TokenStream, item: TokenStream) -> TokenStream {
     expand(Kind::SideEffect, args.into(), item.into()).into()
@@ -101,10 +167,28 @@ pub fn side_effect(args: TokenStream, item: TokenStream) -> TokenStream {
 
 /// Marks an `async fn` as a read-only tool: retried by `idemkit::Classify`, no key, no store.
 ///
-/// ```ignore
-/// #[read_only(max_attempts = 3)]
-/// async fn balance(customer_id: &str) -> Result<Cents, PayError> { /* … */ }
 /// ```
+/// use idemkit::{Classify, Failure, read_only};
+///
+/// #[derive(Debug)]
+/// struct Unavailable;
+/// impl Classify for Unavailable {
+///     fn classify(&self) -> Failure { Failure::Transient }
+/// }
+///
+/// #[read_only(max_attempts = 3)]
+/// async fn balance(customer_id: &str) -> Result<u64, Unavailable> {
+///     Ok(customer_id.len() as u64 * 100)
+/// }
+///
+/// # let run = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+/// # run.block_on(async {
+/// assert_eq!(balance("cus_1").await.unwrap(), 500); // no key, no store: a read runs every time
+/// # });
+/// ```
+///
+/// The error type needs `Classify` only: nothing is recorded, so no `From<idemkit::Error>` and
+/// no `Serialize` for the output.
 ///
 /// Arguments: `name = "..."`, `max_attempts = N`, `retry = <expr>`, `idem = <expr>`,
 /// `crate = path`, as for [`macro@side_effect`]. A `key` is an error: read-only tools need none.
@@ -114,19 +198,68 @@ pub fn read_only(args: TokenStream, item: TokenStream) -> TokenStream {
 }
 
 /// Checks that every rmcp `#[tool]` method of an impl block is classified: `#[side_effect]` or
-/// `#[read_only]` (feature `rmcp`). Write it above rmcp's `#[tool_router]`:
+/// `#[read_only]` (feature `rmcp`). Write it above rmcp's `#[tool_router]`, and ours above each
+/// `#[tool]`:
 ///
-/// ```ignore
-/// #[idemkit::classified_tools]
+/// ```
+/// use idemkit::{IdempotencyKey, classified_tools, read_only, side_effect};
+/// use rmcp::handler::server::wrapper::Parameters;
+/// use rmcp::{tool, tool_router};
+/// # #[derive(Debug)] struct PayError;
+/// # impl std::fmt::Display for PayError {
+/// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { f.write_str("declined") }
+/// # }
+/// # impl std::error::Error for PayError {}
+/// # impl idemkit::Classify for PayError {
+/// #     fn classify(&self) -> idemkit::Failure { idemkit::Failure::Permanent }
+/// # }
+/// # impl From<idemkit::Error> for PayError { fn from(_: idemkit::Error) -> Self { PayError } }
+/// # #[derive(Clone, serde::Serialize, serde::Deserialize, rmcp::schemars::JsonSchema)]
+/// # #[schemars(crate = "rmcp::schemars")]
+/// # struct ChargeReq { customer_id: String, period: String, cents: u64 }
+/// # struct Payments;
+///
+/// #[classified_tools]
 /// #[tool_router]
 /// impl Payments {
+///     /// Charges a customer once per period.
 ///     #[side_effect(key = "req.customer_id, req.period")]
 ///     #[tool]
-///     async fn charge(&self, req: Parameters<ChargeReq>) -> Result<Receipt, PayError> { /* … */ }
+///     async fn charge(&self, key: &IdempotencyKey, req: Parameters<ChargeReq>) -> Result<String, PayError> {
+///         Ok(format!("charged {} under {key}", req.0.cents))
+///     }
 ///
-///     #[tool] // error: MCP tool `refund` is not classified: mark it `#[side_effect(key = "...")]` …
-///     async fn refund(&self, req: Parameters<RefundReq>) -> Result<String, PayError> { /* … */ }
+///     /// A customer's balance.
+///     #[read_only]
+///     #[tool]
+///     async fn balance(&self, req: Parameters<ChargeReq>) -> Result<u64, PayError> {
+///         Ok(req.0.cents)
+///     }
 /// }
+/// # assert_eq!(Payments::tool_router().list_all().len(), 2);
+/// ```
+///
+/// A `#[tool]` without either attribute fails the build ("MCP tool `refund` is not classified:
+/// mark it `#[side_effect(key = "...")]` …"):
+///
+/// ```compile_fail
+/// # use idemkit::classified_tools;
+/// # use rmcp::handler::server::wrapper::Parameters;
+/// # use rmcp::{tool, tool_router};
+/// # #[derive(Clone, serde::Serialize, serde::Deserialize, rmcp::schemars::JsonSchema)]
+/// # #[schemars(crate = "rmcp::schemars")]
+/// # struct RefundReq { charge_id: String }
+/// # struct Payments;
+/// #[classified_tools]
+/// #[tool_router]
+/// impl Payments {
+///     /// Refunds a charge.
+///     #[tool]
+///     async fn refund(&self, req: Parameters<RefundReq>) -> String {
+///         format!("refunded {}", req.0.charge_id)
+///     }
+/// }
+/// # let _ = Payments::tool_router();
 /// ```
 ///
 /// It changes nothing in the impl block; it only fails the build when a tool is unclassified.

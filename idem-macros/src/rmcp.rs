@@ -33,8 +33,6 @@ pub(crate) struct McpTool {
     pub hints: Vec<(String, bool, TokenStream)>,
     /// `#[tool(name = "...")]`: the MCP name, which is also the default name in the key.
     pub name: Option<String>,
-    /// Annotation entries that are neither the title nor a hint, passed on as written.
-    pub unknown: Vec<Meta>,
 }
 
 /// Whether an attribute is rmcp's `#[tool]` (by its last segment, as `#[tool_router]` finds it).
@@ -81,7 +79,6 @@ pub(crate) fn find(cx: &Ctxt, kind: Kind, func: &ItemFn) -> Option<McpTool> {
         title: None,
         hints: Vec::new(),
         name: None,
-        unknown: Vec::new(),
     };
     for meta in metas {
         if meta.path().is_ident("annotations") {
@@ -142,9 +139,20 @@ fn annotations(cx: &Ctxt, meta: &Meta, tool: &mut McpTool) {
                 ),
             }
         } else {
-            // Not ours to judge: passed on in the rewritten `#[tool]`, for rmcp to accept or
-            // report (a misspelt hint gets rmcp's "did you mean").
-            tool.unknown.push(meta);
+            // rmcp refuses it too, but then drops the whole method, which adds errors of its own
+            // (the router's missing method, unused imports): reported here, and left out of the
+            // `#[tool]` the fallback emits, it is the only error.
+            let known = std::iter::once("title").chain(HINTS);
+            let hint = crate::suggest::closest(&name, known)
+                .map(|c| format!("did you mean `{c}`? "))
+                .unwrap_or_default();
+            cx.error_spanned(
+                meta.path(),
+                format!(
+                    "`{name}` is not an MCP tool annotation; {hint}`annotations(...)` takes `title` and the hints {}, which idemkit derives from the attribute",
+                    HINTS.map(|h| format!("`{h}`")).join(", ")
+                ),
+            );
         }
     }
 }

@@ -27,7 +27,17 @@ fn tool_attr(kind: Kind, args: &Args, tool: &Tool, mcp: &McpTool) -> TokenStream
             entries.push(quote!(#ident = #value));
         }
     }
-    entries.extend(mcp.unknown.iter().map(ToTokens::to_token_stream));
+    let others = &mcp.others;
+    quote!(#[#path(#(#others,)* annotations(#(#entries),*))])
+}
+
+/// `#[tool(...)]` as written, minus the annotation entries idemkit reported as unknown (rmcp
+/// would refuse them and drop the method): what the fallback emits, so that the router still
+/// compiles and one mistake gives one error.
+pub(crate) fn written_tool_attr(tool: &Tool, mcp: &McpTool) -> TokenStream {
+    let path = tool.item.attrs[mcp.index].path();
+    let mut entries: Vec<TokenStream> = mcp.title.iter().map(ToTokens::to_token_stream).collect();
+    entries.extend(mcp.hints.iter().map(|(_, _, written)| written.clone()));
     let others = &mcp.others;
     quote!(#[#path(#(#others,)* annotations(#(#entries),*))])
 }

@@ -28,7 +28,6 @@ fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 #[cfg(test)]
-#[cfg(test)]
 mod tests {
     use super::closest;
 

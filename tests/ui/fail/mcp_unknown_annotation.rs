@@ -1,4 +1,6 @@
-// An MCP annotation idemkit does not know (a misspelt hint) is reported, not dropped.
+// An MCP annotation that does not exist (a misspelt hint) is reported by idemkit, with the closest
+// name, as the only error: the method stays a tool of the router (rmcp alone would drop it and add
+// errors and warnings of its own).
 use idemkit::{IdempotencyKey, side_effect};
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::{tool, tool_router};
