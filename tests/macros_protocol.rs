@@ -3,11 +3,11 @@
 //! sleeps and leases pass instantly.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use idemkit::store::RecordState;
+use idemkit::store::{RecordState, Records};
 use idemkit::{
     Classify, Failure, Idem, IdempotencyKey, MemoryStore, ToolKind, observe, read_only, side_effect,
 };
@@ -121,7 +121,8 @@ fn runtime() -> Idem {
 
 #[tokio::test(start_paused = true)]
 async fn s1_first_call_runs_the_body_once_and_records_it() {
-    let idem = runtime();
+    let store = Arc::new(MemoryStore::new());
+    let idem = Idem::new(store.clone());
     let p = Provider::default();
     let (receipt, info) = idem
         .scope(observe(p.charge("cus_1", "subscription", "2026-11", 4200)))
@@ -135,7 +136,7 @@ async fn s1_first_call_runs_the_body_once_and_records_it() {
     );
     assert_eq!(p.runs(), 1);
     let key = info.unwrap().key.unwrap();
-    let record = idem.store().get(&key).await.unwrap().unwrap();
+    let record = store.get(&key).await.unwrap().unwrap();
     assert!(
         matches!(record.state, RecordState::Completed { .. }),
         "{record:?}"
@@ -221,7 +222,8 @@ async fn s5_permanent_failure_is_not_retried_and_is_released() {
 
 #[tokio::test(start_paused = true)]
 async fn s6_exhausted_transient_is_released() {
-    let idem = runtime();
+    let store = Arc::new(MemoryStore::new());
+    let idem = Idem::new(store.clone());
     let p = Provider::failing((0..4).map(|_| PayError::Unavailable));
     let (result, info) = idem
         .scope(observe(p.charge("cus_1", "subscription", "2026-11", 4200)))
@@ -229,12 +231,13 @@ async fn s6_exhausted_transient_is_released() {
     assert_eq!(result, Err(PayError::Unavailable));
     assert_eq!(p.runs(), 4, "max_attempts = 4");
     let key = info.unwrap().key.unwrap();
-    assert_eq!(idem.store().get(&key).await.unwrap(), None, "released");
+    assert_eq!(store.get(&key).await.unwrap(), None, "released");
 }
 
 #[tokio::test(start_paused = true)]
 async fn s6_exhausted_ambiguous_is_kept_and_the_next_call_reuses_the_key() {
-    let idem = runtime();
+    let store = Arc::new(MemoryStore::new());
+    let idem = Idem::new(store.clone());
     let p = Provider::failing((0..4).map(|_| PayError::Timeout));
     let (result, info) = idem
         .scope(observe(p.charge("cus_1", "subscription", "2026-11", 4200)))
@@ -242,7 +245,7 @@ async fn s6_exhausted_ambiguous_is_kept_and_the_next_call_reuses_the_key() {
     assert_eq!(result, Err(PayError::Timeout));
     assert_eq!(p.runs(), 4);
     let key = info.unwrap().key.unwrap();
-    let record = idem.store().get(&key).await.unwrap().unwrap();
+    let record = store.get(&key).await.unwrap().unwrap();
     assert!(
         matches!(record.state, RecordState::Ambiguous { .. }),
         "kept for the operator: {record:?}"

@@ -8,6 +8,7 @@
 //! - OS threads hammer a few keys at once: never two live holders of one key, a holder's own
 //!   writes always apply, a stale token's writes never do, and a completed outcome never changes.
 
+use idem_runtime::Records;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use idem_runtime::store::RecordState;
-use idem_runtime::{CallOutcome, Idem, PostgresStore, Store, StoreErrorKind};
+use idem_runtime::{CallOutcome, Idem, PostgresStore, Records, StoreErrorKind};
 use tokio_postgres::NoTls;
 
 mod servers;

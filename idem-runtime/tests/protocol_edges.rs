@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use idem_runtime::store::{Intercept, OperationIds, RecordState, Step};
+use idem_runtime::store::{Intercept, OperationIds, RecordState, Records, Step};
 use idem_runtime::{
     BuildError, CallOutcome, Classify, Error, Failure, Idem, IdempotencyKey, MemoryStore, Store,
     StoreError, Tool, observe,
@@ -201,7 +201,8 @@ async fn scripted(
 #[tokio::test(start_paused = true)]
 async fn f4_an_ambiguous_attempt_keeps_the_record_whatever_comes_after() {
     for last in [Failure::Transient, Failure::Permanent] {
-        let idem = Idem::new(MemoryStore::new());
+        let store = Arc::new(MemoryStore::new());
+        let idem = Idem::new(store.clone());
         let runs = AtomicU32::new(0);
         let script = [Failure::Ambiguous, last, last, last, last];
         let (result, how) = scripted(&idem, 4200, &script, &runs).await;
@@ -210,7 +211,7 @@ async fn f4_an_ambiguous_attempt_keeps_the_record_whatever_comes_after() {
         };
         assert!(err.to_string().contains("may have happened"), "{err}");
         assert_eq!(how, CallOutcome::Failed(Failure::Ambiguous));
-        let record = idem.store().get(&key()).await.unwrap().expect("kept");
+        let record = store.get(&key()).await.unwrap().expect("kept");
         assert!(
             matches!(record.state, RecordState::Ambiguous { .. }),
             "{last:?}"
@@ -260,7 +261,8 @@ async fn f7_a_cancelled_call_ends_its_claim_at_once_and_wakes_its_waiters() {
 /// ambiguous. Before: both stayed Running until the lease ended.
 #[tokio::test(start_paused = true)]
 async fn f7_a_dropped_call_releases_or_keeps_as_ambiguous_by_what_ran() {
-    let idem = Idem::new(MemoryStore::new());
+    let store = Arc::new(MemoryStore::new());
+    let idem = Idem::new(store.clone());
     let runs = AtomicU32::new(0);
     let backing_off = Tool::new("charge")
         .idem(&idem)
@@ -272,7 +274,7 @@ async fn f7_a_dropped_call_releases_or_keeps_as_ambiguous_by_what_ran() {
         });
     assert!(tokio::time::timeout(S(1), backing_off).await.is_err());
     assert_eq!(
-        idem.store().get(&key()).await.unwrap(),
+        store.get(&key()).await.unwrap(),
         None,
         "no attempt may have taken effect: released"
     );
@@ -280,7 +282,7 @@ async fn f7_a_dropped_call_releases_or_keeps_as_ambiguous_by_what_ran() {
     let charge = Charge::default();
     let running = charge.call(Tool::new("charge").idem(&idem), 4200, S(20), Instant::now());
     assert!(tokio::time::timeout(S(1), running).await.is_err());
-    let record = idem.store().get(&key()).await.unwrap().expect("kept");
+    let record = store.get(&key()).await.unwrap().expect("kept");
     assert!(
         matches!(record.state, RecordState::Ambiguous { .. }),
         "dropped mid-attempt: {:?}",
@@ -292,7 +294,8 @@ async fn f7_a_dropped_call_releases_or_keeps_as_ambiguous_by_what_ran() {
 /// caller's task), and waiters are woken.
 #[tokio::test(start_paused = true)]
 async fn f7_a_panicking_body_ends_its_claim_as_ambiguous() {
-    let idem = Idem::new(MemoryStore::new());
+    let store = Arc::new(MemoryStore::new());
+    let idem = Idem::new(store.clone());
     let task = tokio::spawn({
         let idem = idem.clone();
         async move {
@@ -308,7 +311,7 @@ async fn f7_a_panicking_body_ends_its_claim_as_ambiguous() {
         }
     });
     assert!(task.await.unwrap_err().is_panic());
-    let record = idem.store().get(&key()).await.unwrap().expect("kept");
+    let record = store.get(&key()).await.unwrap().expect("kept");
     assert!(matches!(record.state, RecordState::Ambiguous { .. }));
 }
 
@@ -428,7 +431,8 @@ async fn a_stored_outcome_that_no_longer_decodes_says_the_operation_ran() {
 #[cfg(feature = "anyhow")]
 #[tokio::test(start_paused = true)]
 async fn an_anyhow_error_that_says_nothing_is_kept_as_ambiguous() {
-    let idem = Idem::new(MemoryStore::new());
+    let store = Arc::new(MemoryStore::new());
+    let idem = Idem::new(store.clone());
     let runs = &AtomicU32::new(0);
     let call = |order: u64, permanent: bool| {
         Tool::new("charge").idem(&idem).max_attempts(3).side_effect(
@@ -450,16 +454,12 @@ async fn an_anyhow_error_that_says_nothing_is_kept_as_ambiguous() {
     };
     assert!(call(1, false).await.is_err());
     assert_eq!(runs.swap(0, SeqCst), 3, "retried, with the same key");
-    let kept = idem.store().get(&key()).await.unwrap().expect("kept");
+    let kept = store.get(&key()).await.unwrap().expect("kept");
     assert!(matches!(kept.state, RecordState::Ambiguous { .. }));
     assert!(call(2, true).await.is_err());
     assert_eq!(runs.load(SeqCst), 1, "a Permanent context stops at once");
     let other = IdempotencyKey::derive("charge", &[("order", &2u64)]);
-    assert_eq!(
-        idem.store().get(&other).await.unwrap(),
-        None,
-        "and releases"
-    );
+    assert_eq!(store.get(&other).await.unwrap(), None, "and releases");
 }
 
 /// Issue 19 (sizes), S16: an outcome over the bound (default 1 MiB; per runtime and per tool) is

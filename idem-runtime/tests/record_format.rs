@@ -8,6 +8,7 @@
 //! anew; do that only for a new fixture file (name it after the version that writes it), never
 //! over an existing one: an old fixture is what proves an upgrade reads old records.
 
+use idem_runtime::Records;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -48,7 +49,7 @@ const OUTCOME: &[u8] = br#"{"charge_id":"ch_1","cents":4200}"#;
 /// Writes the records of the fixture through `store`: order 1 completed, 2 ambiguous, 3 running
 /// (a lease for ever), 4 completed but not replayable (as the executor records it), and the
 /// operation id of "plan-42/step-3", which is returned.
-async fn write_records(store: impl Store + OperationIds + Clone) -> String {
+async fn write_records(store: impl Store + OperationIds + Records + Clone) -> String {
     for order in 1..=4 {
         let req = request(order);
         assert_eq!(store.claim(&req).await.unwrap(), Claim::Acquired);
@@ -115,7 +116,7 @@ fn manifest_path(relative: &str) -> PathBuf {
 }
 
 /// Reads the fixture's records back through `store` as they were meant.
-async fn check_records(store: impl Store + OperationIds + Clone, operation_id: &str) {
+async fn check_records(store: impl Store + OperationIds + Records + Clone, operation_id: &str) {
     // Completed: the stored outcome, byte for byte, and a replay through the executor.
     let record = store.get(&key(1)).await.unwrap().expect("completed record");
     assert_eq!(record.tool, "charge");

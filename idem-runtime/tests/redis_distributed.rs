@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use idem_runtime::store::RecordState;
-use idem_runtime::{CallOutcome, Idem, RedisStore, Store};
+use idem_runtime::{CallOutcome, Idem, Records, RedisStore};
 
 mod servers;
 use servers::{TestError, charge, key_of, unique};

@@ -6,11 +6,12 @@
 //! Alone in its binary: a fork copies only the forking thread, so the fewer threads, the better.
 #![cfg(unix)]
 
+use idem_runtime::Records;
 use std::time::Duration;
 
 use idem_runtime::store::RecordState;
 use idem_runtime::{
-    Classify, Error, Failure, Idem, IdempotencyKey, SqliteStore, Store, Synchronous, Tool,
+    Classify, Error, Failure, Idem, IdempotencyKey, SqliteStore, Synchronous, Tool,
 };
 
 #[derive(Debug)]
@@ -53,7 +54,8 @@ fn a_forked_child_opens_the_store_anew_and_both_see_each_others_records() {
             .synchronous(synchronous)
             .open()
             .unwrap();
-        let idem = Idem::new(store);
+        let store = std::sync::Arc::new(store);
+        let idem = Idem::new(store.clone());
         let rt = runtime();
         assert_eq!(
             rt.block_on(charge(&idem, 1, "parent")).unwrap(),
@@ -104,7 +106,7 @@ fn a_forked_child_opens_the_store_anew_and_both_see_each_others_records() {
         );
         let key = IdempotencyKey::derive("charge", &[("order", &2u64)]);
         let record = rt
-            .block_on(idem.store().get(&key))
+            .block_on(store.get(&key))
             .unwrap()
             .expect("the child's record");
         assert!(

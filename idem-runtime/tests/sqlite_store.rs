@@ -2,6 +2,7 @@
 //! batches, concurrent openers of a new file, and async callers kept off SQLite's waits.
 //! (The protocol rows S1–S13 are in `sqlite_conformance.rs`, processes in `sqlite_processes.rs`.)
 
+use idem_runtime::Records;
 use std::time::Duration;
 
 use idem_runtime::store::sqlite::sql::{APPLICATION_ID, SCHEMA_VERSION};

@@ -3,7 +3,7 @@
 use super::*;
 
 /// S8: a holder that died leaves a lease that expires; the next call takes over with the same key.
-pub async fn s8_a_dead_holders_lease_expires_and_is_taken_over(store: impl Store + OperationIds) {
+pub async fn s8_a_dead_holders_lease_expires_and_is_taken_over(store: impl StoreUnderTest) {
     let idem = runtime(store);
     // The "dead process": it claimed and never came back.
     let dead = ClaimRequest {
@@ -37,7 +37,7 @@ pub async fn s8_a_dead_holders_lease_expires_and_is_taken_over(store: impl Store
 }
 
 /// S9: an unreachable store fails the call closed: `Error::Store`, the body never runs.
-pub async fn s9_unreachable_store_fails_closed(store: impl Store + OperationIds) {
+pub async fn s9_unreachable_store_fails_closed(store: impl StoreUnderTest) {
     // The store under test, cut off: every transition fails as an unreachable store's would.
     let store = Arc::new(store);
     let unreachable = Intercept::new(store.clone(), |_, _| {
@@ -59,7 +59,7 @@ pub async fn s9_unreachable_store_fails_closed(store: impl Store + OperationIds)
 }
 
 /// S9: a stored outcome that no longer deserializes fails closed: `Error::Store`, the body never runs.
-pub async fn s9_corrupt_outcome_fails_closed(store: impl Store + OperationIds) {
+pub async fn s9_corrupt_outcome_fails_closed(store: impl StoreUnderTest) {
     let idem = runtime(store);
     let req = ClaimRequest {
         key: key_of(11),
@@ -95,8 +95,9 @@ pub async fn s9_corrupt_outcome_fails_closed(store: impl Store + OperationIds) {
 }
 
 /// S10: a record older than its time-to-live is treated as absent, and pruned.
-pub async fn s10_records_past_their_ttl_are_absent(store: impl Store + OperationIds) {
-    let idem = runtime(store);
+pub async fn s10_records_past_their_ttl_are_absent(store: impl StoreUnderTest) {
+    let store = Arc::new(store);
+    let idem = runtime(store.clone());
     let tool = Counted::new();
     let short = || charge(&idem).ttl(Duration::from_millis(1000));
     tool.call(short(), 12, 4200, &[], Duration::ZERO)
@@ -108,9 +109,9 @@ pub async fn s10_records_past_their_ttl_are_absent(store: impl Store + Operation
         CallOutcome::Replayed
     );
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(idem.store().get(&key_of(12)).await.unwrap(), None);
+    assert_eq!(store.get(&key_of(12)).await.unwrap(), None);
     assert!(
-        idem.store().prune(100).await.unwrap() >= 1,
+        store.prune(100).await.unwrap() >= 1,
         "the expired record is pruned"
     );
     // Expired: other arguments may use the key again, and the body runs.
@@ -119,7 +120,7 @@ pub async fn s10_records_past_their_ttl_are_absent(store: impl Store + Operation
 }
 
 /// S11: every write of a holder whose lease was taken over is refused; the new record stands.
-pub async fn s11_late_writes_of_a_taken_over_lease_are_fenced(store: impl Store + OperationIds) {
+pub async fn s11_late_writes_of_a_taken_over_lease_are_fenced(store: impl StoreUnderTest) {
     let req = |token| ClaimRequest {
         key: key_of(13),
         tool: "charge",
@@ -179,7 +180,7 @@ pub async fn s11_late_writes_of_a_taken_over_lease_are_fenced(store: impl Store 
 /// thread, so nothing polls the lease) finishes after the lease was taken over and the new
 /// holder completed; its write is refused, the new record stands, and its caller is told.
 /// (A holder that awaits notices and stops: S13.)
-pub async fn s11_a_slow_holder_cannot_overwrite_the_new_record(store: impl Store + OperationIds) {
+pub async fn s11_a_slow_holder_cannot_overwrite_the_new_record(store: impl StoreUnderTest) {
     let idem = runtime(store);
     let tool = Arc::new(Counted::new());
     let slow = {
@@ -235,7 +236,7 @@ pub async fn s11_a_slow_holder_cannot_overwrite_the_new_record(store: impl Store
 }
 
 /// `Idem::operation` mints an id once per name and returns it unchanged afterwards.
-pub async fn operation_ids_are_minted_once(store: impl Store + OperationIds) {
+pub async fn operation_ids_are_minted_once(store: impl StoreUnderTest) {
     let idem = runtime(store);
     let first = idem.operation("plan-42/step-3").await.unwrap();
     assert_eq!(idem.operation("plan-42/step-3").await.unwrap(), first);

@@ -4,8 +4,9 @@
 use super::*;
 
 /// S1: the body runs once; the outcome is stored as completed and returned.
-pub async fn s1_first_call_runs_once_and_is_stored(store: impl Store + OperationIds) {
-    let idem = runtime(store);
+pub async fn s1_first_call_runs_once_and_is_stored(store: impl StoreUnderTest) {
+    let store = Arc::new(store);
+    let idem = runtime(store.clone());
     let tool = Counted::new();
     let (result, outcome) = tool.call(charge(&idem), 1, 4200, &[], Duration::ZERO).await;
     let receipt = result.unwrap();
@@ -14,8 +15,7 @@ pub async fn s1_first_call_runs_once_and_is_stored(store: impl Store + Operation
         (1, 1, CallOutcome::Completed)
     );
     assert_eq!(receipt.key, key_of(1).to_string());
-    let record = idem
-        .store()
+    let record = store
         .get(&key_of(1))
         .await
         .unwrap()
@@ -32,7 +32,7 @@ pub async fn s1_first_call_runs_once_and_is_stored(store: impl Store + Operation
 }
 
 /// S2: the same key and arguments again return the stored outcome without running the body.
-pub async fn s2_repeat_returns_the_stored_outcome(store: impl Store + OperationIds) {
+pub async fn s2_repeat_returns_the_stored_outcome(store: impl StoreUnderTest) {
     let idem = runtime(store);
     let tool = Counted::new();
     let first = tool
@@ -49,7 +49,7 @@ pub async fn s2_repeat_returns_the_stored_outcome(store: impl Store + OperationI
 }
 
 /// S3: the same key with other arguments is refused as key reuse; the body does not run.
-pub async fn s3_same_key_other_arguments_is_key_reuse(store: impl Store + OperationIds) {
+pub async fn s3_same_key_other_arguments_is_key_reuse(store: impl StoreUnderTest) {
     let idem = runtime(store);
     let tool = Counted::new();
     tool.call(charge(&idem), 3, 4200, &[], Duration::ZERO)
@@ -65,8 +65,9 @@ pub async fn s3_same_key_other_arguments_is_key_reuse(store: impl Store + Operat
 }
 
 /// S4: transient, ambiguous and retry-after failures are retried with the identical key.
-pub async fn s4_retryable_failures_retry_with_the_identical_key(store: impl Store + OperationIds) {
-    let idem = runtime(store);
+pub async fn s4_retryable_failures_retry_with_the_identical_key(store: impl StoreUnderTest) {
+    let store = Arc::new(store);
+    let idem = runtime(store.clone());
     let tool = Counted::new();
     let script = [
         Failure::Transient,
@@ -86,14 +87,15 @@ pub async fn s4_retryable_failures_retry_with_the_identical_key(store: impl Stor
     let keys = tool.keys.lock().unwrap().clone();
     assert_eq!(keys, vec![key_of(4); 4], "every attempt sees the same key");
     assert!(matches!(
-        idem.store().get(&key_of(4)).await.unwrap().unwrap().state,
+        store.get(&key_of(4)).await.unwrap().unwrap().state,
         RecordState::Completed { .. }
     ));
 }
 
 /// S5: a permanent failure is not retried; the record is released, so a later call runs again.
-pub async fn s5_permanent_failure_is_not_retried_and_released(store: impl Store + OperationIds) {
-    let idem = runtime(store);
+pub async fn s5_permanent_failure_is_not_retried_and_released(store: impl StoreUnderTest) {
+    let store = Arc::new(store);
+    let idem = runtime(store.clone());
     let tool = Counted::new();
     let (result, outcome) = tool
         .call(
@@ -109,15 +111,16 @@ pub async fn s5_permanent_failure_is_not_retried_and_released(store: impl Store 
         (tool.runs(), outcome),
         (1, CallOutcome::Failed(Failure::Permanent))
     );
-    assert_eq!(idem.store().get(&key_of(5)).await.unwrap(), None);
+    assert_eq!(store.get(&key_of(5)).await.unwrap(), None);
     // Released: even other arguments may now use the key.
     let (later, _) = tool.call(charge(&idem), 5, 5000, &[], Duration::ZERO).await;
     assert_eq!((later.unwrap().run, tool.runs()), (2, 2));
 }
 
 /// S6: transient failures until the attempts run out: the last error returned, the record released.
-pub async fn s6_exhausted_transient_is_released(store: impl Store + OperationIds) {
-    let idem = runtime(store);
+pub async fn s6_exhausted_transient_is_released(store: impl StoreUnderTest) {
+    let store = Arc::new(store);
+    let idem = runtime(store.clone());
     let tool = Counted::new();
     let script = [Failure::Transient; 3];
     let (result, outcome) = tool
@@ -134,13 +137,14 @@ pub async fn s6_exhausted_transient_is_released(store: impl Store + OperationIds
         (tool.runs(), outcome),
         (3, CallOutcome::Failed(Failure::Transient))
     );
-    assert_eq!(idem.store().get(&key_of(6)).await.unwrap(), None);
+    assert_eq!(store.get(&key_of(6)).await.unwrap(), None);
 }
 
 /// S6: ambiguous failures until the attempts run out: the record is kept (an operator sees it),
 /// and the next call with the same arguments takes it over at once, with the same key.
-pub async fn s6_exhausted_ambiguous_is_kept_and_taken_over(store: impl Store + OperationIds) {
-    let idem = runtime(store);
+pub async fn s6_exhausted_ambiguous_is_kept_and_taken_over(store: impl StoreUnderTest) {
+    let store = Arc::new(store);
+    let idem = runtime(store.clone());
     let tool = Counted::new();
     let script = [Failure::Ambiguous; 2];
     let (result, outcome) = tool
@@ -154,8 +158,7 @@ pub async fn s6_exhausted_ambiguous_is_kept_and_taken_over(store: impl Store + O
         .await;
     assert_eq!(result, Err(TestError::Body(Failure::Ambiguous)));
     assert_eq!(outcome, CallOutcome::Failed(Failure::Ambiguous));
-    let record = idem
-        .store()
+    let record = store
         .get(&key_of(7))
         .await
         .unwrap()
@@ -173,16 +176,16 @@ pub async fn s6_exhausted_ambiguous_is_kept_and_taken_over(store: impl Store + O
 }
 
 /// S7: concurrent calls of one key: one body runs, the others wait for and return its outcome.
-pub async fn s7_concurrent_calls_run_the_body_once(store: impl Store + OperationIds) {
+pub async fn s7_concurrent_calls_run_the_body_once(store: impl StoreUnderTest) {
     contend(store, 8, 8).await;
 }
 
 /// 64 tasks calling one key at once: the body runs exactly once; all get the same output.
-pub async fn contention_64_tasks_one_key(store: impl Store + OperationIds) {
+pub async fn contention_64_tasks_one_key(store: impl StoreUnderTest) {
     contend(store, 64, 64).await;
 }
 
-pub(super) async fn contend(store: impl Store + OperationIds, callers: usize, order: u64) {
+pub(super) async fn contend(store: impl StoreUnderTest, callers: usize, order: u64) {
     let idem = runtime(store);
     let tool = Arc::new(Counted::new());
     let start = Arc::new(tokio::sync::Barrier::new(callers));
@@ -212,7 +215,7 @@ pub(super) async fn contend(store: impl Store + OperationIds, callers: usize, or
 }
 
 /// S7: a caller that waits longer than its bound for the running call gets `InFlight`.
-pub async fn s7_a_caller_that_waits_too_long_gets_in_flight(store: impl Store + OperationIds) {
+pub async fn s7_a_caller_that_waits_too_long_gets_in_flight(store: impl StoreUnderTest) {
     let idem = runtime(store);
     let tool = Arc::new(Counted::new());
     let holder = {

@@ -21,9 +21,7 @@ pub(super) fn renew_req(
 
 /// S12 (store): `renew` moves a held lease's end later, and the record's expiry with it, so a
 /// holder that renews is neither taken over nor expired while it runs.
-pub async fn s12_renew_extends_a_held_lease_past_its_end_and_its_ttl(
-    store: impl Store + OperationIds,
-) {
+pub async fn s12_renew_extends_a_held_lease_past_its_end_and_its_ttl(store: impl StoreUnderTest) {
     let short = Duration::from_millis(300);
     let (holder, other) = (LeaseToken::new(), LeaseToken::new());
     assert_eq!(
@@ -64,9 +62,7 @@ pub async fn s12_renew_extends_a_held_lease_past_its_end_and_its_ttl(
 
 /// S12 (store): a holder whose lease ran out, but that nobody took over, still holds the record
 /// (its token is the record's: nobody else runs), so its renewal applies.
-pub async fn s12_renew_after_the_lease_ran_out_untaken_still_holds(
-    store: impl Store + OperationIds,
-) {
+pub async fn s12_renew_after_the_lease_ran_out_untaken_still_holds(store: impl StoreUnderTest) {
     let (holder, other) = (LeaseToken::new(), LeaseToken::new());
     let ttl = Duration::from_secs(60);
     let req = |token| renew_req(16, token, Duration::from_millis(100), ttl);
@@ -88,7 +84,7 @@ pub async fn s12_renew_after_the_lease_ran_out_untaken_still_holds(
 /// S12/S13 (store): a renewal under a token that no longer holds the record is refused and
 /// changes nothing: after a takeover, after the record ended, and for a key never claimed.
 pub async fn s12_renew_is_refused_to_a_stale_token_and_to_ended_records(
-    store: impl Store + OperationIds,
+    store: impl StoreUnderTest,
 ) {
     let (old, new) = (LeaseToken::new(), LeaseToken::new());
     let ttl = Duration::from_secs(60);
@@ -134,7 +130,7 @@ pub async fn s12_renew_is_refused_to_a_stale_token_and_to_ended_records(
 /// S12 through the executor: a body that runs 2.5 leases is not taken over: its holder renews
 /// the lease while it runs, so a second caller waits for it and replays its outcome. (Before
 /// renewals, the second caller took the key over at the lease's end and ran the body again.)
-pub async fn s12_a_body_longer_than_its_lease_runs_once(store: impl Store + OperationIds) {
+pub async fn s12_a_body_longer_than_its_lease_runs_once(store: impl StoreUnderTest) {
     let idem = runtime(store);
     let tool = Arc::new(Counted::new());
     let first = {
@@ -156,15 +152,14 @@ pub async fn s12_a_body_longer_than_its_lease_runs_once(store: impl Store + Oper
 /// at the next await (the body never finishes), starts no further attempt, and its caller is
 /// told the outcome is unknown; the record is kept as ambiguous, so the next call takes it over
 /// with the same key.
-pub async fn s13_a_holder_whose_renewals_fail_stops_and_is_taken_over(
-    store: impl Store + OperationIds,
-) {
+pub async fn s13_a_holder_whose_renewals_fail_stops_and_is_taken_over(store: impl StoreUnderTest) {
     let store = Arc::new(store);
     let cut_off = runtime(Intercept::new(store.clone(), |step, _| {
         // Renewals fail, as when the holder cannot reach the store; everything else passes.
         (step == Step::Renew).then(|| StoreError::unavailable("connection refused"))
     }));
-    let idem = runtime(store);
+    let store = Arc::new(store);
+    let idem = runtime(store.clone());
     let tool = Counted::new();
     let (stopped, outcome) = tool
         .call(
@@ -181,7 +176,7 @@ pub async fn s13_a_holder_whose_renewals_fail_stops_and_is_taken_over(
         "stopped at its await, long before the 30 s body would end"
     );
     assert_eq!(tool.runs(), 1, "no further attempt");
-    let record = idem.store().get(&key_of(20)).await.unwrap().expect("kept");
+    let record = store.get(&key_of(20)).await.unwrap().expect("kept");
     assert!(
         matches!(record.state, RecordState::Ambiguous { .. }),
         "an attempt was running: kept as ambiguous, {:?}",
@@ -197,11 +192,10 @@ pub async fn s13_a_holder_whose_renewals_fail_stops_and_is_taken_over(
 /// S18: equal key fields under two tenants are two records: each tenant's call runs once, each
 /// replays only its own outcome, and neither record is found under the other's key or the
 /// unscoped one.
-pub async fn s18_equal_key_fields_under_two_tenants_are_two_operations(
-    store: impl Store + OperationIds,
-) {
+pub async fn s18_equal_key_fields_under_two_tenants_are_two_operations(store: impl StoreUnderTest) {
     use crate::as_tenant;
-    let idem = runtime(store);
+    let store = Arc::new(store);
+    let idem = runtime(store.clone());
     let tool = Counted::new();
     let call = |tenant: &'static str| {
         as_tenant(
@@ -228,7 +222,7 @@ pub async fn s18_equal_key_fields_under_two_tenants_are_two_operations(
     assert_eq!(acme.key, key_of(21).for_tenant("acme").to_string());
     assert_eq!(globex.key, key_of(21).for_tenant("globex").to_string());
     assert_eq!(
-        idem.store().get(&key_of(21)).await.unwrap(),
+        store.get(&key_of(21)).await.unwrap(),
         None,
         "nothing under the unscoped key"
     );

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::store::{
     Claim, ClaimRequest, Existing, ExistingState, Intercept, LeaseToken, OperationIds, RecordState,
-    Step, Written,
+    Records, Step, Written,
 };
 use crate::{
     CallOutcome, Classify, Error, Failure, Fingerprint, Idem, IdempotencyKey, RetryPolicy, Store,
@@ -36,6 +36,13 @@ pub use self::faults::*;
 pub use self::happy::*;
 pub use self::lease::*;
 pub use self::records::*;
+
+/// What the suite tests: a [`Store`] (the claim state machine the executor drives), its
+/// [`OperationIds`], and its operator [`Records`] (the rows read what the calls left behind
+/// through them). Every type with the three is one.
+pub trait StoreUnderTest: Store + OperationIds + Records {}
+
+impl<S: Store + OperationIds + Records> StoreUnderTest for S {}
 
 /// Generates one `#[test]` per conformance row for the store `make` returns (an `async fn`
 /// returning a fresh, empty store each time it is called).

@@ -48,7 +48,7 @@ fn keys(records: &[crate::store::Record]) -> Vec<IdempotencyKey> {
 
 /// `list`: live records newest first, each with its key, tool, state and times; filtered by
 /// tool, state and age; at most `limit`.
-pub async fn records_list_newest_first_and_filtered<S: Store + OperationIds + Records>(store: S) {
+pub async fn records_list_newest_first_and_filtered<S: StoreUnderTest>(store: S) {
     let store = Arc::new(store);
     let idem = runtime(Arc::clone(&store));
     let tool = Counted::new();
@@ -135,7 +135,7 @@ pub async fn records_list_newest_first_and_filtered<S: Store + OperationIds + Re
 /// `release`: a live lease is not released unless forced; a forced release frees the key; a
 /// lease that ran out is released without force; other states and absent keys say so.
 pub async fn records_release_is_refused_under_a_live_lease_and_applied_with_force<
-    S: Store + OperationIds + Records,
+    S: StoreUnderTest,
 >(
     store: S,
 ) {
@@ -195,9 +195,7 @@ pub async fn records_release_is_refused_under_a_live_lease_and_applied_with_forc
 }
 
 /// `forget`: any record goes, and the next call with its key runs the body again.
-pub async fn records_forget_makes_the_next_call_run_again<S: Store + OperationIds + Records>(
-    store: S,
-) {
+pub async fn records_forget_makes_the_next_call_run_again<S: StoreUnderTest>(store: S) {
     let store = Arc::new(store);
     let idem = runtime(Arc::clone(&store));
     let tool = Counted::new();
@@ -220,9 +218,7 @@ pub async fn records_forget_makes_the_next_call_run_again<S: Store + OperationId
 }
 
 /// `prune`: expired records go, live ones stay, at most `limit`.
-pub async fn records_prune_removes_only_expired_records<S: Store + OperationIds + Records>(
-    store: S,
-) {
+pub async fn records_prune_removes_only_expired_records<S: StoreUnderTest>(store: S) {
     let short = Duration::from_millis(50);
     for order in [1, 2] {
         let token = claim_raw(&store, "charge", order, short, short).await;
@@ -258,7 +254,7 @@ pub async fn records_prune_removes_only_expired_records<S: Store + OperationIds 
 }
 
 /// `counts`: live records by tool and state, sorted by tool, then state.
-pub async fn records_counts_by_tool_and_state<S: Store + OperationIds + Records>(store: S) {
+pub async fn records_counts_by_tool_and_state<S: StoreUnderTest>(store: S) {
     assert!(store.counts().await.unwrap().is_empty());
     for order in [1, 2] {
         let token = claim_raw(&store, "charge", order, HOUR, HOUR).await;

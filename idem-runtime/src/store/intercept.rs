@@ -105,7 +105,6 @@ where
     }
 }
 
-#[async_trait]
 impl<S, H> Store for Intercept<S, H>
 where
     S: Store,
@@ -152,14 +151,6 @@ where
         self.forward(Step::MarkAmbiguous, key, move || {
             self.inner.mark_ambiguous(key, token, note, ttl)
         })
-    }
-
-    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
-        Store::get(&self.inner, key).await
-    }
-
-    async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
-        Store::prune(&self.inner, limit).await
     }
 }
 

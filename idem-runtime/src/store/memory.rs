@@ -269,7 +269,6 @@ impl MemoryStore {
     }
 }
 
-#[async_trait::async_trait]
 impl Store for MemoryStore {
     #[inline]
     fn claim<'a>(&'a self, req: &'a ClaimRequest<'_>) -> StoreFuture<'a, Claim> {
@@ -308,14 +307,6 @@ impl Store for MemoryStore {
         ttl: Duration,
     ) -> StoreFuture<'a, Written> {
         StoreFuture::ready(Ok(self.mark_ambiguous_sync(key, token, note, ttl)))
-    }
-
-    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
-        Ok(self.live_record(key))
-    }
-
-    async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
-        Ok(self.prune_expired(limit))
     }
 }
 

@@ -35,6 +35,7 @@
 //! once (no allocation, no poll), [`StoreFuture::boxed`] around an `async` block when it must
 //! wait. `idem-runtime/tests/third_party_store.rs` is a complete store in about a hundred lines.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -277,7 +278,6 @@ pub enum RecordState {
 /// answer is [`Written::Fenced`]. An `Err` means the store could not answer (it may or may not
 /// have applied the write: the executor retries under the same token, which is safe because
 /// every write is idempotent for its token).
-#[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// **absent / expired → Running**, or a **takeover** (same fingerprint, and the lease
     /// expired or the record is Ambiguous → Running under `req.token`), atomically; otherwise
@@ -321,12 +321,122 @@ pub trait Store: Send + Sync + 'static {
         note: &'a str,
         ttl: Duration,
     ) -> StoreFuture<'a, Written>;
+}
 
-    /// The live record of `key`, if any.
-    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError>;
+/// [`Store`] for a store that always waits for its answers (a server, a connection thread):
+/// the same five transitions, written as plain `async fn`s. Every type that implements it is a
+/// [`Store`] whose answers are boxed futures; a store that can answer at once implements
+/// [`Store`] itself instead, with [`StoreFuture::ready`].
+///
+/// The transitions and their rules are [`Store`]'s: see each method there.
+///
+/// ```
+/// use std::time::Duration;
+/// use idem_runtime::store::{AsyncStore, Claim, ClaimRequest, LeaseToken, Outcome, Written};
+/// use idem_runtime::{IdempotencyKey, StoreError};
+///
+/// struct Remote; // a client of some service that keeps records
+///
+/// impl AsyncStore for Remote {
+///     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+///         # let _ = req;
+///         Err(StoreError::unavailable("not connected")) // one request to the service, here
+///     }
+///     async fn renew(&self, key: IdempotencyKey, token: LeaseToken, lease: Duration) -> Result<Written, StoreError> {
+///         # let _ = (key, token, lease);
+///         Err(StoreError::unavailable("not connected"))
+///     }
+///     async fn complete(&self, key: IdempotencyKey, token: LeaseToken, outcome: Outcome, ttl: Duration) -> Result<Written, StoreError> {
+///         # let _ = (key, token, outcome, ttl);
+///         Err(StoreError::unavailable("not connected"))
+///     }
+///     async fn release(&self, key: IdempotencyKey, token: LeaseToken) -> Result<Written, StoreError> {
+///         # let _ = (key, token);
+///         Err(StoreError::unavailable("not connected"))
+///     }
+///     async fn mark_ambiguous(&self, key: IdempotencyKey, token: LeaseToken, note: &str, ttl: Duration) -> Result<Written, StoreError> {
+///         # let _ = (key, token, note, ttl);
+///         Err(StoreError::unavailable("not connected"))
+///     }
+/// }
+///
+/// fn is_a_store(_: &impl idem_runtime::Store) {}
+/// is_a_store(&Remote);
+/// ```
+pub trait AsyncStore: Send + Sync + 'static {
+    /// [`Store::claim`].
+    fn claim(
+        &self,
+        req: &ClaimRequest<'_>,
+    ) -> impl Future<Output = Result<Claim, StoreError>> + Send;
 
-    /// Deletes up to `limit` expired records; returns how many.
-    async fn prune(&self, limit: usize) -> Result<usize, StoreError>;
+    /// [`Store::renew`].
+    fn renew(
+        &self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        lease: Duration,
+    ) -> impl Future<Output = Result<Written, StoreError>> + Send;
+
+    /// [`Store::complete`].
+    fn complete(
+        &self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        outcome: Outcome,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Written, StoreError>> + Send;
+
+    /// [`Store::release`].
+    fn release(
+        &self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+    ) -> impl Future<Output = Result<Written, StoreError>> + Send;
+
+    /// [`Store::mark_ambiguous`].
+    fn mark_ambiguous(
+        &self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        note: &str,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Written, StoreError>> + Send;
+}
+
+impl<S: AsyncStore> Store for S {
+    fn claim<'a>(&'a self, req: &'a ClaimRequest<'_>) -> StoreFuture<'a, Claim> {
+        StoreFuture::boxed(AsyncStore::claim(self, req))
+    }
+    fn renew(
+        &self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        lease: Duration,
+    ) -> StoreFuture<'_, Written> {
+        StoreFuture::boxed(AsyncStore::renew(self, key, token, lease))
+    }
+    fn complete(
+        &self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        outcome: Outcome,
+        ttl: Duration,
+    ) -> StoreFuture<'_, Written> {
+        StoreFuture::boxed(AsyncStore::complete(self, key, token, outcome, ttl))
+    }
+    fn release(&self, key: IdempotencyKey, token: LeaseToken) -> StoreFuture<'_, Written> {
+        StoreFuture::boxed(AsyncStore::release(self, key, token))
+    }
+    fn mark_ambiguous<'a>(
+        &'a self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        note: &'a str,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Written> {
+        StoreFuture::boxed(AsyncStore::mark_ambiguous(self, key, token, note, ttl))
+    }
 }
 
 /// The name → UUID map behind [`OperationId`](crate::OperationId): the id a named operation
@@ -340,7 +450,6 @@ pub trait OperationIds: Send + Sync + 'static {
     async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError>;
 }
 
-#[async_trait]
 impl<S: Store + ?Sized> Store for Arc<S> {
     #[inline]
     fn claim<'a>(&'a self, req: &'a ClaimRequest<'_>) -> StoreFuture<'a, Claim> {
@@ -375,12 +484,6 @@ impl<S: Store + ?Sized> Store for Arc<S> {
         ttl: Duration,
     ) -> StoreFuture<'a, Written> {
         (**self).mark_ambiguous(key, token, note, ttl)
-    }
-    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
-        (**self).get(key).await
-    }
-    async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
-        (**self).prune(limit).await
     }
 }
 

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use idem_runtime::store::{
-    Claim, ClaimRequest, LeaseToken, OperationIds, Outcome, RecordState, Written,
+    Claim, ClaimRequest, LeaseToken, OperationIds, Outcome, RecordState, Records, Written,
 };
 use idem_runtime::{
     CallOutcome, Classify, Error, Failure, Fingerprint, Idem, IdempotencyKey, Store,
@@ -97,7 +97,7 @@ pub async fn charge<Fut: Future<Output = ()>>(
 
 /// 32 tasks spread over 4 workers (one store each, so 4 pools or connections) call one key at
 /// once: exactly one body runs, and all 32 get its output.
-pub async fn contention_32_tasks_over_4_workers<S: Store + OperationIds>(stores: Vec<S>) {
+pub async fn contention_32_tasks_over_4_workers<S: Store + OperationIds + Records>(stores: Vec<S>) {
     assert_eq!(stores.len(), 4);
     let workers: Vec<Idem> = stores.into_iter().map(Idem::new).collect();
     let runs = Arc::new(AtomicU32::new(0));
@@ -128,7 +128,7 @@ pub async fn contention_32_tasks_over_4_workers<S: Store + OperationIds>(stores:
 
 /// Worker A's lease expires and worker B (another store instance) takes over; A's late writes
 /// are refused and B's record stands, seen from both.
-pub async fn fencing_across_workers<S: Store + OperationIds>(a: S, b: S) {
+pub async fn fencing_across_workers<S: Store + OperationIds + Records>(a: S, b: S) {
     let req = |token| {
         ClaimRequest::new(
             key_of(7),

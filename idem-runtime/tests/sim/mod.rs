@@ -823,7 +823,7 @@ impl World {
             return false;
         };
         matches!(
-            now_or_never(idem_runtime::Store::get(&*self.shared_store, &key)),
+            now_or_never(idem_runtime::Records::get(&*self.shared_store, &key)),
             Some(Ok(Some(idem_runtime::store::Record {
                 state: idem_runtime::store::RecordState::Running { token: t, lease_remaining },
                 ..

@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem_runtime::store::{
-    Claim, ClaimRequest, Existing, ExistingState, LeaseToken, OperationIds, Outcome, Record,
-    RecordState, StoreFuture, Written,
+    AsyncStore, Claim, ClaimRequest, Existing, ExistingState, LeaseToken, OperationIds, Outcome,
+    Record, RecordState, Written,
 };
-use idem_runtime::{IdempotencyKey, MemoryStore, Store, StoreError};
+use idem_runtime::{IdempotencyKey, MemoryStore, Records, Store, StoreError};
 use uuid::Uuid;
 
 use super::{CALL, Protocol, World};
@@ -131,64 +131,9 @@ impl SimStore {
     }
 }
 
-#[async_trait::async_trait]
-impl Store for SimStore {
-    fn claim<'a>(&'a self, req: &'a ClaimRequest<'_>) -> StoreFuture<'a, Claim> {
-        StoreFuture::boxed(self.claim_async(req))
-    }
-
-    fn complete(
-        &self,
-        key: IdempotencyKey,
-        token: LeaseToken,
-        outcome: Outcome,
-        ttl: Duration,
-    ) -> StoreFuture<'_, Written> {
-        StoreFuture::boxed(self.complete_async(key, token, outcome, ttl))
-    }
-
-    fn renew(
-        &self,
-        key: IdempotencyKey,
-        token: LeaseToken,
-        lease: Duration,
-    ) -> StoreFuture<'_, Written> {
-        StoreFuture::boxed(self.renew_async(key, token, lease))
-    }
-
-    fn release(&self, key: IdempotencyKey, token: LeaseToken) -> StoreFuture<'_, Written> {
-        StoreFuture::boxed(self.release_async(key, token))
-    }
-
-    fn mark_ambiguous<'a>(
-        &'a self,
-        key: IdempotencyKey,
-        token: LeaseToken,
-        note: &'a str,
-        ttl: Duration,
-    ) -> StoreFuture<'a, Written> {
-        StoreFuture::boxed(self.mark_ambiguous_async(key, token, note, ttl))
-    }
-
-    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
-        self.get_async(key).await
-    }
-
-    async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
-        self.prune_async(limit).await
-    }
-}
-
-#[async_trait::async_trait]
-impl OperationIds for SimStore {
-    async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
-        self.operation_id_async(name, fresh).await
-    }
-}
-
-/// The transitions and reads, each as the store runs it.
-impl SimStore {
-    async fn claim_async(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+/// The transitions, each as the store runs it; [`AsyncStore`] makes them a [`Store`].
+impl AsyncStore for SimStore {
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
         self.reach().await?;
         let before = self.shared.get(&req.key).await?;
         if self.world.cfg.protocol == Protocol::NoTakeover
@@ -238,7 +183,7 @@ impl SimStore {
         Ok(claim)
     }
 
-    async fn complete_async(
+    async fn complete(
         &self,
         key: IdempotencyKey,
         token: LeaseToken,
@@ -273,7 +218,7 @@ impl SimStore {
         Ok(w)
     }
 
-    async fn renew_async(
+    async fn renew(
         &self,
         key: IdempotencyKey,
         token: LeaseToken,
@@ -298,11 +243,7 @@ impl SimStore {
         Ok(w)
     }
 
-    async fn release_async(
-        &self,
-        key: IdempotencyKey,
-        token: LeaseToken,
-    ) -> Result<Written, StoreError> {
+    async fn release(&self, key: IdempotencyKey, token: LeaseToken) -> Result<Written, StoreError> {
         if let Some(ignored) = self.ignore_drop_guard(token) {
             return ignored;
         }
@@ -319,7 +260,7 @@ impl SimStore {
         Ok(w)
     }
 
-    async fn mark_ambiguous_async(
+    async fn mark_ambiguous(
         &self,
         key: IdempotencyKey,
         token: LeaseToken,
@@ -346,16 +287,11 @@ impl SimStore {
         self.reply().await?;
         Ok(w)
     }
+}
 
-    async fn get_async(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
-        self.shared.get(key).await
-    }
-
-    async fn prune_async(&self, limit: usize) -> Result<usize, StoreError> {
-        self.shared.prune(limit).await
-    }
-
-    async fn operation_id_async(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
+#[async_trait::async_trait]
+impl OperationIds for SimStore {
+    async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
         self.shared.operation_id(name, fresh).await
     }
 }

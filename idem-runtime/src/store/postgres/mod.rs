@@ -53,8 +53,8 @@ use tokio_postgres::{NoTls, Row};
 use uuid::Uuid;
 
 use super::{
-    Claim, ClaimRequest, Existing, ExistingState, LeaseToken, OperationIds, Outcome, Record,
-    RecordState, Store, StoreFuture, Written,
+    AsyncStore, Claim, ClaimRequest, Existing, ExistingState, LeaseToken, OperationIds, Outcome,
+    Record, RecordState, Written,
 };
 use crate::error::{StoreError, StoreErrorKind};
 use crate::fingerprint::Fingerprint;

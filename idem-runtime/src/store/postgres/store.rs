@@ -3,64 +3,9 @@
 
 use super::*;
 
-#[async_trait::async_trait]
-impl Store for PostgresStore {
-    fn claim<'a>(&'a self, req: &'a ClaimRequest<'_>) -> StoreFuture<'a, Claim> {
-        StoreFuture::boxed(self.claim_async(req))
-    }
-
-    fn complete(
-        &self,
-        key: IdempotencyKey,
-        token: LeaseToken,
-        outcome: Outcome,
-        ttl: Duration,
-    ) -> StoreFuture<'_, Written> {
-        StoreFuture::boxed(self.complete_async(key, token, outcome, ttl))
-    }
-
-    fn renew(
-        &self,
-        key: IdempotencyKey,
-        token: LeaseToken,
-        lease: Duration,
-    ) -> StoreFuture<'_, Written> {
-        StoreFuture::boxed(self.renew_async(key, token, lease))
-    }
-
-    fn release(&self, key: IdempotencyKey, token: LeaseToken) -> StoreFuture<'_, Written> {
-        StoreFuture::boxed(self.release_async(key, token))
-    }
-
-    fn mark_ambiguous<'a>(
-        &'a self,
-        key: IdempotencyKey,
-        token: LeaseToken,
-        note: &'a str,
-        ttl: Duration,
-    ) -> StoreFuture<'a, Written> {
-        StoreFuture::boxed(self.mark_ambiguous_async(key, token, note, ttl))
-    }
-
-    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
-        self.get_async(key).await
-    }
-
-    async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
-        self.prune_async(limit).await
-    }
-}
-
-#[async_trait::async_trait]
-impl OperationIds for PostgresStore {
-    async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
-        self.operation_id_async(name, fresh).await
-    }
-}
-
-/// The transitions and reads, each as the store runs it.
-impl PostgresStore {
-    async fn claim_async(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+/// The transitions, each as the store runs it; [`AsyncStore`] makes them a [`Store`].
+impl AsyncStore for PostgresStore {
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
         let key = req.key.as_uuid();
         let fingerprint = &req.fingerprint.0[..];
         let token = req.token.0;
@@ -106,7 +51,7 @@ impl PostgresStore {
         ))
     }
 
-    async fn complete_async(
+    async fn complete(
         &self,
         key: IdempotencyKey,
         token: LeaseToken,
@@ -124,7 +69,7 @@ impl PostgresStore {
         Ok(Written::from_changed(n))
     }
 
-    async fn renew_async(
+    async fn renew(
         &self,
         key: IdempotencyKey,
         token: LeaseToken,
@@ -140,11 +85,7 @@ impl PostgresStore {
         Ok(Written::from_changed(n))
     }
 
-    async fn release_async(
-        &self,
-        key: IdempotencyKey,
-        token: LeaseToken,
-    ) -> Result<Written, StoreError> {
+    async fn release(&self, key: IdempotencyKey, token: LeaseToken) -> Result<Written, StoreError> {
         let (key, token) = (key.as_uuid(), token.0);
         let n = self
             .run("release", |c| async move {
@@ -155,7 +96,7 @@ impl PostgresStore {
         Ok(Written::from_changed(n))
     }
 
-    async fn mark_ambiguous_async(
+    async fn mark_ambiguous(
         &self,
         key: IdempotencyKey,
         token: LeaseToken,
@@ -171,16 +112,11 @@ impl PostgresStore {
             .await?;
         Ok(Written::from_changed(n))
     }
+}
 
-    async fn get_async(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
-        self.live_record(key).await
-    }
-
-    async fn prune_async(&self, limit: usize) -> Result<usize, StoreError> {
-        self.prune_now(limit).await
-    }
-
-    async fn operation_id_async(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
+#[async_trait::async_trait]
+impl OperationIds for PostgresStore {
+    async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
         let row = self
             .run("operation_id", |c| async move {
                 let stmt = c.prepare_cached(&self.sql.operation_id).await?;

@@ -60,8 +60,8 @@ use redis::{ErrorKind, RedisError, Script, Value};
 use uuid::Uuid;
 
 use super::{
-    Claim, ClaimRequest, Existing, ExistingState, LeaseToken, OperationIds, Outcome, Record,
-    RecordState, Store, StoreFuture, Written,
+    AsyncStore, Claim, ClaimRequest, Existing, ExistingState, LeaseToken, OperationIds, Outcome,
+    Record, RecordState, Written,
 };
 use crate::error::{StoreError, StoreErrorKind};
 use crate::fingerprint::Fingerprint;

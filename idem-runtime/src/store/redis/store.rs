@@ -3,64 +3,9 @@
 
 use super::*;
 
-#[async_trait::async_trait]
-impl Store for RedisStore {
-    fn claim<'a>(&'a self, req: &'a ClaimRequest<'_>) -> StoreFuture<'a, Claim> {
-        StoreFuture::boxed(self.claim_async(req))
-    }
-
-    fn complete(
-        &self,
-        key: IdempotencyKey,
-        token: LeaseToken,
-        outcome: Outcome,
-        ttl: Duration,
-    ) -> StoreFuture<'_, Written> {
-        StoreFuture::boxed(self.complete_async(key, token, outcome, ttl))
-    }
-
-    fn renew(
-        &self,
-        key: IdempotencyKey,
-        token: LeaseToken,
-        lease: Duration,
-    ) -> StoreFuture<'_, Written> {
-        StoreFuture::boxed(self.renew_async(key, token, lease))
-    }
-
-    fn release(&self, key: IdempotencyKey, token: LeaseToken) -> StoreFuture<'_, Written> {
-        StoreFuture::boxed(self.release_async(key, token))
-    }
-
-    fn mark_ambiguous<'a>(
-        &'a self,
-        key: IdempotencyKey,
-        token: LeaseToken,
-        note: &'a str,
-        ttl: Duration,
-    ) -> StoreFuture<'a, Written> {
-        StoreFuture::boxed(self.mark_ambiguous_async(key, token, note, ttl))
-    }
-
-    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
-        self.get_async(key).await
-    }
-
-    async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
-        self.prune_async(limit).await
-    }
-}
-
-#[async_trait::async_trait]
-impl OperationIds for RedisStore {
-    async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
-        self.operation_id_async(name, fresh).await
-    }
-}
-
-/// The transitions and reads, each as the store runs it.
-impl RedisStore {
-    async fn claim_async(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+/// The transitions, each as the store runs it; [`AsyncStore`] makes them a [`Store`].
+impl AsyncStore for RedisStore {
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
         let (fp, token) = (req.fingerprint.to_hex(), req.token.0.to_string());
         let (lease, ttl, grace) = (ms(req.lease), ms(req.ttl), ms(self.grace));
         let args: [&[u8]; 6] = [
@@ -96,7 +41,7 @@ impl RedisStore {
         }
     }
 
-    async fn complete_async(
+    async fn complete(
         &self,
         key: IdempotencyKey,
         token: LeaseToken,
@@ -121,7 +66,7 @@ impl RedisStore {
         Ok(Written::from_changed(n))
     }
 
-    async fn renew_async(
+    async fn renew(
         &self,
         key: IdempotencyKey,
         token: LeaseToken,
@@ -135,11 +80,7 @@ impl RedisStore {
         Ok(Written::from_changed(n))
     }
 
-    async fn release_async(
-        &self,
-        key: IdempotencyKey,
-        token: LeaseToken,
-    ) -> Result<Written, StoreError> {
+    async fn release(&self, key: IdempotencyKey, token: LeaseToken) -> Result<Written, StoreError> {
         let token = token.0.to_string();
         let n: i64 = self
             .invoke(
@@ -152,7 +93,7 @@ impl RedisStore {
         Ok(Written::from_changed(n))
     }
 
-    async fn mark_ambiguous_async(
+    async fn mark_ambiguous(
         &self,
         key: IdempotencyKey,
         token: LeaseToken,
@@ -176,16 +117,11 @@ impl RedisStore {
             .await?;
         Ok(Written::from_changed(n))
     }
+}
 
-    async fn get_async(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
-        self.live_record(key).await
-    }
-
-    async fn prune_async(&self, limit: usize) -> Result<usize, StoreError> {
-        self.prune_now(limit).await
-    }
-
-    async fn operation_id_async(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
+#[async_trait::async_trait]
+impl OperationIds for RedisStore {
+    async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
         let fresh = fresh.to_string();
         let stored: String = self
             .invoke(

@@ -68,8 +68,8 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, na
 use uuid::Uuid;
 
 use super::{
-    Claim, ClaimRequest, Existing, ExistingState, LeaseToken, OperationIds, Outcome, Record,
-    RecordState, Store, StoreFuture, Written,
+    AsyncStore, Claim, ClaimRequest, Existing, ExistingState, LeaseToken, OperationIds, Outcome,
+    Record, RecordState, Written,
 };
 use crate::error::{StoreError, StoreErrorKind};
 use crate::fingerprint::Fingerprint;

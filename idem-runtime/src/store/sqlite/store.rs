@@ -23,65 +23,10 @@ pub(super) fn remaining(until: i64, now: i64) -> Duration {
     Duration::from_millis(u64::try_from(until.saturating_sub(now)).unwrap_or(0))
 }
 
-#[async_trait::async_trait]
-impl Store for SqliteStore {
-    fn claim<'a>(&'a self, req: &'a ClaimRequest<'_>) -> StoreFuture<'a, Claim> {
-        StoreFuture::boxed(self.claim_async(req))
-    }
-
-    fn complete(
-        &self,
-        key: IdempotencyKey,
-        token: LeaseToken,
-        outcome: Outcome,
-        ttl: Duration,
-    ) -> StoreFuture<'_, Written> {
-        StoreFuture::boxed(self.complete_async(key, token, outcome, ttl))
-    }
-
-    fn renew(
-        &self,
-        key: IdempotencyKey,
-        token: LeaseToken,
-        lease: Duration,
-    ) -> StoreFuture<'_, Written> {
-        StoreFuture::boxed(self.renew_async(key, token, lease))
-    }
-
-    fn release(&self, key: IdempotencyKey, token: LeaseToken) -> StoreFuture<'_, Written> {
-        StoreFuture::boxed(self.release_async(key, token))
-    }
-
-    fn mark_ambiguous<'a>(
-        &'a self,
-        key: IdempotencyKey,
-        token: LeaseToken,
-        note: &'a str,
-        ttl: Duration,
-    ) -> StoreFuture<'a, Written> {
-        StoreFuture::boxed(self.mark_ambiguous_async(key, token, note, ttl))
-    }
-
-    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
-        self.get_async(key).await
-    }
-
-    async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
-        self.prune_async(limit).await
-    }
-}
-
-#[async_trait::async_trait]
-impl OperationIds for SqliteStore {
-    async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
-        self.operation_id_async(name, fresh).await
-    }
-}
-
 /// The transitions, each one statement of [`sql`] on the connection (on the caller's thread
-/// when it can, else on the store's).
-impl SqliteStore {
-    async fn claim_async(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+/// when it can, else on the store's); [`AsyncStore`] makes them a [`Store`].
+impl AsyncStore for SqliteStore {
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
         let (key, tool, fingerprint, token) =
             (req.key, req.tool.to_owned(), req.fingerprint, req.token);
         let (lease, ttl, req_lease) = (ms(req.lease), ms(req.ttl), req.lease);
@@ -151,7 +96,7 @@ impl SqliteStore {
         .await
     }
 
-    async fn complete_async(
+    async fn complete(
         &self,
         key: IdempotencyKey,
         token: LeaseToken,
@@ -175,7 +120,7 @@ impl SqliteStore {
         .await
     }
 
-    async fn renew_async(
+    async fn renew(
         &self,
         key: IdempotencyKey,
         token: LeaseToken,
@@ -198,11 +143,7 @@ impl SqliteStore {
         .await
     }
 
-    async fn release_async(
-        &self,
-        key: IdempotencyKey,
-        token: LeaseToken,
-    ) -> Result<Written, StoreError> {
+    async fn release(&self, key: IdempotencyKey, token: LeaseToken) -> Result<Written, StoreError> {
         self.run(Access::Write, move |conn, path| {
             let changed = conn
                 .prepare_cached(sql::RELEASE)
@@ -215,7 +156,7 @@ impl SqliteStore {
         .await
     }
 
-    async fn mark_ambiguous_async(
+    async fn mark_ambiguous(
         &self,
         key: IdempotencyKey,
         token: LeaseToken,
@@ -238,16 +179,11 @@ impl SqliteStore {
         })
         .await
     }
+}
 
-    async fn get_async(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
-        self.live_record(key).await
-    }
-
-    async fn prune_async(&self, limit: usize) -> Result<usize, StoreError> {
-        self.prune_now(limit).await
-    }
-
-    async fn operation_id_async(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
+#[async_trait::async_trait]
+impl OperationIds for SqliteStore {
+    async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
         let name = name.to_owned();
         self.run(Access::Write, move |conn, path| {
             let id: Vec<u8> = conn

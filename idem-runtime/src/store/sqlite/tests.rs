@@ -2,6 +2,7 @@
 //! write lock held by another connection, the busy timeout, the store's own checkpoints.
 
 use super::*;
+use crate::store::Records;
 
 fn request(n: u128, ttl: Duration) -> ClaimRequest<'static> {
     ClaimRequest::new(
