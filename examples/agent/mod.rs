@@ -439,7 +439,12 @@ pub mod crash {
                 orders: provider.count("orders"),
             });
         }
-        let _ = std::fs::remove_dir_all(&dir);
+        // `IDEMKIT_KEEP_DB=1` keeps the runs' stores, to look at them with the `idemkit` command.
+        if std::env::var_os("IDEMKIT_KEEP_DB").is_some() {
+            eprintln!("the runs' stores are kept in {}", dir.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
         reports
     }
 

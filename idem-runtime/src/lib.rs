@@ -58,6 +58,7 @@ mod exec;
 mod fingerprint;
 mod idem;
 mod key;
+mod meters;
 mod observe;
 mod registry;
 mod retry;

@@ -257,6 +257,7 @@ pub(super) fn written(
     match result {
         Ok(Written::Applied) => true,
         Ok(Written::Fenced) => {
+            crate::meters::fenced(&call.tool, crate::meters::write_label(what));
             tracing::warn!(tool = %call.tool, key = %call.key, what, "lease was taken over meanwhile; the new holder's record stands");
             false
         }

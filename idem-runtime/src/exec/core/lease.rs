@@ -68,10 +68,12 @@ impl Holder {
                 r.pending = None;
                 match result {
                     Ok(Written::Applied) => {
+                        crate::meters::renewed(&call.tool);
                         r.ends = sent + lease;
                         r.due = sent + lease / 3;
                     }
                     Ok(Written::Fenced) => {
+                        crate::meters::fenced(&call.tool, "renew");
                         let _span = call.span.enter();
                         tracing::warn!(
                             "lease renewal refused: another caller took the key over; stopping this call"

@@ -1,6 +1,7 @@
 //! The tool, key and span of one call: what every log line and `CallInfo` names.
 
 use super::*;
+use crate::meters;
 
 /// The tool, key and span of one call: what every log line and [`CallInfo`] names.
 pub(super) struct CallTrace<'a> {
@@ -29,12 +30,27 @@ impl CallTrace<'_> {
 
     pub(super) fn refused(&self, err: Error) -> Error {
         tracing::warn!(error = %err, "not run");
-        self.finish(0, CallOutcome::Refused);
+        self.finish_as(0, CallOutcome::Refused, Some(&err));
         err
     }
 
     #[inline]
     pub(super) fn finish(&self, attempts: u32, outcome: CallOutcome) {
+        self.finish_as(attempts, outcome, None);
+    }
+
+    /// [`CallTrace::finish`], with the error that refused the call (for its metrics label).
+    #[inline]
+    fn finish_as(&self, attempts: u32, outcome: CallOutcome, refusal: Option<&Error>) {
+        meters::call(
+            "side_effect",
+            &self.tool,
+            meters::outcome_label(outcome, refusal),
+            attempts,
+        );
+        if outcome == CallOutcome::Failed(Failure::Ambiguous) {
+            meters::kept_ambiguous(&self.tool);
+        }
         let replayed = outcome == CallOutcome::Replayed;
         self.span.record("attempts", attempts);
         self.span.record("replayed", replayed);
@@ -55,6 +71,12 @@ impl CallTrace<'_> {
     }
 
     pub(super) fn finish_read(&self, attempts: u32, outcome: CallOutcome) {
+        meters::call(
+            "read_only",
+            &self.tool,
+            meters::outcome_label(outcome, None),
+            attempts,
+        );
         self.span.record("attempts", attempts);
         self.span.record("outcome", outcome.as_str());
         report(|| CallInfo {

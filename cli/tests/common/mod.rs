@@ -1,0 +1,265 @@
+//! What the command's tests share: running the built `idemkit`, an agent that runs real tools
+//! against a store, and the checks every store passes through the command.
+#![allow(dead_code)] // Each test file uses part of it.
+
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use idem_runtime::store::{ClaimRequest, LeaseToken, OperationIds, Records};
+use idem_runtime::{
+    CallOutcome, Classify, Error, Failure, Fingerprint, Idem, IdempotencyKey, Store, Tool, observe,
+};
+
+/// Runs `idemkit args…` with `env` set (and `IDEMKIT_STORE`/`IDEMKIT_DB` unset unless given).
+pub fn idemkit(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_idemkit"));
+    cmd.args(args)
+        .env_remove("IDEMKIT_STORE")
+        .env_remove("IDEMKIT_DB");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("idemkit runs")
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// `idemkit args…`, which must exit with `code`.
+pub fn expect(args: &[&str], code: i32) -> Output {
+    let out = idemkit(args, &[]);
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "idemkit {args:?}\nstdout: {}\nstderr: {}",
+        stdout(&out),
+        stderr(&out)
+    );
+    out
+}
+
+/// The URL in `var`: under CI a missing one fails the test, elsewhere a loud skip.
+pub fn server_url(var: &str, server: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false") => {
+            panic!("{var} is not set under CI: .ci/run starts {server} and sets it")
+        }
+        _ => {
+            eprintln!(
+                "\n==========\nSKIPPED: set {var} to run the idemkit command's {server} tests \
+                 (eval \"$(scripts/test-servers.sh start)\")\n==========\n"
+            );
+            None
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct E(pub String);
+impl Classify for E {
+    fn classify(&self) -> Failure {
+        Failure::Permanent
+    }
+}
+impl From<Error> for E {
+    fn from(e: Error) -> Self {
+        E(e.to_string())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Receipt {
+    pub charge_id: String,
+    pub cents: u64,
+}
+
+pub fn key(tool: &str, order: u64) -> IdempotencyKey {
+    IdempotencyKey::derive(tool, &[("order", &order)])
+}
+
+/// An agent with the tools `charge` and `refund`, counting its bodies' runs.
+pub struct Agent {
+    pub idem: Idem,
+    pub runs: Arc<AtomicU32>,
+}
+
+impl Agent {
+    pub fn new(store: impl Store + OperationIds) -> Self {
+        Agent {
+            idem: Idem::new(store),
+            runs: Arc::default(),
+        }
+    }
+
+    /// Runs `tool` for `order`, kept for `ttl`.
+    pub async fn call(&self, tool: &str, order: u64, ttl: Duration) -> (Receipt, CallOutcome) {
+        let runs = Arc::clone(&self.runs);
+        let (result, info) = observe(
+            Tool::new(tool)
+                .idem(&self.idem)
+                .lease(ttl.min(Duration::from_secs(10)))
+                .ttl(ttl)
+                .side_effect(&[("order", &order)], &4200u64, move |_key| {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    async move {
+                        Ok::<_, E>(Receipt {
+                            charge_id: format!("ch_{order}"),
+                            cents: 4200,
+                        })
+                    }
+                }),
+        )
+        .await;
+        (result.unwrap(), info.unwrap().outcome)
+    }
+
+    pub fn runs(&self) -> u32 {
+        self.runs.load(Ordering::SeqCst)
+    }
+}
+
+pub const DAY: Duration = Duration::from_secs(86_400);
+
+/// Every subcommand against `store`, which `at` (the command's store options) names: records
+/// made by real tools, and a call in flight (a live lease).
+pub async fn every_subcommand<S: Store + OperationIds + Records + Clone>(store: S, at: &[&str]) {
+    let agent = Agent::new(store.clone());
+    let run = |args: &[&str], code: i32| {
+        let all: Vec<&str> = args.iter().chain(at).copied().collect();
+        expect(&all, code)
+    };
+    agent.call("charge", 1, DAY).await;
+    tokio::time::sleep(Duration::from_millis(15)).await;
+    agent.call("charge", 2, DAY).await;
+    agent.call("refund", 3, Duration::from_millis(50)).await;
+    tokio::time::sleep(Duration::from_millis(15)).await;
+    // A call in flight: its holder's lease is live for an hour.
+    let in_flight = ClaimRequest::new(
+        key("charge", 4),
+        "charge",
+        Fingerprint::of(&4200u64).unwrap(),
+        LeaseToken::new(),
+        Duration::from_secs(3600),
+        DAY,
+    );
+    store.claim(&in_flight).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await; // refund 3 has expired
+    let (k1, k2, k3, k4) = (
+        key("charge", 1).to_string(),
+        key("charge", 2).to_string(),
+        key("refund", 3).to_string(),
+        key("charge", 4).to_string(),
+    );
+
+    // list: what ran, newest first; the expired record is not live.
+    let table = stdout(&run(&["list"], 0));
+    assert!(table.starts_with("KEY"), "{table}");
+    for k in [&k1, &k2, &k4] {
+        assert!(table.contains(k.as_str()), "{k} listed:\n{table}");
+    }
+    assert!(
+        !table.contains(&k3),
+        "expired records are not listed:\n{table}"
+    );
+    let listed: serde_json::Value =
+        serde_json::from_str(&stdout(&run(&["list", "--json"], 0))).unwrap();
+    let keys: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, [&k4, &k2, &k1]);
+    assert_eq!(listed[1]["outcome"]["charge_id"], "ch_2");
+    assert_eq!(listed[0]["state"], "running");
+    let running: serde_json::Value =
+        serde_json::from_str(&stdout(&run(&["list", "--json", "--state", "running"], 0))).unwrap();
+    assert_eq!(running.as_array().unwrap().len(), 1);
+    let old: serde_json::Value =
+        serde_json::from_str(&stdout(&run(&["list", "--json", "--older-than", "1h"], 0))).unwrap();
+    assert_eq!(old, serde_json::json!([]));
+    let one: serde_json::Value = serde_json::from_str(&stdout(&run(
+        &["list", "--json", "--tool", "charge", "--limit", "1"],
+        0,
+    )))
+    .unwrap();
+    assert_eq!(one[0]["key"], k4.as_str());
+
+    // show: the outcome as pretty JSON.
+    let shown = stdout(&run(&["show", &k1], 0));
+    assert!(shown.contains("state        completed"), "{shown}");
+    assert!(shown.contains("\"charge_id\": \"ch_1\""), "{shown}");
+    let shown = stdout(&run(&["show", &k4], 0));
+    assert!(
+        shown.contains("running") && shown.contains("live for"),
+        "{shown}"
+    );
+    let missing = run(&["show", key("charge", 99).as_ref()], 1);
+    assert!(
+        stderr(&missing).contains("no live record"),
+        "{}",
+        stderr(&missing)
+    );
+
+    // release: refused under a live lease, saying what forcing risks; applied with --force.
+    let refused = run(&["release", &k4], 1);
+    let why = stderr(&refused);
+    assert!(why.contains("--force") && why.contains("second"), "{why}");
+    assert!(
+        Records::get(&store, &key("charge", 4))
+            .await
+            .unwrap()
+            .is_some()
+    );
+    let released = run(&["release", "--force", &k4], 0);
+    assert!(stdout(&released).contains("released"));
+    assert!(
+        Records::get(&store, &key("charge", 4))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let completed = run(&["release", &k1], 1);
+    assert!(
+        stderr(&completed).contains("forget"),
+        "{}",
+        stderr(&completed)
+    );
+
+    // forget: the next call runs again.
+    let before = agent.runs();
+    assert_eq!(agent.call("charge", 1, DAY).await.1, CallOutcome::Replayed);
+    run(&["forget", &k1], 0);
+    assert_eq!(agent.call("charge", 1, DAY).await.1, CallOutcome::Completed);
+    assert_eq!(agent.runs(), before + 1);
+    run(&["forget", key("charge", 99).as_ref()], 1);
+
+    // prune: only the expired record goes.
+    let pruned = stdout(&run(&["prune"], 0));
+    assert_eq!(pruned, "pruned 1 expired record(s)\n");
+    assert_eq!(stdout(&run(&["prune"], 0)), "pruned 0 expired record(s)\n");
+    let left: serde_json::Value =
+        serde_json::from_str(&stdout(&run(&["list", "--json"], 0))).unwrap();
+    assert_eq!(left.as_array().unwrap().len(), 2, "{left}");
+
+    // counts
+    let counts: serde_json::Value =
+        serde_json::from_str(&stdout(&run(&["counts", "--json"], 0))).unwrap();
+    assert_eq!(
+        counts,
+        serde_json::json!([{"tool": "charge", "state": "completed", "records": 2}])
+    );
+    let table = stdout(&run(&["counts"], 0));
+    assert!(
+        table.contains("charge") && table.contains("completed"),
+        "{table}"
+    );
+}

@@ -1,0 +1,71 @@
+//! The `idemkit` command against PostgreSQL and Redis (`IDEMKIT_TEST_POSTGRES_URL`,
+//! `IDEMKIT_TEST_REDIS_URL`; `scripts/test-servers.sh start` runs both), each test in a
+//! namespace of its own: a loud skip locally without them, a failure under CI.
+
+mod common;
+
+use common::*;
+use idem_runtime::{PostgresStore, RedisStore};
+
+fn unique(prefix: &str) -> String {
+    format!(
+        "{prefix}{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    )
+}
+
+#[tokio::test]
+async fn every_subcommand_on_postgres() {
+    let Some(url) = server_url("IDEMKIT_TEST_POSTGRES_URL", "PostgreSQL") else {
+        return;
+    };
+    let table = unique("cli_");
+    let store = PostgresStore::builder(&url)
+        .schema("idemkit_test")
+        .table(&table)
+        .connect()
+        .await
+        .unwrap();
+    every_subcommand(
+        store,
+        &[
+            "--store",
+            &url,
+            "--pg-schema",
+            "idemkit_test",
+            "--pg-table",
+            &table,
+        ],
+    )
+    .await;
+    // Read-only: a table that is not there is reported, not created.
+    let missing = unique("cli_missing_");
+    let out = idemkit(
+        &[
+            "list",
+            "--store",
+            &url,
+            "--pg-schema",
+            "idemkit_test",
+            "--pg-table",
+            &missing,
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("does not exist"), "{}", stderr(&out));
+}
+
+#[tokio::test]
+async fn every_subcommand_on_redis() {
+    let Some(url) = server_url("IDEMKIT_TEST_REDIS_URL", "Redis") else {
+        return;
+    };
+    let prefix = unique("cli:") + ":";
+    let store = RedisStore::builder(&url)
+        .prefix(&prefix)
+        .connect()
+        .await
+        .unwrap();
+    every_subcommand(store, &["--store", &url, "--redis-prefix", &prefix]).await;
+}

@@ -1,0 +1,147 @@
+//! The `idemkit` command against a real SQLite file made by running real tools; and what needs
+//! no store (`key`, usage errors).
+
+mod common;
+
+use common::*;
+use idem_runtime::SqliteStore;
+
+#[test]
+fn key_prints_the_golden_key_alone_on_one_line() {
+    let out = expect(
+        &[
+            "key",
+            "charge",
+            "customer_id=cus_1",
+            "purpose=subscription",
+            "period=2026-11",
+        ],
+        0,
+    );
+    assert_eq!(stdout(&out), "32e00e40-1a53-8058-93c7-e9d1adc8ecaa\n");
+    let out = expect(
+        &[
+            "key",
+            "charge",
+            "customer_id=cus_1",
+            "purpose=subscription",
+            "period=2026-11",
+            "--tenant",
+            "acme",
+        ],
+        0,
+    );
+    assert_eq!(stdout(&out), "6a1557d2-fe2a-83ea-9696-a86f7991dfbf\n");
+    let out = expect(&["key", "charge", "order=int:7"], 0);
+    assert_eq!(stdout(&out), format!("{}\n", key("charge", 7)));
+}
+
+#[test]
+fn usage_errors_exit_2_and_say_what_to_write() {
+    let out = expect(&["key", "charge", "order=itn:7"], 2);
+    assert!(
+        stderr(&out).contains("order=text:itn:7"),
+        "{}",
+        stderr(&out)
+    );
+    expect(&["show", "not-a-key"], 2);
+    expect(&["list", "--state", "done"], 2);
+    expect(&["list", "--store", "mysql://db/x"], 2);
+    expect(&["frobnicate"], 2);
+}
+
+#[tokio::test]
+async fn every_subcommand_on_a_sqlite_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agent.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let at = format!("sqlite:{}", path.display());
+    every_subcommand(store, &["--store", &at]).await;
+}
+
+#[tokio::test]
+async fn the_default_store_is_idemkit_db_and_a_bare_path_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("elsewhere.db");
+    let agent = Agent::new(SqliteStore::open(&path).unwrap());
+    agent.call("charge", 1, DAY).await;
+    let k = key("charge", 1).to_string();
+    let p = path.to_str().unwrap();
+    for env in [[("IDEMKIT_DB", p)], [("IDEMKIT_STORE", p)]] {
+        let out = idemkit(&["list"], &env);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(stdout(&out).contains(&k));
+    }
+    let out = idemkit(&["show", &k, "--store", p], &[]);
+    assert!(stdout(&out).contains("ch_1"));
+}
+
+#[tokio::test]
+async fn read_commands_create_and_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("none").join("idemkit.db");
+    let at = format!("sqlite:{}", missing.display());
+    for args in [
+        vec!["list"],
+        vec!["counts"],
+        vec!["show", "32e00e40-1a53-8058-93c7-e9d1adc8ecaa"],
+    ] {
+        let all: Vec<&str> = args
+            .iter()
+            .copied()
+            .chain(["--store", at.as_str()])
+            .collect();
+        let out = expect(&all, 1);
+        assert!(stderr(&out).contains("no store at"), "{}", stderr(&out));
+    }
+    assert!(!missing.exists() && !missing.parent().unwrap().exists());
+
+    // An existing store: its file is byte for byte the same after the reads.
+    let path = dir.path().join("agent.db");
+    let agent = Agent::new(SqliteStore::open(&path).unwrap());
+    agent.call("charge", 1, DAY).await;
+    drop(agent);
+    // Closed on the store's own thread: the WAL is folded into the file and removed.
+    let wal = path.with_extension("db-wal");
+    for _ in 0..500 {
+        if !wal.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(!wal.exists(), "the agent's store closed");
+    let before = std::fs::read(&path).unwrap();
+    let at = format!("sqlite:{}", path.display());
+    let k = key("charge", 1).to_string();
+    for args in [
+        vec!["list"],
+        vec!["counts"],
+        vec!["show", k.as_str()],
+        vec!["list", "--json"],
+    ] {
+        let all: Vec<&str> = args
+            .iter()
+            .copied()
+            .chain(["--store", at.as_str()])
+            .collect();
+        expect(&all, 0);
+    }
+    assert!(
+        std::fs::read(&path).unwrap() == before,
+        "a read changed the file"
+    );
+}
+
+#[test]
+fn a_store_password_is_never_printed() {
+    for url in [
+        "postgres://agent:s3cret-pw@127.0.0.1:1/agents",
+        "redis://:s3cret-pw@127.0.0.1:1/0",
+    ] {
+        let out = idemkit(&["counts"], &[("IDEMKIT_STORE", url)]);
+        assert_eq!(out.status.code(), Some(1));
+        let said = stderr(&out) + &stdout(&out);
+        assert!(said.contains("***"), "{said}");
+        assert!(!said.contains("s3cret"), "{said}");
+    }
+}
