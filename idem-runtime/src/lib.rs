@@ -65,7 +65,7 @@ mod retry;
 pub mod store;
 
 #[cfg(feature = "conformance")]
-#[doc(hidden)]
+#[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
 pub mod conformance;
 
 pub use classify::{Classified, classify_chain};

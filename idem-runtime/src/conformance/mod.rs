@@ -1,12 +1,21 @@
-//! The conformance suite: one test per behaviour S1–S13 and S18 of the executor protocol, generic over
-//! the store, so every store proves it obeys the same table.
+//! The conformance suite (feature `conformance`): one test per behaviour of the executor
+//! protocol (S1–S13, S18), per rule of [`Store`]'s answers, and per operator read
+//! of [`Records`], generic over the store, so every store proves it
+//! obeys the same table; this crate's four stores run it, and so can yours.
 //!
-//! A store's test file runs it with one line:
+//! A store's test file runs it in two lines, for any type that is a [`StoreUnderTest`] (a
+//! [`Store`], its [`OperationIds`] and its
+//! [`Records`]), given an `async fn` that returns a fresh, empty one:
 //!
 //! ```ignore
+//! // tests/conformance.rs of your store's crate, with idem-runtime's feature `conformance`
 //! async fn fresh_store() -> MyStore { MyStore::connect_to_a_new_empty_namespace().await }
-//! idem_runtime::conformance_tests!(fresh_store);
+//! idem_runtime::conformance_tests!(fresh_store); // the protocol's rows
+//! idem_runtime::records_conformance_tests!(fresh_store); // the operator reads
 //! ```
+//!
+//! `idem-runtime/tests/third_party_store.rs` is a complete store written that way, with nothing
+//! but the public API. Each row is also a public `async fn` here, to run on its own.
 //!
 //! Each row runs on a multi-threaded runtime in real time, with leases of a second or less,
 //! because stores other than memory keep their own clock.
@@ -19,19 +28,21 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::store::{
-    Claim, ClaimRequest, Existing, ExistingState, Intercept, LeaseToken, OperationIds, RecordState,
-    Records, Step, Written,
+    Claim, ClaimRequest, Existing, ExistingState, Intercept, LeaseToken, OperationIds, Outcome,
+    RecordState, Records, Step, Written,
 };
 use crate::{
     CallOutcome, Classify, Error, Failure, Fingerprint, Idem, IdempotencyKey, RetryPolicy, Store,
     StoreError, StoreErrorKind, Tool, observe,
 };
 
+mod answers;
 mod faults;
 mod happy;
 mod lease;
 mod records;
 
+pub use self::answers::*;
 pub use self::faults::*;
 pub use self::happy::*;
 pub use self::lease::*;
@@ -72,7 +83,8 @@ macro_rules! conformance_tests {
             s13_a_holder_whose_renewals_fail_stops_and_is_taken_over,
             s18_equal_key_fields_under_two_tenants_are_two_operations,
             contention_64_tasks_one_key,
-            operation_ids_are_minted_once
+            operation_ids_are_minted_once,
+            unpolled_answers_change_nothing
         );
     };
     (@rows $make:path; $($row:ident),*) => {$(

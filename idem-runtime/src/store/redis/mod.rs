@@ -38,7 +38,7 @@
 //!
 //! A record stops counting at its time-to-live (the scripts compare with `TIME`) and Redis
 //! deletes it by itself a grace period later (`PEXPIREAT`, default one minute); within the grace
-//! [`Store::prune`] removes expired records eagerly (it `SCAN`s this store's
+//! [`Records::prune`](crate::store::Records::prune) removes expired records eagerly (it `SCAN`s this store's
 //! prefix on the connected node). Nothing needs to call `prune` for memory to be reclaimed.
 //!
 //! # A lost connection

@@ -24,7 +24,7 @@ pub(super) fn remaining(until: i64, now: i64) -> Duration {
 }
 
 /// The transitions, each one statement of [`sql`] on the connection (on the caller's thread
-/// when it can, else on the store's); [`AsyncStore`] makes them a [`Store`].
+/// when it can, else on the store's); [`AsyncStore`] makes them a [`Store`](crate::Store).
 impl AsyncStore for SqliteStore {
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
         let (key, tool, fingerprint, token) =
