@@ -1,7 +1,8 @@
 //! Claim + complete per second on `PostgresStore` and `RedisStore`, with 1 and 16 concurrent
-//! callers, against the same statements (the same upsert and update; the same Lua scripts)
-//! written by hand with the same client (deadpool-postgres; redis-rs's `ConnectionManager`):
-//! the ratio is what the store's machinery costs over the round trips themselves.
+//! callers, against the store's own statements (its upsert and update; its Lua scripts, taken
+//! from the store, so the baseline never drifts from it) run by hand with the same client
+//! (deadpool-postgres; redis-rs's `ConnectionManager`): the ratio is what the store's machinery
+//! costs over the round trips themselves.
 //!
 //! Needs the servers (`eval "$(scripts/test-servers.sh start)"`); skips with a message without.
 //! Run: `cargo bench -p idem-runtime --features postgres,redis --bench distributed_stores`
@@ -17,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use idem_runtime::store::{Claim, ClaimRequest, LeaseToken, Written};
+use idem_runtime::store::{Claim, ClaimRequest, LeaseToken, Outcome, Written};
 use idem_runtime::{Fingerprint, IdempotencyKey, PostgresStore, RedisStore, Store};
 use uuid::Uuid;
 
@@ -123,7 +124,8 @@ struct PgByHand {
 }
 
 impl PgByHand {
-    fn new(url: &str, table: &str) -> Self {
+    /// A pool of its own, running `store`'s statements (the store's table, made the same way).
+    fn new(url: &str, store: &PostgresStore) -> Self {
         let config: tokio_postgres::Config = url.parse().unwrap();
         let manager = Manager::from_config(
             config,
@@ -132,30 +134,11 @@ impl PgByHand {
                 recycling_method: RecyclingMethod::Fast,
             },
         );
-        let t = format!("\"idemkit_bench\".\"{table}\"");
+        let [claim, complete] = store.__claim_and_complete_statements();
         PgByHand {
             pool: Pool::builder(manager).max_size(16).build().unwrap(),
-            claim: format!(
-                "INSERT INTO {t} AS r (key, tool, fingerprint, state, token, lease_until, expires_at)
-                 VALUES ($1, $2, $3, 'running', $4, now() + $5::int8 * interval '1 microsecond',
-                         now() + $6::int8 * interval '1 microsecond')
-                 ON CONFLICT (key) DO UPDATE
-                    SET tool = EXCLUDED.tool, fingerprint = EXCLUDED.fingerprint, state = 'running',
-                        token = EXCLUDED.token, lease_until = EXCLUDED.lease_until,
-                        expires_at = EXCLUDED.expires_at, outcome = NULL, note = NULL
-                  WHERE r.expires_at <= now()
-                     OR (r.fingerprint = EXCLUDED.fingerprint
-                         AND (r.state = 'ambiguous'
-                              OR (r.state = 'running'
-                                  AND (r.lease_until <= now() OR r.token = EXCLUDED.token))))
-                 RETURNING true"
-            ),
-            complete: format!(
-                "UPDATE {t} SET state = 'completed', outcome = $3, note = NULL,
-                                expires_at = now() + $4::int8 * interval '1 microsecond'
-                  WHERE key = $1 AND token = $2 AND expires_at > now()
-                    AND state IN ('running', 'completed')"
-            ),
+            claim: claim.to_owned(),
+            complete: complete.to_owned(),
         }
     }
 
@@ -190,42 +173,10 @@ struct RedisByHand {
     prefix: String,
 }
 
-const PRELUDE: &str = r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local function ms(x) return string.format('%.0f', x) end
-";
-
 impl RedisByHand {
     async fn new(url: &str) -> Self {
         let client = redis::Client::open(url).unwrap();
-        let claim = format!(
-            "{PRELUDE}
-local r = redis.call('HMGET', KEYS[1], 'fp', 'state', 'token', 'lease_until', 'expires_at', 'outcome')
-if r[1] and tonumber(r[5]) > now then
-  local lease_left = tonumber(r[4]) - now
-  local same = r[1] == ARGV[2]
-  local take = same and (r[2] == 'ambiguous'
-    or (r[2] == 'running' and (lease_left <= 0 or r[3] == ARGV[3])))
-  if not take then
-    return {{r[1], r[2], math.max(lease_left, 0), r[6] or ''}}
-  end
-end
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'tool', ARGV[1], 'fp', ARGV[2], 'state', 'running', 'token', ARGV[3],
-  'lease_until', ms(now + ARGV[4]), 'expires_at', ms(now + ARGV[5]))
-redis.call('PEXPIREAT', KEYS[1], ms(now + ARGV[5] + ARGV[6]))
-return 1"
-        );
-        let complete = format!(
-            "{PRELUDE}
-local r = redis.call('HMGET', KEYS[1], 'token', 'state', 'expires_at')
-if r[1] ~= ARGV[1] or tonumber(r[3]) <= now or (r[2] ~= 'running' and r[2] ~= 'completed') then return 0 end
-redis.call('HSET', KEYS[1], 'state', 'completed', 'outcome', ARGV[2], 'expires_at', ms(now + ARGV[3]))
-redis.call('HDEL', KEYS[1], 'note')
-redis.call('PEXPIREAT', KEYS[1], ms(now + ARGV[3] + ARGV[4]))
-return 1"
-        );
+        let [claim, complete] = RedisStore::__claim_and_complete_scripts();
         RedisByHand {
             conn: redis::aio::ConnectionManager::new(client).await.unwrap(),
             claim: redis::Script::new(&claim),
@@ -304,8 +255,8 @@ fn main() {
                 .unwrap()
         }));
         let hand_table = format!("{table}_h");
-        rt.block_on(async {
-            // The baseline writes to a table of the same shape, made the same way.
+        // The baseline runs the store's own statements by hand, on a table made the same way.
+        let hand_store = rt.block_on(async {
             PostgresStore::builder(&url)
                 .schema("idemkit_bench")
                 .table(&hand_table)
@@ -313,7 +264,7 @@ fn main() {
                 .await
                 .unwrap()
         });
-        let hand = Arc::new(PgByHand::new(&url, &hand_table));
+        let hand = Arc::new(PgByHand::new(&url, &hand_store));
         let mut group = c.benchmark_group("postgres claim+complete");
         group.throughput(Throughput::Elements(1));
         for callers in CALLERS {

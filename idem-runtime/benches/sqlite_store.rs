@@ -30,7 +30,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use criterion::{Criterion, SamplingMode, Throughput};
 use idem_runtime::store::sqlite::sql;
-use idem_runtime::store::{Claim, ClaimRequest, LeaseToken, Written};
+use idem_runtime::store::{Claim, ClaimRequest, LeaseToken, Outcome, Written};
 use idem_runtime::{Fingerprint, IdempotencyKey, SqliteStore, Store, Synchronous};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, named_params};
 use support::{Pair, record, summary};

@@ -360,3 +360,13 @@ impl PostgresStoreBuilder {
         PostgresStore::from_pool(pool, self.schema.as_deref(), &self.table).await
     }
 }
+
+impl PostgresStore {
+    /// This store's own claim and complete statements, exactly as it prepares them (parameters:
+    /// key, tool, fingerprint, token, lease µs, ttl µs; key, token, outcome, ttl µs), for the
+    /// benchmark that runs them by hand as its baseline. Not a stable API.
+    #[doc(hidden)]
+    pub fn __claim_and_complete_statements(&self) -> [&str; 2] {
+        [&self.sql.claim, &self.sql.complete]
+    }
+}

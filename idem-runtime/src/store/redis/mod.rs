@@ -245,3 +245,13 @@ impl RedisStoreBuilder {
         })
     }
 }
+
+impl RedisStore {
+    /// The store's own claim and complete scripts, exactly as it loads them (arguments: tool,
+    /// fingerprint hex, token, lease ms, ttl ms, grace ms; token, outcome, ttl ms, grace ms), for
+    /// the benchmark that runs them by hand as its baseline. Not a stable API.
+    #[doc(hidden)]
+    pub fn __claim_and_complete_scripts() -> [String; 2] {
+        scripts::claim_and_complete_sources()
+    }
+}

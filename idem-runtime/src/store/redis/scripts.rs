@@ -119,6 +119,14 @@ pub(super) struct Scripts {
     pub(super) operation_id: Script,
 }
 
+/// The claim and complete scripts' sources, as [`scripts`] loads them.
+pub(super) fn claim_and_complete_sources() -> [String; 2] {
+    [
+        [PRELUDE, CLAIM].concat(),
+        [PRELUDE, HELD, COMPLETE].concat(),
+    ]
+}
+
 pub(super) fn scripts() -> &'static Scripts {
     static SCRIPTS: std::sync::OnceLock<Scripts> = std::sync::OnceLock::new();
     SCRIPTS.get_or_init(|| {
