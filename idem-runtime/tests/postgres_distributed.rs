@@ -8,12 +8,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use idem_runtime::store::RecordState;
-use idem_runtime::{CallOutcome, Idem, PostgresStore, Records, StoreErrorKind};
+use idem_runtime::{CallOutcome, Idem, PostgresStore, StoreErrorKind};
 use tokio_postgres::NoTls;
 
 mod servers;
-use servers::{TestError, charge, key_of, unique};
+use servers::{TestError, charge, completed, key_of, unique};
 
 fn server_url() -> Option<String> {
     servers::server_url("IDEMKIT_TEST_POSTGRES_URL", "PostgreSQL")
@@ -95,11 +94,6 @@ impl Faulty {
         Faulty { admin, role, store }
     }
 
-    /// Terminates every backend of the store's role; returns how many.
-    async fn kill(&self) -> i64 {
-        kill(&self.admin, &self.role).await
-    }
-
     async fn drop_role(self) {
         let Faulty { admin, role, store } = self;
         drop(store);
@@ -136,11 +130,23 @@ async fn lock_waiters(admin: &tokio_postgres::Client, role: &str) -> Vec<i32> {
         .collect()
 }
 
-async fn completed(store: &PostgresStore, order: u64) -> bool {
-    matches!(
-        store.get(&key_of(order)).await.unwrap().map(|r| r.state),
-        Some(RecordState::Completed { .. })
-    )
+impl servers::Severable for Faulty {
+    type Store = PostgresStore;
+    const CONNECTIONS: Option<i64> = None; // A pool: one or two backends.
+    fn store(&self) -> &PostgresStore {
+        &self.store
+    }
+    async fn kill(&self) -> i64 {
+        kill(&self.admin, &self.role).await
+    }
+    async fn allow(&self, logins: bool) {
+        let login = if logins { "LOGIN" } else { "NOLOGIN" };
+        let role = &self.role;
+        self.admin
+            .batch_execute(&format!("ALTER ROLE {role} {login}"))
+            .await
+            .unwrap();
+    }
 }
 
 /// The pool's connections are killed between calls: the next claim runs on a fresh connection.
@@ -148,35 +154,16 @@ async fn completed(store: &PostgresStore, order: u64) -> bool {
 async fn connection_killed_before_the_claim() {
     let Some(url) = server_url() else { return };
     let f = Faulty::new(&url).await;
-    let idem = Idem::new(f.store.clone());
-    let runs = AtomicU32::new(0);
-    let (first, _) = charge(&idem, 1, &runs, || async {}).await;
-    first.unwrap();
-    assert!(f.kill().await >= 1, "the store had a live connection");
-    let (second, outcome) = charge(&idem, 2, &runs, || async {}).await;
-    assert_eq!((second.is_ok(), outcome), (true, CallOutcome::Completed));
-    assert_eq!(runs.load(Ordering::SeqCst), 2, "one run per operation");
-    assert!(completed(&f.store, 2).await);
+    servers::connection_killed_before_the_claim(&f).await;
     f.drop_role().await;
 }
 
-/// The connection dies while the body runs: `complete` is sent again on a fresh connection, so
-/// the outcome is recorded and a repeat replays it.
+/// The connection dies while the body runs: `complete` is sent again on a fresh connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connection_killed_while_the_body_runs() {
     let Some(url) = server_url() else { return };
     let f = Faulty::new(&url).await;
-    let idem = Idem::new(f.store.clone());
-    let runs = AtomicU32::new(0);
-    let (result, outcome) = charge(&idem, 1, &runs, || async {
-        assert!(f.kill().await >= 1, "the claim's connection was live");
-    })
-    .await;
-    assert_eq!((result.is_ok(), outcome), (true, CallOutcome::Completed));
-    assert!(completed(&f.store, 1).await);
-    let (again, outcome) = charge(&idem, 1, &runs, || async {}).await;
-    assert_eq!((again, outcome), (result, CallOutcome::Replayed));
-    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    servers::connection_killed_while_the_body_runs(&f).await;
     f.drop_role().await;
 }
 
@@ -245,34 +232,12 @@ async fn wait_for_waiter(admin: &tokio_postgres::Client, role: &str, not: Option
 
 /// The server refuses the store's role outright: the call fails closed with `Error::Store` and
 /// the body does not run; once the role may log in again, the same call runs once.
+/// The server refuses the store's role (`NOLOGIN`): the call fails closed, as unavailable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_refusing_the_store_fails_closed() {
     let Some(url) = server_url() else { return };
     let f = Faulty::new(&url).await;
-    let role = f.role.clone();
-    let idem = Idem::new(f.store.clone());
-    let runs = AtomicU32::new(0);
-    charge(&idem, 1, &runs, || async {}).await.0.unwrap();
-    f.admin
-        .batch_execute(&format!("ALTER ROLE {role} NOLOGIN"))
-        .await
-        .unwrap();
-    f.kill().await;
-    let (refused, outcome) = charge(&idem, 2, &runs, || async {}).await;
-    assert_eq!(
-        (refused, outcome),
-        (
-            Err(TestError::Store(StoreErrorKind::Unavailable)),
-            CallOutcome::Refused
-        )
-    );
-    assert_eq!(runs.load(Ordering::SeqCst), 1, "the body did not run");
-    f.admin
-        .batch_execute(&format!("ALTER ROLE {role} LOGIN"))
-        .await
-        .unwrap();
-    let (ran, outcome) = charge(&idem, 2, &runs, || async {}).await;
-    assert_eq!((ran.is_ok(), outcome), (true, CallOutcome::Completed));
-    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    let refused = servers::server_refusing_the_store_fails_closed(&f).await;
+    assert_eq!(refused, Err(TestError::Store(StoreErrorKind::Unavailable)));
     f.drop_role().await;
 }

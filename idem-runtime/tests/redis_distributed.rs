@@ -2,14 +2,12 @@
 //! across workers, and connections killed mid-call (`CLIENT KILL`). Needs `IDEMKIT_TEST_REDIS_URL`
 //! with a user that may manage ACL users (`scripts/test-servers.sh start` runs such a server).
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use idem_runtime::store::RecordState;
-use idem_runtime::{CallOutcome, Idem, Records, RedisStore};
+use idem_runtime::RedisStore;
 
 mod servers;
-use servers::{TestError, charge, key_of, unique};
+use servers::unique;
 
 fn server_url() -> Option<String> {
     servers::server_url("IDEMKIT_TEST_REDIS_URL", "Redis")
@@ -125,11 +123,18 @@ async fn acl(admin: &mut redis::aio::MultiplexedConnection, user: &str, rules: &
         .expect("the test user may manage ACL users");
 }
 
-async fn completed(store: &RedisStore, order: u64) -> bool {
-    matches!(
-        store.get(&key_of(order)).await.unwrap().map(|r| r.state),
-        Some(RecordState::Completed { .. })
-    )
+impl servers::Severable for Faulty {
+    type Store = RedisStore;
+    const CONNECTIONS: Option<i64> = Some(1); // One multiplexed connection per store.
+    fn store(&self) -> &RedisStore {
+        &self.store
+    }
+    async fn kill(&self) -> i64 {
+        Faulty::kill(self).await
+    }
+    async fn allow(&self, logins: bool) {
+        self.set(if logins { "on" } else { "off" }).await;
+    }
 }
 
 /// The store's connection is killed between calls: the next claim is sent again once it has
@@ -138,62 +143,26 @@ async fn completed(store: &RedisStore, order: u64) -> bool {
 async fn connection_killed_before_the_claim() {
     let Some(url) = server_url() else { return };
     let f = Faulty::new(&url).await;
-    let idem = Idem::new(f.store.clone());
-    let runs = AtomicU32::new(0);
-    charge(&idem, 1, &runs, || async {}).await.0.unwrap();
-    assert_eq!(f.kill().await, 1, "the store's one connection");
-    let (second, outcome) = charge(&idem, 2, &runs, || async {}).await;
-    assert_eq!((second.is_ok(), outcome), (true, CallOutcome::Completed));
-    assert_eq!(runs.load(Ordering::SeqCst), 2, "one run per operation");
-    assert!(completed(&f.store, 2).await);
+    servers::connection_killed_before_the_claim(&f).await;
     f.drop_user().await;
 }
 
-/// The connection is killed while the body runs: `complete` is sent again after the reconnect,
-/// so the outcome is recorded and a repeat replays it.
+/// The connection is killed while the body runs: `complete` is sent again after the reconnect.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connection_killed_while_the_body_runs() {
     let Some(url) = server_url() else { return };
     let f = Faulty::new(&url).await;
-    let idem = Idem::new(f.store.clone());
-    let runs = AtomicU32::new(0);
-    let (result, outcome) = charge(&idem, 1, &runs, || async {
-        assert_eq!(f.kill().await, 1, "the claim's connection was live");
-    })
-    .await;
-    assert_eq!((result.is_ok(), outcome), (true, CallOutcome::Completed));
-    assert!(completed(&f.store, 1).await);
-    let (again, outcome) = charge(&idem, 1, &runs, || async {}).await;
-    assert_eq!((again, outcome), (result, CallOutcome::Replayed));
-    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    servers::connection_killed_while_the_body_runs(&f).await;
     f.drop_user().await;
 }
 
-/// The server refuses the store's user outright: the call fails closed with `Error::Store` and
-/// the body does not run; once the user is enabled again, the same call runs once.
+/// The server refuses the store's user (`ACL SETUSER … off`): the call fails closed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_refusing_the_store_fails_closed() {
     let Some(url) = server_url() else { return };
     let f = Faulty::new(&url).await;
-    let idem = Idem::new(f.store.clone());
-    let runs = AtomicU32::new(0);
-    charge(&idem, 1, &runs, || async {}).await.0.unwrap();
-    f.set("off").await;
-    f.kill().await;
-    let (refused, outcome) = charge(&idem, 2, &runs, || async {}).await;
-    assert!(
-        matches!(refused, Err(TestError::Store(_))),
-        "fails closed: {refused:?}"
-    );
-    assert_eq!(outcome, CallOutcome::Refused);
-    assert_eq!(runs.load(Ordering::SeqCst), 1, "the body did not run");
-    f.set("on").await;
-    let (ran, outcome) = charge(&idem, 2, &runs, || async {}).await;
-    assert_eq!(
-        (ran.is_ok(), outcome),
-        (true, CallOutcome::Completed),
-        "{ran:?}"
-    );
-    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    servers::server_refusing_the_store_fails_closed(&f)
+        .await
+        .unwrap_err();
     f.drop_user().await;
 }

@@ -175,3 +175,88 @@ pub async fn fencing_across_workers<S: Store + OperationIds + Records>(a: S, b: 
         );
     }
 }
+
+/// A worker's store whose connections a test can cut from outside (through a role or user of its
+/// own on the server), for the lost-connection scenarios every distributed store runs.
+#[allow(async_fn_in_trait)] // Test code: the futures are awaited where they are made.
+pub trait Severable {
+    type Store: Store + OperationIds + Records + Clone;
+    /// How many connections a kill finds when the store is connected (`None`: at least one).
+    const CONNECTIONS: Option<i64>;
+    fn store(&self) -> &Self::Store;
+    /// Kills every connection of the store; returns how many.
+    async fn kill(&self) -> i64;
+    /// Lets the store log in again (`true`) or refuses it (`false`).
+    async fn allow(&self, logins: bool);
+}
+
+fn killed<F: Severable>(n: i64, what: &str) {
+    match F::CONNECTIONS {
+        Some(expected) => assert_eq!(n, expected, "{what}"),
+        None => assert!(n >= 1, "{what}"),
+    }
+}
+
+pub async fn completed(store: &impl Records, order: u64) -> bool {
+    matches!(
+        store.get(&key_of(order)).await.unwrap().map(|r| r.state),
+        Some(RecordState::Completed { .. })
+    )
+}
+
+/// The store's connections are killed between calls: the next claim runs on a fresh connection.
+pub async fn connection_killed_before_the_claim<F: Severable>(f: &F) {
+    let idem = Idem::new(f.store().clone());
+    let runs = AtomicU32::new(0);
+    charge(&idem, 1, &runs, || async {}).await.0.unwrap();
+    killed::<F>(f.kill().await, "the store had a live connection");
+    let (second, outcome) = charge(&idem, 2, &runs, || async {}).await;
+    assert_eq!((second.is_ok(), outcome), (true, CallOutcome::Completed));
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "one run per operation");
+    assert!(completed(f.store(), 2).await);
+}
+
+/// The connection dies while the body runs: `complete` is sent again on a fresh connection, so
+/// the outcome is recorded and a repeat replays it.
+pub async fn connection_killed_while_the_body_runs<F: Severable>(f: &F) {
+    let idem = Idem::new(f.store().clone());
+    let runs = AtomicU32::new(0);
+    let (result, outcome) = charge(&idem, 1, &runs, || async {
+        killed::<F>(f.kill().await, "the claim's connection was live");
+    })
+    .await;
+    assert_eq!((result.is_ok(), outcome), (true, CallOutcome::Completed));
+    assert!(completed(f.store(), 1).await);
+    let (again, outcome) = charge(&idem, 1, &runs, || async {}).await;
+    assert_eq!((again, outcome), (result, CallOutcome::Replayed));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+/// The server refuses the store outright: the call fails closed with `Error::Store` and the body
+/// does not run; once the store may log in again, the same call runs once. Returns the refusal,
+/// for the store's own finer check.
+pub async fn server_refusing_the_store_fails_closed<F: Severable>(
+    f: &F,
+) -> Result<String, TestError> {
+    let idem = Idem::new(f.store().clone());
+    let runs = AtomicU32::new(0);
+    charge(&idem, 1, &runs, || async {}).await.0.unwrap();
+    f.allow(false).await;
+    f.kill().await;
+    let (refused, outcome) = charge(&idem, 2, &runs, || async {}).await;
+    assert!(
+        matches!(refused, Err(TestError::Store(_))),
+        "fails closed: {refused:?}"
+    );
+    assert_eq!(outcome, CallOutcome::Refused);
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the body did not run");
+    f.allow(true).await;
+    let (ran, outcome) = charge(&idem, 2, &runs, || async {}).await;
+    assert_eq!(
+        (ran.is_ok(), outcome),
+        (true, CallOutcome::Completed),
+        "{ran:?}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    refused
+}
