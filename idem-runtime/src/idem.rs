@@ -7,10 +7,10 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use crate::error::Error;
-use crate::exec::Wakes;
 use crate::key::OperationId;
 use crate::retry::RetryPolicy;
 use crate::store::{OperationIds, Store};
+use crate::wake::Wakes;
 
 /// A runtime: the store that records outcomes and the defaults every tool starts from.
 ///

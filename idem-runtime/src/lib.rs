@@ -63,6 +63,7 @@ mod observe;
 mod registry;
 mod retry;
 pub mod store;
+mod wake;
 
 #[cfg(feature = "conformance")]
 #[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]

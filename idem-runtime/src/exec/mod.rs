@@ -7,11 +7,9 @@
 
 mod core;
 mod typed;
-mod wake;
 
 pub use self::core::Next;
 pub use self::typed::{ReadCall, SideEffectCall};
-pub(crate) use self::wake::Wakes;
 
 use std::future::Future;
 use std::time::Duration;

@@ -26,7 +26,6 @@ use tracing::Instrument;
 use tracing::field::Empty;
 
 use super::Tool;
-use super::wake::Waiting;
 use crate::error::{Error, StoreError};
 use crate::fingerprint::Fingerprint;
 use crate::idem::{Idem, Settings};
@@ -36,6 +35,7 @@ use crate::retry::{Failure, RetryPolicy, Schedule};
 use crate::store::{
     Claim, ClaimRequest, Existing, ExistingState, LeaseToken, Outcome, Store, Written,
 };
+use crate::wake::Waiting;
 
 mod claim;
 mod dropped;
