@@ -8,6 +8,7 @@
 //! | `idemkit_kept_ambiguous_total` | counter | `tool` | calls that ran out of attempts after an ambiguous failure (the record is kept for the next call) |
 //! | `idemkit_fenced_writes_total` | counter | `tool`, `write` (`complete`, `release`, `mark_ambiguous`, `renew`) | a holder's writes refused because its lease was taken over |
 //! | `idemkit_renewals_total` | counter | `tool` | lease renewals applied |
+//! | `idemkit_store_seconds` | histogram | `op` (`claim`, `complete`, `renew`, `release`, `mark_ambiguous`) | how long the store took to answer a transition, failures and timeouts included |
 
 use crate::error::Error;
 use crate::observe::CallOutcome;
@@ -53,6 +54,31 @@ mod on {
     pub(crate) fn renewed(tool: &str) {
         counter!("idemkit_renewals_total", "tool" => tool.to_owned()).increment(1);
     }
+
+    /// Runs `f`, which asks the store for a transition and takes its answer if it came at
+    /// once (`Ok`); records how long it took then (an answer still to come is timed where it is
+    /// awaited).
+    #[inline]
+    pub(crate) fn store_now<T, P>(
+        op: &'static str,
+        f: impl FnOnce() -> Result<T, P>,
+    ) -> Result<T, P> {
+        let started = std::time::Instant::now();
+        let r = f();
+        if r.is_ok() {
+            store_took(op, started.elapsed());
+        }
+        r
+    }
+
+    pub(crate) fn store_took(op: &'static str, took: std::time::Duration) {
+        metrics::histogram!("idemkit_store_seconds", "op" => op).record(took.as_secs_f64());
+    }
+
+    /// A clock for a transition that may wait: read only with the feature on.
+    pub(crate) fn store_clock() -> Option<std::time::Instant> {
+        Some(std::time::Instant::now())
+    }
 }
 
 #[cfg(not(feature = "metrics"))]
@@ -65,6 +91,19 @@ mod on {
     pub(crate) fn fenced(_tool: &str, _write: &'static str) {}
     #[inline(always)]
     pub(crate) fn renewed(_tool: &str) {}
+    #[inline(always)]
+    pub(crate) fn store_now<T, P>(
+        _op: &'static str,
+        f: impl FnOnce() -> Result<T, P>,
+    ) -> Result<T, P> {
+        f()
+    }
+    #[inline(always)]
+    pub(crate) fn store_took(_op: &'static str, _took: std::time::Duration) {}
+    #[inline(always)]
+    pub(crate) fn store_clock() -> Option<std::time::Instant> {
+        None
+    }
 }
 
 pub(crate) use on::*;

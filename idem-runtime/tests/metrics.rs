@@ -19,26 +19,25 @@ impl From<Error> for E {
     }
 }
 
-/// Every counter, by name and sorted labels.
-fn counters(recorder: &DebuggingRecorder) -> HashMap<String, u64> {
-    recorder
-        .snapshotter()
-        .snapshot()
-        .into_vec()
-        .into_iter()
-        .filter_map(|(key, _, _, value)| {
-            let DebugValue::Counter(n) = value else {
-                return None;
-            };
-            let key = key.key();
-            let mut labels: Vec<String> = key
-                .labels()
-                .map(|l| format!("{}={}", l.key(), l.value()))
-                .collect();
-            labels.sort();
-            Some((format!("{}{{{}}}", key.name(), labels.join(",")), n))
-        })
-        .collect()
+/// One snapshot (it drains the recorder): every counter's value and every histogram's number
+/// of samples, by name and sorted labels.
+fn snapshot(recorder: &DebuggingRecorder) -> (HashMap<String, u64>, HashMap<String, usize>) {
+    let (mut counters, mut histograms) = (HashMap::new(), HashMap::new());
+    for (key, _, _, value) in recorder.snapshotter().snapshot().into_vec() {
+        let key = key.key();
+        let mut labels: Vec<String> = key
+            .labels()
+            .map(|l| format!("{}={}", l.key(), l.value()))
+            .collect();
+        labels.sort();
+        let name = format!("{}{{{}}}", key.name(), labels.join(","));
+        match value {
+            DebugValue::Counter(n) => drop(counters.insert(name, n)),
+            DebugValue::Histogram(samples) => drop(histograms.insert(name, samples.len())),
+            DebugValue::Gauge(_) => {}
+        }
+    }
+    (counters, histograms)
 }
 
 #[test]
@@ -63,7 +62,7 @@ fn a_run_a_replay_and_a_key_reuse_each_count_once() {
             assert!(charge(9900).await.is_err()); // key reuse
         })
     });
-    let counters = counters(&recorder);
+    let (counters, samples) = snapshot(&recorder);
     let calls = |outcome: &str| {
         counters
             .get(&format!(
@@ -80,4 +79,51 @@ fn a_run_a_replay_and_a_key_reuse_each_count_once() {
         "{counters:?}"
     );
     assert_eq!(counters.len(), 4, "nothing else counted: {counters:?}");
+    // The store's answers, timed by transition: three claims (run, replay, key reuse), one
+    // complete, nothing else (the memory store answers at once; each answer is timed once).
+    assert_eq!(
+        samples.get("idemkit_store_seconds{op=claim}"),
+        Some(&3),
+        "{samples:?}"
+    );
+    assert_eq!(
+        samples.get("idemkit_store_seconds{op=complete}"),
+        Some(&1),
+        "{samples:?}"
+    );
+    assert_eq!(samples.len(), 2, "{samples:?}");
+}
+
+/// A store that answers later (boxed, as one that does I/O): its transitions are timed where
+/// they are awaited, once each.
+#[test]
+fn a_store_that_answers_later_is_timed_once_per_transition() {
+    let recorder = DebuggingRecorder::new();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    metrics::with_local_recorder(&recorder, || {
+        runtime.block_on(async {
+            let store = idem_runtime::store::Intercept::new(MemoryStore::new(), |_, _| None);
+            let idem = Idem::new(store.answer_later());
+            let charge = Tool::new("charge").idem(&idem).side_effect(
+                &[("order", &7u32)],
+                &4200u64,
+                |_key| async { Ok::<_, E>(42u32) },
+            );
+            assert_eq!(charge.await.unwrap(), 42);
+        })
+    });
+    let (_, samples) = snapshot(&recorder);
+    assert_eq!(
+        samples.get("idemkit_store_seconds{op=claim}"),
+        Some(&1),
+        "{samples:?}"
+    );
+    assert_eq!(
+        samples.get("idemkit_store_seconds{op=complete}"),
+        Some(&1),
+        "{samples:?}"
+    );
 }

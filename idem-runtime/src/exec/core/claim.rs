@@ -98,11 +98,13 @@ pub(super) fn start<'a>(
     // A store that answers at once is answered here, without a boxed future. An answer still to
     // come is dropped unpolled (a store's future does nothing until polled) and asked again by
     // the claim loop below, which can await it.
-    let answered = s.store.claim(&req).into_ready().ok().map(|claim| {
-        claim
-            .map_err(|e| call.store_error(e))
-            .and_then(|claim| answer(&req, claim))
-    });
+    let answered = crate::meters::store_now("claim", || s.store.claim(&req).into_ready())
+        .ok()
+        .map(|claim| {
+            claim
+                .map_err(|e| call.store_error(e))
+                .and_then(|claim| answer(&req, claim))
+        });
     match answered {
         Some(Ok(Answer::Run)) => {
             let run = Run::side_effect(call, holder(idem), policy, claimed_at);
@@ -184,7 +186,7 @@ pub(super) async fn claim(
     loop {
         let seen = waiting.as_ref().map(|w| w.ends().seen());
         let sent = Instant::now();
-        let claim = timed(s, s.store.claim(req))
+        let claim = timed(s, "claim", s.store.claim(req))
             .await
             .map_err(|source| Error::Store {
                 tool: req.tool.to_owned(),
@@ -242,18 +244,24 @@ pub(super) async fn claim(
 /// first poll (an in-memory store) never needed the timer, so the timer starts only after it.
 pub(super) async fn timed<T>(
     s: &Settings,
+    what: &'static str,
     op: impl Future<Output = Result<T, StoreError>>,
 ) -> Result<T, StoreError> {
+    let clock = crate::meters::store_clock();
     let mut op = std::pin::pin!(op);
     let first = std::future::poll_fn(|cx| Poll::Ready(op.as_mut().poll(cx))).await;
-    if let Poll::Ready(result) = first {
-        return result;
+    let result = match first {
+        Poll::Ready(result) => result,
+        Poll::Pending => match tokio::time::timeout(s.store_timeout, op).await {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::unavailable(format!(
+                "the store did not answer within {:?}",
+                s.store_timeout
+            ))),
+        },
+    };
+    if let Some(started) = clock {
+        crate::meters::store_took(what, started.elapsed());
     }
-    match tokio::time::timeout(s.store_timeout, op).await {
-        Ok(result) => result,
-        Err(_) => Err(StoreError::unavailable(format!(
-            "the store did not answer within {:?}",
-            s.store_timeout
-        ))),
-    }
+    result
 }

@@ -53,7 +53,9 @@ impl Drop for Call<'_> {
                 // The claim may have been applied: release it under its token (refused if not).
                 in_background(async move {
                     let s = idem.settings();
-                    if let Ok(Written::Applied) = timed(s, s.store.release(key, token)).await {
+                    if let Ok(Written::Applied) =
+                        timed(s, "release", s.store.release(key, token)).await
+                    {
                         s.wakes.ended(&key);
                     }
                 });

@@ -110,10 +110,12 @@ impl<'a> Run<'a> {
         // A store that answers at once ends the call here. An answer still to come is dropped
         // unpolled (a store's future does nothing until polled) and written again by `end`,
         // which can await it; so is a failure answered at once, retried there (S17).
-        let answered = s
-            .store
-            .complete(call.key, holder.token, outcome.clone(), holder.ttl);
-        let result = match answered.into_ready() {
+        let answered = crate::meters::store_now("complete", || {
+            s.store
+                .complete(call.key, holder.token, outcome.clone(), holder.ttl)
+                .into_ready()
+        });
+        let result = match answered {
             Ok(Ok(written)) => Ok(written),
             Ok(Err(_)) | Err(_) => return None,
         };
@@ -201,9 +203,9 @@ impl<'a> Run<'a> {
                         if attempting || ambiguous {
                             let note = format!("{attempts} attempt(s); the lease was lost while one ran ({why})");
                             let mark = s.store.mark_ambiguous(key, token, &note, ttl);
-                            written(&call, "mark_ambiguous", timed(s, mark).await);
+                            written(&call, "mark_ambiguous", timed(s, "mark_ambiguous", mark).await);
                         } else {
-                            written(&call, "release", timed(s, s.store.release(key, token)).await);
+                            written(&call, "release", timed(s, "release", s.store.release(key, token)).await);
                         }
                         let err = Error::LeaseLost {
                             tool: call.tool.to_string(),
@@ -231,13 +233,13 @@ impl<'a> Run<'a> {
 pub(super) async fn write<F: Future<Output = Result<Written, StoreError>>>(
     s: &Settings,
     call: &CallTrace<'_>,
-    what: &str,
+    what: &'static str,
     until: Instant,
     mut op: impl FnMut() -> F,
 ) -> bool {
     let mut pause = Duration::from_millis(20);
     loop {
-        match timed(s, op()).await {
+        match timed(s, what, op()).await {
             Err(e) if Instant::now() + pause < until => {
                 tracing::warn!(what, error = %e, ?pause, "store write failed after the body ran; retrying under the lease");
                 tokio::time::sleep(pause).await;

@@ -102,12 +102,18 @@ impl Holder {
                 r.pending = Some((
                     now,
                     Box::pin(async move {
-                        match tokio::time::timeout(timeout, store.renew(key, token, lease)).await {
+                        let clock = crate::meters::store_clock();
+                        let renewed = tokio::time::timeout(timeout, store.renew(key, token, lease));
+                        let result = match renewed.await {
                             Ok(result) => result,
                             Err(_) => Err(StoreError::unavailable(format!(
                                 "the store did not answer within {timeout:?}"
                             ))),
+                        };
+                        if let Some(started) = clock {
+                            crate::meters::store_took("renew", started.elapsed());
                         }
+                        result
                     }),
                 ));
                 continue;
