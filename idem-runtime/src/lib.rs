@@ -71,17 +71,15 @@ pub mod conformance;
 
 pub use classify::{Classified, classify_chain};
 pub use error::{Error, StoreError, StoreErrorKind};
+pub use exec::Tool;
 #[doc(hidden)]
 pub use exec::{Next, ReadCall, SideEffectCall};
-pub use exec::{Tool, run_side_effect};
 pub use fingerprint::{Fingerprint, Fingerprinter};
 pub use idem::{AlreadyInstalled, BuildError, Idem, IdemBuilder, as_tenant, operation};
 pub use key::normalize;
 pub use key::{IdempotencyKey, KeyField, KeyHasher, KeyPart, KeyValue, OperationId};
 pub use observe::{CallInfo, CallOutcome, observe};
-pub use registry::{
-    DuplicateTools, ToolInfo, ToolKind, check_unique_tool_names, find_duplicates, tools,
-};
+pub use registry::{DuplicateTools, ToolInfo, ToolKind, check_unique_tool_names, tools};
 pub use retry::{Classify, Failure, RetryPolicy, Schedule};
 pub use store::memory::MemoryStore;
 #[cfg(feature = "postgres")]

@@ -77,7 +77,7 @@ pub fn check_unique_tool_names() -> Result<(), DuplicateTools> {
 }
 
 /// The duplicate names among `infos`.
-pub fn find_duplicates(
+fn find_duplicates(
     infos: impl IntoIterator<Item = &'static ToolInfo>,
 ) -> Result<(), DuplicateTools> {
     let mut by_name: BTreeMap<&'static str, Vec<&'static ToolInfo>> = BTreeMap::new();

@@ -3,7 +3,7 @@
 //! once; what each tool instantiates is the small typed loop of `typed`.
 //!
 //! This is what `#[side_effect]` and `#[read_only]` expand to, and what a program without the
-//! macros calls through [`Tool`] or [`run_side_effect`].
+//! macros calls through [`Tool`].
 
 mod core;
 mod typed;
@@ -246,47 +246,4 @@ impl<'a> Tool<'a> {
             call.end()
         }
     }
-}
-
-/// The hand-written path: runs side effect `tool` with the key derived from `key_fields` and the
-/// fingerprint of `args`, calling `attempt` with the key on every attempt, under the runtime in
-/// force. Equivalent to `Tool::new(tool).side_effect(key_fields, args, attempt)`; use [`Tool`] to
-/// set retries, lease or runtime.
-///
-/// ```
-/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-/// use idem_runtime::{run_side_effect, Classify, Failure, Idem, MemoryStore};
-///
-/// #[derive(Debug)]
-/// struct SendError(String);
-/// impl Classify for SendError { fn classify(&self) -> Failure { Failure::Transient } }
-/// impl From<idem_runtime::Error> for SendError {
-///     fn from(e: idem_runtime::Error) -> Self { SendError(e.to_string()) }
-/// }
-///
-/// let idem = Idem::new(MemoryStore::new());
-/// let order_id = 1042u64;
-/// let sent: Result<bool, SendError> = idem
-///     .scope(run_side_effect("send_receipt", &[("order_id", &order_id)], &(), |key| async move {
-///         // mailer.send(order_id, key.as_str()).await
-///         Ok(true)
-///     }))
-///     .await;
-/// assert!(sent.unwrap());
-/// # });
-/// ```
-pub fn run_side_effect<'a, T, E, A, F, Fut>(
-    tool: &'a str,
-    key_fields: &[KeyField<'_>],
-    args: &A,
-    attempt: F,
-) -> impl Future<Output = Result<T, E>> + use<'a, T, E, A, F, Fut>
-where
-    A: Serialize + ?Sized,
-    T: Serialize + DeserializeOwned,
-    E: Classify + From<Error>,
-    F: FnMut(IdempotencyKey) -> Fut,
-    Fut: Future<Output = Result<T, E>>,
-{
-    Tool::new(tool).side_effect(key_fields, args, attempt)
 }
