@@ -28,6 +28,7 @@ impl Shared {
                 settings,
                 conn: Mutex::new(None),
                 queued: AtomicUsize::new(0),
+                #[cfg(test)]
                 grouped: AtomicUsize::new(0),
                 freed: tokio::sync::Notify::new(),
                 spinning: AtomicBool::new(false),
@@ -49,7 +50,9 @@ pub(super) struct Db {
     /// Told (one waiter at a time) when an operation on a caller's thread lets go of the
     /// connection, and when the connection thread's queue empties.
     pub(super) freed: tokio::sync::Notify,
-    /// Operations committed in groups of two or more (see [`Db::run_group`]); for tests.
+    /// Operations committed in groups of two or more (see [`Db::run_group`]): what the tests
+    /// of group commit count; not in other builds.
+    #[cfg(test)]
     pub(super) grouped: AtomicUsize,
     /// Whether a caller is spinning for the connection (see [`Db::spin_for_lock`]).
     pub(super) spinning: AtomicBool,
