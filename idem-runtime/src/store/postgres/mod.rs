@@ -70,7 +70,7 @@
 //!
 //! With the default name `idemkit`: `idemkit` (one row per key), `idemkit_operations` (operation
 //! ids) and `idemkit_schema` (the schema version). Expired rows are invisible at once and
-//! deleted by [`Store::prune`], which a program calls now and then.
+//! deleted by [`Records::prune`](crate::Records::prune), which a program calls now and then.
 
 use std::future::Future;
 use std::str::FromStr;

@@ -4,7 +4,7 @@
 use super::sql::types;
 use super::*;
 
-/// The transitions, each as the store runs it; [`AsyncStore`] makes them a [`Store`].
+/// The transitions, each as the store runs it; [`AsyncStore`] makes them a [`Store`](crate::Store).
 impl AsyncStore for PostgresStore {
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
         let key = req.key.as_uuid();
