@@ -3,7 +3,7 @@
 
 use super::*;
 
-/// The transitions, each as the store runs it; [`AsyncStore`] makes them a [`Store`].
+/// The transitions, each as the store runs it; [`AsyncStore`] makes them a [`Store`](crate::Store).
 impl AsyncStore for RedisStore {
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
         let (fp, token) = (req.fingerprint.to_hex(), req.token.0.to_string());
