@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
-# Starts and stops the PostgreSQL and Redis servers that the store tests use: loopback only,
+# Starts and stops the PostgreSQL and Redis servers (and PgBouncer in front of that PostgreSQL,
+# when installed) that the store tests use: loopback only,
 # non-default ports, a fresh data directory each start, nothing persisted. Shared by .ci/run and
 # developers.
 #
-#   eval "$(scripts/test-servers.sh start)"   # starts both; prints the `export …_URL=…` lines
-#   scripts/test-servers.sh stop              # stops both and deletes their data
+#   eval "$(scripts/test-servers.sh start)"   # starts them; prints the `export …_URL=…` lines
+#   scripts/test-servers.sh stop              # stops them and deletes their data
 #
 # Needs the PostgreSQL server binaries (initdb, pg_ctl; Debian: `postgresql`) and redis-server
-# (Debian: `redis-server`). As root, PostgreSQL runs as the `postgres` user (it refuses root).
-# Ports: IDEMKIT_TEST_PG_PORT (55432), IDEMKIT_TEST_REDIS_PORT (56379).
+# (Debian: `redis-server`); PgBouncer (Debian: `pgbouncer`) is started when installed (its tests
+# skip without it, and fail under CI, which installs it). As root, PostgreSQL and PgBouncer run as
+# the `postgres` user (they refuse root).
+# Ports: IDEMKIT_TEST_PG_PORT (55432), IDEMKIT_TEST_REDIS_PORT (56379),
+# IDEMKIT_TEST_PGBOUNCER_PORT (56432). The state lives under $TMPDIR, so a second set of servers
+# (other ports, another TMPDIR) can run beside the first.
 set -euo pipefail
 
 PG_PORT="${IDEMKIT_TEST_PG_PORT:-55432}"
 REDIS_PORT="${IDEMKIT_TEST_REDIS_PORT:-56379}"
+PGBOUNCER_PORT="${IDEMKIT_TEST_PGBOUNCER_PORT:-56432}"
 STATE="${TMPDIR:-/tmp}/idemkit-test-servers-$(id -u)"
 
 log() { echo "test-servers: $*" >&2; }
@@ -61,6 +67,57 @@ start_postgres() {
     die "PostgreSQL does not accept connections on 127.0.0.1:$PG_PORT"
 }
 
+pgbouncer_bin() {
+    command -v pgbouncer 2>/dev/null || { [[ -x /usr/sbin/pgbouncer ]] && echo /usr/sbin/pgbouncer; } || true
+}
+
+# PgBouncer in transaction mode in front of the PostgreSQL above: few server connections, so
+# clients' statements interleave on them, and no tracking of prepared statements (the
+# `max_prepared_statements` of PgBouncer >= 1.21, set to 0; older ones have no such tracking and
+# refuse the setting).
+start_pgbouncer() {
+    local bin dir="$STATE/pgbouncer" version tracking=""
+    bin="$(pgbouncer_bin)"
+    if [[ -z "$bin" ]]; then
+        log "pgbouncer not found: its tests will be skipped (Debian: apt-get install pgbouncer)"
+        return 1
+    fi
+    version="$("$bin" --version | head -n 1 | awk '{print $2}')"
+    if [[ "$(printf '%s\n' 1.21 "$version" | sort -V | head -n 1)" == 1.21 ]]; then
+        tracking="max_prepared_statements = 0"
+    fi
+    mkdir -p "$dir"
+    printf '"postgres" ""\n' >"$dir/users.txt"
+    cat >"$dir/pgbouncer.ini" <<EOF
+[databases]
+* = host=127.0.0.1 port=$PG_PORT
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $PGBOUNCER_PORT
+unix_socket_dir =
+auth_type = trust
+auth_file = $dir/users.txt
+pool_mode = transaction
+default_pool_size = 4
+max_client_conn = 400
+$tracking
+logfile = $dir/pgbouncer.log
+pidfile = $dir/pgbouncer.pid
+EOF
+    [[ "$(id -u)" == 0 ]] && chown -R postgres: "$dir"
+    as_pg "$bin" -d -q "$dir/pgbouncer.ini" >"$dir/start.log" 2>&1 \
+        || { cat "$dir/start.log" "$dir/pgbouncer.log" >&2 2>/dev/null; die "PgBouncer did not start"; }
+    for _ in $(seq 1 100); do
+        if "$(pg_bindir)/pg_isready" -q -h 127.0.0.1 -p "$PGBOUNCER_PORT" -U postgres -d postgres; then
+            log "PgBouncer $version (transaction mode) accepts connections on 127.0.0.1:$PGBOUNCER_PORT"
+            return 0
+        fi
+        sleep 0.1
+    done
+    cat "$dir/pgbouncer.log" >&2
+    die "PgBouncer does not accept connections on 127.0.0.1:$PGBOUNCER_PORT"
+}
+
 start_redis() {
     local dir="$STATE/redis"
     command -v redis-server >/dev/null || die "redis-server not found; install it (Debian: apt-get install redis-server)"
@@ -88,6 +145,12 @@ redis_ping() {
 }
 
 stop_all() {
+    if [[ -f "$STATE/pgbouncer/pgbouncer.pid" ]]; then
+        local bouncer
+        bouncer="$(cat "$STATE/pgbouncer/pgbouncer.pid")"
+        kill "$bouncer" 2>/dev/null || true
+        for _ in $(seq 1 50); do kill -0 "$bouncer" 2>/dev/null || break; sleep 0.1; done
+    fi
     if [[ -d "$STATE/pg/data" ]]; then
         as_pg "$(pg_bindir)/pg_ctl" -D "$STATE/pg/data" -m immediate -w stop >/dev/null 2>&1 || true
     fi
@@ -109,6 +172,9 @@ case "${1:-}" in
         start_redis
         echo "export IDEMKIT_TEST_POSTGRES_URL='postgres://postgres@127.0.0.1:$PG_PORT/postgres'"
         echo "export IDEMKIT_TEST_REDIS_URL='redis://127.0.0.1:$REDIS_PORT/'"
+        if start_pgbouncer; then
+            echo "export IDEMKIT_TEST_PGBOUNCER_URL='postgres://postgres@127.0.0.1:$PGBOUNCER_PORT/postgres'"
+        fi
         ;;
     stop)
         stop_all

@@ -2,6 +2,10 @@
 //! annotations the attributes imply; a repeated `charge` charges once and says it was replayed;
 //! the same key fields with another amount get a tool error that explains the reuse.
 //!
+//! Two clients of one server (one store, one provider) over TCP, each request under the tenant
+//! of its client ([`Tenanted`]): equal arguments are charged once per client, and each client is
+//! replayed only its own receipt.
+//!
 //! The server is this test binary itself, started again as a child (`mcp_server_entry`), so it
 //! runs the example's code without building the example. `--nocapture` prints the `tools/list`.
 #![cfg(feature = "rmcp")]
@@ -10,11 +14,16 @@
 mod mcp;
 
 use fake_provider::FakeProvider;
+use idemkit::mcp::Tenanted;
+use idemkit::{Idem, IdempotencyKey, MemoryStore};
 use rmcp::ServiceExt;
-use rmcp::model::{CallToolRequestParams, CallToolResult, Tool};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation, Tool,
+};
 use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::TokioChildProcess;
 use serde_json::{Value, json};
+use tokio::net::{TcpListener, TcpStream};
 
 const SERVE: &str = "IDEMKIT_MCP_SERVE";
 
@@ -198,4 +207,117 @@ async fn tools_list_carries_derived_annotations_and_a_repeated_charge_is_replaye
     assert_eq!(out.structured_content.unwrap()["reason"], "key_reuse");
 
     client.cancel().await.unwrap();
+}
+
+/// Serves the payment tools on a loopback TCP port, one connection per client, every connection
+/// recording in the one runtime `idem`; each request runs under the tenant of the client that
+/// named itself in the handshake. Answers the port.
+async fn serve_tcp(provider: &FakeProvider, idem: Idem) -> std::net::SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let base = provider.base_url();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let tools = mcp::Payments::with_idem(base.clone(), idem.clone());
+            let server = Tenanted::new(tools, |cx| cx.client_info().map(|client| client.name));
+            tokio::spawn(async move {
+                if let Ok(running) = server.serve(stream).await {
+                    let _ = running.waiting().await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A client named `name` (its identity in the handshake), connected over TCP.
+async fn connect(
+    addr: std::net::SocketAddr,
+    name: &str,
+) -> RunningService<RoleClient, ClientConfig> {
+    let stream = TcpStream::connect(addr).await.unwrap();
+    ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new(name, "1.0"),
+    )
+    .serve(stream)
+    .await
+    .expect("the MCP handshake with the server")
+}
+
+async fn charge(client: &RunningService<RoleClient, ClientConfig>, args: &Value) -> Value {
+    let out = client
+        .call_tool(call("charge", args.clone()))
+        .await
+        .unwrap();
+    assert_eq!(out.is_error, Some(false), "{out:?}");
+    out.structured_content.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_clients_with_equal_arguments_are_each_charged_once_and_replayed_their_own_receipt() {
+    let provider = FakeProvider::start().await.unwrap();
+    let idem = Idem::new(MemoryStore::new());
+    let addr = serve_tcp(&provider, idem).await;
+    let acme = connect(addr, "acme").await;
+    let globex = connect(addr, "globex").await;
+
+    let args = json!({"customer_id": "cus_1", "purpose": "subscription", "period": "2026-11", "amount_cents": 4200});
+    let golden = IdempotencyKey::derive(
+        "charge",
+        &[
+            ("customer_id", &"cus_1"),
+            ("purpose", &"subscription"),
+            ("period", &"2026-11"),
+        ],
+    );
+
+    // Each client's first charge runs, under its own key: two charges at the provider.
+    let acme_first = charge(&acme, &args).await;
+    let globex_first = charge(&globex, &args).await;
+    assert_eq!(acme_first["replayed"], false);
+    assert_eq!(globex_first["replayed"], false);
+    // The scoped keys of S18 (acme's is the documented golden vector), which the provider got.
+    assert_eq!(
+        acme_first["idempotencyKey"],
+        "6a1557d2-fe2a-83ea-9696-a86f7991dfbf"
+    );
+    assert_eq!(
+        acme_first["result"]["key"],
+        golden.for_tenant("acme").as_str()
+    );
+    assert_eq!(
+        globex_first["result"]["key"],
+        golden.for_tenant("globex").as_str()
+    );
+    assert_ne!(
+        acme_first["result"]["charge_id"],
+        globex_first["result"]["charge_id"]
+    );
+    assert_eq!(provider.count("charges"), 2);
+
+    // A repeat by each client replays its own receipt, never the other's, and charges nobody.
+    for _ in 0..2 {
+        let acme_again = charge(&acme, &args).await;
+        assert_eq!(acme_again["replayed"], true);
+        assert_eq!(acme_again["result"], acme_first["result"]);
+        let globex_again = charge(&globex, &args).await;
+        assert_eq!(globex_again["replayed"], true);
+        assert_eq!(globex_again["result"], globex_first["result"]);
+    }
+    assert_eq!(provider.count("charges"), 2);
+
+    // A reconnecting client is the same tenant: replayed, not charged again.
+    acme.cancel().await.unwrap();
+    let acme = connect(addr, "acme").await;
+    let acme_later = charge(&acme, &args).await;
+    assert_eq!(acme_later["replayed"], true);
+    assert_eq!(acme_later["result"], acme_first["result"]);
+    assert_eq!(provider.count("charges"), 2);
+
+    acme.cancel().await.unwrap();
+    globex.cancel().await.unwrap();
 }

@@ -76,9 +76,15 @@ pub struct Payments {
 impl Payments {
     /// A server of the provider at `base`.
     pub fn new(base: String) -> Self {
+        Self::with_idem(base, Idem::new(MemoryStore::new()))
+    }
+
+    /// A server of the provider at `base` recording in `idem`: the servers of many connections
+    /// share one runtime, so one store.
+    pub fn with_idem(base: String, idem: Idem) -> Self {
         Payments {
             client: Client::new(base, Duration::from_secs(2)),
-            idem: Idem::new(MemoryStore::new()),
+            idem,
         }
     }
 

@@ -3,8 +3,7 @@
 //! Each operation is one short statement on a pooled connection (tokio-postgres +
 //! deadpool-postgres). The server's `now()` is the only clock, so workers' clocks may drift
 //! freely; the row's lease token is the fence, so a holder whose lease was taken over cannot
-//! write; no advisory locks are used, so the store also works behind transaction-pooling proxies
-//! (PgBouncer in `transaction` mode).
+//! write; no advisory locks, session settings or transactions spanning statements are used.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), idem_runtime::StoreError> {
@@ -27,6 +26,36 @@
 //! the TLS connector you trust (`tokio-postgres-rustls`, `postgres-native-tls`) and pass it to
 //! [`PostgresStore::from_pool`].
 //!
+//! # SERIALIZABLE
+//!
+//! The store works under any default isolation level, `serializable` included
+//! (`default_transaction_isolation` set for the role, the database or the connection). Each
+//! statement is a transaction of its own, so a serialization failure (SQLSTATE `40001`, or a
+//! deadlock, `40P01`) rolled back all of it: the store sends it again at once, up to
+//! 8 times, then reports [`StoreErrorKind::Unavailable`] (calling again is safe).
+//!
+//! # PgBouncer
+//!
+//! - **Session mode**: works as with a direct connection.
+//! - **Transaction mode, PgBouncer 1.21 or newer with `max_prepared_statements` > 0** (PgBouncer
+//!   then tracks protocol-level prepared statements across server connections): works as is.
+//! - **Transaction mode otherwise** (older PgBouncer, `max_prepared_statements = 0`, other
+//!   poolers that hand a client's statements to any server connection): build the store with
+//!   [`prepared_statements(false)`](PostgresStoreBuilder::prepared_statements). By default the
+//!   store prepares each statement once per connection under a name, and such a pooler sends the
+//!   name's use to a server connection that never saw it (`prepared statement "s0" does not
+//!   exist`) or that has another client's statement of that name (`… already exists`). Without
+//!   prepared statements each statement goes unnamed with its parameter types, parse and execute
+//!   in one round trip, which any pooler forwards to one server connection.
+//! - **Statement mode**: works too with `prepared_statements(false)` (each statement is a
+//!   transaction of its own); creating or migrating the tables needs a transaction, so run the
+//!   first `connect` (or the upgrade) through a direct or session-mode connection.
+//!
+//! Nothing else of the session is relied on: no `SET`, no advisory lock, no `LISTEN`. The test
+//! suite runs the conformance rows through PgBouncer in transaction mode
+//! (`tests/postgres_pgbouncer.rs`) and under `default_transaction_isolation = serializable`
+//! (`tests/postgres_serializable.rs`).
+//!
 //! # A lost connection
 //!
 //! When the connection dies under a statement (a terminated backend, a failover, a reset socket),
@@ -41,7 +70,7 @@
 //!
 //! With the default name `idemkit`: `idemkit` (one row per key), `idemkit_operations` (operation
 //! ids) and `idemkit_schema` (the schema version). Expired rows are invisible at once and
-//! deleted by [`Records::prune`](crate::store::Records::prune), which a program calls now and then.
+//! deleted by [`Records::prune`](crate::Records::prune), which a program calls now and then.
 
 use std::future::Future;
 use std::str::FromStr;
@@ -49,6 +78,7 @@ use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod};
 use tokio_postgres::error::SqlState;
+use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{NoTls, Row};
 use uuid::Uuid;
 
@@ -75,6 +105,10 @@ const SCHEMA_VERSION: i32 = 2;
 /// is safe to repeat: the caller's lease token recognises a claim or write that already applied.
 const RETRIES_ON_LOST_CONNECTION: u32 = 2;
 
+/// How often an operation is sent again after the server rolled it back as a serialization
+/// failure or a deadlock (SERIALIZABLE): it did nothing, so sending it again is safe.
+const RETRIES_ON_CONFLICT: u32 = 8;
+
 /// How many expired rows one prune statement deletes.
 const PRUNE_BATCH: i64 = 1000;
 
@@ -83,12 +117,15 @@ const PRUNE_BATCH: i64 = 1000;
 pub struct PostgresStore {
     pool: Pool,
     sql: Sql,
+    /// Named statements prepared once per connection (default), or unnamed ones (PgBouncer).
+    prepared: bool,
 }
 
 impl std::fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PostgresStore")
             .field("table", &self.sql.records)
+            .field("prepared_statements", &self.prepared)
             .finish_non_exhaustive()
     }
 }
@@ -103,6 +140,7 @@ pub struct PostgresStoreBuilder {
     max_connections: usize,
     connect_timeout: Duration,
     read_only: bool,
+    prepared_statements: bool,
 }
 
 impl std::fmt::Debug for PostgresStoreBuilder {
@@ -114,6 +152,7 @@ impl std::fmt::Debug for PostgresStoreBuilder {
             .field("max_connections", &self.max_connections)
             .field("connect_timeout", &self.connect_timeout)
             .field("read_only", &self.read_only)
+            .field("prepared_statements", &self.prepared_statements)
             .finish()
     }
 }
@@ -134,6 +173,7 @@ impl PostgresStore {
             max_connections: 16,
             connect_timeout: Duration::from_secs(5),
             read_only: false,
+            prepared_statements: true,
         }
     }
 
@@ -145,9 +185,71 @@ impl PostgresStore {
         table: &str,
     ) -> Result<Self, StoreError> {
         let sql = Sql::new(schema, table)?;
-        let store = PostgresStore { pool, sql };
+        let store = PostgresStore {
+            pool,
+            sql,
+            prepared: true,
+        };
         store.migrate().await?;
         Ok(store)
+    }
+
+    /// Whether statements are prepared once per connection under a name (`true`, the default)
+    /// or sent unnamed each time (`false`: behind PgBouncer in transaction mode older than 1.21,
+    /// see the [module docs](self#pgbouncer)). Creating and migrating the tables never uses
+    /// named statements, so a store made by [`from_pool`](Self::from_pool) may switch after.
+    #[must_use]
+    pub fn with_prepared_statements(mut self, prepared: bool) -> Self {
+        self.prepared = prepared;
+        self
+    }
+
+    /// The rows `sql` answers for `params` (of the PostgreSQL `types`, in order) on `c`.
+    async fn rows(
+        &self,
+        c: &Object,
+        sql: &str,
+        types: &[Type],
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, tokio_postgres::Error> {
+        if self.prepared {
+            let stmt = c.prepare_cached(sql).await?;
+            c.query(&stmt, params).await
+        } else {
+            c.query_typed(sql, &typed(params, types)).await
+        }
+    }
+
+    /// The row `sql` answers for `params`, if any (the statements it runs answer at most one).
+    async fn row(
+        &self,
+        c: &Object,
+        sql: &str,
+        types: &[Type],
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<Row>, tokio_postgres::Error> {
+        Ok(self.rows(c, sql, types, params).await?.into_iter().next())
+    }
+
+    /// How many rows `sql` changed.
+    async fn changed(
+        &self,
+        c: &Object,
+        sql: &str,
+        types: &[Type],
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, tokio_postgres::Error> {
+        use futures_util::StreamExt as _;
+        if self.prepared {
+            let stmt = c.prepare_cached(sql).await?;
+            return c.execute(&stmt, params).await;
+        }
+        let stream = c.query_typed_raw(sql, typed(params, types)).await?;
+        let mut stream = std::pin::pin!(stream);
+        while let Some(row) = stream.next().await {
+            row?;
+        }
+        Ok(stream.rows_affected().unwrap_or(0))
     }
 
     /// The pool the store runs on.
@@ -176,12 +278,16 @@ impl PostgresStore {
     }
 
     async fn migrate_on(&self, client: &mut Object) -> Result<(), Migration> {
+        // Unnamed statements only (`query_typed`, `batch_execute`): safe behind any pooler.
         let tx = client.transaction().await?;
         if let Some((schema, name)) = &self.sql.schema {
             // Only when missing: `CREATE SCHEMA IF NOT EXISTS` needs CREATE on the database even
             // when the schema exists, which a least-privileged role does not have.
             let exists = tx
-                .query_opt("SELECT 1 FROM pg_namespace WHERE nspname = $1", &[name])
+                .query_typed_opt(
+                    "SELECT 1 FROM pg_namespace WHERE nspname = $1",
+                    &[(name, Type::TEXT)],
+                )
                 .await?
                 .is_some();
             if !exists {
@@ -199,7 +305,7 @@ impl PostgresStore {
         ))
         .await?;
         let found: Option<i32> = tx
-            .query_opt(&format!("SELECT version FROM {version_table}"), &[])
+            .query_typed_opt(&format!("SELECT version FROM {version_table}"), &[])
             .await?
             .map(|row| row.get(0));
         match found {
@@ -258,7 +364,7 @@ impl PostgresStore {
         F: Fn(Object) -> Fut,
         Fut: Future<Output = Result<T, tokio_postgres::Error>>,
     {
-        let mut attempt = 0;
+        let (mut attempt, mut conflicts) = (0, 0);
         loop {
             let outcome = match self.pool.get().await {
                 Ok(client) => op(client).await.map_err(Failed::Pg),
@@ -271,6 +377,11 @@ impl PostgresStore {
             if attempt < RETRIES_ON_LOST_CONNECTION && err.connection_lost() {
                 attempt += 1;
                 tracing::warn!(what, attempt, error = %err, "postgres connection lost; sending the statement again");
+                continue;
+            }
+            if conflicts < RETRIES_ON_CONFLICT && err.serialization_failure() {
+                conflicts += 1;
+                tracing::debug!(what, conflicts, error = %err, "postgres rolled the statement back as a serialization failure; sending it again");
                 continue;
             }
             return Err(match err {
@@ -293,6 +404,15 @@ impl PostgresStoreBuilder {
     /// companions are named after it: `<table>_operations`, `<table>_schema`.
     pub fn table(mut self, table: impl Into<String>) -> Self {
         self.table = table.into();
+        self
+    }
+
+    /// Whether statements are prepared once per connection under a name (default `true`).
+    /// `false` sends each unnamed, with its parameter types, in one round trip: for PgBouncer in
+    /// transaction mode older than 1.21 or with `max_prepared_statements = 0`, and other poolers
+    /// that do not track prepared statements (see the [module docs](PostgresStore#pgbouncer)).
+    pub fn prepared_statements(mut self, prepared: bool) -> Self {
+        self.prepared_statements = prepared;
         self
     }
 
@@ -353,11 +473,16 @@ impl PostgresStoreBuilder {
             let store = PostgresStore {
                 pool,
                 sql: Sql::new(self.schema.as_deref(), &self.table)?,
+                prepared: self.prepared_statements,
             };
             store.check_schema().await?;
             return Ok(store);
         }
-        PostgresStore::from_pool(pool, self.schema.as_deref(), &self.table).await
+        Ok(
+            PostgresStore::from_pool(pool, self.schema.as_deref(), &self.table)
+                .await?
+                .with_prepared_statements(self.prepared_statements),
+        )
     }
 }
 
@@ -369,4 +494,13 @@ impl PostgresStore {
     pub fn __claim_and_complete_statements(&self) -> [&str; 2] {
         [&self.sql.claim, &self.sql.complete]
     }
+}
+
+/// `params` paired with their `types`, as `query_typed` takes them.
+fn typed<'a>(
+    params: &[&'a (dyn ToSql + Sync)],
+    types: &[Type],
+) -> Vec<(&'a (dyn ToSql + Sync), Type)> {
+    debug_assert_eq!(params.len(), types.len(), "one type per parameter");
+    params.iter().copied().zip(types.iter().cloned()).collect()
 }

@@ -1,6 +1,7 @@
 //! The PostgreSQL store's operator reads and repairs ([`Records`]): each one statement, by the
 //! server's clock.
 
+use super::sql::types;
 use super::*;
 use crate::store::{Count, RecordFilter, Records, Released, StateKind};
 
@@ -15,8 +16,7 @@ impl PostgresStore {
         let key = key.as_uuid();
         let row = self
             .run("get", |c| async move {
-                let stmt = c.prepare_cached(&self.sql.get).await?;
-                c.query_opt(&stmt, &[&key]).await
+                self.row(&c, &self.sql.get, types::KEY, &[&key]).await
             })
             .await?;
         row.map(|row| record_of(&row)).transpose()
@@ -30,8 +30,8 @@ impl PostgresStore {
             let batch = PRUNE_BATCH.min((limit - pruned) as i64);
             let n = self
                 .run("prune", |c| async move {
-                    let stmt = c.prepare_cached(&self.sql.prune).await?;
-                    c.execute(&stmt, &[&batch]).await
+                    self.changed(&c, &self.sql.prune, types::PRUNE, &[&batch])
+                        .await
                 })
                 .await? as usize;
             pruned += n;
@@ -49,7 +49,8 @@ impl PostgresStore {
         let found = self
             .run("reading the schema version", |c| {
                 let query = query.clone();
-                async move { c.query_opt(&query, &[]).await }
+                // Unnamed: run once, and safe behind any pooler.
+                async move { c.query_typed_opt(&query, &[]).await }
             })
             .await;
         let version: Option<i32> = match found {
@@ -106,9 +107,8 @@ impl Records for PostgresStore {
         let query = &query;
         let rows = self
             .run("listing records", |c| async move {
-                let stmt = c.prepare_cached(query).await?;
-                c.query(&stmt, &[&tool, &state, &older, &newer, &limit])
-                    .await
+                let params: [&(dyn ToSql + Sync); 5] = [&tool, &state, &older, &newer, &limit];
+                self.rows(&c, query, types::LIST, &params).await
             })
             .await?;
         rows.iter().map(record_of).collect()
@@ -132,8 +132,8 @@ impl Records for PostgresStore {
         let query = &query;
         let row = self
             .run("releasing a record", |c| async move {
-                let stmt = c.prepare_cached(query).await?;
-                c.query_opt(&stmt, &[&key, &force]).await
+                self.row(&c, query, types::RELEASE_KEY, &[&key, &force])
+                    .await
             })
             .await?;
         let Some(row) = row else {
@@ -161,8 +161,7 @@ impl Records for PostgresStore {
         let query = &query;
         let row = self
             .run("forgetting a record", |c| async move {
-                let stmt = c.prepare_cached(query).await?;
-                c.query_opt(&stmt, &[&key]).await
+                self.row(&c, query, types::KEY, &[&key]).await
             })
             .await?;
         Ok(row.is_some_and(|r| r.get::<_, bool>(0)))
@@ -180,8 +179,7 @@ impl Records for PostgresStore {
         let query = &query;
         let rows = self
             .run("counting records", |c| async move {
-                let stmt = c.prepare_cached(query).await?;
-                c.query(&stmt, &[]).await
+                self.rows(&c, query, types::NONE, &[]).await
             })
             .await?;
         let mut counts = Vec::with_capacity(rows.len());

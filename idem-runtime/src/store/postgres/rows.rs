@@ -14,6 +14,7 @@ impl From<tokio_postgres::Error> for Migration {
             Some(c) if *c == SqlState::UNIQUE_VIOLATION || *c == SqlState::DUPLICATE_TABLE => {
                 Migration::Raced(e)
             }
+            _ if pg_serialization_failure(&e) => Migration::Raced(e),
             _ => Migration::Pg(e),
         }
     }
@@ -34,6 +35,19 @@ impl Failed {
             Failed::Pool(_) => false,
         }
     }
+
+    /// Whether the server rolled the statement back as a serialization failure or a deadlock,
+    /// so that sending it again may succeed.
+    pub(super) fn serialization_failure(&self) -> bool {
+        matches!(self, Failed::Pg(e) if pg_serialization_failure(e))
+    }
+}
+
+/// SQLSTATE `40001` (serialization failure, SERIALIZABLE or REPEATABLE READ) or `40P01`
+/// (deadlock): the transaction did nothing and may be tried again.
+pub(super) fn pg_serialization_failure(e: &tokio_postgres::Error) -> bool {
+    matches!(e.code(), Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE
+        || *c == SqlState::T_R_DEADLOCK_DETECTED)
 }
 
 impl std::fmt::Display for Failed {
@@ -55,15 +69,17 @@ pub(super) fn pg_connection_lost(e: &tokio_postgres::Error) -> bool {
 }
 
 pub(super) fn pg_error(e: tokio_postgres::Error, what: &str) -> StoreError {
-    let kind = if e.as_db_error().is_none() || pg_connection_lost(&e) {
-        StoreErrorKind::Unavailable
-    } else if e.code() == Some(&SqlState::UNDEFINED_TABLE)
-        || e.code() == Some(&SqlState::UNDEFINED_COLUMN)
-    {
-        StoreErrorKind::Incompatible
-    } else {
-        StoreErrorKind::Other
-    };
+    let kind =
+        if e.as_db_error().is_none() || pg_connection_lost(&e) || pg_serialization_failure(&e) {
+            // A conflict still there after the retries is contention: calling again is safe.
+            StoreErrorKind::Unavailable
+        } else if e.code() == Some(&SqlState::UNDEFINED_TABLE)
+            || e.code() == Some(&SqlState::UNDEFINED_COLUMN)
+        {
+            StoreErrorKind::Incompatible
+        } else {
+            StoreErrorKind::Other
+        };
     let said = match e.as_db_error() {
         Some(db) => format!("{} ({})", db.message(), db.code().code()),
         None => e.to_string(),

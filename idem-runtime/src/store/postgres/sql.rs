@@ -2,6 +2,33 @@
 
 use super::*;
 
+/// The PostgreSQL types of each statement's parameters, in order (for unnamed statements).
+pub(super) mod types {
+    use tokio_postgres::types::Type;
+
+    pub(in super::super) const CLAIM: &[Type] = &[
+        Type::UUID,
+        Type::TEXT,
+        Type::BYTEA,
+        Type::UUID,
+        Type::INT8,
+        Type::INT8,
+    ];
+    pub(in super::super) const KEY: &[Type] = &[Type::UUID];
+    pub(in super::super) const COMPLETE: &[Type] =
+        &[Type::UUID, Type::UUID, Type::BYTEA, Type::INT8];
+    pub(in super::super) const RENEW: &[Type] = &[Type::UUID, Type::UUID, Type::INT8];
+    pub(in super::super) const RELEASE: &[Type] = &[Type::UUID, Type::UUID];
+    pub(in super::super) const MARK_AMBIGUOUS: &[Type] =
+        &[Type::UUID, Type::UUID, Type::TEXT, Type::INT8];
+    pub(in super::super) const PRUNE: &[Type] = &[Type::INT8];
+    pub(in super::super) const OPERATION_ID: &[Type] = &[Type::TEXT, Type::UUID];
+    pub(in super::super) const LIST: &[Type] =
+        &[Type::TEXT, Type::TEXT, Type::INT8, Type::INT8, Type::INT8];
+    pub(in super::super) const RELEASE_KEY: &[Type] = &[Type::UUID, Type::BOOL];
+    pub(in super::super) const NONE: &[Type] = &[];
+}
+
 /// The statements, with the table names filled in once.
 #[derive(Clone)]
 pub(super) struct Sql {

@@ -1,6 +1,7 @@
-//! The `Store` implementation: each operation one prepared statement of `Sql`, retried once on a
-//! lost connection where repeating it is safe.
+//! The `Store` implementation: each operation one statement of `Sql`, sent again on a lost
+//! connection or a serialization failure where repeating it is safe.
 
+use super::sql::types;
 use super::*;
 
 /// The transitions, each as the store runs it; [`AsyncStore`] makes them a [`Store`](crate::Store).
@@ -16,9 +17,10 @@ impl AsyncStore for PostgresStore {
         for _ in 0..8 {
             let acquired = self
                 .run("claim", |c| async move {
-                    let stmt = c.prepare_cached(&self.sql.claim).await?;
-                    c.query_opt(
-                        &stmt,
+                    self.row(
+                        &c,
+                        &self.sql.claim,
+                        types::CLAIM,
                         &[&key, &req.tool, &fingerprint, &token, &lease, &ttl],
                     )
                     .await
@@ -29,8 +31,7 @@ impl AsyncStore for PostgresStore {
             }
             let existing = self
                 .run("claim", |c| async move {
-                    let stmt = c.prepare_cached(&self.sql.existing).await?;
-                    c.query_opt(&stmt, &[&key]).await
+                    self.row(&c, &self.sql.existing, types::KEY, &[&key]).await
                 })
                 .await?;
             let Some(row) = existing else {
@@ -62,8 +63,9 @@ impl AsyncStore for PostgresStore {
         let outcome = outcome.as_bytes();
         let n = self
             .run("complete", |c| async move {
-                let stmt = c.prepare_cached(&self.sql.complete).await?;
-                c.execute(&stmt, &[&key, &token, &outcome, &ttl]).await
+                let params: [&(dyn ToSql + Sync); 4] = [&key, &token, &outcome, &ttl];
+                self.changed(&c, &self.sql.complete, types::COMPLETE, &params)
+                    .await
             })
             .await?;
         Ok(Written::from_changed(n))
@@ -78,8 +80,8 @@ impl AsyncStore for PostgresStore {
         let (key, token, lease) = (key.as_uuid(), token.0, micros(lease));
         let n = self
             .run("renew", |c| async move {
-                let stmt = c.prepare_cached(&self.sql.renew).await?;
-                c.execute(&stmt, &[&key, &token, &lease]).await
+                self.changed(&c, &self.sql.renew, types::RENEW, &[&key, &token, &lease])
+                    .await
             })
             .await?;
         Ok(Written::from_changed(n))
@@ -89,8 +91,8 @@ impl AsyncStore for PostgresStore {
         let (key, token) = (key.as_uuid(), token.0);
         let n = self
             .run("release", |c| async move {
-                let stmt = c.prepare_cached(&self.sql.release).await?;
-                c.execute(&stmt, &[&key, &token]).await
+                self.changed(&c, &self.sql.release, types::RELEASE, &[&key, &token])
+                    .await
             })
             .await?;
         Ok(Written::from_changed(n))
@@ -106,8 +108,9 @@ impl AsyncStore for PostgresStore {
         let (key, token, ttl) = (key.as_uuid(), token.0, micros(ttl));
         let n = self
             .run("mark_ambiguous", |c| async move {
-                let stmt = c.prepare_cached(&self.sql.mark_ambiguous).await?;
-                c.execute(&stmt, &[&key, &token, &note, &ttl]).await
+                let params: [&(dyn ToSql + Sync); 4] = [&key, &token, &note, &ttl];
+                self.changed(&c, &self.sql.mark_ambiguous, types::MARK_AMBIGUOUS, &params)
+                    .await
             })
             .await?;
         Ok(Written::from_changed(n))
@@ -119,10 +122,21 @@ impl OperationIds for PostgresStore {
     async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
         let row = self
             .run("operation_id", |c| async move {
-                let stmt = c.prepare_cached(&self.sql.operation_id).await?;
-                c.query_one(&stmt, &[&name, &fresh]).await
+                self.row(
+                    &c,
+                    &self.sql.operation_id,
+                    types::OPERATION_ID,
+                    &[&name, &fresh],
+                )
+                .await
             })
             .await?;
-        Ok(row.get(0))
+        let row = row.ok_or_else(|| {
+            StoreError::new(
+                StoreErrorKind::Other,
+                "PostgreSQL answered no row for an operation id; the operations table was changed by something else",
+            )
+        })?;
+        row.try_get(0).map_err(corrupt_row)
     }
 }

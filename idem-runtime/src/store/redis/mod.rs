@@ -38,8 +38,37 @@
 //!
 //! A record stops counting at its time-to-live (the scripts compare with `TIME`) and Redis
 //! deletes it by itself a grace period later (`PEXPIREAT`, default one minute); within the grace
-//! [`Records::prune`](crate::store::Records::prune) removes expired records eagerly (it `SCAN`s this store's
+//! [`Records::prune`](crate::Records::prune) removes expired records eagerly (it `SCAN`s this store's
 //! prefix on the connected node). Nothing needs to call `prune` for memory to be reclaimed.
+//!
+//! # ACL: a user limited to the store's prefix
+//!
+//! The store needs these commands, and keys under its prefix only. For the prefix `billing:`:
+//!
+//! ```text
+//! ACL SETUSER idemkit-agent on >PASSWORD resetkeys ~billing:* resetchannels -@all
+//!     +evalsha +script|load +time +hget +hmget +hset +hdel +del +pexpireat +get +set
+//! ```
+//!
+//! - `EVALSHA` runs each operation's script; `SCRIPT LOAD` loads it when the server does not
+//!   have it (a restart, `SCRIPT FLUSH`). `EVAL` is not needed.
+//! - The scripts call `TIME` (the clock), `HGET`/`HMGET`/`HSET`/`HDEL`/`DEL`/`PEXPIREAT` on the
+//!   record's hash (`<prefix>rec:<key>`) and `GET`/`SET` on operation ids (`<prefix>op:<name>`);
+//!   Redis checks every command a script calls, and every key it touches, against the user.
+//! - An operator's user (the `idemkit` command's `list`, `counts` and `prune`, and
+//!   [`Records::list`](crate::Records::list)/[`counts`](crate::Records::counts)/[`prune`](crate::Records::prune))
+//!   adds `+scan`: those walk the prefix with `SCAN … MATCH <prefix>rec:*`. `SCAN` is not limited
+//!   by key patterns, so such a user can see the *names* (never the values) of other keys of the
+//!   database; agents do not need it. `get`, `release` and `forget` of one key are scripts and
+//!   need nothing more.
+//! - The connection sends `CLIENT SETINFO` and ignores a refusal; a URL with a database other
+//!   than 0 adds `+select`.
+//!
+//! A prefix with glob characters (`*?[]\`) must be escaped in `~…` as in `KEYS`. Anything outside
+//! the prefix is refused (`NOPERM`, or "can't access at least one of the keys" for a script), and
+//! the store reports that as a store error naming the missing permission: a store configured
+//! with a prefix the user may not touch fails closed, its tools never run. The test
+//! `tests/redis_acl.rs` makes such users and runs the conformance rows through them.
 //!
 //! # A lost connection
 //!

@@ -12,13 +12,16 @@ pub(super) fn redis_error(e: RedisError, what: &str) -> StoreError {
     } else {
         StoreErrorKind::Other
     };
-    StoreError::new(
-        kind,
-        format!(
-            "Redis failed while {what}: {e}; check that the server is up and that this user may run scripts (EVALSHA)"
-        ),
-    )
-    .with_source(e)
+    let said = e.to_string();
+    let hint = if e.code() == Some("NOPERM")
+        || said.contains("no permissions")
+        || said.contains("can't access at least one of the keys")
+    {
+        "the Redis user lacks a permission: give it the ACL in the RedisStore docs (its commands, and the keys ~<prefix>*)"
+    } else {
+        "check that the server is up and that this user may run scripts (EVALSHA)"
+    };
+    StoreError::new(kind, format!("Redis failed while {what}: {e}; {hint}")).with_source(e)
 }
 
 pub(super) fn ms(d: Duration) -> String {
