@@ -58,6 +58,9 @@ enum Command {
         /// Only records made less than this long ago.
         #[arg(long, value_parser = show::parse_age, value_name = "AGE")]
         newer_than: Option<Duration>,
+        /// Only records made under this scope (tenant).
+        #[arg(long)]
+        tenant: Option<String>,
         /// At most this many.
         #[arg(long, default_value_t = RecordFilter::DEFAULT_LIMIT)]
         limit: usize,
@@ -185,10 +188,12 @@ async fn run(cli: &Cli, target: &Target) -> Result<String, Failed> {
             state,
             older_than,
             newer_than,
+            tenant,
             limit,
             json,
         } => {
             let mut filter = RecordFilter::new().limit(*limit);
+            filter.tenant = tenant.clone();
             filter.tool = tool.clone();
             filter.state = *state;
             filter.older_than = *older_than;

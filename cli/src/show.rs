@@ -91,6 +91,7 @@ pub fn record_json(r: &Record) -> Value {
         "created": time(r.created),
         "updated": time(r.updated),
         "expires_in_ms": r.expires_in.as_millis() as u64,
+        "tenant": r.tenant,
     });
     match &r.state {
         RecordState::Running {
@@ -187,6 +188,9 @@ pub fn record_text(r: &Record) -> String {
     field("fingerprint", r.fingerprint.to_hex());
     field("made", time(r.created));
     field("changed", time(r.updated));
+    if let Some(tenant) = &r.tenant {
+        field("tenant", tenant.clone());
+    }
     field("expires in", span(r.expires_in));
     match &r.state {
         RecordState::Running {

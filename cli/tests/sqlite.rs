@@ -145,3 +145,53 @@ fn a_store_password_is_never_printed() {
         assert!(!said.contains("s3cret"), "{said}");
     }
 }
+
+/// `list --tenant` shows only that scope's records, and `show` says the tenant.
+#[tokio::test]
+async fn list_by_tenant_shows_only_that_tenants_records() {
+    use std::time::Duration;
+
+    use idem_runtime::store::{ClaimRequest, LeaseToken};
+    use idem_runtime::{Fingerprint, Store};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("records.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let hour = Duration::from_secs(3600);
+    for (order, tenant) in [(1, Some("acme")), (2, Some("globex")), (3, None)] {
+        let req = ClaimRequest::new(
+            key("charge", order),
+            "charge",
+            Fingerprint::of(&4200u64).unwrap(),
+            LeaseToken::new(),
+            hour,
+            hour,
+        )
+        .with_tenant(tenant.map(Into::into));
+        store.claim(&req).await.unwrap();
+    }
+    let at = ["--store", path.to_str().unwrap()];
+    let listed = |tenant: &str| -> Vec<String> {
+        let out = expect(&["list", "--json", "--tenant", tenant, at[0], at[1]], 0);
+        let all: Vec<serde_json::Value> = serde_json::from_str(&stdout(&out)).unwrap();
+        all.iter()
+            .map(|r| {
+                assert_eq!(r["tenant"], tenant, "{r}");
+                r["key"].as_str().unwrap().to_owned()
+            })
+            .collect()
+    };
+    assert_eq!(listed("acme"), [key("charge", 1).to_string()]);
+    assert_eq!(listed("globex"), [key("charge", 2).to_string()]);
+    assert!(listed("initech").is_empty());
+    let shown = stdout(&expect(
+        &["show", &key("charge", 1).to_string(), at[0], at[1]],
+        0,
+    ));
+    assert!(
+        shown
+            .lines()
+            .any(|l| l.starts_with("tenant") && l.ends_with("acme")),
+        "{shown}"
+    );
+}

@@ -150,7 +150,15 @@ impl PgByHand {
         let row = c
             .query_opt(
                 &claim,
-                &[&key, &"bench", &fingerprint, &token, &lease, &ttl],
+                &[
+                    &key,
+                    &"bench",
+                    &fingerprint,
+                    &token,
+                    &lease,
+                    &ttl,
+                    &None::<&str>,
+                ],
             )
             .await
             .unwrap();

@@ -79,6 +79,7 @@ impl ByHand {
                     ":key": key.as_str(), ":tool": "charge", ":fingerprint": fingerprint.0,
                     ":token": token.as_bytes(), ":now": now,
                     ":lease_until": now + LEASE.as_millis() as i64, ":expires_at": now + TTL.as_millis() as i64,
+                    ":tenant": None::<&str>,
                 },
                 |row| row.get(0),
             )

@@ -28,6 +28,7 @@ struct Rec {
     state: State,
     expires: Instant,
     created: SystemTime,
+    tenant: Option<String>,
 }
 
 #[derive(Clone)]
@@ -75,6 +76,7 @@ impl MapStore {
             let expires_in = r.expires.saturating_duration_since(now);
             Record::new(*key, r.tool.clone(), r.fingerprint, state, expires_in)
                 .with_times(r.created, r.created)
+                .with_tenant(r.tenant.clone())
         };
         map.0
             .iter()
@@ -109,6 +111,7 @@ impl Store for MapStore {
             state: State::Running(req.token, now + req.lease),
             expires: now + req.ttl,
             created: SystemTime::now(),
+            tenant: req.tenant.as_deref().map(str::to_owned),
         };
         map.0.insert(req.key, rec);
         StoreFuture::ready(Ok(Claim::Acquired))

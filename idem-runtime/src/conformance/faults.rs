@@ -6,14 +6,14 @@ use super::*;
 pub async fn s8_a_dead_holders_lease_expires_and_is_taken_over(store: impl StoreUnderTest) {
     let idem = runtime(store);
     // The "dead process": it claimed and never came back.
-    let dead = ClaimRequest {
-        key: key_of(9),
-        tool: "charge",
-        fingerprint: fingerprint_of(4200),
-        token: LeaseToken::new(),
-        lease: LEASE,
-        ttl: Duration::from_secs(60),
-    };
+    let dead = ClaimRequest::new(
+        key_of(9),
+        "charge",
+        fingerprint_of(4200),
+        LeaseToken::new(),
+        LEASE,
+        Duration::from_secs(60),
+    );
     assert_eq!(idem.store().claim(&dead).await.unwrap(), Claim::Acquired);
     let tool = Counted::new();
     let (result, outcome) = tool.call(charge(&idem), 9, 4200, &[], Duration::ZERO).await;
@@ -61,14 +61,14 @@ pub async fn s9_unreachable_store_fails_closed(store: impl StoreUnderTest) {
 /// S9: a stored outcome that no longer deserializes fails closed: `Error::Store`, the body never runs.
 pub async fn s9_corrupt_outcome_fails_closed(store: impl StoreUnderTest) {
     let idem = runtime(store);
-    let req = ClaimRequest {
-        key: key_of(11),
-        tool: "charge",
-        fingerprint: fingerprint_of(4200),
-        token: LeaseToken::new(),
-        lease: LEASE,
-        ttl: Duration::from_secs(60),
-    };
+    let req = ClaimRequest::new(
+        key_of(11),
+        "charge",
+        fingerprint_of(4200),
+        LeaseToken::new(),
+        LEASE,
+        Duration::from_secs(60),
+    );
     assert_eq!(idem.store().claim(&req).await.unwrap(), Claim::Acquired);
     let written = idem
         .store()
@@ -121,13 +121,15 @@ pub async fn s10_records_past_their_ttl_are_absent(store: impl StoreUnderTest) {
 
 /// S11: every write of a holder whose lease was taken over is refused; the new record stands.
 pub async fn s11_late_writes_of_a_taken_over_lease_are_fenced(store: impl StoreUnderTest) {
-    let req = |token| ClaimRequest {
-        key: key_of(13),
-        tool: "charge",
-        fingerprint: fingerprint_of(4200),
-        token,
-        lease: Duration::from_millis(200),
-        ttl: Duration::from_secs(60),
+    let req = |token| {
+        ClaimRequest::new(
+            key_of(13),
+            "charge",
+            fingerprint_of(4200),
+            token,
+            Duration::from_millis(200),
+            Duration::from_secs(60),
+        )
     };
     let (old, new) = (LeaseToken::new(), LeaseToken::new());
     assert_eq!(store.claim(&req(old)).await.unwrap(), Claim::Acquired);

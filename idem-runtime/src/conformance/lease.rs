@@ -9,14 +9,14 @@ pub(super) fn renew_req(
     lease: Duration,
     ttl: Duration,
 ) -> ClaimRequest<'static> {
-    ClaimRequest {
-        key: key_of(order),
-        tool: "charge",
-        fingerprint: fingerprint_of(4200),
+    ClaimRequest::new(
+        key_of(order),
+        "charge",
+        fingerprint_of(4200),
         token,
         lease,
         ttl,
-    }
+    )
 }
 
 /// S12 (store): `renew` moves a held lease's end later, and the record's expiry with it, so a

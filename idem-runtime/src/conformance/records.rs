@@ -16,7 +16,8 @@ macro_rules! records_conformance_tests {
             records_release_is_refused_under_a_live_lease_and_applied_with_force,
             records_forget_makes_the_next_call_run_again,
             records_prune_removes_only_expired_records,
-            records_counts_by_tool_and_state
+            records_counts_by_tool_and_state,
+            records_of_one_tenant_are_listed_apart
         );
     };
 }
@@ -284,5 +285,48 @@ pub async fn records_counts_by_tool_and_state<S: StoreUnderTest>(store: S) {
             Count::new("charge", StateKind::Completed, 2),
             Count::new("refund", StateKind::Ambiguous, 1),
         ]
+    );
+}
+
+/// S18 for operators: a record keeps the scope (tenant) it was made under, and a list filtered
+/// by one tenant shows only that tenant's records (equal key fields under two tenants are two
+/// records); an unscoped record has no tenant and is listed only unfiltered.
+pub async fn records_of_one_tenant_are_listed_apart<S: StoreUnderTest>(store: S) {
+    use crate::as_tenant;
+    let store = Arc::new(store);
+    let idem = runtime(Arc::clone(&store));
+    let tool = Counted::new();
+    for tenant in ["acme", "globex"] {
+        as_tenant(
+            tenant,
+            tool.call(charge(&idem), 23, 4200, &[], Duration::ZERO),
+        )
+        .await
+        .0
+        .unwrap();
+    }
+    tool.call(charge(&idem), 23, 4200, &[], Duration::ZERO)
+        .await
+        .0
+        .unwrap();
+    for tenant in ["acme", "globex"] {
+        let listed = store
+            .list(&RecordFilter::new().tenant(tenant))
+            .await
+            .unwrap();
+        assert_eq!(keys(&listed), [key_of(23).for_tenant(tenant)], "{tenant}");
+        assert_eq!(listed[0].tenant.as_deref(), Some(tenant));
+        let got = store.get(&key_of(23).for_tenant(tenant)).await.unwrap();
+        assert_eq!(got.and_then(|r| r.tenant).as_deref(), Some(tenant));
+    }
+    let unscoped = store.get(&key_of(23)).await.unwrap().expect("live");
+    assert_eq!(unscoped.tenant, None);
+    assert_eq!(store.list(&RecordFilter::new()).await.unwrap().len(), 3);
+    assert!(
+        store
+            .list(&RecordFilter::new().tenant("initech"))
+            .await
+            .unwrap()
+            .is_empty()
     );
 }

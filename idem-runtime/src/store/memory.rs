@@ -104,6 +104,8 @@ struct Rec {
     /// When it was made (claimed new, or taken over) and last changed.
     created: Instant,
     updated: Instant,
+    /// The scope it was made under (for operators).
+    tenant: Option<Arc<str>>,
 }
 
 #[derive(Debug, Clone)]
@@ -168,6 +170,7 @@ impl MemoryStore {
                     expires_at: now + req.ttl,
                     created: now,
                     updated: now,
+                    tenant: req.tenant.clone(),
                 });
                 return Claim::Acquired;
             }
@@ -194,6 +197,7 @@ impl MemoryStore {
                 rec.state = running;
                 rec.expires_at = now + req.ttl;
                 (rec.created, rec.updated) = (now, now);
+                rec.tenant.clone_from(&req.tenant);
                 Claim::Acquired
             }
         }

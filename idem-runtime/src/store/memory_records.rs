@@ -60,6 +60,7 @@ impl Inner {
             expires_in: rec.expires_at.saturating_duration_since(now),
             created: self.clock.wall(rec.created),
             updated: self.clock.wall(rec.updated),
+            tenant: rec.tenant.as_deref().map(str::to_owned),
         }
     }
 }

@@ -92,6 +92,9 @@ pub struct ClaimRequest<'a> {
     /// How long the record lasts from now: past it, it is treated as absent. Never shorter than
     /// `lease` (the executor refuses such settings).
     pub ttl: Duration,
+    /// The scope (tenant) the call runs under, if any, kept with the record for operators
+    /// ([`RecordFilter::tenant`]). The key already holds it (S18): a store never compares it.
+    pub tenant: Option<Arc<str>>,
 }
 
 impl<'a> ClaimRequest<'a> {
@@ -112,7 +115,14 @@ impl<'a> ClaimRequest<'a> {
             token,
             lease,
             ttl,
+            tenant: None,
         }
+    }
+
+    /// The same claim, made under `tenant`.
+    pub fn with_tenant(mut self, tenant: Option<Arc<str>>) -> Self {
+        self.tenant = tenant;
+        self
     }
 }
 
@@ -213,6 +223,9 @@ pub struct Record {
     /// When it last changed (a claim, a renewal, completion, marked ambiguous), by the same
     /// clock; [`SystemTime::UNIX_EPOCH`] when unknown, as for `created`.
     pub updated: SystemTime,
+    /// The scope (tenant) it was made under, if any (`None` also for a record written before
+    /// stores kept it: schema version 2).
+    pub tenant: Option<String>,
 }
 
 impl Record {
@@ -233,7 +246,14 @@ impl Record {
             expires_in,
             created: SystemTime::UNIX_EPOCH,
             updated: SystemTime::UNIX_EPOCH,
+            tenant: None,
         }
+    }
+
+    /// The same, made under `tenant`.
+    pub fn with_tenant(mut self, tenant: Option<String>) -> Self {
+        self.tenant = tenant;
+        self
     }
 
     /// The same, made at `created` and last changed at `updated`.

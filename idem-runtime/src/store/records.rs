@@ -112,6 +112,8 @@ pub struct RecordFilter {
     pub older_than: Option<Duration>,
     /// Only records made less than this long ago.
     pub newer_than: Option<Duration>,
+    /// Only records made under this scope (tenant).
+    pub tenant: Option<String>,
     /// At most this many (default [`RecordFilter::DEFAULT_LIMIT`]).
     pub limit: usize,
 }
@@ -123,6 +125,7 @@ impl Default for RecordFilter {
             state: None,
             older_than: None,
             newer_than: None,
+            tenant: None,
             limit: Self::DEFAULT_LIMIT,
         }
     }
@@ -162,6 +165,12 @@ impl RecordFilter {
         self
     }
 
+    /// Only records made under `tenant`.
+    pub fn tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant = Some(tenant.into());
+        self
+    }
+
     /// At most `limit` records.
     pub fn limit(mut self, limit: usize) -> Self {
         self.limit = limit;
@@ -176,6 +185,10 @@ impl RecordFilter {
             && self.state.is_none_or(|s| record.state.kind() == s)
             && self.older_than.is_none_or(|d| age >= d)
             && self.newer_than.is_none_or(|d| age < d)
+            && self
+                .tenant
+                .as_deref()
+                .is_none_or(|t| record.tenant.as_deref() == Some(t))
     }
 
     /// Sorts `records` newest first (ties by key) and keeps at most [`RecordFilter::limit`]: for

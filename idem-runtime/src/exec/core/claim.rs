@@ -84,6 +84,7 @@ pub(super) fn start<'a>(
         token,
         lease,
         ttl,
+        tenant,
     };
     let max_outcome = tool.max_outcome.unwrap_or(s.max_outcome);
     let claimed_at = Instant::now();

@@ -99,7 +99,7 @@ use self::rows::*;
 use self::sql::*;
 
 /// The schema version this build writes and understands.
-const SCHEMA_VERSION: i32 = 2;
+const SCHEMA_VERSION: i32 = 3;
 
 /// How often an operation is sent again after the connection it ran on was lost. Every statement
 /// is safe to repeat: the caller's lease token recognises a claim or write that already applied.
@@ -349,6 +349,9 @@ impl PostgresStore {
                  ADD COLUMN IF NOT EXISTS created timestamptz NOT NULL DEFAULT 'epoch',
                  ADD COLUMN IF NOT EXISTS updated timestamptz NOT NULL DEFAULT 'epoch';
              CREATE INDEX IF NOT EXISTS {by_created} ON {records} (created);
+             -- Version 3: the scope (tenant) a row was made under, for operators (NULL: none,
+             -- or written before).
+             ALTER TABLE {records} ADD COLUMN IF NOT EXISTS tenant text;
              INSERT INTO {version_table} (version) VALUES ({SCHEMA_VERSION})
                  ON CONFLICT (singleton) DO UPDATE SET version = EXCLUDED.version;"
         ))

@@ -89,10 +89,11 @@ impl Records for PostgresStore {
             "SELECT tool, fingerprint, state, token, outcome, note,
                     GREATEST(EXTRACT(EPOCH FROM lease_until - now()) * 1000000, 0)::int8,
                     GREATEST(EXTRACT(EPOCH FROM expires_at - now()) * 1000000, 0)::int8,
-                    created, updated, key
+                    created, updated, tenant, key
                FROM {t}
               WHERE expires_at > now()
                 AND ($1::text IS NULL OR tool = $1)
+                AND ($6::text IS NULL OR tenant = $6)
                 AND ($2::text IS NULL OR state = $2)
                 AND ($3::int8 IS NULL OR created <= now() - $3::int8 {US})
                 AND ($4::int8 IS NULL OR created > now() - $4::int8 {US})
@@ -104,10 +105,12 @@ impl Records for PostgresStore {
         let older = filter.older_than.map(micros);
         let newer = filter.newer_than.map(micros);
         let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
+        let tenant = filter.tenant.as_deref();
         let query = &query;
         let rows = self
             .run("listing records", |c| async move {
-                let params: [&(dyn ToSql + Sync); 5] = [&tool, &state, &older, &newer, &limit];
+                let params: [&(dyn ToSql + Sync); 6] =
+                    [&tool, &state, &older, &newer, &limit, &tenant];
                 self.rows(&c, query, types::LIST, &params).await
             })
             .await?;

@@ -133,7 +133,7 @@ pub(super) fn existing_of(row: &Row) -> Result<Existing, StoreError> {
 }
 
 /// Reads `tool, fingerprint, state, token, outcome, note, lease_remaining_us, expires_in_us,
-/// created, updated, key`.
+/// created, updated, tenant, key`.
 pub(super) fn record_of(row: &Row) -> Result<Record, StoreError> {
     let tool: String = row.try_get(0).map_err(corrupt_row)?;
     let fingerprint = fingerprint_of(row.try_get(1).map_err(corrupt_row)?)?;
@@ -145,7 +145,8 @@ pub(super) fn record_of(row: &Row) -> Result<Record, StoreError> {
     let expires_us: i64 = row.try_get(7).map_err(corrupt_row)?;
     let created: std::time::SystemTime = row.try_get(8).map_err(corrupt_row)?;
     let updated: std::time::SystemTime = row.try_get(9).map_err(corrupt_row)?;
-    let key: Uuid = row.try_get(10).map_err(corrupt_row)?;
+    let tenant: Option<String> = row.try_get(10).map_err(corrupt_row)?;
+    let key: Uuid = row.try_get(11).map_err(corrupt_row)?;
     let state = match (state, outcome) {
         ("running", _) => RecordState::Running {
             token: LeaseToken(token),
@@ -166,6 +167,7 @@ pub(super) fn record_of(row: &Row) -> Result<Record, StoreError> {
         // Before the epoch: written before schema 2 (its default), unknown.
         created: created.max(std::time::UNIX_EPOCH),
         updated: updated.max(std::time::UNIX_EPOCH),
+        tenant,
     })
 }
 

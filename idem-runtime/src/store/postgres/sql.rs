@@ -13,6 +13,7 @@ pub(super) mod types {
         Type::UUID,
         Type::INT8,
         Type::INT8,
+        Type::TEXT,
     ];
     pub(in super::super) const KEY: &[Type] = &[Type::UUID];
     pub(in super::super) const COMPLETE: &[Type] =
@@ -23,8 +24,14 @@ pub(super) mod types {
         &[Type::UUID, Type::UUID, Type::TEXT, Type::INT8];
     pub(in super::super) const PRUNE: &[Type] = &[Type::INT8];
     pub(in super::super) const OPERATION_ID: &[Type] = &[Type::TEXT, Type::UUID];
-    pub(in super::super) const LIST: &[Type] =
-        &[Type::TEXT, Type::TEXT, Type::INT8, Type::INT8, Type::INT8];
+    pub(in super::super) const LIST: &[Type] = &[
+        Type::TEXT,
+        Type::TEXT,
+        Type::INT8,
+        Type::INT8,
+        Type::INT8,
+        Type::TEXT,
+    ];
     pub(in super::super) const RELEASE_KEY: &[Type] = &[Type::UUID, Type::BOOL];
     pub(in super::super) const NONE: &[Type] = &[];
 }
@@ -69,14 +76,15 @@ impl Sql {
             // Anything else is left alone and returns no row.
             claim: format!(
                 "INSERT INTO {t} AS r (key, tool, fingerprint, state, token, lease_until, expires_at,
-                                       created, updated)
+                                       created, updated, tenant)
                  VALUES ($1, $2, $3, 'running', $4, now() + $5::int8 {us}, now() + $6::int8 {us},
-                         now(), now())
+                         now(), now(), $7::text)
                  ON CONFLICT (key) DO UPDATE
                     SET tool = EXCLUDED.tool, fingerprint = EXCLUDED.fingerprint, state = 'running',
                         token = EXCLUDED.token, lease_until = EXCLUDED.lease_until,
                         expires_at = EXCLUDED.expires_at, outcome = NULL, note = NULL,
-                        created = EXCLUDED.created, updated = EXCLUDED.updated
+                        created = EXCLUDED.created, updated = EXCLUDED.updated,
+                        tenant = EXCLUDED.tenant
                   WHERE r.expires_at <= now()
                      OR (r.fingerprint = EXCLUDED.fingerprint
                          AND (r.state = 'ambiguous'
@@ -123,7 +131,7 @@ impl Sql {
                 "SELECT tool, fingerprint, state, token, outcome, note,
                         GREATEST(EXTRACT(EPOCH FROM lease_until - now()) * 1000000, 0)::int8,
                         GREATEST(EXTRACT(EPOCH FROM expires_at - now()) * 1000000, 0)::int8,
-                        created, updated, key
+                        created, updated, tenant, key
                    FROM {t} WHERE key = $1 AND expires_at > now()"
             ),
             // expired → absent, one batch; rows another pruner holds are skipped, not waited for.

@@ -11,6 +11,7 @@ impl AsyncStore for PostgresStore {
         let fingerprint = &req.fingerprint.0[..];
         let token = req.token.0;
         let (lease, ttl) = (micros(req.lease), micros(req.ttl));
+        let tenant = req.tenant.as_deref();
         // The row may change between the two statements (completed, released, expired); when it
         // turns out to be claimable after all, claim again. Each round trip sees progress by
         // another caller, so a few rounds always settle.
@@ -21,7 +22,7 @@ impl AsyncStore for PostgresStore {
                         &c,
                         &self.sql.claim,
                         types::CLAIM,
-                        &[&key, &req.tool, &fingerprint, &token, &lease, &ttl],
+                        &[&key, &req.tool, &fingerprint, &token, &lease, &ttl, &tenant],
                     )
                     .await
                 })

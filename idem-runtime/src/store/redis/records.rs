@@ -74,7 +74,8 @@ impl RedisStore {
             created,
             updated,
             now,
-        ] = fields::<11>(items)?;
+            tenant,
+        ] = fields::<12>(items)?;
         let tool = String::from_utf8(bytes(tool)?).map_err(|_| corrupt_field("tool"))?;
         let state = match bytes(state)?.as_slice() {
             b"running" => RecordState::Running {
@@ -102,6 +103,10 @@ impl RedisStore {
             expires_in: Duration::from_millis(int(expires_in)?.max(0) as u64),
             created: wall_time(&bytes(created)?),
             updated: wall_time(&bytes(updated)?),
+            tenant: Some(bytes(tenant)?)
+                .filter(|t| !t.is_empty())
+                .map(|t| String::from_utf8(t).map_err(|_| corrupt_field("tenant")))
+                .transpose()?,
         };
         let now = UNIX_EPOCH + Duration::from_millis(int(now)?.max(0) as u64);
         Ok(Some((record, now)))

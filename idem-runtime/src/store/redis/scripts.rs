@@ -9,7 +9,8 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function ms(x) return string.format('%.0f', x) end
 ";
 
-/// KEYS[1] record; ARGV tool, fingerprint, token, lease ms, ttl ms, grace ms.
+/// KEYS[1] record; ARGV tool, fingerprint, token, lease ms, ttl ms, grace ms, tenant ('' or
+/// absent: none).
 /// absent or expired → running; same fingerprint and (lease over, ambiguous, or already ours:
 /// a retried claim) → running (take over); otherwise the live record is returned untouched.
 const CLAIM: &str = r"
@@ -25,7 +26,8 @@ if r[1] and tonumber(r[5]) > now then
 end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'tool', ARGV[1], 'fp', ARGV[2], 'state', 'running', 'token', ARGV[3],
-  'lease_until', ms(now + ARGV[4]), 'expires_at', ms(now + ARGV[5]), 'created', ms(now), 'updated', ms(now))
+  'lease_until', ms(now + ARGV[4]), 'expires_at', ms(now + ARGV[5]), 'created', ms(now), 'updated', ms(now),
+  'tenant', ARGV[7] or '')
 redis.call('PEXPIREAT', KEYS[1], ms(now + ARGV[5] + ARGV[6]))
 return 1
 ";
@@ -85,12 +87,13 @@ return 1
 ";
 
 /// KEYS[1] record. The live record, for operators (nil when absent or expired), with the
-/// server's time; `created`/`updated` are '' in a record written before they were kept.
+/// server's time; `created`/`updated`/`tenant` are '' in a record written before they were kept
+/// (and `tenant` in one made under no tenant).
 const GET: &str = r"
-local r = redis.call('HMGET', KEYS[1], 'tool', 'fp', 'state', 'token', 'lease_until', 'expires_at', 'outcome', 'note', 'created', 'updated')
+local r = redis.call('HMGET', KEYS[1], 'tool', 'fp', 'state', 'token', 'lease_until', 'expires_at', 'outcome', 'note', 'created', 'updated', 'tenant')
 if not r[1] or tonumber(r[6]) <= now then return nil end
 return {r[1], r[2], r[3], r[4], math.max(tonumber(r[5] or now) - now, 0), tonumber(r[6]) - now, r[7] or '', r[8] or '',
-  r[9] or '', r[10] or '', now}
+  r[9] or '', r[10] or '', now, r[11] or ''}
 ";
 
 /// KEYS[1] record. expired → absent.

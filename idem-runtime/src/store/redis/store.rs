@@ -8,13 +8,14 @@ impl AsyncStore for RedisStore {
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
         let (fp, token) = (req.fingerprint.to_hex(), req.token.0.to_string());
         let (lease, ttl, grace) = (ms(req.lease), ms(req.ttl), ms(self.grace));
-        let args: [&[u8]; 6] = [
+        let args: [&[u8]; 7] = [
             req.tool.as_bytes(),
             fp.as_bytes(),
             token.as_bytes(),
             lease.as_bytes(),
             ttl.as_bytes(),
             grace.as_bytes(),
+            req.tenant.as_deref().unwrap_or("").as_bytes(),
         ];
         let key = self.record_key(&req.key);
         let reply: Value = self

@@ -7,10 +7,11 @@ use crate::store::{Count, RecordFilter, Records, Released, StateKind};
 /// Live records that pass the filter (each condition off when its parameter is NULL), newest
 /// first. `:made_before`/`:made_after` are unix ms, `now` minus the ages asked for.
 const LIST: &str = "
-    SELECT tool, fingerprint, state, token, lease_until, outcome, note, expires_at, created, updated, key
+    SELECT tool, fingerprint, state, token, lease_until, outcome, note, expires_at, created, updated, tenant, key
     FROM records
     WHERE expires_at > :now
       AND (:tool IS NULL OR tool = :tool)
+      AND (:tenant IS NULL OR tenant = :tenant)
       AND (:state IS NULL OR state = :state)
       AND (:made_before IS NULL OR created <= :made_before)
       AND (:made_after IS NULL OR created > :made_after)
@@ -92,9 +93,10 @@ impl Records for SqliteStore {
                     named_params! {
                         ":now": now, ":tool": filter.tool, ":state": filter.state.map(|s| s.as_str()),
                         ":made_before": before, ":made_after": after, ":limit": limit,
+                        ":tenant": filter.tenant,
                     },
                     |row| {
-                        let key: String = row.get(10)?;
+                        let key: String = row.get(11)?;
                         Ok(match key.parse::<IdempotencyKey>() {
                             Ok(key) => decode(row, &key, path),
                             Err(_) => Err(StoreError::corrupt(format!(

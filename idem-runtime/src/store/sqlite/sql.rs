@@ -36,19 +36,22 @@ pub const MIGRATIONS: &[&str] = &[
     "ALTER TABLE records ADD COLUMN created INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE records ADD COLUMN updated INTEGER NOT NULL DEFAULT 0;
     CREATE INDEX records_by_created ON records (created);",
+    // v2 → v3: the scope (tenant) a record was made under, for operators (NULL: none, or a
+    // record written before).
+    "ALTER TABLE records ADD COLUMN tenant TEXT;",
 ];
 
 /// absent | expired → running (a new record);
 /// running with the lease expired | ambiguous, same fingerprint → running (takeover).
 /// Returns the token only when the caller took the record.
 pub const CLAIM: &str = "
-    INSERT INTO records (key, tool, fingerprint, state, token, lease_until, expires_at, created, updated)
-    VALUES (:key, :tool, :fingerprint, 'running', :token, :lease_until, :expires_at, :now, :now)
+    INSERT INTO records (key, tool, fingerprint, state, token, lease_until, expires_at, created, updated, tenant)
+    VALUES (:key, :tool, :fingerprint, 'running', :token, :lease_until, :expires_at, :now, :now, :tenant)
     ON CONFLICT (key) DO UPDATE SET
         tool = excluded.tool, fingerprint = excluded.fingerprint, state = 'running',
         token = excluded.token, lease_until = excluded.lease_until,
         outcome = NULL, note = NULL, expires_at = excluded.expires_at,
-        created = excluded.created, updated = excluded.updated
+        created = excluded.created, updated = excluded.updated, tenant = excluded.tenant
     WHERE records.expires_at <= :now
        OR (records.fingerprint = excluded.fingerprint
            AND (records.state = 'ambiguous'
@@ -57,7 +60,7 @@ pub const CLAIM: &str = "
 
 /// The live record a claim did not take (read in the claim's transaction).
 pub const LIVE: &str = "
-    SELECT tool, fingerprint, state, token, lease_until, outcome, note, expires_at, created, updated
+    SELECT tool, fingerprint, state, token, lease_until, outcome, note, expires_at, created, updated, tenant
     FROM records WHERE key = :key AND expires_at > :now";
 
 /// running, held by :token, not expired → completed.

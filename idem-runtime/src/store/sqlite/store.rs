@@ -29,6 +29,7 @@ impl AsyncStore for SqliteStore {
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
         let (key, tool, fingerprint, token) =
             (req.key, req.tool.to_owned(), req.fingerprint, req.token);
+        let tenant = req.tenant.clone();
         let (lease, ttl, req_lease) = (ms(req.lease), ms(req.ttl), req.lease);
         let prune =
             self.here().claims.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == PRUNE_EVERY - 1;
@@ -46,6 +47,7 @@ impl AsyncStore for SqliteStore {
                             ":key": key.as_str(), ":tool": tool, ":fingerprint": fingerprint.0,
                             ":token": token.0.as_bytes(), ":now": now,
                             ":lease_until": now.saturating_add(lease), ":expires_at": now.saturating_add(ttl),
+                            ":tenant": tenant.as_deref(),
                         },
                         |row| row.get(0),
                     )
@@ -282,6 +284,10 @@ pub(super) fn decode(
         expires_in: remaining(int(7, "expires_at")?, now),
         created: wall_time(int(8, "created")?),
         updated: wall_time(int(9, "updated")?),
+        tenant: match col(10)? {
+            ValueRef::Null => None,
+            _ => Some(text(10, "tenant")?),
+        },
     })
 }
 

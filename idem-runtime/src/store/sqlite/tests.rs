@@ -193,7 +193,7 @@ async fn under_full_writes_that_queue_up_share_one_commit_and_each_gets_its_answ
     let same = request(100, DAY);
     let other = ClaimRequest {
         token: LeaseToken::new(),
-        ..same
+        ..same.clone()
     };
     let first = tokio::spawn({
         let store = store.clone();
