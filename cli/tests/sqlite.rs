@@ -185,7 +185,7 @@ async fn list_by_tenant_shows_only_that_tenants_records() {
     assert_eq!(listed("globex"), [key("charge", 2).to_string()]);
     assert!(listed("initech").is_empty());
     let shown = stdout(&expect(
-        &["show", &key("charge", 1).to_string(), at[0], at[1]],
+        &["show", key("charge", 1).as_ref(), at[0], at[1]],
         0,
     ));
     assert!(
