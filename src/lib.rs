@@ -55,6 +55,11 @@
 pub use idem_macros::classified_tools;
 #[doc(inline)]
 pub use idem_macros::{read_only, side_effect};
+#[cfg(feature = "json")]
+#[cfg_attr(docsrs, doc(cfg(feature = "json")))]
+pub use idem_runtime::json::{
+    DEFAULT_MAX_ARGUMENTS_LEN, JsonCallError, JsonReply, JsonTools, ToolDefinition,
+};
 pub use idem_runtime::{
     AlreadyInstalled, BuildError, CallInfo, CallOutcome, Classified, Classify, DuplicateTools,
     Error, Failure, Fingerprint, Idem, IdemBuilder, IdempotencyKey, KeyHasher, KeyPart, KeyValue,
