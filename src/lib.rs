@@ -87,8 +87,14 @@ pub mod mcp;
 pub mod __private;
 
 /// The README's Rust blocks, compiled (and run, unless `no_run`) as doctests of this crate. They
-/// use the `anyhow`, `postgres` and `rmcp` features, so they run with all features (the README's
+/// use the `anyhow`, `json`, `postgres` and `rmcp` features, so they run with all features (the README's
 /// test command, `cargo test --workspace --all-features`).
-#[cfg(all(doctest, feature = "anyhow", feature = "postgres", feature = "rmcp"))]
+#[cfg(all(
+    doctest,
+    feature = "anyhow",
+    feature = "json",
+    feature = "postgres",
+    feature = "rmcp"
+))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
