@@ -55,6 +55,11 @@
 pub use idem_macros::classified_tools;
 #[doc(inline)]
 pub use idem_macros::{read_only, side_effect};
+#[cfg(feature = "json")]
+#[cfg_attr(docsrs, doc(cfg(feature = "json")))]
+pub use idem_runtime::json::{
+    DEFAULT_MAX_ARGUMENTS_LEN, JsonCallError, JsonReply, JsonTools, ToolDefinition,
+};
 pub use idem_runtime::{
     AlreadyInstalled, BuildError, CallInfo, CallOutcome, Classified, Classify, DuplicateTools,
     Error, Failure, Fingerprint, Idem, IdemBuilder, IdempotencyKey, KeyHasher, KeyPart, KeyValue,
@@ -82,8 +87,14 @@ pub mod mcp;
 pub mod __private;
 
 /// The README's Rust blocks, compiled (and run, unless `no_run`) as doctests of this crate. They
-/// use the `anyhow`, `postgres` and `rmcp` features, so they run with all features (the README's
+/// use the `anyhow`, `json`, `postgres` and `rmcp` features, so they run with all features (the README's
 /// test command, `cargo test --workspace --all-features`).
-#[cfg(all(doctest, feature = "anyhow", feature = "postgres", feature = "rmcp"))]
+#[cfg(all(
+    doctest,
+    feature = "anyhow",
+    feature = "json",
+    feature = "postgres",
+    feature = "rmcp"
+))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;

@@ -324,6 +324,13 @@ impl<'a, T, E> UncheckedCall<'a, T, E> {
     }
 }
 
+/// What a tool marked `json` expands to: its arguments struct implements `JsonArgs`, and its
+/// `JsonEntry` is submitted to the registry.
+#[cfg(feature = "json")]
+pub mod json {
+    pub use idem_runtime::json::{Describe, DescribeDebug, DescribeDisplay, JsonArgs, JsonEntry};
+}
+
 #[cfg(feature = "rmcp")]
 pub mod mcp {
     pub use crate::mcp::{ToolOutput, read_only_output, side_effect_output};

@@ -12,6 +12,8 @@
 //!
 //! The counts of committed effects are what examples and tests assert on.
 
+pub mod model;
+
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

@@ -174,3 +174,73 @@ fn bindings(pat: &Pat) -> Vec<Ident> {
     b.visit_pat(pat);
     b.0
 }
+
+/// How a parameter's value arrives from a JSON call (`json` on the tool): the type its
+/// arguments struct holds, and whether the tool borrows it from there.
+pub(crate) enum JsonField {
+    /// Deserialized as written, moved into the call.
+    Owned(Type),
+    /// Deserialized as an owned type (`&str` → `String`, `&[T]` → `Vec<T>`, `&T` → `T`) and
+    /// lent to the call.
+    Lent(Type),
+    /// Cannot be read from JSON: `impl Trait`, `&mut`, or a borrow inside the type.
+    No(&'static str),
+}
+
+/// The way `ty` arrives from a JSON call.
+pub(crate) fn json_field(ty: &Type) -> JsonField {
+    use quote::quote_spanned;
+    use syn::spanned::Spanned;
+    let (held, lent) = match peel(ty) {
+        Type::ImplTrait(_) => {
+            return JsonField::No("an `impl Trait` argument has no one type to read JSON into");
+        }
+        Type::Reference(r) if r.mutability.is_some() => {
+            return JsonField::No("a JSON call owns its arguments and has nothing to lend mutably");
+        }
+        Type::Reference(r) => {
+            let held: Type = match peel(&r.elem) {
+                Type::Path(p) if p.qself.is_none() && p.path.is_ident("str") => {
+                    syn::parse_quote_spanned!(r.elem.span()=> ::std::string::String)
+                }
+                Type::Slice(s) => {
+                    let elem = &s.elem;
+                    syn::parse2(quote_spanned!(r.elem.span()=> ::std::vec::Vec<#elem>))
+                        .expect("a Vec type parses")
+                }
+                elem => elem.clone(),
+            };
+            (held, true)
+        }
+        other => (other.clone(), false),
+    };
+    if borrows(&held) {
+        return JsonField::No(
+            "it borrows, and a JSON call's arguments are owned: take an owned type (`String`, `Vec<T>`, `T`)",
+        );
+    }
+    if lent {
+        JsonField::Lent(held)
+    } else {
+        JsonField::Owned(held)
+    }
+}
+
+/// Whether a type holds a reference, a lifetime or an `impl Trait` anywhere inside.
+fn borrows(ty: &Type) -> bool {
+    struct Borrows(bool);
+    impl<'ast> Visit<'ast> for Borrows {
+        fn visit_type_reference(&mut self, _: &'ast syn::TypeReference) {
+            self.0 = true;
+        }
+        fn visit_lifetime(&mut self, _: &'ast syn::Lifetime) {
+            self.0 = true;
+        }
+        fn visit_type_impl_trait(&mut self, _: &'ast syn::TypeImplTrait) {
+            self.0 = true;
+        }
+    }
+    let mut b = Borrows(false);
+    b.visit_type(ty);
+    b.0
+}

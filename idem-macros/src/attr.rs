@@ -42,6 +42,7 @@ pub(crate) const ARGUMENTS: &[&str] = &[
     "tenant_required",
     "destructive",
     "open_world",
+    "json",
 ];
 
 /// The arguments of one `#[side_effect(...)]` or `#[read_only(...)]`, as written.
@@ -62,6 +63,8 @@ pub(crate) struct Args {
     pub destructive: Option<(Ident, LitBool)>,
     /// MCP tools only: `openWorldHint`.
     pub open_world: Option<(Ident, LitBool)>,
+    /// `json` (or `json = true`): callable by name with JSON arguments (`JsonTools`).
+    pub json: Option<Ident>,
 }
 
 /// A duration written as `"30s"`, in milliseconds.
@@ -255,6 +258,22 @@ fn argument(cx: &Ctxt, args: &mut Args, ident: &Ident, input: ParseStream) -> sy
                 )
             })?;
             slot.get_or_insert((ident.clone(), value));
+        }
+        "json" => {
+            once(args.json.is_some());
+            // A flag; `json = true` / `json = false` read as the flag present or absent.
+            let on = if input.peek(Token![=]) {
+                input.parse::<Token![=]>()?;
+                input
+                    .parse::<LitBool>()
+                    .map_err(|e| syn::Error::new(e.span(), "write `json`, or `json = true`"))?
+                    .value
+            } else {
+                true
+            };
+            if on {
+                args.json.get_or_insert(ident.clone());
+            }
         }
         "crate" => {
             once(args.krate.is_some());

@@ -26,6 +26,7 @@ pub(crate) fn check(cx: &Ctxt, args: &Args, tool: &Tool) {
     mcp(cx, args, tool);
     signature(cx, tool);
     output(cx, tool);
+    json(cx, args, tool);
     if tool.kind == Kind::SideEffect {
         minted_keys(cx, &tool.item.block);
         key_paths(cx, args, tool);
@@ -128,6 +129,57 @@ fn arguments(cx: &Ctxt, args: &Args, kind: Kind) {
                         "`{ident}` does not apply to #[read_only]: read-only tools keep no record in the store; remove it"
                     ),
                 );
+            }
+        }
+    }
+}
+
+/// `json`: the feature is on, and every argument can be read from a JSON object by name into a
+/// free function's call (checked only when asked for: other tools keep any signature).
+fn json(cx: &Ctxt, args: &Args, tool: &Tool) {
+    let Some(flag) = &args.json else { return };
+    if !cfg!(feature = "json") {
+        cx.error(
+            flag.span(),
+            "`json` needs idemkit's `json` feature: `idemkit = { version = \"...\", features = [\"json\"] }`",
+        );
+        return;
+    }
+    if let Some(r) = &tool.receiver {
+        cx.error_spanned(
+            r,
+            "a tool called from JSON (`json`) is a free `async fn`: the dispatcher calls it by name and has no `self` \
+             to call a method on; make it a free function that reaches its client another way (a static, or \
+             `idem = ...` for the runtime), or remove `json`",
+        );
+    }
+    let generics = &tool.item.sig.generics;
+    if let Some(param) = generics
+        .params
+        .iter()
+        .find(|p| !matches!(p, syn::GenericParam::Lifetime(_)))
+    {
+        cx.error_spanned(
+            param,
+            "a tool called from JSON (`json`) cannot be generic: the dispatcher must know the one type each argument \
+             is read into; make the parameter a concrete type, or remove `json`",
+        );
+    }
+    for p in &tool.params {
+        match &p.role {
+            Role::InjectedKey => {}
+            Role::Pattern { .. } => cx.error_spanned(
+                &p.arg.pat,
+                "a tool called from JSON (`json`) takes each argument by name: the JSON object's properties are the \
+                 parameters' names; name this parameter (e.g. `req: ChargeReq`) and key on its fields (`req.customer_id`)",
+            ),
+            Role::Named(ident) => {
+                if let ast::JsonField::No(why) = ast::json_field(&p.arg.ty) {
+                    cx.error_spanned(
+                        &p.arg.ty,
+                        format!("`{ident}` cannot come from a JSON call (`json`): {why}; or remove `json`"),
+                    );
+                }
             }
         }
     }

@@ -11,7 +11,7 @@ use syn::{Attribute, FnArg, Ident, Meta, Pat};
 
 use crate::ast::{Kind, Param, Role, Tool};
 use crate::attr::{Args, private};
-use crate::lower::Plan;
+use crate::lower::{JsonParam, Plan};
 
 /// The internal local every attempt's key arrives in; invisible to the body (mixed-site hygiene).
 fn key_local() -> Ident {
@@ -23,7 +23,10 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
     let attrs = crate::serve::attrs(args, tool, outer_attrs(&tool.item.attrs));
     let vis = &tool.item.vis;
     let mut sig = outer_signature(tool);
-    let register = registration(&private, tool, plan);
+    let mut register = registration(&private, tool, plan);
+    if let Some(params) = &plan.json {
+        register.extend(json_entry(&private, tool, plan, params));
+    }
     let settings = settings(&private, args, &plan.name);
     let (per_attempt, attempt) = attempt(&private, tool);
     let call = Ident::new("__idemkit_call", Span::mixed_site());
@@ -310,6 +313,59 @@ fn registration(private: &TokenStream, tool: &Tool, plan: &Plan) -> TokenStream 
                 file: ::core::file!(),
                 line: ::core::line!(),
             }
+        }
+    }
+}
+
+/// `json`: the arguments struct a JSON call is read into (its schema derived), the call of this
+/// very function with its fields, and the entry `JsonTools` finds it by. The dispatch itself is the
+/// runtime's (`idem_runtime::json`).
+fn json_entry(
+    private: &TokenStream,
+    tool: &Tool,
+    plan: &Plan,
+    params: &[JsonParam],
+) -> TokenStream {
+    let args = Ident::new("__IdemkitJsonArgs", Span::call_site());
+    let serde_crate = format!("{}::serde", private).replace(' ', "");
+    let schemars_crate = format!("{}::schemars", private).replace(' ', "");
+    let fields = params.iter().map(|p| {
+        let (ident, held) = (&p.ident, &p.held);
+        quote!(#ident: #held)
+    });
+    let idents: Vec<&Ident> = params.iter().map(|p| &p.ident).collect();
+    let pass = params.iter().map(|p| {
+        let ident = &p.ident;
+        if p.lent {
+            quote!(&#ident)
+        } else {
+            quote!(#ident)
+        }
+    });
+    let function = &tool.item.sig.ident;
+    let (ok, err, name) = (&plan.ok, &plan.err, &plan.name);
+    quote! {
+        #[derive(#private::serde::Deserialize, #private::schemars::JsonSchema)]
+        #[serde(crate = #serde_crate, deny_unknown_fields)]
+        #[schemars(crate = #schemars_crate)]
+        struct #args { #(#fields),* }
+        impl #private::json::JsonArgs for #args {
+            type Ok = #ok;
+            type Err = #err;
+            fn call(self) -> impl ::core::future::Future<
+                Output = ::core::result::Result<Self::Ok, Self::Err>,
+            > + ::core::marker::Send {
+                let #args { #(#idents),* } = self;
+                async move { #function(#(#pass),*).await }
+            }
+            fn describe(err: &Self::Err) -> ::std::string::String {
+                #[allow(unused_imports)]
+                use #private::json::{DescribeDebug as _, DescribeDisplay as _};
+                (&&#private::json::Describe(err)).describe()
+            }
+        }
+        #private::inventory::submit! {
+            #private::json::JsonEntry::new::<#args>(#name)
         }
     }
 }

@@ -21,6 +21,17 @@ pub(crate) struct Plan {
     pub fingerprint: Vec<FingerprintArg>,
     pub ok: Type,
     pub err: Type,
+    /// `json`: the parameters as the fields of its arguments struct, in order.
+    pub json: Option<Vec<JsonParam>>,
+}
+
+/// A parameter read from a JSON call.
+pub(crate) struct JsonParam {
+    pub ident: Ident,
+    /// The type its arguments struct holds, at the user's span.
+    pub held: Type,
+    /// Lent to the call (`&held`), or moved.
+    pub lent: bool,
 }
 
 pub(crate) struct KeyField {
@@ -68,13 +79,37 @@ pub(crate) fn lower(args: &Args, tool: &Tool) -> Plan {
             None => tool.item.sig.ident.unraw().to_string(),
         },
     };
+    let json = args.json.as_ref().map(|_| json_params(tool));
     Plan {
         name,
         keys,
         fingerprint,
         ok,
         err,
+        json,
     }
+}
+
+/// The named parameters of a tool marked `json` (checked: each one can come from JSON).
+fn json_params(tool: &Tool) -> Vec<JsonParam> {
+    tool.params
+        .iter()
+        .filter_map(|p| {
+            let Role::Named(ident) = &p.role else {
+                return None;
+            };
+            let (held, lent) = match ast::json_field(&p.arg.ty) {
+                ast::JsonField::Owned(ty) => (ty, false),
+                ast::JsonField::Lent(ty) => (ty, true),
+                ast::JsonField::No(_) => unreachable!("checked: every argument comes from JSON"),
+            };
+            Some(JsonParam {
+                ident: ident.clone(),
+                held,
+                lent,
+            })
+        })
+        .collect()
 }
 
 /// Each key path resolved (to a parameter, a binding or `self`), and the arguments fingerprinted.

@@ -57,6 +57,9 @@ mod error;
 mod exec;
 mod fingerprint;
 mod idem;
+#[cfg(feature = "json")]
+#[cfg_attr(docsrs, doc(cfg(feature = "json")))]
+pub mod json;
 mod key;
 mod meters;
 mod observe;
@@ -76,6 +79,9 @@ pub use exec::Tool;
 pub use exec::{Next, ReadCall, SideEffectCall};
 pub use fingerprint::{Fingerprint, Fingerprinter};
 pub use idem::{AlreadyInstalled, BuildError, Idem, IdemBuilder, as_tenant, operation};
+#[cfg(feature = "json")]
+#[cfg_attr(docsrs, doc(cfg(feature = "json")))]
+pub use json::{JsonCallError, JsonReply, JsonTools, ToolDefinition};
 pub use key::normalize;
 pub use key::{IdempotencyKey, KeyField, KeyHasher, KeyPart, KeyValue, OperationId};
 pub use observe::{CallInfo, CallOutcome, observe};
@@ -97,6 +103,8 @@ pub use store::{Records, Store};
 #[doc(hidden)]
 pub mod __private {
     pub use inventory;
+    #[cfg(feature = "json")]
+    pub use schemars;
     pub use serde;
     pub use serde_json;
     pub use uuid;

@@ -1,0 +1,365 @@
+//! Tools called by name with JSON arguments (feature `json`, issue 17 part 1): the same key as
+//! from Rust (the contract's golden vector), one shared record, schemas in the chat APIs' shape,
+//! and malformed calls refused before anything runs.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use idemkit::{
+    Classify, Failure, Idem, IdempotencyKey, JsonCallError, JsonTools, MemoryStore, ToolKind,
+    observe, read_only, side_effect,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+const GOLDEN: &str = "32e00e40-1a53-8058-93c7-e9d1adc8ecaa";
+
+#[derive(Debug)]
+enum PayError {
+    Declined(String),
+    Idem(idemkit::Error),
+}
+
+impl std::fmt::Display for PayError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PayError::Declined(why) => write!(f, "card declined: {why}"),
+            PayError::Idem(e) => e.fmt(f),
+        }
+    }
+}
+
+impl Classify for PayError {
+    fn classify(&self) -> Failure {
+        Failure::Permanent
+    }
+}
+
+impl From<idemkit::Error> for PayError {
+    fn from(e: idemkit::Error) -> Self {
+        PayError::Idem(e)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Receipt {
+    key: String,
+    cents: u64,
+}
+
+/// Times each body ran, by customer (tests run in parallel, each with customers of its own).
+static RUNS: Mutex<Option<HashMap<String, u32>>> = Mutex::new(None);
+
+fn ran(customer: &str) {
+    *RUNS
+        .lock()
+        .unwrap()
+        .get_or_insert_with(HashMap::new)
+        .entry(customer.to_owned())
+        .or_default() += 1;
+}
+
+fn runs(customer: &str) -> u32 {
+    RUNS.lock()
+        .unwrap()
+        .as_ref()
+        .and_then(|m| m.get(customer).copied())
+        .unwrap_or(0)
+}
+
+/// Charges a customer once per purpose and period.
+#[side_effect(key = "customer_id, purpose, period", json)]
+async fn charge(
+    key: &IdempotencyKey,
+    customer_id: &str,
+    purpose: &str,
+    period: &str,
+    amount_cents: u64,
+) -> Result<Receipt, PayError> {
+    ran(customer_id);
+    if customer_id == "cus_declined" {
+        return Err(PayError::Declined("insufficient funds".into()));
+    }
+    let _ = (purpose, period);
+    Ok(Receipt {
+        key: key.to_string(),
+        cents: amount_cents,
+    })
+}
+
+/// Reads a customer's balance in cents.
+#[read_only(json)]
+async fn balance(customer_id: String, currency: Option<String>) -> Result<u64, PayError> {
+    ran(&customer_id);
+    let _ = currency;
+    Ok(4200)
+}
+
+/// Not marked `json`: not listed, not callable from JSON.
+#[side_effect(key = "order_id")]
+async fn ship(order_id: &str) -> Result<(), PayError> {
+    let _ = order_id;
+    Ok(())
+}
+
+fn idem() -> Idem {
+    Idem::new(MemoryStore::new())
+}
+
+#[tokio::test]
+async fn a_json_call_derives_the_golden_key_and_the_rust_call_after_it_replays_its_record() {
+    let tools = JsonTools::all();
+    let idem = idem();
+    let args = r#"{"customer_id": "cus_1", "purpose": "subscription", "period": "2026-11", "amount_cents": 4200}"#;
+    let reply = idem
+        .scope(tools.call("charge", args))
+        .await
+        .expect("a well-formed call runs");
+    assert_eq!(reply.key().map(|k| k.to_string()).as_deref(), Some(GOLDEN));
+    assert_eq!(reply.value, json!({"key": GOLDEN, "cents": 4200}));
+    assert!(!reply.replayed());
+    assert_eq!(runs("cus_1"), 1);
+
+    // The same call from Rust shares the record: a replay, the body does not run again.
+    let (receipt, info) = idem
+        .scope(observe(charge("cus_1", "subscription", "2026-11", 4200)))
+        .await;
+    let info = info.expect("the call reports what happened");
+    assert!(
+        info.replayed,
+        "the Rust call after the JSON call is a replay"
+    );
+    assert_eq!(info.key.unwrap().to_string(), GOLDEN);
+    assert_eq!(
+        receipt.unwrap(),
+        Receipt {
+            key: GOLDEN.into(),
+            cents: 4200
+        }
+    );
+    assert_eq!(runs("cus_1"), 1);
+}
+
+#[tokio::test]
+async fn a_rust_call_then_the_same_call_from_json_is_a_replay_with_the_same_value() {
+    let tools = JsonTools::all();
+    let idem = idem();
+    let first = idem
+        .scope(charge("cus_rust_first", "subscription", "2026-12", 990))
+        .await
+        .unwrap();
+    let args = json!({"customer_id": "cus_rust_first", "purpose": "subscription", "period": "2026-12", "amount_cents": 990});
+    let reply = idem.scope(tools.call_value("charge", args)).await.unwrap();
+    assert!(reply.replayed());
+    assert_eq!(reply.value, serde_json::to_value(&first).unwrap());
+    assert_eq!(reply.key().unwrap().to_string(), first.key);
+    assert_eq!(runs("cus_rust_first"), 1);
+}
+
+/// Each malformed call: refused with the variant named, nothing run.
+#[tokio::test]
+async fn malformed_calls_are_refused_with_a_message_for_the_model_and_run_nothing() {
+    let tools = JsonTools::all().max_arguments_len(256);
+    let idem = idem();
+    let c = "cus_bad_json";
+    let cases: Vec<(&str, String, &str)> = vec![
+        (
+            "charge",
+            json!({"customer_id": c, "purpose": "subscription", "amount_cents": 1}).to_string(),
+            "missing field `period`",
+        ),
+        (
+            "charge",
+            json!({"customer_id": c, "purpose": "subscription", "period": "2026-11", "amount_cents": "4200"})
+                .to_string(),
+            "invalid type: string \"4200\", expected u64",
+        ),
+        (
+            "charge",
+            json!({"customer_id": c, "purpose": "subscription", "period": "2026-11", "amount_cents": -1})
+                .to_string(),
+            "invalid value: integer `-1`, expected u64",
+        ),
+        (
+            "charge",
+            json!({"customer_id": c, "purpose": "s", "period": "p", "amount_cents": 1, "currency": "eur"})
+                .to_string(),
+            "unknown field `currency`",
+        ),
+        (
+            "charge",
+            json!({"customer_id": c, "purpose": "s", "period": "p", "amount_cents": 1, "key": GOLDEN})
+                .to_string(),
+            "unknown field `key`",
+        ),
+        ("charge", format!("[\"{c}\", \"s\", \"p\", 1]"), "must be a JSON object"),
+        ("charge", format!("{{\"customer_id\": \"{c}\""), "EOF while parsing"),
+        ("charge", "\"cus_bad_json\"".to_owned(), "must be a JSON object"),
+        ("balance", json!({"currency": "eur"}).to_string(), "missing field `customer_id`"),
+    ];
+    for (tool, args, says) in cases {
+        let err = idem.scope(tools.call(tool, &args)).await.unwrap_err();
+        assert!(
+            matches!(err, JsonCallError::InvalidArguments { .. }),
+            "{args}: {err:?}"
+        );
+        assert!(!err.called());
+        let text = err.to_string();
+        assert!(text.contains(says), "{args}: {text}");
+        assert!(text.contains("the tool was not run"), "{text}");
+    }
+
+    let long =
+        json!({"customer_id": c, "purpose": "x".repeat(300), "period": "p", "amount_cents": 1});
+    let err = idem
+        .scope(tools.call("charge", &long.to_string()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, JsonCallError::ArgumentsTooLarge { limit: 256, .. }),
+        "{err:?}"
+    );
+    let err = idem
+        .scope(tools.call_value("charge", long))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, JsonCallError::ArgumentsTooLarge { limit: 256, .. }),
+        "{err:?}"
+    );
+
+    for name in ["refund", "ship", "Charge"] {
+        let err = idem
+            .scope(tools.call(name, &json!({"customer_id": c}).to_string()))
+            .await
+            .unwrap_err();
+        let JsonCallError::UnknownTool { known, .. } = &err else {
+            panic!("{name}: {err:?}")
+        };
+        assert!(known.contains(&"charge") && !known.contains(&"ship"));
+        assert!(err.to_string().contains("nothing was run"));
+    }
+    assert_eq!(runs(c), 0, "no malformed call ran a body");
+}
+
+#[tokio::test]
+async fn a_tool_error_and_a_key_reused_with_other_arguments_come_back_as_failed_calls() {
+    let tools = JsonTools::all();
+    let idem = idem();
+    let declined =
+        json!({"customer_id": "cus_declined", "purpose": "s", "period": "p", "amount_cents": 1});
+    let err = idem
+        .scope(tools.call_value("charge", declined))
+        .await
+        .unwrap_err();
+    assert!(err.called());
+    assert_eq!(
+        err.to_string(),
+        "`charge` failed: card declined: insufficient funds"
+    );
+    assert_eq!(runs("cus_declined"), 1);
+
+    let c = "cus_reuse";
+    let args = |cents: u64| json!({"customer_id": c, "purpose": "s", "period": "p", "amount_cents": cents});
+    idem.scope(tools.call_value("charge", args(100)))
+        .await
+        .unwrap();
+    let err = idem
+        .scope(tools.call_value("charge", args(999)))
+        .await
+        .unwrap_err();
+    let JsonCallError::Failed { info, message, .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert!(message.contains("different arguments"), "{message}");
+    assert!(!info.as_ref().unwrap().replayed);
+    assert_eq!(runs(c), 1, "a key reused with other arguments does not run");
+}
+
+#[tokio::test]
+async fn read_only_tools_are_called_from_json_too_and_optional_parameters_may_be_left_out() {
+    let tools = JsonTools::only(["balance"]).unwrap();
+    assert_eq!(tools.names().collect::<Vec<_>>(), ["balance"]);
+    let reply = tools
+        .call("balance", r#"{"customer_id": "cus_balance"}"#)
+        .await
+        .unwrap();
+    assert_eq!(reply.value, json!(4200));
+    assert!(!reply.replayed() && reply.key().is_none());
+    assert_eq!(runs("cus_balance"), 1);
+    assert!(matches!(
+        JsonTools::only(["balance", "ship"]),
+        Err(JsonCallError::UnknownTool { .. })
+    ));
+}
+
+/// Every registered tool's schema is a JSON Schema object of its parameters, in the chat APIs'
+/// `{"type": "function", "function": {...}}` shape; the injected key is no parameter.
+#[test]
+fn every_json_tool_has_an_object_schema_of_its_parameters_in_the_chat_shape() {
+    let tools = JsonTools::all();
+    let chat = tools.chat_tools();
+    let chat = chat.as_array().unwrap();
+    assert_eq!(chat.len(), tools.definitions().len());
+    assert!(!chat.is_empty());
+    for tool in chat {
+        assert_eq!(tool["type"], "function");
+        let function = &tool["function"];
+        let name = function["name"].as_str().unwrap();
+        assert!(
+            !function["description"].as_str().unwrap().is_empty(),
+            "{name}"
+        );
+        let parameters = function["parameters"].as_object().unwrap();
+        assert_eq!(parameters["type"], "object", "{name}");
+        assert_eq!(parameters["additionalProperties"], false, "{name}");
+        assert!(!parameters.contains_key("$schema") && !parameters.contains_key("title"));
+        let properties = parameters["properties"].as_object().unwrap();
+        let required: Vec<&str> = parameters["required"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.as_str().unwrap())
+            .collect();
+        assert!(
+            required.iter().all(|r| properties.contains_key(*r)),
+            "{name}"
+        );
+        assert!(
+            !properties.contains_key("key"),
+            "{name}: the injected key is no argument"
+        );
+        // Round trip: the schema is JSON a client can send as is.
+        let text = serde_json::to_string(&tool).unwrap();
+        assert_eq!(&serde_json::from_str::<Value>(&text).unwrap(), tool);
+    }
+
+    let defs = tools.definitions();
+    let charge = defs.iter().find(|d| d.name == "charge").unwrap();
+    assert_eq!(charge.kind, ToolKind::SideEffect);
+    assert_eq!(
+        charge.description,
+        "Charges a customer once per purpose and period."
+    );
+    assert_eq!(
+        charge.parameters["required"],
+        json!(["customer_id", "purpose", "period", "amount_cents"])
+    );
+    assert_eq!(
+        charge.parameters["properties"]["customer_id"]["type"],
+        "string"
+    );
+    assert_eq!(
+        charge.parameters["properties"]["amount_cents"]["type"],
+        "integer"
+    );
+    let balance = defs.iter().find(|d| d.name == "balance").unwrap();
+    assert_eq!(balance.kind, ToolKind::ReadOnly);
+    assert_eq!(balance.parameters["required"], json!(["customer_id"]));
+    assert!(defs.iter().all(|d| d.name != "ship"));
+}
+
+#[tokio::test]
+async fn the_tool_not_marked_json_still_runs_from_rust() {
+    idem().scope(ship("order_1")).await.unwrap();
+}
