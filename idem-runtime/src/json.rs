@@ -210,8 +210,8 @@ pub enum JsonCallError {
         tool: &'static str,
         /// The error's text.
         message: String,
-        /// What happened in the call.
-        info: Option<CallInfo>,
+        /// What happened in the call (boxed: it is most of the error's size).
+        info: Option<Box<CallInfo>>,
     },
 }
 
@@ -433,7 +433,7 @@ impl JsonTools {
             (Err(message), info) => Err(JsonCallError::Failed {
                 tool,
                 message,
-                info,
+                info: info.map(Box::new),
             }),
         }
     }
