@@ -73,7 +73,7 @@ impl<T, E> ToolResult for Result<T, E> {
 }
 pub use idem_runtime::{
     Classify, Error, Fingerprint, Fingerprinter, IdempotencyKey, KeyHasher, KeyPart, Next,
-    ReadCall, SideEffectCall, Tool, ToolInfo, ToolKind, normalize,
+    ReadCall, ReadNext, SideEffectCall, Tool, ToolInfo, ToolKind, normalize,
 };
 
 use idem_runtime::__private::serde::Serialize;
@@ -307,7 +307,7 @@ pub struct UncheckedCall<'a, T, E>(ReadCall<'a, T, E>);
 const UNCHECKED: &str = "idemkit: a tool whose types fail the attribute's checks does not compile";
 
 impl<'a, T, E> UncheckedCall<'a, T, E> {
-    pub fn attempt(&mut self) -> Next<'_, 'a> {
+    pub fn attempt(&mut self) -> ReadNext<'_, 'a> {
         self.0.attempt()
     }
 

@@ -71,7 +71,7 @@ pub mod conformance;
 pub use classify::{Classified, classify_chain};
 pub use error::{Error, StoreError, StoreErrorKind};
 #[doc(hidden)]
-pub use exec::{Next, ReadCall, SideEffectCall};
+pub use exec::{Next, ReadCall, ReadNext, SideEffectCall};
 pub use exec::{Tool, run_side_effect};
 pub use fingerprint::{Fingerprint, Fingerprinter};
 pub use idem::{AlreadyInstalled, BuildError, Idem, IdemBuilder, as_tenant, operation};

@@ -9,7 +9,7 @@ mod core;
 mod typed;
 mod wake;
 
-pub use self::core::Next;
+pub use self::core::{Next, ReadNext};
 pub use self::typed::{ReadCall, SideEffectCall};
 pub(crate) use self::wake::Wakes;
 
