@@ -94,9 +94,9 @@ impl Arguments {
     }
 
     /// Adds one argument; its bound is checked at the argument's span.
-    pub fn arg<T: Fingerprinted + ?Sized>(mut self, name: &str, value: &T) -> Self {
+    pub fn arg<T: Fingerprinted + ?Sized>(mut self, name: &'static str, value: &T) -> Self {
         if self.failed.is_none()
-            && let Err(e) = self.fingerprinter.arg(name, value)
+            && let Err(e) = self.fingerprinter.arg_static(name, value)
         {
             self.failed = Some(e);
         }
@@ -107,7 +107,7 @@ impl Arguments {
     /// are in the key already).
     pub fn arg_except<T: Fingerprinted + ?Sized>(
         self,
-        name: &str,
+        name: &'static str,
         value: &T,
         key_fields: &[&str],
     ) -> Self {
