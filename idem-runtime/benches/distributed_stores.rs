@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use idem_runtime::store::{Claim, ClaimRequest, LeaseToken, Written};
+use idem_runtime::store::{Claim, ClaimRequest, LeaseToken, Outcome, Written};
 use idem_runtime::{Fingerprint, IdempotencyKey, PostgresStore, RedisStore, Store};
 use uuid::Uuid;
 
@@ -90,8 +90,7 @@ fn interleave(
             (s(per_round), th)
         };
         if round >= 2 {
-            support::record(store, per_round, ts);
-            support::record(hand, per_round, th);
+            support::round(store, hand, per_round, ts, th);
         }
     }
 }
