@@ -6,8 +6,10 @@
 # Starts PostgreSQL and Redis on loopback for the distributed stores (scripts/test-servers.sh, on
 # ports of their own so a test run's servers are left alone) when their binaries are installed and
 # no IDEMKIT_TEST_*_URL is set; without them those rows are skipped. Each figure is the median of
-# its measured batches; ratios are of figures taken in the same run (the stores' in interleaved
-# rounds). Takes about ten minutes on 2 cores.
+# its measured batches; ratios are of figures taken in the same run. The stores' ratios are the
+# median of the ratios of 10 interleaved rounds (store, by hand, by hand, store, ...), shown with
+# their range: one round's disk or server mood is not a regression. The build rows compare the
+# attributes with four baselines (benches/build_cost.sh). Takes about fifteen minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -48,6 +50,8 @@ echo "Measured $(date -u +%Y-%m-%d) on $(nproc) cores ($(grep -m1 'model name' /
 echo
 echo "| what | figure | baseline | baseline's figure | ratio | goal |"
 echo "| --- | ---: | --- | ---: | ---: | --- |"
-grep '^RESULT' "$out" | while IFS=$'\t' read -r _ what fig base bfig ratio goal; do
-    echo "| $what | $fig | $base | $bfig | ${ratio}× | $goal |"
+# A pair measured in interleaved rounds (the stores) gives the median of its rounds' ratios and
+# their range; its figures are the medians of each side's batches.
+grep '^RESULT' "$out" | while IFS=$'\t' read -r _ what fig base bfig ratio goal range; do
+    echo "| $what | $fig | $base | $bfig | ${ratio}×${range:+ (${range})} | $goal |"
 done

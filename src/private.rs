@@ -73,7 +73,7 @@ impl<T, E> ToolResult for Result<T, E> {
 }
 pub use idem_runtime::{
     Classify, Error, Fingerprint, Fingerprinter, IdempotencyKey, KeyHasher, KeyPart, Next,
-    ReadCall, SideEffectCall, Tool, ToolInfo, ToolKind, normalize,
+    ReadCall, ReadNext, SideEffectCall, Tool, ToolInfo, ToolKind, normalize,
 };
 
 use idem_runtime::__private::serde::Serialize;
@@ -94,9 +94,9 @@ impl Arguments {
     }
 
     /// Adds one argument; its bound is checked at the argument's span.
-    pub fn arg<T: Fingerprinted + ?Sized>(mut self, name: &str, value: &T) -> Self {
+    pub fn arg<T: Fingerprinted + ?Sized>(mut self, name: &'static str, value: &T) -> Self {
         if self.failed.is_none()
-            && let Err(e) = self.fingerprinter.arg(name, value)
+            && let Err(e) = self.fingerprinter.arg_static(name, value)
         {
             self.failed = Some(e);
         }
@@ -107,7 +107,7 @@ impl Arguments {
     /// are in the key already).
     pub fn arg_except<T: Fingerprinted + ?Sized>(
         self,
-        name: &str,
+        name: &'static str,
         value: &T,
         key_fields: &[&str],
     ) -> Self {
@@ -307,7 +307,7 @@ pub struct UncheckedCall<'a, T, E>(ReadCall<'a, T, E>);
 const UNCHECKED: &str = "idemkit: a tool whose types fail the attribute's checks does not compile";
 
 impl<'a, T, E> UncheckedCall<'a, T, E> {
-    pub fn attempt(&mut self) -> Next<'_, 'a> {
+    pub fn attempt(&mut self) -> ReadNext<'_, 'a> {
         self.0.attempt()
     }
 

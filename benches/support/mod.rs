@@ -4,6 +4,10 @@
 //! The figure of a benchmark is the median over its measured batches of time per iteration (the
 //! median, so a burst of load from elsewhere on the machine moves it less than the mean would).
 //! Lines starting with `RESULT` are what `benches/run.sh` gathers into the README's table.
+//!
+//! A pair measured in interleaved rounds ([`round`]: the stores against their statements by hand)
+//! is reported by its rounds instead: the median of the per-round ratios, with their range, so
+//! that one run's figure is not mistaken for a regression when the disk or the server swings.
 
 #![allow(dead_code)]
 
@@ -28,10 +32,25 @@ pub fn record(name: &str, iters: u64, took: Duration) -> Duration {
     took
 }
 
-/// The median time per iteration of `name`, in nanoseconds.
-pub fn median_ns(name: &str) -> Option<f64> {
-    let batches = BATCHES.lock().unwrap();
-    let mut v = batches.get(name)?.clone();
+/// Per pair of an interleaved round (subject, baseline): each round's time ratio.
+static ROUNDS: Mutex<BTreeMap<(String, String), Vec<f64>>> = Mutex::new(BTreeMap::new());
+
+/// Keeps one interleaved round of `iters` iterations each of `subject` (took `s`) and
+/// `baseline` (took `b`): both batches, and the round's ratio.
+pub fn round(subject: &str, baseline: &str, iters: u64, s: Duration, b: Duration) {
+    record(subject, iters, s);
+    record(baseline, iters, b);
+    if iters > 0 && !b.is_zero() {
+        ROUNDS
+            .lock()
+            .unwrap()
+            .entry((subject.to_owned(), baseline.to_owned()))
+            .or_default()
+            .push(s.as_secs_f64() / b.as_secs_f64());
+    }
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
     if v.is_empty() {
         return None;
     }
@@ -42,6 +61,24 @@ pub fn median_ns(name: &str) -> Option<f64> {
     } else {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
     })
+}
+
+/// The median time per iteration of `name`, in nanoseconds.
+pub fn median_ns(name: &str) -> Option<f64> {
+    median(BATCHES.lock().unwrap().get(name)?.clone())
+}
+
+/// The median, lowest and highest of the per-round ratios of a pair, and how many rounds.
+fn rounds(subject: &str, baseline: &str) -> Option<(f64, f64, f64, usize)> {
+    let rounds = ROUNDS.lock().unwrap();
+    let v = rounds
+        .get(&(subject.to_owned(), baseline.to_owned()))?
+        .clone();
+    let (lo, hi) = v
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(lo, hi), r| (lo.min(*r), hi.max(*r)));
+    let n = v.len();
+    Some((median(v)?, lo, hi, n))
 }
 
 /// A figure beside its baseline: `subject` should take at most `goal` times `baseline`'s time
@@ -73,21 +110,30 @@ pub fn summary(title: &str, pairs: &[Pair<'_>]) {
             println!("  {}: not measured (filtered out?)", p.subject);
             continue;
         };
-        let ratio = s / b;
+        // Interleaved rounds: the median of their ratios, and their range.
+        let (ratio, range) = match rounds(p.subject, p.baseline) {
+            Some((median, lo, hi, n)) => (median, format!("{lo:.2}–{hi:.2}, {n} rounds")),
+            None => (s / b, String::new()),
+        };
+        let shown = if range.is_empty() {
+            String::new()
+        } else {
+            format!(" ({range})")
+        };
         let verdict = match p.goal {
             Some(g) if ratio <= g => format!("goal ≤ {g:.2}×: met"),
             Some(g) => format!("goal ≤ {g:.2}×: MISSED"),
             None => "no goal".to_owned(),
         };
         println!(
-            "  {:<44} {:>10}   vs {:<40} {:>10}   ratio {ratio:>5.2}×   {verdict}",
+            "  {:<44} {:>10}   vs {:<40} {:>10}   ratio {ratio:>5.2}×{shown}   {verdict}",
             p.subject,
             fmt_ns(s),
             p.baseline,
             fmt_ns(b),
         );
         println!(
-            "RESULT\t{}\t{}\t{}\t{}\t{ratio:.2}\t{}",
+            "RESULT\t{}\t{}\t{}\t{}\t{ratio:.2}\t{}\t{range}",
             p.subject,
             fmt_ns(s),
             p.baseline,

@@ -91,8 +91,7 @@ fn interleave(
             (s(per_round), th)
         };
         if round >= 2 {
-            support::record(store, per_round, ts);
-            support::record(hand, per_round, th);
+            support::round(store, hand, per_round, ts, th);
         }
     }
 }

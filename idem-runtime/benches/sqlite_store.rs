@@ -33,7 +33,7 @@ use idem_runtime::store::sqlite::sql;
 use idem_runtime::store::{Claim, ClaimRequest, LeaseToken, Outcome, Written};
 use idem_runtime::{Fingerprint, IdempotencyKey, SqliteStore, Store, Synchronous};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, named_params};
-use support::{Pair, record, summary};
+use support::{Pair, summary};
 use uuid::Uuid;
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -249,8 +249,7 @@ fn bench(c: &mut Criterion, dir: &Path) -> Vec<(String, String)> {
                 };
                 if round >= 2 {
                     // The first two rounds warm up.
-                    record(&store, per_round, s);
-                    record(&hand, per_round, h);
+                    support::round(&store, &hand, per_round, s, h);
                 }
             }
             pairs.push((store, hand));

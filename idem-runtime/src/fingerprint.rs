@@ -9,6 +9,7 @@
 
 pub(crate) mod finite;
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde::Serialize;
@@ -71,8 +72,8 @@ impl fmt::Display for Fingerprint {
 #[derive(Debug, Default)]
 pub struct Fingerprinter {
     // In the order added; sorted by name (the last of equal names winning, as in a JSON map) when
-    // finished, so no map is built.
-    args: Vec<(String, Value)>,
+    // finished, so no map is built. A generated call's names are literals: borrowed, not copied.
+    args: Vec<(Cow<'static, str>, Value)>,
 }
 
 impl Fingerprinter {
@@ -87,9 +88,27 @@ impl Fingerprinter {
         name: &str,
         value: &T,
     ) -> Result<&mut Self, serde_json::Error> {
+        self.push(Cow::Owned(name.to_owned()), value)
+    }
+
+    /// [`Fingerprinter::arg`] with a name that lives for ever (a generated call's literal), so
+    /// not copied. Not a stable API.
+    #[doc(hidden)]
+    pub fn arg_static<T: Serialize + ?Sized>(
+        &mut self,
+        name: &'static str,
+        value: &T,
+    ) -> Result<&mut Self, serde_json::Error> {
+        self.push(Cow::Borrowed(name), value)
+    }
+
+    fn push<T: Serialize + ?Sized>(
+        &mut self,
+        name: Cow<'static, str>,
+        value: &T,
+    ) -> Result<&mut Self, serde_json::Error> {
         finite::check(value)?;
-        self.args
-            .push((name.to_owned(), serde_json::to_value(value)?));
+        self.args.push((name, serde_json::to_value(value)?));
         Ok(self)
     }
 
@@ -108,7 +127,7 @@ impl Fingerprinter {
                 sha.update(b",");
             }
             first = false;
-            write_json(&mut sha, name);
+            write_json(&mut sha, &**name);
             sha.update(b":");
             write_canonical(&mut sha, value);
         }

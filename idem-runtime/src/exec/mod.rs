@@ -8,7 +8,7 @@
 mod core;
 mod typed;
 
-pub use self::core::Next;
+pub use self::core::{Next, ReadNext};
 pub use self::typed::{ReadCall, SideEffectCall};
 
 use std::future::Future;

@@ -20,7 +20,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::Tool;
-use super::core::{Call, End, Next};
+use super::core::{Call, End, Next, Read, ReadNext};
 use crate::error::Error;
 use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
@@ -100,7 +100,7 @@ impl<T: Serialize + DeserializeOwned, E: Classify + From<Error>> SideEffectCall<
 #[doc(hidden)]
 #[derive(Debug)]
 pub struct ReadCall<'a, T, E> {
-    call: Call<'a>,
+    call: Read<'a>,
     last: Option<Result<T, E>>,
 }
 
@@ -108,13 +108,13 @@ impl<'a, T, E> ReadCall<'a, T, E> {
     /// The read of `tool`.
     pub fn new(tool: Tool<'a>) -> Self {
         ReadCall {
-            call: Call::read_only(tool),
+            call: Read::new(tool),
             last: None,
         }
     }
 
     /// Whether to run another attempt (`Some`, with the nil key), or `None` when it is over.
-    pub fn attempt(&mut self) -> Next<'_, 'a> {
+    pub fn attempt(&mut self) -> ReadNext<'_, 'a> {
         self.call.next_attempt()
     }
 }
@@ -130,13 +130,11 @@ impl<T, E: Classify> ReadCall<'_, T, E> {
     }
 
     /// The read's result, once [`ReadCall::attempt`] said it is over.
-    pub fn end(mut self) -> Result<T, E> {
-        match self.call.take_end() {
-            End::LastAttempt => last(self.last),
-            End::Replay(_) | End::Refused(_) => {
-                unreachable!("idemkit: a read has no record to replay and is never refused")
-            }
+    pub fn end(self) -> Result<T, E> {
+        if !self.call.is_over() {
+            unreachable!("idemkit: a call's end was taken before it was over")
         }
+        last(self.last)
     }
 }
 

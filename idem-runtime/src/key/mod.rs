@@ -131,6 +131,12 @@ impl IdempotencyKey {
             text: hyphenated(uuid.as_bytes()),
         }
     }
+
+    /// The nil key, what a read's attempts are handed: made at compile time.
+    pub(crate) const NIL: IdempotencyKey = IdempotencyKey {
+        uuid: Uuid::nil(),
+        text: *b"00000000-0000-0000-0000-000000000000",
+    };
 }
 
 /// The 36 characters of `Uuid::hyphenated` in lowercase: `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.

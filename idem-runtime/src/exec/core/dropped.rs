@@ -18,7 +18,7 @@ impl Drop for Call<'_> {
         }
         match std::mem::replace(&mut self.phase, Phase::Taken) {
             Phase::Running(run, between) => {
-                let Some(holder) = run.holder else { return };
+                let holder = run.holder;
                 let call = run.call.into_owned();
                 let _span = call.span.clone().entered();
                 let may_have_happened = run.ambiguous || matches!(between, Between::Attempting);

@@ -3,17 +3,15 @@
 
 use super::*;
 
-/// A call past its claim (or a read): the attempts so far, and what the end must record.
+/// A call past its claim: the attempts so far, and what the end must record.
 pub(super) struct Run<'a> {
     pub(super) call: CallTrace<'a>,
-    /// `None` for a read: nothing is recorded.
-    pub(super) holder: Option<Holder>,
+    pub(super) holder: Holder,
     pub(super) policy: RetryPolicy,
     /// Made at the first failure: most calls never need one (boxed: it is most of a `Run`'s
     /// size, which every step of the call moves).
     pub(super) schedule: Option<Box<Schedule>>,
-    /// When the first attempt could start: a side effect's claim was sent then (its lease runs
-    /// from it), a read began.
+    /// When the first attempt could start: the claim was sent then (its lease runs from it).
     pub(super) started: Instant,
     pub(super) attempts: u32,
     /// An attempt failed `Ambiguous`: the call never ends in a release (S14).
@@ -21,34 +19,6 @@ pub(super) struct Run<'a> {
 }
 
 impl<'a> Run<'a> {
-    pub(super) fn read(tool: Tool<'a>) -> Self {
-        let span = tracing::info_span!(
-            "idemkit.read_only",
-            tool = tool.name,
-            attempts = Empty,
-            outcome = Empty
-        );
-        // A read needs no store: never open the default one just for its retry policy.
-        let base = tool
-            .idem
-            .cloned()
-            .or_else(Idem::configured)
-            .map_or_else(RetryPolicy::default, |idem| idem.retry_policy());
-        Run {
-            call: CallTrace {
-                tool: Cow::Borrowed(tool.name),
-                key: IdempotencyKey::from_uuid(uuid::Uuid::nil()),
-                span,
-            },
-            holder: None,
-            policy: tool.policy(base),
-            schedule: None,
-            started: Instant::now(),
-            attempts: 0,
-            ambiguous: false,
-        }
-    }
-
     /// A side effect whose claim, sent at `claimed_at`, took the lease.
     pub(super) fn side_effect(
         call: CallTrace<'a>,
@@ -59,7 +29,7 @@ impl<'a> Run<'a> {
         Run {
             call,
             started: claimed_at,
-            holder: Some(holder),
+            holder,
             policy,
             schedule: None,
             attempts: 0,
@@ -76,31 +46,20 @@ impl<'a> Run<'a> {
             .next_delay(failure, self.started.elapsed())?;
         let attempt = self.attempts;
         let _span = self.call.span.enter();
-        if self.holder.is_some() {
-            tracing::warn!(
-                attempt,
-                ?failure,
-                ?delay,
-                "attempt failed; retrying with the same key"
-            );
-        } else {
-            tracing::debug!(attempt, ?failure, ?delay, "read failed; retrying");
-        }
+        tracing::warn!(
+            attempt,
+            ?failure,
+            ?delay,
+            "attempt failed; retrying with the same key"
+        );
         Some(delay)
     }
 
-    /// Ends the call where it can without a future, in place (no move of the `Run`): a read,
-    /// and a side effect whose store completes at once (in memory). `None`: [`Run::end`] it.
+    /// Ends the call where it can without a future, in place (no move of the `Run`): a side
+    /// effect whose store completes at once (in memory). `None`: [`Run::end`] it.
     #[inline]
     pub(super) fn end_now(&mut self, ended: &mut Ended) -> Option<()> {
-        let Some(holder) = &self.holder else {
-            let outcome = match ended {
-                Ended::Failed(failure) => CallOutcome::Failed(*failure),
-                _ => CallOutcome::Completed,
-            };
-            self.call.finish_read(self.attempts, outcome);
-            return Some(());
-        };
+        let holder = &self.holder;
         let Ended::Stored(outcome) = ended else {
             return None;
         };
@@ -141,7 +100,6 @@ impl<'a> Run<'a> {
             started,
             ..
         } = self;
-        let holder = holder.expect("idemkit: a read ends in end_now");
         let span = call.span.clone();
         let call = call.into_owned();
         Box::pin(
@@ -215,7 +173,6 @@ impl<'a> Run<'a> {
                         };
                         (CallOutcome::LeaseLost, Some(err))
                     }
-                    Ended::Read => unreachable!("idemkit: a side effect ended as a read"),
                 };
                 s.wakes.ended(&key);
                 call.finish(attempts, outcome);

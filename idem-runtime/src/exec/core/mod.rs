@@ -12,7 +12,7 @@
 //! This module owns the call's state machine ([`Call`], its phases, what an attempt came to);
 //! its rooms: `claim` (before the first attempt), `lease` (renewals while it runs), `end` (the
 //! attempts' bookkeeping and the end written to the store), `dropped` (a call dropped before its
-//! end), `trace` (what logs and `CallInfo` name).
+//! end), `trace` (what logs and `CallInfo` name); and `read`, a read-only call's own small loop.
 
 use std::borrow::Cow;
 use std::future::Future;
@@ -41,7 +41,11 @@ mod claim;
 mod dropped;
 mod end;
 mod lease;
+mod read;
 mod trace;
+
+pub(crate) use self::read::Read;
+pub use self::read::ReadNext;
 
 use self::claim::*;
 use self::end::*;
@@ -90,8 +94,6 @@ enum Ended {
     Stored(Outcome),
     /// A side effect succeeded, but its outcome does not serialize or read back: why.
     Unreplayable(String),
-    /// A read succeeded.
-    Read,
     /// The attempt failed, and was classified so.
     Failed(Failure),
     /// The lease was lost (S13), while an attempt ran (`attempting`) or between attempts.
@@ -128,8 +130,6 @@ enum Phase<'a> {
         key: IdempotencyKey,
         fingerprint: Result<Fingerprint, serde_json::Error>,
     },
-    /// A read not yet polled.
-    Read { tool: Tool<'a> },
     /// The claim is awaited; what to release if the call is dropped meanwhile.
     Claiming(BoxFuture<'a, Begun<'a>>, (Idem, IdempotencyKey, LeaseToken)),
     /// Past the claim: attempts. Changed in place between attempts (a `Run` is a few hundred
@@ -210,13 +210,6 @@ impl<'a> Call<'a> {
         }
     }
 
-    /// A read-only call.
-    pub(crate) fn read_only(tool: Tool<'a>) -> Self {
-        Call {
-            phase: Phase::Read { tool },
-        }
-    }
-
     /// The key of the next attempt to run, or `None` when the call is over: a future that
     /// claims, waits between attempts and records the end.
     pub(crate) fn next_attempt(&mut self) -> Next<'_, 'a> {
@@ -230,7 +223,7 @@ impl<'a> Call<'a> {
     /// match its `Serialize`) is found at replay, which then says the operation ran.
     pub(crate) fn succeeded<T: serde::Serialize + ?Sized>(&mut self, value: &T) {
         let bound = match &self.phase {
-            Phase::Running(run, _) => run.holder.as_ref().map_or(usize::MAX, |h| h.max_outcome),
+            Phase::Running(run, _) => run.holder.max_outcome,
             _ => usize::MAX,
         };
         let ended = with_scratch(|buf| match serde_json::to_writer(&mut *buf, value) {
@@ -251,25 +244,17 @@ impl<'a> Call<'a> {
     }
 
     /// Keeps the running call's lease renewed while its attempt is pending (S12); `Ready` when
-    /// the lease is lost (S13), the call then being over. Reads never lose a lease.
+    /// the lease is lost (S13), the call then being over.
     pub(crate) fn poll_lease(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         let Phase::Running(run, _) = &mut self.phase else {
             return Poll::Pending;
         };
-        let Some(holder) = &mut run.holder else {
-            return Poll::Pending;
-        };
-        let why = std::task::ready!(holder.poll_lease(&run.call, run.started, cx));
+        let why = std::task::ready!(run.holder.poll_lease(&run.call, run.started, cx));
         self.end_run(Ended::Lost {
             attempting: true,
             why,
         });
         Poll::Ready(())
-    }
-
-    /// The read succeeded.
-    pub(crate) fn read(&mut self) {
-        self.attempt_ended(Ended::Read);
     }
 
     /// The attempt failed, classified as `failure`.
@@ -322,10 +307,8 @@ impl<'a> Call<'a> {
                             continue;
                         }
                         // The lease is kept while waiting, too: a long `RetryAfter` must not lose it.
-                        let Some(holder) = &mut run.holder else {
-                            return Poll::Pending;
-                        };
-                        let why = std::task::ready!(holder.poll_lease(&run.call, run.started, cx));
+                        let why =
+                            std::task::ready!(run.holder.poll_lease(&run.call, run.started, cx));
                         self.end_run(Ended::Lost {
                             attempting: false,
                             why,
@@ -372,10 +355,6 @@ impl<'a> Call<'a> {
                         }),
                     };
                 }
-                Phase::Read { tool } => {
-                    let tool = *tool;
-                    self.phase = Phase::Running(Run::read(tool), Between::Ready);
-                }
                 Phase::Finished | Phase::Replayed(..) | Phase::Refused(_) => {
                     return Poll::Ready(None);
                 }
@@ -408,7 +387,7 @@ impl<'a> Call<'a> {
         let Phase::Running(run, _) = &mut self.phase else {
             unreachable!("idemkit: a call ended that was not running")
         };
-        // In place when it can (a read, a store that answers at once): moving the whole phase
+        // In place when it can (a store that answers at once): moving the whole phase
         // out copies its largest variant.
         if run.end_now(&mut ended).is_some() {
             self.phase = Phase::Finished;
