@@ -60,7 +60,10 @@ impl ByHand {
             .unwrap();
         conn.pragma_update(None, "synchronous", synchronous)
             .unwrap();
-        conn.execute_batch(sql::MIGRATIONS[0]).unwrap();
+        // The store's own schema, every migration of it, so the statements find their columns.
+        for migration in sql::MIGRATIONS {
+            conn.execute_batch(migration).unwrap();
+        }
         ByHand { conn }
     }
 
