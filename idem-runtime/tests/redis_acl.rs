@@ -171,6 +171,7 @@ fn a_user_limited_to_the_prefix_runs_the_store_and_is_refused_outside_it() {
             s18_equal_key_fields_under_two_tenants_are_two_operations,
             contention_64_tasks_one_key,
             operation_ids_are_minted_once,
+            unpolled_answers_change_nothing,
         );
         // The operator's user: the records rows, and S10 (it prunes): list, counts and prune
         // scan the prefix.
@@ -181,6 +182,7 @@ fn a_user_limited_to_the_prefix_runs_the_store_and_is_refused_outside_it() {
             records_forget_makes_the_next_call_run_again,
             records_prune_removes_only_expired_records,
             records_counts_by_tool_and_state,
+            records_of_one_tenant_are_listed_apart,
         );
 
         block_on(async {

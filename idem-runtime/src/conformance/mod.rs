@@ -56,7 +56,8 @@ pub trait StoreUnderTest: Store + OperationIds + Records {}
 impl<S: Store + OperationIds + Records> StoreUnderTest for S {}
 
 /// Generates one `#[test]` per conformance row for the store `make` returns (an `async fn`
-/// returning a fresh, empty store each time it is called).
+/// returning a fresh, empty store each time it is called). A new row goes in this list and in
+/// `idem-runtime/tests/redis_acl.rs`, which runs the rows by hand as a user limited by an ACL.
 #[macro_export]
 macro_rules! conformance_tests {
     ($make:path) => {

@@ -170,7 +170,6 @@ impl Db {
         } else if failed.is_none() {
             #[cfg(test)]
             self.grouped.fetch_add(count, Ordering::Relaxed);
-            let _ = count;
         }
         (replies, failed)
     }
