@@ -81,7 +81,7 @@ impl PartialEq<Vec<u8>> for Outcome {
 }
 
 impl fmt::Debug for Outcome {
-    /// Shows the bytes as text where they are UTF-8 (JSON is), escaped otherwise.
+    /// Shows the bytes as ASCII text (JSON usually is), other bytes escaped (`\xNN`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Outcome(\"{}\")", self.0.escape_ascii())
     }
