@@ -80,23 +80,26 @@ use idem_runtime::__private::serde::Serialize;
 use idem_runtime::__private::serde::de::DeserializeOwned;
 
 /// The fingerprint of the arguments that are not key fields, keeping the first serialization
-/// failure, which the call reports as `Error::Arguments` without running the tool.
+/// failure, which the call reports as `Error::Arguments` without running the tool. The expansion
+/// passes the arguments sorted by name, so they are hashed as they come.
 #[derive(Debug, Default)]
 pub struct Arguments {
-    fingerprinter: Fingerprinter,
+    sorted: SortedArgs,
     failed: Option<serde_json::Error>,
 }
 
 impl Arguments {
     /// No arguments yet.
+    #[inline]
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Adds one argument; its bound is checked at the argument's span.
+    #[inline]
     pub fn arg<T: Fingerprinted + ?Sized>(mut self, name: &'static str, value: &T) -> Self {
         if self.failed.is_none()
-            && let Err(e) = self.fingerprinter.arg_static(name, value)
+            && let Err(e) = self.sorted.arg(name, value)
         {
             self.failed = Some(e);
         }
@@ -128,9 +131,10 @@ impl Arguments {
     }
 
     /// The fingerprint, or why an argument did not serialize.
+    #[inline]
     pub fn finish(self) -> Result<Fingerprint, serde_json::Error> {
         match self.failed {
-            None => Ok(self.fingerprinter.finish()),
+            None => Ok(self.sorted.finish()),
             Some(e) => Err(e),
         }
     }

@@ -17,7 +17,8 @@ pub(crate) struct Plan {
     /// The tool's name (part of every key).
     pub name: String,
     pub keys: Vec<KeyField>,
-    /// The arguments fingerprinted: every parameter or binding that is not a whole key field.
+    /// The arguments fingerprinted: every parameter or binding that is not a whole key field,
+    /// sorted by name.
     pub fingerprint: Vec<FingerprintArg>,
     pub ok: Type,
     pub err: Type,
@@ -147,6 +148,8 @@ fn key_fields(args: &Args, tool: &Tool) -> (Vec<KeyField>, Vec<FingerprintArg>) 
             }
         }
     }
+    // By name, the order of the canonical form: the runtime hashes them as they come.
+    fingerprint.sort_by(|a, b| a.name.cmp(&b.name));
     (fields, fingerprint)
 }
 

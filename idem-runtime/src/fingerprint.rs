@@ -8,6 +8,7 @@
 //! refused ([`Error::Arguments`](crate::Error::Arguments)), since JSON would write it as `null`.
 
 pub(crate) mod finite;
+pub(crate) mod sorted;
 
 use std::borrow::Cow;
 use std::fmt;

@@ -102,6 +102,7 @@ pub use store::{Records, Store};
 /// What generated code reaches, and nothing else should: the paths are not a stable API.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::fingerprint::sorted::SortedArgs;
     pub use inventory;
     #[cfg(feature = "json")]
     pub use schemars;
