@@ -2,6 +2,8 @@
 
 use std::time::SystemTime;
 
+use tokio::time::Instant;
+
 use super::*;
 use crate::store::records::count_records;
 use crate::store::{Count, RecordFilter, RecordState, Records, Released, StateKind};
@@ -24,11 +26,23 @@ impl Default for Origin {
 }
 
 impl Origin {
-    fn wall(&self, at: Instant) -> SystemTime {
-        if at >= self.instant {
-            self.wall + (at - self.instant)
+    /// Now, on the store's clock.
+    #[inline]
+    pub(super) fn now(&self) -> Tick {
+        let now = Instant::now();
+        let nanos = |d: Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+        match now.checked_duration_since(self.instant) {
+            Some(since) => Tick(nanos(since)),
+            None => Tick(-nanos(self.instant - now)),
+        }
+    }
+
+    fn wall(&self, at: Tick) -> SystemTime {
+        let off = Duration::from_nanos(at.0.unsigned_abs());
+        if at.0 >= 0 {
+            self.wall + off
         } else {
-            self.wall - (self.instant - at)
+            self.wall - off
         }
     }
 }
@@ -41,8 +55,8 @@ fn kind(state: &State) -> StateKind {
     }
 }
 
-impl Inner {
-    fn record(&self, key: [u8; 16], rec: &Rec, now: Instant) -> Record {
+impl MemoryStore {
+    fn record(&self, key: [u8; 16], rec: &Rec, now: Tick) -> Record {
         Record {
             key: IdempotencyKey::from_uuid(Uuid::from_bytes(key)),
             tool: rec.tool.to_string(),
@@ -50,14 +64,16 @@ impl Inner {
             state: match &rec.state {
                 State::Running { token, lease_until } => RecordState::Running {
                     token: *token,
-                    lease_remaining: lease_until.saturating_duration_since(now),
+                    lease_remaining: now.until(*lease_until),
                 },
                 State::Completed { outcome } => RecordState::Completed {
                     outcome: outcome.to_vec(),
                 },
-                State::Ambiguous { note } => RecordState::Ambiguous { note: note.clone() },
+                State::Ambiguous { note } => RecordState::Ambiguous {
+                    note: note.to_string(),
+                },
             },
-            expires_in: rec.expires_at.saturating_duration_since(now),
+            expires_in: now.until(rec.expires_at),
             created: self.clock.wall(rec.created),
             updated: self.clock.wall(rec.updated),
             tenant: rec.tenant.as_deref().map(str::to_owned),
@@ -68,18 +84,18 @@ impl Inner {
 impl MemoryStore {
     /// The live record of `key` (for `Store::get` and `Records::get`).
     pub(super) fn live_record(&self, key: &IdempotencyKey) -> Option<Record> {
-        let now = Instant::now();
+        let now = self.clock.now();
         let inner = self.lock();
         inner
             .records
             .get(key.as_bytes())
             .filter(|r| r.expires_at > now)
-            .map(|rec| inner.record(*key.as_bytes(), rec, now))
+            .map(|rec| self.record(*key.as_bytes(), rec, now))
     }
 
     /// Deletes up to `limit` expired records (for `Store::prune` and `Records::prune`).
     pub(super) fn prune_expired(&self, limit: usize) -> usize {
-        let now = Instant::now();
+        let now = self.clock.now();
         let mut inner = self.lock();
         let expired: Vec<[u8; 16]> = inner
             .records
@@ -102,14 +118,14 @@ impl Records for MemoryStore {
     }
 
     async fn list(&self, filter: &RecordFilter) -> Result<Vec<Record>, StoreError> {
-        let now = Instant::now();
+        let now = self.clock.now();
         let inner = self.lock();
-        let wall_now = inner.clock.wall(now);
+        let wall_now = self.clock.wall(now);
         let mut found: Vec<Record> = inner
             .records
             .iter()
             .filter(|(_, r)| r.expires_at > now)
-            .map(|(k, r)| inner.record(*k, r, now))
+            .map(|(k, r)| self.record(*k, r, now))
             .filter(|r| filter.matches(r, wall_now))
             .collect();
         filter.newest_first(&mut found);
@@ -117,7 +133,7 @@ impl Records for MemoryStore {
     }
 
     async fn release_key(&self, key: &IdempotencyKey, force: bool) -> Result<Released, StoreError> {
-        let now = Instant::now();
+        let now = self.clock.now();
         let mut inner = self.lock();
         let Some(rec) = inner
             .records
@@ -129,7 +145,7 @@ impl Records for MemoryStore {
         match rec.state {
             State::Running { lease_until, .. } if lease_until > now && !force => {
                 Ok(Released::LeaseLive {
-                    remaining: lease_until - now,
+                    remaining: now.until(lease_until),
                 })
             }
             State::Running { .. } => {
@@ -141,7 +157,7 @@ impl Records for MemoryStore {
     }
 
     async fn forget(&self, key: &IdempotencyKey) -> Result<bool, StoreError> {
-        let now = Instant::now();
+        let now = self.clock.now();
         let removed = self.lock().records.remove(key.as_bytes());
         Ok(removed.is_some_and(|r| r.expires_at > now))
     }
@@ -151,7 +167,7 @@ impl Records for MemoryStore {
     }
 
     async fn counts(&self) -> Result<Vec<Count>, StoreError> {
-        let now = Instant::now();
+        let now = self.clock.now();
         let inner = self.lock();
         Ok(count_records(
             inner
