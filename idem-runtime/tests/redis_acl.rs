@@ -183,6 +183,7 @@ fn a_user_limited_to_the_prefix_runs_the_store_and_is_refused_outside_it() {
             records_prune_removes_only_expired_records,
             records_counts_by_tool_and_state,
             records_of_one_tenant_are_listed_apart,
+            records_updated_is_the_time_of_the_last_transition,
         );
 
         block_on(async {

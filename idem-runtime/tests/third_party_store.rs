@@ -28,6 +28,7 @@ struct Rec {
     state: State,
     expires: Instant,
     created: SystemTime,
+    updated: SystemTime,
     tenant: Option<String>,
 }
 
@@ -52,6 +53,9 @@ impl MapStore {
         });
         if holds {
             f(&mut map.0, now);
+            if let Some(r) = map.0.get_mut(&key) {
+                r.updated = SystemTime::now();
+            }
         }
         StoreFuture::ready(Ok(if holds {
             Written::Applied
@@ -75,7 +79,7 @@ impl MapStore {
             };
             let expires_in = r.expires.saturating_duration_since(now);
             Record::new(*key, r.tool.clone(), r.fingerprint, state, expires_in)
-                .with_times(r.created, r.created)
+                .with_times(r.created, r.updated)
                 .with_tenant(r.tenant.clone())
         };
         map.0
@@ -105,12 +109,14 @@ impl Store for MapStore {
                 return StoreFuture::ready(Ok(Existing::new(r.fingerprint, state).into()));
             }
         }
+        let at = SystemTime::now();
         let rec = Rec {
             tool: req.tool.to_owned(),
             fingerprint: req.fingerprint,
             state: State::Running(req.token, now + req.lease),
             expires: now + req.ttl,
-            created: SystemTime::now(),
+            created: at,
+            updated: at,
             tenant: req.tenant.as_deref().map(str::to_owned),
         };
         map.0.insert(req.key, rec);

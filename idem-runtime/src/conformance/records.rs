@@ -4,7 +4,7 @@
 use std::time::SystemTime;
 
 use super::*;
-use crate::store::{Count, Outcome, RecordFilter, Records, Released, StateKind};
+use crate::store::{Count, Outcome, RecordFilter, Records, Released, StateKind, Written};
 
 /// Generates one `#[test]` per row of [`Records`] for the store `make` returns (a fresh, empty
 /// store each time), beside [`conformance_tests!`](crate::conformance_tests).
@@ -17,7 +17,8 @@ macro_rules! records_conformance_tests {
             records_forget_makes_the_next_call_run_again,
             records_prune_removes_only_expired_records,
             records_counts_by_tool_and_state,
-            records_of_one_tenant_are_listed_apart
+            records_of_one_tenant_are_listed_apart,
+            records_updated_is_the_time_of_the_last_transition
         );
     };
 }
@@ -328,5 +329,50 @@ pub async fn records_of_one_tenant_are_listed_apart<S: StoreUnderTest>(store: S)
             .await
             .unwrap()
             .is_empty()
+    );
+}
+
+/// A record's `created` is the time of its claim and `updated` that of its last transition:
+/// the claim, then each renewal, completion or mark of ambiguity.
+pub async fn records_updated_is_the_time_of_the_last_transition<S: StoreUnderTest>(store: S) {
+    let get = |order| {
+        let store = &store;
+        async move { Records::get(store, &key_of(order)).await.unwrap().unwrap() }
+    };
+    let token = claim_raw(&store, "charge", 1, HOUR, HOUR).await;
+    let claimed = get(1).await;
+    assert_eq!(claimed.updated, claimed.created, "a claim: {claimed:?}");
+    tick().await;
+    let renewed = store.renew(key_of(1), token, HOUR).await.unwrap();
+    assert_eq!(renewed, Written::Applied);
+    let renewed = get(1).await;
+    assert!(
+        renewed.updated > claimed.updated && renewed.created == claimed.created,
+        "a renewal moves `updated` only: {claimed:?} then {renewed:?}"
+    );
+    tick().await;
+    let completed = store
+        .complete(key_of(1), token, Outcome::from(b"1"), HOUR)
+        .await
+        .unwrap();
+    assert_eq!(completed, Written::Applied);
+    let completed = get(1).await;
+    assert!(
+        completed.updated > renewed.updated && completed.created == claimed.created,
+        "a completion moves `updated`: {renewed:?} then {completed:?}"
+    );
+
+    let token = claim_raw(&store, "charge", 2, HOUR, HOUR).await;
+    let claimed = get(2).await;
+    tick().await;
+    let marked = store
+        .mark_ambiguous(key_of(2), token, "timed out", HOUR)
+        .await
+        .unwrap();
+    assert_eq!(marked, Written::Applied);
+    let marked = get(2).await;
+    assert!(
+        marked.updated > claimed.updated && marked.created == claimed.created,
+        "a mark of ambiguity moves `updated`: {claimed:?} then {marked:?}"
     );
 }

@@ -237,6 +237,7 @@ impl MemoryStore {
             Some(rec) => {
                 rec.state = State::Completed { outcome };
                 rec.expires_at = now.after(ttl);
+                rec.updated = now;
                 Written::Applied
             }
             None => Written::Fenced,
