@@ -92,13 +92,14 @@ pub mod rig;
 pub mod __private;
 
 /// The README's Rust blocks, compiled (and run, unless `no_run`) as doctests of this crate. They
-/// use the `anyhow`, `json`, `postgres` and `rmcp` features, so they run with all features (the README's
+/// use the `anyhow`, `json`, `postgres`, `rig` and `rmcp` features, so they run with all features (the README's
 /// test command, `cargo test --workspace --all-features`).
 #[cfg(all(
     doctest,
     feature = "anyhow",
     feature = "json",
     feature = "postgres",
+    feature = "rig",
     feature = "rmcp"
 ))]
 #[doc = include_str!("../README.md")]
