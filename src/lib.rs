@@ -77,9 +77,14 @@ pub use idem_runtime::{RedisStore, RedisStoreBuilder};
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use idem_runtime::{SqliteStore, SqliteStoreBuilder, Synchronous};
 
+#[cfg(any(feature = "rmcp", feature = "rig"))]
+mod explain;
 #[cfg(feature = "rmcp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rmcp")))]
 pub mod mcp;
+#[cfg(feature = "rig")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rig")))]
+pub mod rig;
 
 /// What the attributes' expansions reach; not a stable API.
 #[doc(hidden)]
@@ -87,13 +92,14 @@ pub mod mcp;
 pub mod __private;
 
 /// The README's Rust blocks, compiled (and run, unless `no_run`) as doctests of this crate. They
-/// use the `anyhow`, `json`, `postgres` and `rmcp` features, so they run with all features (the README's
+/// use the `anyhow`, `json`, `postgres`, `rig` and `rmcp` features, so they run with all features (the README's
 /// test command, `cargo test --workspace --all-features`).
 #[cfg(all(
     doctest,
     feature = "anyhow",
     feature = "json",
     feature = "postgres",
+    feature = "rig",
     feature = "rmcp"
 ))]
 #[doc = include_str!("../README.md")]

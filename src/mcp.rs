@@ -71,7 +71,7 @@
 //! - **Results**: the method serves [`ToolOutput`] (rmcp's `Result<CallToolResult, ErrorData>`).
 //!   A success carries `{"result": …, "replayed": bool, "idempotencyKey": "…"}` as structured
 //!   content and as text, and a replay says so in a sentence the model reads first. Every failure
-//!   — the tool's own, [`Error::KeyReuse`], [`Error::InFlight`], a store failure — is a tool error
+//!   — the tool's own, [`Error::KeyReuse`](crate::Error::KeyReuse), [`Error::InFlight`](crate::Error::InFlight), a store failure — is a tool error
 //!   (`isError: true`) that says what happened and whether calling again helps, never a protocol
 //!   error. The tool's error type must implement `std::error::Error` (its `source()` chain is
 //!   searched for idemkit's own error, to name the reason).
@@ -88,9 +88,10 @@ use std::borrow::Cow;
 use std::error::Error as StdError;
 use std::sync::Arc;
 
+use crate::explain::explain;
 use idem_runtime::__private::serde::Serialize;
 use idem_runtime::__private::serde_json::{self, Value, json};
-use idem_runtime::{CallInfo, CallOutcome, Classify, Error, Failure};
+use idem_runtime::{CallInfo, CallOutcome, Classify};
 use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ContentBlock, ProtocolVersion};
 use rmcp::service::{NotificationContext, RequestContext, RoleServer, Service, ServiceRole};
@@ -167,56 +168,7 @@ fn failure<E>(e: &E, refused: bool, key: Option<String>, key_fields: &[&str]) ->
 where
     E: StdError + Classify + 'static,
 {
-    let fields = key_fields.join(", ");
-    let (reason, explanation) = match idem_error(e) {
-        Some(Error::KeyReuse { key, .. }) => (
-            "key_reuse",
-            format!(
-                "Not run: the key fields ({fields}) name an operation that an earlier call made with different \
-                 arguments (idempotency key {key}). If you are retrying that call, call again with exactly its \
-                 arguments to get its result; if this is a new operation, change one of {fields}."
-            ),
-        ),
-        Some(Error::InFlight { key, .. }) => (
-            "in_flight",
-            format!(
-                "Not run: the same operation (idempotency key {key}) is still running in another call. Call again \
-                 later with the same arguments: you will get its outcome, and it will not be done twice."
-            ),
-        ),
-        Some(Error::Store { .. }) => (
-            "store_unavailable",
-            "Not run: the record of operations could not be reached, and the tool does not act when it cannot \
-             record (it might act twice). Call again later with the same arguments."
-                .to_owned(),
-        ),
-        Some(_) => (
-            "refused",
-            "Not run: idemkit refused the call (see the error).".to_owned(),
-        ),
-        None if refused => (
-            "refused",
-            "Not run: idemkit refused the call (see the error).".to_owned(),
-        ),
-        None => match e.classify() {
-            Failure::Permanent => (
-                "failed",
-                "The tool failed, and calling again with the same arguments will not help.".to_owned(),
-            ),
-            Failure::Ambiguous => (
-                "failed_ambiguous",
-                "The tool failed after retries, and may or may not have taken effect. Calling again with the \
-                 same arguments is safe: it reuses the same idempotency key, so it is not done twice."
-                    .to_owned(),
-            ),
-            Failure::Transient | Failure::RetryAfter(_) => (
-                "failed_transient",
-                "The tool failed after retries without taking effect. Calling again later with the same \
-                 arguments is safe."
-                    .to_owned(),
-            ),
-        },
-    };
+    let (reason, explanation) = explain(e, refused, key_fields);
     let mut out = CallToolResult::structured_error(json!({
         "error": e.to_string(),
         "reason": reason,
@@ -224,18 +176,6 @@ where
     }));
     out.content.insert(0, ContentBlock::text(explanation));
     out
-}
-
-/// idemkit's own error, if `e` is one or carries one in its `source()` chain.
-fn idem_error<'a>(e: &'a (dyn StdError + 'static)) -> Option<&'a Error> {
-    let mut next = Some(e);
-    while let Some(err) = next {
-        if let Some(found) = err.downcast_ref::<Error>() {
-            return Some(found);
-        }
-        next = err.source();
-    }
-    None
 }
 
 /// An rmcp server (any [`Service<RoleServer>`], so any `ServerHandler`) whose requests each run

@@ -352,3 +352,24 @@ pub mod mcp {
     pub trait ToolError: std::error::Error + 'static {}
     impl<E: std::error::Error + 'static> ToolError for E {}
 }
+
+#[cfg(feature = "rig")]
+pub mod rig {
+    pub use crate::rig::{RigOutput, read_only_output, same_name, side_effect_output};
+    pub use idem_runtime::observe;
+    /// Whose `NAME` a rig tool's key takes.
+    pub use rig_core::tool::Tool;
+
+    /// A rig tool's error becomes rig's `ToolExecutionError`, keeping it as the source.
+    pub fn assert_tool_error<E: ToolError>() {}
+
+    /// `std::error::Error + Send + Sync + 'static`, under a name that can say why a rig tool's
+    /// error needs it.
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` cannot be reported as a rig tool error",
+        label = "`{Self}` must implement `std::error::Error + Send + Sync` (and be `'static`)",
+        note = "a rig tool's failure becomes rig's `ToolExecutionError`, which keeps the error as its source and searches its `source()` chain for idemkit's own error to say why the call was refused: implement `std::fmt::Display` and `std::error::Error` for `{Self}` (e.g. with thiserror), with `source()` returning the `idemkit::Error` it carries"
+    )]
+    pub trait ToolError: std::error::Error + Send + Sync + 'static {}
+    impl<E: std::error::Error + Send + Sync + 'static> ToolError for E {}
+}

@@ -43,6 +43,7 @@ pub(crate) const ARGUMENTS: &[&str] = &[
     "destructive",
     "open_world",
     "json",
+    "rig",
 ];
 
 /// The arguments of one `#[side_effect(...)]` or `#[read_only(...)]`, as written.
@@ -65,6 +66,9 @@ pub(crate) struct Args {
     pub open_world: Option<(Ident, LitBool)>,
     /// `json` (or `json = true`): callable by name with JSON arguments (`JsonTools`).
     pub json: Option<Ident>,
+    /// `rig`: the attribute is on the `call` of a rig tool impl; the wrapper serves rig's
+    /// `Result<ToolOutput, ToolExecutionError>`.
+    pub rig: Option<Ident>,
 }
 
 /// A duration written as `"30s"`, in milliseconds.
@@ -274,6 +278,10 @@ fn argument(cx: &Ctxt, args: &mut Args, ident: &Ident, input: ParseStream) -> sy
             if on {
                 args.json.get_or_insert(ident.clone());
             }
+        }
+        "rig" => {
+            once(args.rig.is_some());
+            args.rig.get_or_insert(ident.clone());
         }
         "crate" => {
             once(args.krate.is_some());

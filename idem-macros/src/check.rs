@@ -27,6 +27,7 @@ pub(crate) fn check(cx: &Ctxt, args: &Args, tool: &Tool) {
     signature(cx, tool);
     output(cx, tool);
     json(cx, args, tool);
+    rig(cx, args, tool);
     if tool.kind == Kind::SideEffect {
         minted_keys(cx, &tool.item.block);
         key_paths(cx, args, tool);
@@ -185,6 +186,38 @@ fn json(cx: &Ctxt, args: &Args, tool: &Tool) {
     }
 }
 
+/// rig mode: the feature is on, and the attribute is on a method (a tool impl's `call`) that is
+/// not also an MCP tool or a JSON-registered function.
+fn rig(cx: &Ctxt, args: &Args, tool: &Tool) {
+    let Some(flag) = &args.rig else { return };
+    if !cfg!(feature = "rig") {
+        cx.error(
+            flag.span(),
+            "`rig` needs idemkit's `rig` feature: `idemkit = { version = \"...\", features = [\"rig\"] }`",
+        );
+        return;
+    }
+    if tool.receiver.is_none() {
+        cx.error(
+            flag.span(),
+            "`rig` goes on the `call` method of a rig tool: `impl PortableTool for Charge { ... async fn call(&self, \
+             args: ChargeArgs) -> Result<T, E> }`; this function has no `self`",
+        );
+    }
+    if tool.mcp.is_some() {
+        cx.error(
+            flag.span(),
+            "`rig` and rmcp's `#[tool]` on one method: a method serves either rig or MCP; remove one",
+        );
+    }
+    if let Some(json) = &args.json {
+        cx.error(
+            json.span(),
+            "`json` registers a free function for `JsonTools`; a rig tool is declared to rig by its own impl: remove `json`",
+        );
+    }
+}
+
 /// MCP mode: the knobs that need it, and hand-written hints that contradict the attribute.
 fn mcp(cx: &Ctxt, args: &Args, tool: &Tool) {
     for (ident, _) in [&args.destructive, &args.open_world].into_iter().flatten() {
@@ -338,10 +371,17 @@ fn signature(cx: &Ctxt, tool: &Tool) {
                 if let Type::Reference(r) = &*p.arg.ty
                     && r.mutability.is_some()
                 {
+                    let context = matches!(&*r.elem, Type::Path(t)
+                        if t.path.segments.last().is_some_and(|s| s.ident == "ToolContext"));
                     cx.error_spanned(
                         &p.arg.ty,
-                        "a tool's arguments are handed to every attempt, which a `&mut` cannot be; \
-                         take it by value (it is cloned per attempt) or by shared reference",
+                        if context {
+                            "a tool's arguments are handed to every attempt, which rig's `&mut ToolContext` cannot be; \
+                             implement rig's context-free `PortableTool` (its `call(&self, args)`) instead of `Tool`"
+                        } else {
+                            "a tool's arguments are handed to every attempt, which a `&mut` cannot be; \
+                             take it by value (it is cloned per attempt) or by shared reference"
+                        },
                     );
                 }
             }

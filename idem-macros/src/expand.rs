@@ -23,15 +23,19 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
     let attrs = crate::serve::attrs(args, tool, outer_attrs(&tool.item.attrs));
     let vis = &tool.item.vis;
     let mut sig = outer_signature(tool);
-    let mut register = registration(&private, tool, plan);
+    let mut register = if plan.registered {
+        registration(&private, tool, plan)
+    } else {
+        TokenStream::new()
+    };
     if let Some(params) = &plan.json {
         register.extend(json_entry(&private, tool, plan, params));
     }
-    let settings = settings(&private, args, &plan.name);
+    let settings = settings(&private, args, &plan.name_expr);
     let (per_attempt, attempt) = attempt(&private, tool);
     let call = Ident::new("__idemkit_call", Span::mixed_site());
     let (ok, err) = (&plan.ok, &plan.err);
-    let name = &plan.name;
+    let name = &plan.name_expr;
 
     let checks = type_checks(&private, tool.kind, ok, err);
     let runner = runner(&private, tool.kind, ok, err);
@@ -106,6 +110,13 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
         },
     };
     let body = match &tool.mcp {
+        None if args.rig.is_some() => {
+            let key_fields: Vec<String> = plan.keys.iter().map(|k| k.name.clone()).collect();
+            let (output, body) =
+                crate::serve::serve_rig(&private, args, tool, ok, err, &key_fields, body);
+            sig = replace_output(sig, output);
+            body
+        }
         None => body,
         Some(_) => {
             let key_fields: Vec<String> = plan.keys.iter().map(|k| k.name.clone()).collect();
@@ -261,7 +272,7 @@ fn rebind(p: &Param) -> Option<TokenStream> {
 }
 
 /// `Tool::new(name)` with the knobs of the attribute.
-fn settings(private: &TokenStream, args: &Args, name: &str) -> TokenStream {
+fn settings(private: &TokenStream, args: &Args, name: &TokenStream) -> TokenStream {
     let mut tool = quote!(#private::Tool::new(#name));
     if let Some((kw, expr)) = &args.idem {
         let method = format_ident!("idem", span = kw.span());

@@ -34,7 +34,8 @@ pub(crate) fn fallback(args: &Args, tool: &Tool) -> TokenStream {
             let #pat: &#ty = &#private::IdempotencyKey::from_uuid(#private::uuid::Uuid::nil());
         }
     });
-    let body = mcp(&private, tool, &mut sig, key, quote!(#(#stmts)*));
+    let rig = args.rig.is_some() && cfg!(feature = "rig");
+    let body = mcp(&private, tool, rig, &mut sig, key, quote!(#(#stmts)*));
     // Only the attribute's errors should show: the item as written would add warnings of its own
     // (a parameter the wrapper would have used, now unused).
     quote! {
@@ -46,16 +47,18 @@ pub(crate) fn fallback(args: &Args, tool: &Tool) -> TokenStream {
     }
 }
 
-/// On any error, what keeps rmcp's router compiling: the method serves `ToolOutput`, and the
-/// body as written is type-checked in a future that is never run.
+/// On any error, what keeps rmcp's router (or a rig tool's impl) compiling: the method serves
+/// `ToolOutput` (rig's `Result<ToolOutput, ToolExecutionError>`), and the body as written is
+/// type-checked in a future that is never run.
 fn mcp(
     private: &TokenStream,
     tool: &Tool,
+    rig: bool,
     sig: &mut syn::Signature,
     key: Option<TokenStream>,
     stmts: TokenStream,
 ) -> TokenStream {
-    if tool.mcp.is_none() {
+    if tool.mcp.is_none() && !rig {
         if cfg!(feature = "rmcp") && boxed_by_tool(sig) {
             // Below `#[tool]`: the router still takes this method; keep it a tool that compiles.
             let boxed = match &sig.output {
@@ -78,7 +81,11 @@ fn mcp(
         syn::ReturnType::Type(_, ty) => ty.to_token_stream(),
         syn::ReturnType::Default => quote!(()),
     };
-    sig.output = syn::parse_quote!(-> #private::mcp::ToolOutput);
+    sig.output = if rig {
+        syn::parse_quote!(-> #private::rig::RigOutput)
+    } else {
+        syn::parse_quote!(-> #private::mcp::ToolOutput)
+    };
     quote! {
         #[allow(unreachable_code, unused_variables, clippy::let_underscore_future)]
         let _ = async move {

@@ -128,6 +128,7 @@ use ast::Kind;
 /// | `ttl = "24h"` | how long the outcome is kept; at least the lease (a compile error otherwise, when both are given). |
 /// | `in_flight_wait = "10s"` | how long a concurrent call of the same key waits for the outcome before `Error::InFlight` (one name for this setting everywhere: `Tool::in_flight_wait`, `IdemBuilder::in_flight_wait`). |
 /// | `idem = <expr>` | the runtime to use, e.g. `idem = self.idem` (an `Idem`, `&Idem` or `Arc<Idem>`); default: the runtime in force (`Idem::current`). |
+/// | `rig` | on the `call` of a rig `PortableTool` impl (feature `rig`): the wrapper serves rig's `Result<ToolOutput, ToolExecutionError>`, the key's tool name is the impl's `NAME` (see `idemkit::rig`). |
 /// | `crate = path` | where the `idemkit` crate is, when it is renamed (default `::idemkit`). |
 ///
 /// Durations are numbers with units `ms`, `s`, `m`, `h`, `d`, combinable: `"1h30m"`.

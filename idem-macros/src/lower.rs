@@ -14,8 +14,14 @@ use crate::rmcp::is_parameters;
 
 /// What the expansion needs, once everything checked out.
 pub(crate) struct Plan {
-    /// The tool's name (part of every key).
+    /// The tool's name (part of every key), when the macro knows it.
     pub name: String,
+    /// The name as the expansion reads it: the literal, or a rig tool's `NAME` when the
+    /// attribute does not pin one (the macro cannot see the impl's constant).
+    pub name_expr: TokenStream,
+    /// Whether the tool is listed in the registry (`idemkit::tools()`): every tool whose name
+    /// is a literal, so not a rig tool named by its `NAME` alone.
+    pub registered: bool,
     pub keys: Vec<KeyField>,
     /// The arguments fingerprinted: every parameter or binding that is not a whole key field,
     /// sorted by name.
@@ -81,7 +87,16 @@ pub(crate) fn lower(args: &Args, tool: &Tool) -> Plan {
         },
     };
     let json = args.json.as_ref().map(|_| json_params(tool));
+    let by_rig_name = args.rig.is_some() && args.name.is_none();
+    let name_expr = if by_rig_name {
+        let private = crate::attr::private(args);
+        quote!(<Self as #private::rig::Tool>::NAME)
+    } else {
+        quote!(#name)
+    };
     Plan {
+        registered: !by_rig_name,
+        name_expr,
         name,
         keys,
         fingerprint,

@@ -1,5 +1,6 @@
 //! MCP mode's expansion: rmcp's `#[tool]` rewritten with the annotations the classification
-//! implies, and the wrapper serving `CallToolResult`s (replays and refusals included).
+//! implies, and the wrapper serving `CallToolResult`s (replays and refusals included); rig
+//! mode's: the wrapper serving rig's `Result<ToolOutput, ToolExecutionError>`.
 
 use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, quote, quote_spanned};
@@ -73,6 +74,53 @@ pub(crate) fn serve(
             #check
             let #result = { #body };
             #private::mcp::read_only_output::<#ok, #err>(#result)
+        },
+    };
+    (output, body)
+}
+
+/// The wrapper's return type and body in rig mode: the result as rig's
+/// `Result<ToolOutput, ToolExecutionError>`, which the impl's `type Output` and `type Error` name.
+/// A pinned `name = "..."` must equal the tool's `NAME` (checked when the impl is compiled).
+pub(crate) fn serve_rig(
+    private: &TokenStream,
+    args: &Args,
+    tool: &Tool,
+    ok: &Type,
+    err: &Type,
+    key_fields: &[String],
+    body: TokenStream,
+) -> (TokenStream, TokenStream) {
+    let output = match &tool.item.sig.output {
+        // At the written return type, so a trait whose types are not rig's envelope is reported there.
+        syn::ReturnType::Type(_, ty) => quote_spanned!(ty.span()=> #private::rig::RigOutput),
+        syn::ReturnType::Default => quote!(#private::rig::RigOutput),
+    };
+    let check = quote_spanned!(err.span()=> #private::rig::assert_tool_error::<#err>(););
+    let same_name = args.name.as_ref().map(|lit| {
+        let message = format!(
+            "idemkit: `name = {:?}` differs from the rig tool's `NAME`; the model calls the tool by `NAME`, \
+             so pin that one name (or drop `name`: the key then takes `NAME`)",
+            lit.value()
+        );
+        quote_spanned! {lit.span()=>
+            const { ::core::assert!(#private::rig::same_name(<Self as #private::rig::Tool>::NAME, #lit), #message) };
+        }
+    });
+    let result = Ident::new("__idemkit_result", Span::mixed_site());
+    let info = Ident::new("__idemkit_info", Span::mixed_site());
+    let body = match tool.kind {
+        Kind::SideEffect => quote! {
+            #check
+            #same_name
+            let (#result, #info) = #private::rig::observe(async { #body }).await;
+            #private::rig::side_effect_output::<#ok, #err>(#result, #info, &[#(#key_fields),*])
+        },
+        Kind::ReadOnly => quote! {
+            #check
+            #same_name
+            let #result = { #body };
+            #private::rig::read_only_output::<#ok, #err>(#result)
         },
     };
     (output, body)

@@ -45,6 +45,9 @@ const MCP_FAIL: &[&str] = &[
     "mcp_unknown_annotation",
 ];
 
+/// rig tools: this package always enables idemkit's `rig` feature.
+const RIG_FAIL: &[&str] = &["rig_unknown_key_field", "rig_output_not_envelope"];
+
 /// One `TestCases` for every case: trybuild builds them in one project, and two test functions
 /// (separate processes under nextest) would race on it.
 #[test]
@@ -64,6 +67,10 @@ fn c1_to_c9_misuse_fails_at_the_offending_token_and_accepted_forms_compile_and_r
     // MCP tools: an unclassified tool in a `#[classified_tools]` router, a
     // hand-written annotation that contradicts the attribute, the attribute below `#[tool]`.
     for case in MCP_FAIL {
+        t.compile_fail(format!("fail/{case}.rs"));
+    }
+    // rig tools: a misspelt field of the arguments, a `type Output` that is not rig's envelope.
+    for case in RIG_FAIL {
         t.compile_fail(format!("fail/{case}.rs"));
     }
     // Methods on `&self`, generics, destructured parameters, struct field paths, `name =`,

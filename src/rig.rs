@@ -1,0 +1,206 @@
+//! rig tools (feature `rig`, [rig-core](https://docs.rs/rig-core) 0.44).
+//!
+//! Write `#[side_effect(key = "...", rig)]` or `#[read_only(rig)]` on the `call` of a
+//! [`PortableTool`](rig_core::tool::PortableTool) impl, with the tool's own types in the
+//! signature, and declare rig's output and error envelope as the trait's types:
+//!
+//! ```
+//! use idemkit::{Classify, Failure, Idem, IdempotencyKey, MemoryStore, side_effect};
+//! use idemkit::rig::{ToolExecutionError, ToolOutput};
+//! use rig_core::tool::PortableTool;
+//! use serde::{Deserialize, Serialize};
+//! # #[derive(Debug)] struct PayError;
+//! # impl std::fmt::Display for PayError {
+//! #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { f.write_str("timed out") }
+//! # }
+//! # impl std::error::Error for PayError {}
+//! # impl Classify for PayError { fn classify(&self) -> Failure { Failure::Ambiguous } }
+//! # impl From<idemkit::Error> for PayError { fn from(_: idemkit::Error) -> Self { PayError } }
+//!
+//! #[derive(Clone, Serialize, Deserialize)]
+//! struct ChargeArgs { customer_id: String, purpose: String, period: String, cents: u64 }
+//!
+//! struct Charge;
+//!
+//! impl PortableTool for Charge {
+//!     const NAME: &'static str = "charge"; // the tool's name in every key
+//!     type Args = ChargeArgs;
+//!     type Output = ToolOutput;            // the result, its key, and whether it was replayed
+//!     type Error = ToolExecutionError;     // the failure, classified for rig and for the model
+//!
+//!     fn description(&self) -> String { "Charges a customer once per purpose and period.".into() }
+//!     fn parameters(&self) -> serde_json::Value { serde_json::json!({"type": "object"}) }
+//!
+//!     #[side_effect(key = "args.customer_id, args.purpose, args.period", rig)]
+//!     async fn call(&self, key: &IdempotencyKey, args: ChargeArgs) -> Result<String, PayError> {
+//!         Ok(format!("charged {} under {key}", args.cents))
+//!     }
+//! }
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(
+//! # Idem::new(MemoryStore::new()).scope(async {
+//! let args = ChargeArgs { customer_id: "cus_1".into(), purpose: "subscription".into(), period: "2026-11".into(), cents: 4200 };
+//! let first = Charge.call(args.clone()).await.unwrap();
+//! let again = Charge.call(args).await.unwrap();
+//! assert!(again.render().contains("Replayed") && again.render().contains("32e00e40-1a53-8058-93c7-e9d1adc8ecaa"));
+//! # let _ = first;
+//! # }));
+//! ```
+//!
+//! - **Key fields** are fields of the arguments (`args.customer_id`); a misspelt one is rustc's
+//!   error at the key string. The tool's name in the key is its `NAME` (`name = "..."` pins it
+//!   and must then equal `NAME`, checked at compile time).
+//! - **Results**: `call` serves `Result<ToolOutput, ToolExecutionError>`. A success is the JSON
+//!   `{"result": …, "replayed": bool, "idempotencyKey": "…"}`, and a replay starts with a
+//!   sentence saying nothing was done again: what rig sends back to the model.
+//! - **Failures** become rig's [`ToolExecutionError`] by [`Classify`](crate::Classify) (see
+//!   [`tool_error`]): rig's `retryable` hint, its kind, a `code` naming the reason, and model
+//!   feedback saying whether calling again with the same arguments is safe. rig's agent loop
+//!   does not retry a tool by itself; the hint is for hooks, and the feedback for the model,
+//!   which decides to call again. The error keeps the tool's own error as its source.
+//! - The context-free [`PortableTool`](rig_core::tool::PortableTool) is supported (rig's
+//!   `Tool` follows from it); a `call` taking rig's `&mut ToolContext` is not, since each attempt
+//!   gets its arguments anew and a `&mut` cannot be handed to several.
+
+use std::error::Error as StdError;
+
+use idem_runtime::__private::serde::Serialize;
+use idem_runtime::__private::serde_json::{self, json};
+use idem_runtime::{CallInfo, CallOutcome, Classify, Failure};
+pub use rig_core::tool::{ToolErrorKind, ToolExecutionError, ToolOutput};
+
+use crate::explain::explain;
+
+/// What a rig tool's `call` returns when an idemkit attribute is on it.
+pub type RigOutput = Result<ToolOutput, ToolExecutionError>;
+
+/// The rig result of one call of a `#[side_effect(rig)]` tool: its outcome with its key, marked
+/// `replayed` (with a sentence saying so first), or the failure as a [`ToolExecutionError`]. `info`
+/// is what [`observe`](crate::observe) saw of the call; `key_fields` name the key fields.
+pub fn side_effect_output<T, E>(
+    result: Result<T, E>,
+    info: Option<CallInfo>,
+    key_fields: &[&str],
+) -> RigOutput
+where
+    T: Serialize,
+    E: StdError + Classify + Send + Sync + 'static,
+{
+    let key = info
+        .as_ref()
+        .and_then(|i| i.key.as_ref())
+        .map(|k| k.to_string());
+    let replayed = info.as_ref().is_some_and(|i| i.replayed);
+    match result {
+        Ok(value) => {
+            let value = json!({
+                "result": to_value(&value)?,
+                "replayed": replayed,
+                "idempotencyKey": key,
+            });
+            if !replayed {
+                return Ok(ToolOutput::json(value));
+            }
+            let note = format!(
+                "Replayed: an earlier call with the same arguments already did this (idempotency key {}). \
+                 This is its recorded result; nothing was done again.",
+                key.as_deref().unwrap_or("?")
+            );
+            ToolOutput::content(vec![
+                rig_core::message::ToolResultContent::text(note),
+                rig_core::message::ToolResultContent::json(value),
+            ])
+        }
+        Err(e) => Err(tool_error(e, info.as_ref(), key_fields)),
+    }
+}
+
+/// The rig result of one call of a `#[read_only(rig)]` tool: its value, or the failure.
+pub fn read_only_output<T, E>(result: Result<T, E>) -> RigOutput
+where
+    T: Serialize + 'static,
+    E: StdError + Classify + Send + Sync + 'static,
+{
+    match result {
+        Ok(value) => rig_core::tool::IntoToolOutput::into_tool_output(value),
+        Err(e) => Err(tool_error(e, None, &[])),
+    }
+}
+
+/// A tool's failure as rig's error envelope, by [`Classify`]:
+///
+/// | failure | rig kind | `retryable` | `code` |
+/// | --- | --- | --- | --- |
+/// | `Permanent` | `other` | no | `failed` |
+/// | `Ambiguous` | `other` | yes (same key: not done twice) | `failed_ambiguous` |
+/// | `Transient` | `other` | yes | `failed_transient` |
+/// | `RetryAfter(d)` | `rate_limited` | yes | `failed_transient` |
+/// | key reused with other arguments | `invalid_args` | no | `key_reuse` |
+/// | the same key in flight elsewhere | `other` | yes | `in_flight` |
+/// | the store unreachable | `other` | yes | `store_unavailable` |
+/// | other refusals | `other` | no | `refused` |
+///
+/// The model sees a sentence saying what happened and whether calling again with the same
+/// arguments helps, the error's text and the idempotency key; the error is kept as the
+/// envelope's source (`downcast_ref`).
+pub fn tool_error<E>(e: E, info: Option<&CallInfo>, key_fields: &[&str]) -> ToolExecutionError
+where
+    E: StdError + Classify + Send + Sync + 'static,
+{
+    let refused = info.is_some_and(|i| i.outcome == CallOutcome::Refused);
+    let (reason, explanation) = explain(&e, refused, key_fields);
+    let key = info.and_then(|i| i.key.as_ref()).map(|k| k.to_string());
+    let (kind, retryable) = match reason {
+        "key_reuse" => (ToolErrorKind::InvalidArgs, false),
+        "in_flight" | "store_unavailable" | "failed_ambiguous" | "failed_transient" => {
+            match e.classify() {
+                Failure::RetryAfter(_) if reason == "failed_transient" => {
+                    (ToolErrorKind::RateLimited, true)
+                }
+                _ => (ToolErrorKind::Other, true),
+            }
+        }
+        _ => (ToolErrorKind::Other, false),
+    };
+    let message = e.to_string();
+    let feedback = json!({
+        "error": message,
+        "reason": reason,
+        "idempotencyKey": key,
+    });
+    ToolExecutionError::new(kind, message)
+        .with_retryable(retryable)
+        .with_code(reason)
+        .with_model_output(
+            ToolOutput::content(vec![
+                rig_core::message::ToolResultContent::text(explanation),
+                rig_core::message::ToolResultContent::json(feedback),
+            ])
+            .unwrap_or_else(|e| e.model_output().clone()),
+        )
+        .with_source(e)
+}
+
+fn to_value<T: Serialize>(value: &T) -> Result<serde_json::Value, ToolExecutionError> {
+    serde_json::to_value(value).map_err(|e| {
+        ToolExecutionError::other(format!("the tool's result did not serialize: {e}"))
+            .with_source(e)
+    })
+}
+
+/// Whether two names are equal, in a const context (`name = "..."` against the tool's `NAME`).
+#[doc(hidden)]
+pub const fn same_name(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
