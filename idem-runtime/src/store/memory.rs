@@ -48,11 +48,9 @@ struct Tick(i64);
 
 impl Tick {
     /// `d` later (saturating: a lease or ttl of `Duration::MAX` never ends).
+    #[inline]
     fn after(self, d: Duration) -> Tick {
-        Tick(
-            self.0
-                .saturating_add(i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)),
-        )
+        Tick(self.0.saturating_add(nanos(d)))
     }
 
     /// How long from `self` until `later` (zero if it has passed).
@@ -104,6 +102,16 @@ impl Hasher for FoldHasher {
     fn finish(&self) -> u64 {
         self.0
     }
+}
+
+/// `d` in nanoseconds, saturating (in 64-bit steps: `as_nanos` multiplies in 128 bits).
+#[inline]
+fn nanos(d: Duration) -> i64 {
+    i64::try_from(d.as_secs())
+        .ok()
+        .and_then(|s| s.checked_mul(1_000_000_000))
+        .and_then(|n| n.checked_add(i64::from(d.subsec_nanos())))
+        .unwrap_or(i64::MAX)
 }
 
 /// The shared copy of a tool's name, made at its first record.

@@ -30,7 +30,6 @@ impl Origin {
     #[inline]
     pub(super) fn now(&self) -> Tick {
         let now = Instant::now();
-        let nanos = |d: Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
         match now.checked_duration_since(self.instant) {
             Some(since) => Tick(nanos(since)),
             None => Tick(-nanos(self.instant - now)),
