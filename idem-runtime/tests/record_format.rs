@@ -52,7 +52,10 @@ const OUTCOME: &[u8] = br#"{"charge_id":"ch_1","cents":4200}"#;
 async fn write_records(store: impl Store + OperationIds + Records + Clone) -> String {
     for order in 1..=4 {
         let req = request(order);
-        assert_eq!(store.claim(&req).await.unwrap(), Claim::Acquired);
+        assert_eq!(
+            store.claim(&req).await.unwrap(),
+            Claim::Acquired { takeover: None }
+        );
         let written = match order {
             1 => {
                 store
@@ -155,7 +158,10 @@ async fn check_records(store: impl Store + OperationIds + Records + Clone, opera
     assert!(
         matches!(record.state, RecordState::Ambiguous { ref note } if note.contains("may have taken effect"))
     );
-    assert_eq!(store.claim(&request(2)).await.unwrap(), Claim::Acquired);
+    assert_eq!(
+        store.claim(&request(2)).await.unwrap(),
+        Claim::Acquired { takeover: None }
+    );
 
     // Running, its lease live: not taken.
     match store.claim(&request(3)).await.unwrap() {
