@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use idem_runtime::store::{
-    Claim, ClaimRequest, ExistingState, LeaseToken, OperationIds, Outcome, RecordState, Written,
+    Claim, ClaimRequest, ExistingState, LeaseToken, OperationIds, Outcome, RecordState, Takeover,
+    Written,
 };
 use idem_runtime::{
     CallOutcome, Classify, Error, Failure, Fingerprint, Idem, IdempotencyKey, SqliteStore, Store,
@@ -160,7 +161,9 @@ async fn check_records(store: impl Store + OperationIds + Records + Clone, opera
     );
     assert_eq!(
         store.claim(&request(2)).await.unwrap(),
-        Claim::Acquired { takeover: None }
+        Claim::Acquired {
+            takeover: Some(Takeover::Ambiguous)
+        }
     );
 
     // Running, its lease live: not taken.

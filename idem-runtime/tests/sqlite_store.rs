@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use idem_runtime::store::sqlite::sql::{APPLICATION_ID, SCHEMA_VERSION};
 use idem_runtime::store::{
-    Claim, ClaimRequest, LeaseToken, OperationIds, Outcome, RecordState, Written,
+    Claim, ClaimRequest, LeaseToken, OperationIds, Outcome, RecordState, Takeover, Written,
 };
 use idem_runtime::{Fingerprint, IdempotencyKey, SqliteStore, Store, Synchronous};
 use uuid::Uuid;
@@ -274,7 +274,9 @@ async fn a_lease_end_written_by_a_clock_ahead_is_capped_at_one_lease() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
         store.claim(&here).await.unwrap(),
-        Claim::Acquired { takeover: None },
+        Claim::Acquired {
+            takeover: Some(Takeover::ExpiredHolder)
+        },
         "taken over after one lease"
     );
 }
