@@ -105,7 +105,10 @@ async fn store_op(store: &dyn Store, fingerprint: Fingerprint) {
         LEASE,
         TTL,
     );
-    assert_eq!(store.claim(&req).await.unwrap(), Claim::Acquired);
+    assert_eq!(
+        store.claim(&req).await.unwrap(),
+        Claim::Acquired { takeover: None }
+    );
     let done = store.complete(
         req.key,
         req.token,

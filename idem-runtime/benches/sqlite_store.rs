@@ -110,7 +110,10 @@ async fn store_claim_and_complete(
     fingerprint: Fingerprint,
 ) {
     let req = ClaimRequest::new(key, "charge", fingerprint, LeaseToken::new(), LEASE, TTL);
-    assert_eq!(store.claim(&req).await.unwrap(), Claim::Acquired);
+    assert_eq!(
+        store.claim(&req).await.unwrap(),
+        Claim::Acquired { takeover: None }
+    );
     let written = store
         .complete(
             key,

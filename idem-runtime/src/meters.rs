@@ -1,11 +1,13 @@
 //! What idemkit counts, through the `metrics` facade (feature `metrics`): whatever recorder the
-//! program installs receives it; with the feature off every function here is empty.
+//! program installs receives it; with the feature off every function here is empty, and with
+//! it on but no recorder installed each costs a check (no keys made, no clock read).
 //!
 //! | name | kind | labels | counts |
 //! | --- | --- | --- | --- |
 //! | `idemkit_calls_total` | counter | `tool`, `kind` (`side_effect`, `read_only`), `outcome` | calls, by how they ended (see [`outcome_label`]) |
 //! | `idemkit_attempts_total` | counter | `tool`, `kind` | runs of tool bodies |
 //! | `idemkit_kept_ambiguous_total` | counter | `tool` | calls that ran out of attempts after an ambiguous failure (the record is kept for the next call) |
+//! | `idemkit_takeovers_total` | counter | `tool`, `from` (`expired_holder`, `ambiguous`) | claims that took over a live record of the same operation: a holder's lease had ended (it died or stalled), or the record was kept as ambiguous |
 //! | `idemkit_fenced_writes_total` | counter | `tool`, `write` (`complete`, `release`, `mark_ambiguous`, `renew`) | a holder's writes refused because its lease was taken over |
 //! | `idemkit_renewals_total` | counter | `tool` | lease renewals applied |
 //! | `idemkit_store_seconds` | histogram | `op` (`claim`, `complete`, `renew`, `release`, `mark_ambiguous`) | how long the store took to answer a transition, failures and timeouts included |
@@ -30,67 +32,192 @@ pub fn outcome_label(outcome: CallOutcome, refusal: Option<&Error>) -> &'static 
 
 #[cfg(feature = "metrics")]
 mod on {
-    use metrics::counter;
+    use metrics::{Key, Label, Level, Metadata, NoopRecorder, Recorder};
+    use tokio::time::Instant;
+
+    use crate::store::Takeover;
+
+    /// What `counter!` and `histogram!` would pass from this module.
+    static METADATA: Metadata<'static> =
+        Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+
+    /// Runs `f` with the recorder in force (this thread's local one, else the global one), unless
+    /// that is `metrics`' no-op recorder, which is in force when none is installed: a program
+    /// without a recorder then pays for this check, not for making keys (an allocation for the
+    /// labels, a hash) and reading clocks. The recorder is looked up at each use, as the
+    /// `metrics` macros do, so local recorders (`metrics::with_local_recorder`) work.
+    #[inline]
+    fn with_recorder(f: impl FnOnce(&dyn Recorder)) {
+        metrics::with_recorder(|r| {
+            if !is_noop(r) {
+                f(r)
+            }
+        })
+    }
+
+    /// Whether a recorder is in force (see [`with_recorder`]): timings read the clock only then.
+    #[inline]
+    pub(crate) fn recording() -> bool {
+        metrics::with_recorder(|r| !is_noop(r))
+    }
+
+    /// Whether `r` is a [`NoopRecorder`] (`metrics` 0.24 does not say whether a recorder is
+    /// installed; it hands out its own no-op one), told by its vtable. Comparing vtables may
+    /// miss: a type's vtable can be copied into several codegen units, as unoptimised builds
+    /// do (the no-op recorder is then asked, and does nothing: correct, only slower); optimised
+    /// builds share one (the `calls` bench measures it). It cannot mistake a recorder that
+    /// records: a vtable shared by two types has the same size (zero) and the same methods,
+    /// which all return no-op handles.
+    #[inline]
+    fn is_noop(r: &dyn Recorder) -> bool {
+        let r: *const dyn Recorder = r;
+        let noop: *const dyn Recorder = &NoopRecorder;
+        std::ptr::eq(r, noop.with_addr(r.addr()))
+    }
+
+    fn count(r: &dyn Recorder, name: &'static str, labels: Vec<Label>, n: u64) {
+        r.register_counter(&Key::from_parts(name, labels), &METADATA)
+            .increment(n);
+    }
 
     pub(crate) fn call(kind: &'static str, tool: &str, outcome: &'static str, attempts: u32) {
-        let tool = tool.to_owned();
-        counter!("idemkit_calls_total", "tool" => tool.clone(), "kind" => kind, "outcome" => outcome)
-            .increment(1);
-        if attempts > 0 {
-            counter!("idemkit_attempts_total", "tool" => tool, "kind" => kind)
-                .increment(u64::from(attempts));
-        }
+        with_recorder(|r| {
+            let tool = Label::new("tool", tool.to_owned());
+            let kind = Label::from_static_parts("kind", kind);
+            let outcome = Label::from_static_parts("outcome", outcome);
+            if attempts > 0 {
+                let labels = vec![tool.clone(), kind.clone()];
+                count(r, "idemkit_attempts_total", labels, u64::from(attempts));
+            }
+            count(r, "idemkit_calls_total", vec![tool, kind, outcome], 1);
+        })
     }
 
     pub(crate) fn kept_ambiguous(tool: &str) {
-        counter!("idemkit_kept_ambiguous_total", "tool" => tool.to_owned()).increment(1);
+        with_recorder(|r| {
+            let labels = vec![Label::new("tool", tool.to_owned())];
+            count(r, "idemkit_kept_ambiguous_total", labels, 1);
+        })
+    }
+
+    pub(crate) fn took_over(tool: &str, from: Takeover) {
+        with_recorder(|r| {
+            let labels = vec![
+                Label::new("tool", tool.to_owned()),
+                Label::from_static_parts("from", from.as_str()),
+            ];
+            count(r, "idemkit_takeovers_total", labels, 1);
+        })
     }
 
     pub(crate) fn fenced(tool: &str, write: &'static str) {
-        counter!("idemkit_fenced_writes_total", "tool" => tool.to_owned(), "write" => write)
-            .increment(1);
+        with_recorder(|r| {
+            let labels = vec![
+                Label::new("tool", tool.to_owned()),
+                Label::from_static_parts("write", write),
+            ];
+            count(r, "idemkit_fenced_writes_total", labels, 1);
+        })
     }
 
     pub(crate) fn renewed(tool: &str) {
-        counter!("idemkit_renewals_total", "tool" => tool.to_owned()).increment(1);
+        with_recorder(|r| {
+            let labels = vec![Label::new("tool", tool.to_owned())];
+            count(r, "idemkit_renewals_total", labels, 1);
+        })
     }
 
-    /// Runs `f`, which asks the store for a transition and takes its answer if it came at
-    /// once (`Ok`); records how long it took then (an answer still to come is timed where it is
-    /// awaited).
+    /// Runs `f`, which asks the store for a transition sent at `sent` (a clock the caller read
+    /// anyway) and takes its answer if it came at once (`Ok`); records how long it took then
+    /// (an answer still to come is timed where it is awaited).
+    #[inline]
+    pub(crate) fn store_since<T, P>(
+        op: &'static str,
+        sent: Instant,
+        f: impl FnOnce() -> Result<T, P>,
+    ) -> Result<T, P> {
+        let r = f();
+        if r.is_ok() {
+            with_recorder(|rec| sample(rec, op, sent.elapsed()));
+        }
+        r
+    }
+
+    /// [`store_since`], reading the clock before `f` only while a recorder is in force.
     #[inline]
     pub(crate) fn store_now<T, P>(
         op: &'static str,
         f: impl FnOnce() -> Result<T, P>,
     ) -> Result<T, P> {
-        let started = std::time::Instant::now();
+        let started = store_clock();
         let r = f();
-        if r.is_ok() {
+        if let (Some(started), true) = (started, r.is_ok()) {
             store_took(op, started.elapsed());
         }
         r
     }
 
     pub(crate) fn store_took(op: &'static str, took: std::time::Duration) {
-        metrics::histogram!("idemkit_store_seconds", "op" => op).record(took.as_secs_f64());
+        with_recorder(|r| sample(r, op, took))
     }
 
-    /// A clock for a transition that may wait: read only with the feature on.
-    pub(crate) fn store_clock() -> Option<std::time::Instant> {
-        Some(std::time::Instant::now())
+    fn sample(r: &dyn Recorder, op: &'static str, took: std::time::Duration) {
+        r.register_histogram(store_key(op), &METADATA)
+            .record(took.as_secs_f64());
+    }
+
+    /// A clock for a transition: read only while a recorder is in force.
+    #[inline]
+    pub(crate) fn store_clock() -> Option<Instant> {
+        recording().then(Instant::now)
+    }
+
+    /// The key of `idemkit_store_seconds` for `op`, made once (no allocation, no hash per sample).
+    fn store_key(op: &'static str) -> &'static Key {
+        macro_rules! keys {
+            ($($op:literal),*) => {
+                match op {
+                    $($op => {
+                        static LABELS: [Label; 1] = [Label::from_static_parts("op", $op)];
+                        static KEY: Key = Key::from_static_parts("idemkit_store_seconds", &LABELS);
+                        &KEY
+                    })*
+                    _ => {
+                        static LABELS: [Label; 1] = [Label::from_static_parts("op", "other")];
+                        static KEY: Key = Key::from_static_parts("idemkit_store_seconds", &LABELS);
+                        &KEY
+                    }
+                }
+            };
+        }
+        keys!("claim", "complete", "renew", "release", "mark_ambiguous")
     }
 }
 
 #[cfg(not(feature = "metrics"))]
 mod on {
+    use tokio::time::Instant;
+
+    use crate::store::Takeover;
+
     #[inline(always)]
     pub(crate) fn call(_kind: &'static str, _tool: &str, _outcome: &'static str, _attempts: u32) {}
     #[inline(always)]
     pub(crate) fn kept_ambiguous(_tool: &str) {}
     #[inline(always)]
+    pub(crate) fn took_over(_tool: &str, _from: Takeover) {}
+    #[inline(always)]
     pub(crate) fn fenced(_tool: &str, _write: &'static str) {}
     #[inline(always)]
     pub(crate) fn renewed(_tool: &str) {}
+    #[inline(always)]
+    pub(crate) fn store_since<T, P>(
+        _op: &'static str,
+        _sent: Instant,
+        f: impl FnOnce() -> Result<T, P>,
+    ) -> Result<T, P> {
+        f()
+    }
     #[inline(always)]
     pub(crate) fn store_now<T, P>(
         _op: &'static str,
@@ -101,7 +228,7 @@ mod on {
     #[inline(always)]
     pub(crate) fn store_took(_op: &'static str, _took: std::time::Duration) {}
     #[inline(always)]
-    pub(crate) fn store_clock() -> Option<std::time::Instant> {
+    pub(crate) fn store_clock() -> Option<Instant> {
         None
     }
 }
@@ -116,5 +243,28 @@ pub(crate) fn write_label(what: &str) -> &'static str {
         "mark_ambiguous" => "mark_ambiguous",
         "renew" => "renew",
         _ => "other",
+    }
+}
+
+#[cfg(all(test, feature = "metrics"))]
+mod tests {
+    use super::on::recording;
+
+    /// A recorder in force is always seen (also a local one, as tests install them), so nothing
+    /// it should count is skipped.
+    #[test]
+    fn a_recorder_in_force_is_always_seen() {
+        let recorder = metrics_util::debugging::DebuggingRecorder::new();
+        assert!(metrics::with_local_recorder(&recorder, recording));
+    }
+
+    /// Without a recorder, the fast path is taken: nothing made, no clock read. Only in
+    /// optimised builds (`cargo test --release`), where `metrics`' no-op recorder and this
+    /// crate's share their vtable; unoptimised builds may keep a copy per codegen unit, and
+    /// then ask the no-op recorder, which does nothing (see `is_noop`).
+    #[cfg(not(debug_assertions))]
+    #[test]
+    fn without_a_recorder_nothing_is_recorded_or_timed() {
+        assert!(!recording(), "no recorder is installed in these tests");
     }
 }

@@ -15,7 +15,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use idem_runtime::store::{
-    Claim, ClaimRequest, Existing, ExistingState, LeaseToken, Outcome, Record, RecordState, Written,
+    Claim, ClaimRequest, Existing, ExistingState, LeaseToken, Outcome, Record, RecordState,
+    Takeover, Written,
 };
 use idem_runtime::{Fingerprint, IdempotencyKey, MemoryStore, Store};
 use tokio::time::Instant;
@@ -89,7 +90,7 @@ impl Model {
                 },
             );
             self.note("claim: new record");
-            return Claim::Acquired;
+            return Claim::Acquired { takeover: None };
         };
         let same = rec.fingerprint == req.fingerprint;
         let existing = match &rec.state {
@@ -115,14 +116,18 @@ impl Model {
                 Claim::Existing(Existing::new(fingerprint, state))
             }
             None => {
-                let what = match rec.state {
-                    ModelState::Running { .. } => "claim: took over an expired lease",
-                    _ => "claim: took over an ambiguous record",
+                let (what, from) = match rec.state {
+                    ModelState::Running { .. } => {
+                        ("claim: took over an expired lease", Takeover::ExpiredHolder)
+                    }
+                    _ => ("claim: took over an ambiguous record", Takeover::Ambiguous),
                 };
                 rec.state = running;
                 rec.expires_at = now + req.ttl;
                 self.note(what);
-                Claim::Acquired
+                Claim::Acquired {
+                    takeover: Some(from),
+                }
             }
         }
     }
@@ -269,7 +274,7 @@ async fn worker(
                     "claim of key {k}: store said {got:?}, model {expected:?}"
                 ));
             }
-            if got == Claim::Acquired && live_before != 0 {
+            if matches!(got, Claim::Acquired { .. }) && live_before != 0 {
                 return Err(format!("key {k} acquired while another lease was live"));
             }
             if let Claim::Existing(Existing {
@@ -285,12 +290,12 @@ async fn worker(
             }
             same_records(&stored, &mut m, now)?;
         }
-        if got == Claim::Acquired {
+        if matches!(got, Claim::Acquired { .. }) {
             old_tokens.push((k, req.token));
         }
         // A slow holder, or a dead one: the lease may expire meanwhile.
         tokio::time::sleep(ms(&mut rng, 600)).await;
-        let token = if got == Claim::Acquired && rng.f64() < 0.85 {
+        let token = if matches!(got, Claim::Acquired { .. }) && rng.f64() < 0.85 {
             req.token
         } else {
             // The holder died (its token is kept: it may come back late), or this is an old
@@ -454,7 +459,7 @@ fn threads_never_see_two_live_holders_a_fenced_write_applied_or_an_outcome_chang
                         Duration::from_secs(3_600),
                     );
                     match rt.block_on(store.claim(&req)).unwrap() {
-                        Claim::Acquired => {
+                        Claim::Acquired { .. } => {
                             count("acquired");
                             let prev = holders[k].swap(id, Ordering::SeqCst);
                             assert_eq!(prev, 0, "key {k}: acquired by {id} while {prev} held it");

@@ -2,8 +2,12 @@
 //! exactly one (feature `metrics`).
 
 use std::collections::HashMap;
+use std::time::Duration;
 
-use idem_runtime::{Classify, Error, Failure, Idem, MemoryStore, Tool};
+use idem_runtime::store::{ClaimRequest, LeaseToken};
+use idem_runtime::{
+    Classify, Error, Failure, Fingerprint, Idem, IdempotencyKey, MemoryStore, Store, Tool,
+};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
 #[derive(Debug)]
@@ -125,5 +129,82 @@ fn a_store_that_answers_later_is_timed_once_per_transition() {
         samples.get("idemkit_store_seconds{op=complete}"),
         Some(&1),
         "{samples:?}"
+    );
+}
+
+/// A takeover moves `idemkit_takeovers_total` by exactly one, labelled with what was taken
+/// over; a call that makes a new record, or replays, moves it not at all. A dead holder's
+/// record is taken over once its lease ends (S8); a record kept as ambiguous by one call is
+/// taken over by the next (S6), and the one after replays.
+#[test]
+fn a_takeover_counts_once_by_what_it_took_over() {
+    #[derive(Debug)]
+    struct Unsure;
+    impl Classify for Unsure {
+        fn classify(&self) -> Failure {
+            Failure::Ambiguous
+        }
+    }
+    impl From<Error> for Unsure {
+        fn from(_: Error) -> Self {
+            Unsure
+        }
+    }
+    let recorder = DebuggingRecorder::new();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let lease = Duration::from_secs(30);
+    metrics::with_local_recorder(&recorder, || {
+        runtime.block_on(async {
+            let idem = Idem::builder()
+                .store(MemoryStore::new())
+                .lease(lease)
+                .build()
+                .unwrap();
+            let charge = |order: u32, ok: bool| {
+                Tool::new("charge").idem(&idem).max_attempts(1).side_effect(
+                    &[("order", &order)],
+                    &4200u64,
+                    move |_key| async move { if ok { Ok(42u32) } else { Err(Unsure) } },
+                )
+            };
+            // A holder that claimed order 8 and died.
+            let dead = ClaimRequest::new(
+                IdempotencyKey::derive("charge", &[("order", &8u32)]),
+                "charge",
+                Fingerprint::of(&4200u64).unwrap(),
+                LeaseToken::new(),
+                lease,
+                Duration::from_secs(24 * 3600),
+            );
+            idem.store().claim(&dead).await.unwrap();
+            tokio::time::advance(lease).await;
+            assert_eq!(charge(8, true).await.unwrap(), 42); // takes over the dead holder's
+
+            assert!(charge(7, false).await.is_err()); // a new record, kept as ambiguous
+            assert_eq!(charge(7, true).await.unwrap(), 42); // takes it over
+            assert_eq!(charge(7, true).await.unwrap(), 42); // replays
+        })
+    });
+    let (counters, _) = snapshot(&recorder);
+    let mut takeovers: Vec<_> = counters
+        .iter()
+        .filter(|(name, _)| name.starts_with("idemkit_takeovers_total"))
+        .map(|(name, n)| (name.as_str(), *n))
+        .collect();
+    takeovers.sort();
+    assert_eq!(
+        takeovers,
+        [
+            ("idemkit_takeovers_total{from=ambiguous,tool=charge}", 1),
+            (
+                "idemkit_takeovers_total{from=expired_holder,tool=charge}",
+                1
+            ),
+        ],
+        "{counters:?}"
     );
 }

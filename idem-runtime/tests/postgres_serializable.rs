@@ -83,7 +83,10 @@ async fn a_write_rolled_back_as_a_serialization_failure_is_sent_again_and_applie
         Duration::from_secs(60),
         Duration::from_secs(600),
     );
-    assert_eq!(store.claim(&req).await.unwrap(), Claim::Acquired);
+    assert_eq!(
+        store.claim(&req).await.unwrap(),
+        Claim::Acquired { takeover: None }
+    );
 
     // Another client's SERIALIZABLE transaction locks the row by changing it.
     let mut other = store.pool().get().await.unwrap();

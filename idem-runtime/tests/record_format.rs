@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use idem_runtime::store::{
-    Claim, ClaimRequest, ExistingState, LeaseToken, OperationIds, Outcome, RecordState, Written,
+    Claim, ClaimRequest, ExistingState, LeaseToken, OperationIds, Outcome, RecordState, Takeover,
+    Written,
 };
 use idem_runtime::{
     CallOutcome, Classify, Error, Failure, Fingerprint, Idem, IdempotencyKey, SqliteStore, Store,
@@ -52,7 +53,10 @@ const OUTCOME: &[u8] = br#"{"charge_id":"ch_1","cents":4200}"#;
 async fn write_records(store: impl Store + OperationIds + Records + Clone) -> String {
     for order in 1..=4 {
         let req = request(order);
-        assert_eq!(store.claim(&req).await.unwrap(), Claim::Acquired);
+        assert_eq!(
+            store.claim(&req).await.unwrap(),
+            Claim::Acquired { takeover: None }
+        );
         let written = match order {
             1 => {
                 store
@@ -155,7 +159,12 @@ async fn check_records(store: impl Store + OperationIds + Records + Clone, opera
     assert!(
         matches!(record.state, RecordState::Ambiguous { ref note } if note.contains("may have taken effect"))
     );
-    assert_eq!(store.claim(&request(2)).await.unwrap(), Claim::Acquired);
+    assert_eq!(
+        store.claim(&request(2)).await.unwrap(),
+        Claim::Acquired {
+            takeover: Some(Takeover::Ambiguous)
+        }
+    );
 
     // Running, its lease live: not taken.
     match store.claim(&request(3)).await.unwrap() {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use idem_runtime::store::sqlite::sql::{APPLICATION_ID, SCHEMA_VERSION};
 use idem_runtime::store::{
-    Claim, ClaimRequest, LeaseToken, OperationIds, Outcome, RecordState, Written,
+    Claim, ClaimRequest, LeaseToken, OperationIds, Outcome, RecordState, Takeover, Written,
 };
 use idem_runtime::{Fingerprint, IdempotencyKey, SqliteStore, Store, Synchronous};
 use uuid::Uuid;
@@ -41,7 +41,7 @@ async fn a_new_store_creates_its_directory_and_a_wal_file_marked_with_idemkits_s
     assert_eq!(store.path(), path);
     assert_eq!(
         store.claim(&request(1, DAY)).await.unwrap(),
-        Claim::Acquired
+        Claim::Acquired { takeover: None }
     );
 
     let conn = rusqlite::Connection::open(&path).unwrap();
@@ -68,7 +68,7 @@ async fn a_lazily_opened_store_creates_its_file_at_the_first_operation() {
     assert!(!path.exists(), "nothing is opened before it is needed");
     assert_eq!(
         store.claim(&request(1, DAY)).await.unwrap(),
-        Claim::Acquired
+        Claim::Acquired { takeover: None }
     );
     assert!(path.is_file());
 }
@@ -81,7 +81,10 @@ async fn outcomes_ambiguous_records_and_operation_ids_survive_reopening_the_file
     {
         let store = SqliteStore::open(&path).unwrap();
         let (done, unsure) = (request(1, DAY), request(2, DAY));
-        assert_eq!(store.claim(&done).await.unwrap(), Claim::Acquired);
+        assert_eq!(
+            store.claim(&done).await.unwrap(),
+            Claim::Acquired { takeover: None }
+        );
         assert_eq!(
             store
                 .complete(
@@ -94,7 +97,10 @@ async fn outcomes_ambiguous_records_and_operation_ids_survive_reopening_the_file
                 .unwrap(),
             Written::Applied
         );
-        assert_eq!(store.claim(&unsure).await.unwrap(), Claim::Acquired);
+        assert_eq!(
+            store.claim(&unsure).await.unwrap(),
+            Claim::Acquired { takeover: None }
+        );
         let marked = store
             .mark_ambiguous(unsure.key, unsure.token, "timed out", DAY)
             .await
@@ -150,12 +156,12 @@ async fn prune_deletes_expired_records_in_bounded_batches_and_keeps_live_ones() 
         // A time-to-live of zero: expired as soon as written.
         assert_eq!(
             store.claim(&request(n, Duration::ZERO)).await.unwrap(),
-            Claim::Acquired
+            Claim::Acquired { takeover: None }
         );
     }
     assert_eq!(
         store.claim(&request(6, DAY)).await.unwrap(),
-        Claim::Acquired
+        Claim::Acquired { takeover: None }
     );
 
     assert_eq!(store.prune(2).await.unwrap(), 2);
@@ -192,7 +198,10 @@ fn eight_threads_opening_one_new_file_at_once_all_get_a_working_store() {
         .unwrap();
     rt.block_on(async {
         let req = request(1, DAY);
-        assert_eq!(stores[0].claim(&req).await.unwrap(), Claim::Acquired);
+        assert_eq!(
+            stores[0].claim(&req).await.unwrap(),
+            Claim::Acquired { takeover: None }
+        );
         for store in &stores[1..] {
             assert!(
                 matches!(store.claim(&req).await.unwrap(), Claim::Existing(_)),
@@ -225,7 +234,10 @@ async fn a_claim_waiting_for_another_writer_leaves_the_async_runtime_free() {
     );
 
     blocker.execute_batch("COMMIT").unwrap();
-    assert_eq!(claim.await.unwrap().unwrap(), Claim::Acquired);
+    assert_eq!(
+        claim.await.unwrap().unwrap(),
+        Claim::Acquired { takeover: None }
+    );
 }
 
 /// Issue 15, finding 3 (clocks): a lease end further ahead than one lease from the claimer's
@@ -237,7 +249,10 @@ async fn a_lease_end_written_by_a_clock_ahead_is_capped_at_one_lease() {
     let store = SqliteStore::open(dir.path().join("idemkit.db")).unwrap();
     let mut ahead = request(40, DAY);
     ahead.lease = Duration::from_secs(3600);
-    assert_eq!(store.claim(&ahead).await.unwrap(), Claim::Acquired);
+    assert_eq!(
+        store.claim(&ahead).await.unwrap(),
+        Claim::Acquired { takeover: None }
+    );
     let mut here = request(40, DAY);
     here.lease = Duration::from_millis(300);
     here.token = LeaseToken::new();
@@ -259,7 +274,9 @@ async fn a_lease_end_written_by_a_clock_ahead_is_capped_at_one_lease() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
         store.claim(&here).await.unwrap(),
-        Claim::Acquired,
+        Claim::Acquired {
+            takeover: Some(Takeover::ExpiredHolder)
+        },
         "taken over after one lease"
     );
 }
@@ -284,7 +301,7 @@ async fn a_deleted_or_replaced_database_file_fails_closed_saying_what_happened()
         let store = SqliteStore::open(&path).unwrap();
         assert_eq!(
             store.claim(&request(41, DAY)).await.unwrap(),
-            Claim::Acquired
+            Claim::Acquired { takeover: None }
         );
         std::fs::remove_dir_all(dir.path().join(".idemkit")).unwrap();
         if replaced {
@@ -313,7 +330,7 @@ async fn a_new_store_is_readable_by_its_owner_only() {
     let store = SqliteStore::open(&path).unwrap();
     assert_eq!(
         store.claim(&request(50, DAY)).await.unwrap(),
-        Claim::Acquired
+        Claim::Acquired { takeover: None }
     );
     let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(path.parent().unwrap()), 0o700, "the directory");

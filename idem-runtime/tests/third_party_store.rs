@@ -11,7 +11,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use idem_runtime::store::{
     Claim, ClaimRequest, Count, Existing, ExistingState, LeaseToken, OperationIds, Outcome, Record,
-    RecordFilter, RecordState, Records, Released, Store, StoreFuture, Written, count_records,
+    RecordFilter, RecordState, Records, Released, Store, StoreFuture, Takeover, Written,
+    count_records,
 };
 use idem_runtime::{Fingerprint, IdempotencyKey, StoreError};
 use uuid::Uuid;
@@ -93,20 +94,27 @@ impl MapStore {
 impl Store for MapStore {
     fn claim<'a>(&'a self, req: &'a ClaimRequest<'_>) -> StoreFuture<'a, Claim> {
         let (now, mut map) = (Instant::now(), self.map.lock().unwrap());
+        // A new record (`None`: absent, or past its time-to-live), or a takeover.
+        let mut takeover = None;
         if let Some(r) = map.0.get(&req.key).filter(|r| r.expires > now) {
             let same = r.fingerprint == req.fingerprint;
-            let state = match &r.state {
-                State::Running(_, until) if !same || *until > now => Some(ExistingState::Running {
+            let took = match &r.state {
+                // The same operation, its holder gone or given up: take it over.
+                State::Running(_, until) if same && *until <= now => Ok(Takeover::ExpiredHolder),
+                State::Ambiguous(_) if same => Ok(Takeover::Ambiguous),
+                State::Running(_, until) => Err(ExistingState::Running {
                     lease_remaining: until.saturating_duration_since(now),
                 }),
-                State::Completed(outcome) => Some(ExistingState::Completed {
+                State::Completed(outcome) => Err(ExistingState::Completed {
                     outcome: outcome.clone(),
                 }),
-                State::Ambiguous(_) if !same => Some(ExistingState::Ambiguous),
-                _ => None, // The same operation, its holder gone or given up: take it over.
+                State::Ambiguous(_) => Err(ExistingState::Ambiguous),
             };
-            if let Some(state) = state {
-                return StoreFuture::ready(Ok(Existing::new(r.fingerprint, state).into()));
+            match took {
+                Ok(from) => takeover = Some(from),
+                Err(state) => {
+                    return StoreFuture::ready(Ok(Existing::new(r.fingerprint, state).into()));
+                }
             }
         }
         let at = SystemTime::now();
@@ -120,7 +128,7 @@ impl Store for MapStore {
             tenant: req.tenant.as_deref().map(str::to_owned),
         };
         map.0.insert(req.key, rec);
-        StoreFuture::ready(Ok(Claim::Acquired))
+        StoreFuture::ready(Ok(Claim::Acquired { takeover }))
     }
 
     fn renew(

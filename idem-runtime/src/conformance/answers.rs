@@ -14,7 +14,7 @@ pub async fn unpolled_answers_change_nothing(store: impl StoreUnderTest) {
     let req = ClaimRequest::new(key, "charge", fingerprint_of(4200), token, LEASE, ttl);
     let claim = store.claim(&req);
     if claim.is_ready() {
-        assert_eq!(claim.await.unwrap(), Claim::Acquired);
+        assert_eq!(claim.await.unwrap(), Claim::Acquired { takeover: None });
     } else {
         drop(claim);
         assert_eq!(
@@ -22,7 +22,10 @@ pub async fn unpolled_answers_change_nothing(store: impl StoreUnderTest) {
             None,
             "an unpolled claim took the key"
         );
-        assert_eq!(store.claim(&req).await.unwrap(), Claim::Acquired);
+        assert_eq!(
+            store.claim(&req).await.unwrap(),
+            Claim::Acquired { takeover: None }
+        );
     }
     let running = |what: &'static str| {
         let store = &store;

@@ -14,7 +14,10 @@ pub async fn s8_a_dead_holders_lease_expires_and_is_taken_over(store: impl Store
         LEASE,
         Duration::from_secs(60),
     );
-    assert_eq!(idem.store().claim(&dead).await.unwrap(), Claim::Acquired);
+    assert_eq!(
+        idem.store().claim(&dead).await.unwrap(),
+        Claim::Acquired { takeover: None }
+    );
     let tool = Counted::new();
     let (result, outcome) = tool.call(charge(&idem), 9, 4200, &[], Duration::ZERO).await;
     assert_eq!(
@@ -69,7 +72,10 @@ pub async fn s9_corrupt_outcome_fails_closed(store: impl StoreUnderTest) {
         LEASE,
         Duration::from_secs(60),
     );
-    assert_eq!(idem.store().claim(&req).await.unwrap(), Claim::Acquired);
+    assert_eq!(
+        idem.store().claim(&req).await.unwrap(),
+        Claim::Acquired { takeover: None }
+    );
     let written = idem
         .store()
         .complete(
@@ -132,7 +138,10 @@ pub async fn s11_late_writes_of_a_taken_over_lease_are_fenced(store: impl StoreU
         )
     };
     let (old, new) = (LeaseToken::new(), LeaseToken::new());
-    assert_eq!(store.claim(&req(old)).await.unwrap(), Claim::Acquired);
+    assert_eq!(
+        store.claim(&req(old)).await.unwrap(),
+        Claim::Acquired { takeover: None }
+    );
     assert!(
         matches!(store.claim(&req(new)).await.unwrap(), Claim::Existing(_)),
         "a live lease is not taken"
@@ -140,7 +149,9 @@ pub async fn s11_late_writes_of_a_taken_over_lease_are_fenced(store: impl StoreU
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(
         store.claim(&req(new)).await.unwrap(),
-        Claim::Acquired,
+        Claim::Acquired {
+            takeover: Some(Takeover::ExpiredHolder)
+        },
         "an expired lease is taken over"
     );
     let ttl = Duration::from_secs(60);

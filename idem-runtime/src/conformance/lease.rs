@@ -29,7 +29,7 @@ pub async fn s12_renew_extends_a_held_lease_past_its_end_and_its_ttl(store: impl
             .claim(&renew_req(15, holder, short, short))
             .await
             .unwrap(),
-        Claim::Acquired
+        Claim::Acquired { takeover: None }
     );
     assert_eq!(
         store
@@ -66,7 +66,10 @@ pub async fn s12_renew_after_the_lease_ran_out_untaken_still_holds(store: impl S
     let (holder, other) = (LeaseToken::new(), LeaseToken::new());
     let ttl = Duration::from_secs(60);
     let req = |token| renew_req(16, token, Duration::from_millis(100), ttl);
-    assert_eq!(store.claim(&req(holder)).await.unwrap(), Claim::Acquired);
+    assert_eq!(
+        store.claim(&req(holder)).await.unwrap(),
+        Claim::Acquired { takeover: None }
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
         store
@@ -90,9 +93,17 @@ pub async fn s12_renew_is_refused_to_a_stale_token_and_to_ended_records(
     let ttl = Duration::from_secs(60);
     let long = Duration::from_secs(5);
     let req = |token| renew_req(17, token, Duration::from_millis(200), ttl);
-    assert_eq!(store.claim(&req(old)).await.unwrap(), Claim::Acquired);
+    assert_eq!(
+        store.claim(&req(old)).await.unwrap(),
+        Claim::Acquired { takeover: None }
+    );
     tokio::time::sleep(Duration::from_millis(400)).await;
-    assert_eq!(store.claim(&req(new)).await.unwrap(), Claim::Acquired);
+    assert_eq!(
+        store.claim(&req(new)).await.unwrap(),
+        Claim::Acquired {
+            takeover: Some(Takeover::ExpiredHolder)
+        }
+    );
     assert_eq!(
         store.renew(key_of(17), old, long).await.unwrap(),
         Written::Fenced,

@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::store::{
     Claim, ClaimRequest, Existing, ExistingState, Intercept, LeaseToken, OperationIds, Outcome,
-    RecordState, Records, Step, Written,
+    RecordState, Records, Step, Takeover, Written,
 };
 use crate::{
     CallOutcome, Classify, Error, Failure, Fingerprint, Idem, IdempotencyKey, RetryPolicy, Store,
@@ -41,12 +41,14 @@ mod faults;
 mod happy;
 mod lease;
 mod records;
+mod takeover;
 
 pub use self::answers::*;
 pub use self::faults::*;
 pub use self::happy::*;
 pub use self::lease::*;
 pub use self::records::*;
+pub use self::takeover::*;
 
 /// What the suite tests: a [`Store`] (the claim state machine the executor drives), its
 /// [`OperationIds`], and its operator [`Records`] (the rows read what the calls left behind
@@ -69,12 +71,15 @@ macro_rules! conformance_tests {
             s5_permanent_failure_is_not_retried_and_released,
             s6_exhausted_transient_is_released,
             s6_exhausted_ambiguous_is_kept_and_taken_over,
+            s6_a_claim_of_an_ambiguous_record_is_a_takeover_from_ambiguity,
             s7_concurrent_calls_run_the_body_once,
             s7_a_caller_that_waits_too_long_gets_in_flight,
             s8_a_dead_holders_lease_expires_and_is_taken_over,
+            s8_a_claim_past_a_holders_lease_is_a_takeover_from_an_expired_holder,
             s9_unreachable_store_fails_closed,
             s9_corrupt_outcome_fails_closed,
             s10_records_past_their_ttl_are_absent,
+            s10_claims_of_absent_or_expired_records_are_not_takeovers,
             s11_late_writes_of_a_taken_over_lease_are_fenced,
             s11_a_slow_holder_cannot_overwrite_the_new_record,
             s12_renew_extends_a_held_lease_past_its_end_and_its_ttl,

@@ -33,7 +33,10 @@ async fn claim_raw(
 ) -> LeaseToken {
     let token = LeaseToken::new();
     let req = ClaimRequest::new(key_of(order), tool, fingerprint_of(4200), token, lease, ttl);
-    assert_eq!(store.claim(&req).await.unwrap(), Claim::Acquired);
+    assert_eq!(
+        store.claim(&req).await.unwrap(),
+        Claim::Acquired { takeover: None }
+    );
     token
 }
 

@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use super::{
     Claim, ClaimRequest, Existing, ExistingState, LeaseToken, OperationIds, Outcome, Record, Store,
-    StoreFuture, Written,
+    StoreFuture, Takeover, Written,
 };
 use crate::error::StoreError;
 use crate::fingerprint::Fingerprint;
@@ -201,33 +201,37 @@ impl MemoryStore {
                     updated: now,
                     tenant: req.tenant.clone(),
                 });
-                return Claim::Acquired;
+                return Claim::Acquired { takeover: None };
             }
         };
         let same = rec.fingerprint == req.fingerprint;
         let existing = match &rec.state {
-            State::Running { lease_until, .. } if same && *lease_until <= now => None,
-            State::Ambiguous { .. } if same => None,
-            State::Running { lease_until, .. } => Some(ExistingState::Running {
+            State::Running { lease_until, .. } if same && *lease_until <= now => {
+                Err(Takeover::ExpiredHolder)
+            }
+            State::Ambiguous { .. } if same => Err(Takeover::Ambiguous),
+            State::Running { lease_until, .. } => Ok(ExistingState::Running {
                 lease_remaining: now.until(*lease_until),
             }),
-            State::Completed { outcome } => Some(ExistingState::Completed {
+            State::Completed { outcome } => Ok(ExistingState::Completed {
                 outcome: outcome.clone(),
             }),
-            State::Ambiguous { .. } => Some(ExistingState::Ambiguous),
+            State::Ambiguous { .. } => Ok(ExistingState::Ambiguous),
         };
         match existing {
-            Some(state) => Claim::Existing(Existing {
+            Ok(state) => Claim::Existing(Existing {
                 fingerprint: rec.fingerprint,
                 state,
             }),
-            None => {
+            Err(takeover) => {
                 // Take over: same operation, its holder gone or given up.
                 rec.state = running;
                 rec.expires_at = now.after(req.ttl);
                 (rec.created, rec.updated) = (now, now);
                 rec.tenant.clone_from(&req.tenant);
-                Claim::Acquired
+                Claim::Acquired {
+                    takeover: Some(takeover),
+                }
             }
         }
     }

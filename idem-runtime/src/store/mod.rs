@@ -130,10 +130,37 @@ impl<'a> ClaimRequest<'a> {
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
-    /// The caller holds the lease (a new record, or a takeover) and must run the operation.
-    Acquired,
+    /// The caller holds the lease and must run the operation: a new record
+    /// (`takeover: None`; also in place of one past its time-to-live, which is absent), or a
+    /// takeover of a live record of the same operation (`Some`: which kind, for operators).
+    Acquired {
+        /// What the claim took over, if it replaced a live record.
+        takeover: Option<Takeover>,
+    },
     /// A live record exists and the caller may not run: see its state.
     Existing(Existing),
+}
+
+/// The live record a claim took over (see [`Claim::Acquired`]): the same operation, whose
+/// holder is gone or gave up.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Takeover {
+    /// A Running record whose lease had ended: its holder died or stalled (S8, S13).
+    ExpiredHolder,
+    /// A record kept as Ambiguous: an earlier call ran out of attempts after a failure that may
+    /// have taken effect (S6, S14).
+    Ambiguous,
+}
+
+impl Takeover {
+    /// Its name in metrics and logs: `expired_holder`, `ambiguous`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Takeover::ExpiredHolder => "expired_holder",
+            Takeover::Ambiguous => "ambiguous",
+        }
+    }
 }
 
 /// A live record that a claim did not take: only what the claimant acts on (an operator's view of
@@ -303,7 +330,9 @@ pub trait Store: Send + Sync + 'static {
     /// **absent / expired → Running**, or a **takeover** (same fingerprint, and the lease
     /// expired or the record is Ambiguous → Running under `req.token`), atomically; otherwise
     /// nothing changes and the answer is the live record ([`Claim::Existing`]). The new record
-    /// expires `req.ttl` from now, its lease `req.lease` from now.
+    /// expires `req.ttl` from now, its lease `req.lease` from now. The answer says which:
+    /// `Claim::Acquired { takeover: None }` for a new record (a record past its time-to-live
+    /// counts as absent), `Some(`[`Takeover`]`)` for the kind of live record replaced.
     fn claim<'a>(&'a self, req: &'a ClaimRequest<'_>) -> StoreFuture<'a, Claim>;
 
     /// **Running → Running** with a later lease end: the lease `token` holds now ends `lease`

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use idem_runtime::store::{
-    Claim, ClaimRequest, LeaseToken, OperationIds, Outcome, RecordState, Records, Written,
+    Claim, ClaimRequest, LeaseToken, OperationIds, Outcome, RecordState, Records, Takeover, Written,
 };
 use idem_runtime::{
     CallOutcome, Classify, Error, Failure, Fingerprint, Idem, IdempotencyKey, Store,
@@ -141,13 +141,21 @@ pub async fn fencing_across_workers<S: Store + OperationIds + Records>(a: S, b: 
     };
     let (old, new) = (LeaseToken::new(), LeaseToken::new());
     let ttl = Duration::from_secs(60);
-    assert_eq!(a.claim(&req(old)).await.unwrap(), Claim::Acquired);
+    assert_eq!(
+        a.claim(&req(old)).await.unwrap(),
+        Claim::Acquired { takeover: None }
+    );
     assert!(matches!(
         b.claim(&req(new)).await.unwrap(),
         Claim::Existing(_)
     ));
     tokio::time::sleep(Duration::from_millis(400)).await;
-    assert_eq!(b.claim(&req(new)).await.unwrap(), Claim::Acquired);
+    assert_eq!(
+        b.claim(&req(new)).await.unwrap(),
+        Claim::Acquired {
+            takeover: Some(Takeover::ExpiredHolder)
+        }
+    );
     assert_eq!(
         a.complete(key_of(7), old, Outcome::from(&b"\"a\""[..]), ttl)
             .await

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use idem_runtime::store::{
     AsyncStore, Claim, ClaimRequest, Existing, ExistingState, LeaseToken, OperationIds, Outcome,
-    Record, RecordState, Written,
+    Record, RecordState, Takeover, Written,
 };
 use idem_runtime::{IdempotencyKey, MemoryStore, Records, Store, StoreError};
 use uuid::Uuid;
@@ -158,21 +158,21 @@ impl AsyncStore for SimStore {
         }
         let claim = self.shared.claim(req).await?;
         let (w, h) = (&self.world, self.host);
-        match (&claim, before.map(|r| r.state)) {
-            (Claim::Acquired, Some(RecordState::Running { .. })) => {
-                w.saw(h, "lease taken over (expired holder)")
-            }
-            (Claim::Acquired, Some(RecordState::Ambiguous { .. })) => {
-                w.saw(h, "ambiguous record taken over")
-            }
-            (Claim::Existing(e), _) => match e.state {
+        match &claim {
+            Claim::Acquired {
+                takeover: Some(Takeover::ExpiredHolder),
+            } => w.saw(h, "lease taken over (expired holder)"),
+            Claim::Acquired {
+                takeover: Some(Takeover::Ambiguous),
+            } => w.saw(h, "ambiguous record taken over"),
+            Claim::Existing(e) => match e.state {
                 ExistingState::Running { .. } => w.saw(h, "waited on another holder's live lease"),
                 ExistingState::Completed { .. } => w.saw(h, "replayed from the store"),
                 ExistingState::Ambiguous | _ => {}
             },
             _ => {}
         }
-        if claim == Claim::Acquired {
+        if matches!(claim, Claim::Acquired { .. }) {
             self.world
                 .token_acquired(CALL.try_with(|c| *c).ok(), req.token.0);
             self.world.claimed_key(req.token.0, req.key.to_string());

@@ -99,13 +99,14 @@ pub(super) fn start<'a>(
     // A store that answers at once is answered here, without a boxed future. An answer still to
     // come is dropped unpolled (a store's future does nothing until polled) and asked again by
     // the claim loop below, which can await it.
-    let answered = crate::meters::store_now("claim", || s.store.claim(&req).into_ready())
-        .ok()
-        .map(|claim| {
-            claim
-                .map_err(|e| call.store_error(e))
-                .and_then(|claim| answer(&req, claim))
-        });
+    let answered =
+        crate::meters::store_since("claim", claimed_at, || s.store.claim(&req).into_ready())
+            .ok()
+            .map(|claim| {
+                claim
+                    .map_err(|e| call.store_error(e))
+                    .and_then(|claim| answer(&req, claim))
+            });
     match answered {
         Some(Ok(Answer::Run)) => {
             let run = Run::side_effect(call, holder(idem), policy, claimed_at);
@@ -150,7 +151,13 @@ pub(super) enum Answer {
 
 pub(super) fn answer(req: &ClaimRequest<'_>, claim: Claim) -> Result<Answer, Error> {
     let Existing { fingerprint, state } = match claim {
-        Claim::Acquired => return Ok(Answer::Run),
+        Claim::Acquired { takeover } => {
+            if let Some(from) = takeover {
+                tracing::info!(from = from.as_str(), "took over the key's record");
+                crate::meters::took_over(req.tool, from);
+            }
+            return Ok(Answer::Run);
+        }
         Claim::Existing(existing) => existing,
     };
     if fingerprint != req.fingerprint {

@@ -73,7 +73,10 @@ impl Sql {
             version: qualify(&format!("{table}_schema")),
             // absent → running; expired → running (a new record); same fingerprint and
             // (lease over, or ambiguous, or already ours: a retried claim) → running (take over).
-            // Anything else is left alone and returns no row.
+            // Anything else is left alone and returns no row. The row returned says what was
+            // taken over: NULL for a new record (or our own, claimed again), else the kind. The
+            // subquery reads the row as the statement's snapshot has it, before the upsert
+            // (RETURNING sees only the new row; PostgreSQL 18's `old` is too new to require).
             claim: format!(
                 "INSERT INTO {t} AS r (key, tool, fingerprint, state, token, lease_until, expires_at,
                                        created, updated, tenant)
@@ -90,7 +93,11 @@ impl Sql {
                          AND (r.state = 'ambiguous'
                               OR (r.state = 'running'
                                   AND (r.lease_until <= now() OR r.token = EXCLUDED.token))))
-                 RETURNING true"
+                 RETURNING (SELECT CASE WHEN p.expires_at <= now() THEN NULL
+                                        WHEN p.state = 'ambiguous' THEN 'ambiguous'
+                                        WHEN p.token = $4 THEN NULL
+                                        ELSE 'expired_holder' END
+                              FROM {t} p WHERE p.key = $1)"
             ),
             // The live record a claim did not take (none: it went away meanwhile).
             existing: format!(

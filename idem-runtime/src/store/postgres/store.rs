@@ -27,8 +27,14 @@ impl AsyncStore for PostgresStore {
                     .await
                 })
                 .await?;
-            if acquired.is_some() {
-                return Ok(Claim::Acquired);
+            if let Some(row) = acquired {
+                // What the claim took over (see the statement): the kinds it names.
+                let takeover = match row.try_get::<_, Option<&str>>(0).map_err(corrupt_row)? {
+                    None => None,
+                    Some("ambiguous") => Some(Takeover::Ambiguous),
+                    Some(_) => Some(Takeover::ExpiredHolder),
+                };
+                return Ok(Claim::Acquired { takeover });
             }
             let existing = self
                 .run("claim", |c| async move {

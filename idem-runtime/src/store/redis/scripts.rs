@@ -13,23 +13,28 @@ local function ms(x) return string.format('%.0f', x) end
 /// absent: none).
 /// absent or expired → running; same fingerprint and (lease over, ambiguous, or already ours:
 /// a retried claim) → running (take over); otherwise the live record is returned untouched.
+/// Taken, it answers what it took over: 1 nothing (a new record, or ours claimed again), 2 a
+/// holder whose lease was over, 3 an ambiguous record.
 const CLAIM: &str = r"
 local r = redis.call('HMGET', KEYS[1], 'fp', 'state', 'token', 'lease_until', 'expires_at', 'outcome')
+local took = 1
 if r[1] and tonumber(r[5]) > now then
   local lease_left = tonumber(r[4]) - now
   local same = r[1] == ARGV[2]
+  local ours = r[3] == ARGV[3]
   local take = same and (r[2] == 'ambiguous'
-    or (r[2] == 'running' and (lease_left <= 0 or r[3] == ARGV[3])))
+    or (r[2] == 'running' and (lease_left <= 0 or ours)))
   if not take then
     return {r[1], r[2], math.max(lease_left, 0), r[6] or ''}
   end
+  if r[2] == 'ambiguous' then took = 3 elseif not ours then took = 2 end
 end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'tool', ARGV[1], 'fp', ARGV[2], 'state', 'running', 'token', ARGV[3],
   'lease_until', ms(now + ARGV[4]), 'expires_at', ms(now + ARGV[5]), 'created', ms(now), 'updated', ms(now),
   'tenant', ARGV[7] or '')
 redis.call('PEXPIREAT', KEYS[1], ms(now + ARGV[5] + ARGV[6]))
-return 1
+return took
 ";
 
 /// Whether the live record of KEYS[1] is held by token ARGV[1] in one of the given states.

@@ -22,7 +22,13 @@ impl AsyncStore for RedisStore {
             .invoke("claim", &self.scripts.claim, &key, &args)
             .await?;
         match reply {
-            Value::Int(1) => Ok(Claim::Acquired),
+            Value::Int(1) => Ok(Claim::Acquired { takeover: None }),
+            Value::Int(2) => Ok(Claim::Acquired {
+                takeover: Some(Takeover::ExpiredHolder),
+            }),
+            Value::Int(3) => Ok(Claim::Acquired {
+                takeover: Some(Takeover::Ambiguous),
+            }),
             Value::Array(items) => {
                 let [fp, state, lease_left, outcome] = fields::<4>(items)?;
                 let fingerprint = fingerprint_of(&bytes(fp)?)?;

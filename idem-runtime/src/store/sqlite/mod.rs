@@ -69,7 +69,7 @@ use uuid::Uuid;
 
 use super::{
     AsyncStore, Claim, ClaimRequest, Existing, ExistingState, LeaseToken, OperationIds, Outcome,
-    Record, RecordState, Written,
+    Record, RecordState, Takeover, Written,
 };
 use crate::error::{StoreError, StoreErrorKind};
 use crate::fingerprint::Fingerprint;

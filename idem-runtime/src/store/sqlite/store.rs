@@ -23,6 +23,16 @@ pub(super) fn remaining(until: i64, now: i64) -> Duration {
     Duration::from_millis(u64::try_from(until.saturating_sub(now)).unwrap_or(0))
 }
 
+/// What a claim that took the record replaced, from the live record it read first: a Running
+/// one (its lease had ended) or an Ambiguous one; a Completed one is never taken while live.
+fn taken_over(before: RecordState) -> Option<Takeover> {
+    match before {
+        RecordState::Running { .. } => Some(Takeover::ExpiredHolder),
+        RecordState::Ambiguous { .. } => Some(Takeover::Ambiguous),
+        RecordState::Completed { .. } => None,
+    }
+}
+
 /// The transitions, each one statement of [`sql`] on the connection (on the caller's thread
 /// when it can, else on the store's); [`AsyncStore`] makes them a [`Store`](crate::Store).
 impl AsyncStore for SqliteStore {
@@ -40,6 +50,13 @@ impl AsyncStore for SqliteStore {
             let claim = (|| {
                 // The write lock first (see `Scope`).
                 let tx = Scope::begin(conn)?;
+                // The live record before the claim (the write lock held, nothing changes it
+                // meanwhile): the answer when the claim does not take it, what it took over when it
+                // does (SQLite's RETURNING sees only the new row).
+                let before = tx.prepare_cached(sql::LIVE)?.query_row(
+                    named_params! { ":key": key.as_str(), ":now": now },
+                    |row| Ok(decode(row, &key, path)),
+                ).optional()?;
                 let took: Option<Vec<u8>> = tx
                     .prepare_cached(sql::CLAIM)?
                     .query_row(
@@ -52,12 +69,9 @@ impl AsyncStore for SqliteStore {
                         |row| row.get(0),
                     )
                     .optional()?;
-                let mut live = match took {
-                    Some(_) => None,
-                    None => tx.prepare_cached(sql::LIVE)?.query_row(
-                        named_params! { ":key": key.as_str(), ":now": now },
-                        |row| Ok(decode(row, &key, path)),
-                    ).optional()?,
+                let (mut live, takeover) = match took {
+                    Some(_) => (None, before.and_then(|rec| taken_over(rec.ok()?.state))),
+                    None => (before, None),
                 };
                 // A lease end further ahead than one lease from now was written by a clock
                 // ahead of this one: capped, so a dead holder's key frees within a lease here.
@@ -71,9 +85,9 @@ impl AsyncStore for SqliteStore {
                     *lease_remaining = req_lease;
                 }
                 tx.commit()?;
-                Ok::<_, rusqlite::Error>((took, live))
+                Ok::<_, rusqlite::Error>((took, live, takeover))
             })();
-            let (took, live) = claim.map_err(|e| sql_error(path, "claim a key in", e))?;
+            let (took, live, takeover) = claim.map_err(|e| sql_error(path, "claim a key in", e))?;
             if prune {
                 // Best effort: a failed prune leaves expired rows for the next one.
                 if let Err(e) = prune_expired(conn, now, PRUNE_BATCH) {
@@ -81,7 +95,7 @@ impl AsyncStore for SqliteStore {
                 }
             }
             match (took, live) {
-                (Some(t), _) if t == token.0.as_bytes() => Ok(Claim::Acquired),
+                (Some(t), _) if t == token.0.as_bytes() => Ok(Claim::Acquired { takeover }),
                 (Some(_), _) => Err(corrupt(path, &key, "token", "the claim returned another holder's token")),
                 (None, Some(rec)) => {
                     let rec = rec?;

@@ -46,11 +46,14 @@ async fn under_normal_a_claim_meeting_another_writer_waits_off_the_async_thread_
     assert_eq!(other.await.unwrap(), "ran meanwhile");
     assert!(!claim.is_finished(), "the claim waits for the lock");
     blocker.execute_batch("COMMIT").unwrap();
-    assert_eq!(claim.await.unwrap().unwrap(), Claim::Acquired);
+    assert_eq!(
+        claim.await.unwrap().unwrap(),
+        Claim::Acquired { takeover: None }
+    );
     // And the next ones run at once again.
     assert_eq!(
         store.claim(&request(2, DAY)).await.unwrap(),
-        Claim::Acquired
+        Claim::Acquired { takeover: None }
     );
 }
 
@@ -60,7 +63,7 @@ async fn under_normal_the_busy_timeout_still_applies_and_a_caller_can_stop_waiti
     let store = normal(&dir, Duration::from_millis(300));
     assert_eq!(
         store.claim(&request(1, DAY)).await.unwrap(),
-        Claim::Acquired
+        Claim::Acquired { takeover: None }
     );
     let blocker = blocker(&store);
     let started = std::time::Instant::now();
@@ -91,7 +94,7 @@ async fn under_normal_the_busy_timeout_still_applies_and_a_caller_can_stop_waiti
     assert!(store.get(&request(1, DAY).key).await.unwrap().is_some());
     assert_eq!(
         store.claim(&request(3, DAY)).await.unwrap(),
-        Claim::Acquired
+        Claim::Acquired { takeover: None }
     );
     let blocker = blocker_after_waiting(&store).await;
     let started = std::time::Instant::now();
@@ -116,7 +119,7 @@ async fn under_normal_the_store_checkpoints_its_wal() {
     for n in 1..=claims {
         assert_eq!(
             store.claim(&request(n, DAY)).await.unwrap(),
-            Claim::Acquired
+            Claim::Acquired { takeover: None }
         );
     }
     // Without checkpoints the WAL would hold every page written: ~3 a claim.
@@ -180,7 +183,10 @@ async fn under_full_writes_that_queue_up_share_one_commit_and_each_gets_its_answ
     assert_eq!(store.shared.db.grouped.load(Ordering::Relaxed), 0);
     held.execute_batch("COMMIT").unwrap();
     for claim in claims {
-        assert_eq!(claim.await.unwrap().unwrap(), Claim::Acquired);
+        assert_eq!(
+            claim.await.unwrap().unwrap(),
+            Claim::Acquired { takeover: None }
+        );
     }
     // The fifteen queued behind the first (which the thread may have taken alone) were one
     // group, one commit.
@@ -211,7 +217,10 @@ async fn under_full_writes_that_queue_up_share_one_commit_and_each_gets_its_answ
     });
     queued(&store, 3).await;
     held.execute_batch("COMMIT").unwrap();
-    assert_eq!(first.await.unwrap().unwrap(), Claim::Acquired);
+    assert_eq!(
+        first.await.unwrap().unwrap(),
+        Claim::Acquired { takeover: None }
+    );
     assert!(matches!(
         second.await.unwrap().unwrap(),
         Claim::Existing(Existing {
@@ -219,7 +228,10 @@ async fn under_full_writes_that_queue_up_share_one_commit_and_each_gets_its_answ
             ..
         })
     ));
-    assert_eq!(third.await.unwrap().unwrap(), Claim::Acquired);
+    assert_eq!(
+        third.await.unwrap().unwrap(),
+        Claim::Acquired { takeover: None }
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -228,7 +240,7 @@ async fn under_full_a_write_that_fails_in_a_group_fails_alone() {
     let store = full(&dir);
     assert_eq!(
         store.claim(&request(1, DAY)).await.unwrap(),
-        Claim::Acquired
+        Claim::Acquired { takeover: None }
     );
     // A damaged operation id (as a bad copy could leave), written by the lock's holder.
     let held = blocker(&store);
@@ -262,11 +274,17 @@ async fn under_full_a_write_that_fails_in_a_group_fails_alone() {
     });
     queued(&store, 6).await;
     held.execute_batch("COMMIT").unwrap();
-    assert_eq!(plug.await.unwrap().unwrap(), Claim::Acquired);
+    assert_eq!(
+        plug.await.unwrap().unwrap(),
+        Claim::Acquired { takeover: None }
+    );
     let err = damaged.await.unwrap().unwrap_err();
     assert_eq!(err.kind(), StoreErrorKind::Corrupt, "{err}");
     for claim in claims {
-        assert_eq!(claim.await.unwrap().unwrap(), Claim::Acquired);
+        assert_eq!(
+            claim.await.unwrap().unwrap(),
+            Claim::Acquired { takeover: None }
+        );
     }
     assert_eq!(fresh.await.unwrap().unwrap(), Uuid::from_u128(7));
     // The damaged read was one of a committed group (with the plug too, if the thread was
@@ -288,7 +306,10 @@ async fn sixteen_callers_under_normal_each_get_their_own_records() {
             tokio::spawn(async move {
                 for i in 0..200u128 {
                     let req = request(t * 1000 + i + 1, DAY);
-                    assert_eq!(store.claim(&req).await.unwrap(), Claim::Acquired);
+                    assert_eq!(
+                        store.claim(&req).await.unwrap(),
+                        Claim::Acquired { takeover: None }
+                    );
                     let done = store
                         .complete(req.key, req.token, Outcome::from(&b"{}"[..]), DAY)
                         .await;
