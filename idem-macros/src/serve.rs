@@ -103,8 +103,15 @@ pub(crate) fn serve_rig(
              so pin that one name (or drop `name`: the key then takes `NAME`)",
             lit.value()
         );
+        // An array length, so evaluated when the impl is type-checked (`cargo check` reports it); an
+        // inline `const { }` would be evaluated only if `call` were ever instantiated. In a generic
+        // impl `Self` names the impl's parameters, which rustc accepts here with a future-compat lint.
         quote_spanned! {lit.span()=>
-            const { ::core::assert!(#private::rig::same_name(<Self as #private::rig::Tool>::NAME, #lit), #message) };
+            #[allow(const_evaluatable_unchecked)]
+            let _ = [(); {
+                ::core::assert!(#private::rig::same_name(<Self as #private::rig::Tool>::NAME, #lit), #message);
+                0
+            }];
         }
     });
     let result = Ident::new("__idemkit_result", Span::mixed_site());
