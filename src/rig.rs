@@ -48,13 +48,14 @@
 //! ```
 //!
 //! - **Key fields** are fields of the arguments (`args.customer_id`); a misspelt one is rustc's
-//!   error at the key string. The tool's name in the key is its `NAME` (`name = "..."` pins it
-//!   and must then equal `NAME`, checked at compile time).
+//!   error at the key string. The tool's name in the key is its `NAME`. `name = "..."` must
+//!   equal `NAME` (checked at compile time) and lists the tool in [`tools()`](crate::tools),
+//!   which a tool named by its `NAME` alone is not (the registry needs the name as a literal).
 //! - **Results**: `call` serves `Result<ToolOutput, ToolExecutionError>`. A success is the JSON
 //!   `{"result": …, "replayed": bool, "idempotencyKey": "…"}`, and a replay starts with a
 //!   sentence saying nothing was done again: what rig sends back to the model. A
 //!   `#[read_only(rig)]` tool's success is `{"result": …}`: it has no key and is never replayed.
-//! - **Failures** become rig's [`ToolExecutionError`] by [`Classify`](crate::Classify) (see
+//! - **Failures** become rig's [`ToolExecutionError`] by [`Classify`] (see
 //!   [`tool_error`]): rig's `retryable` hint, its kind, a `code` naming the reason, and model
 //!   feedback saying whether calling again with the same arguments is safe. rig's agent loop
 //!   does not retry a tool by itself; the hint is for hooks, and the feedback for the model,
