@@ -3,12 +3,18 @@
 
 use std::error::Error as StdError;
 
-use idem_runtime::{Classify, Error, Failure};
+use idem_runtime::{Classify, Error, Failure, ToolKind};
 
 /// A failure's reason (a stable word: `key_reuse`, `in_flight`, `store_unavailable`, `refused`,
 /// `failed`, `failed_ambiguous`, `failed_transient`) and a sentence saying what happened and
 /// whether calling again with the same arguments helps. `refused`: idemkit did not run the body.
-pub(crate) fn explain<E>(e: &E, refused: bool, key_fields: &[&str]) -> (&'static str, String)
+/// A read-only tool has no key and changes nothing, so its sentences promise neither.
+pub(crate) fn explain<E>(
+    e: &E,
+    kind: ToolKind,
+    refused: bool,
+    key_fields: &[&str],
+) -> (&'static str, String)
 where
     E: StdError + Classify + 'static,
 {
@@ -44,6 +50,16 @@ where
             "Not run: idemkit refused the call (see the error).".to_owned(),
         ),
         None => match e.classify() {
+            failure if kind == ToolKind::ReadOnly && failure != Failure::Permanent => (
+                if failure == Failure::Ambiguous {
+                    "failed_ambiguous"
+                } else {
+                    "failed_transient"
+                },
+                "The tool failed after retries. It only reads, so calling again later with the same \
+                 arguments is safe."
+                    .to_owned(),
+            ),
             Failure::Permanent => (
                 "failed",
                 "The tool failed, and calling again with the same arguments will not help.".to_owned(),

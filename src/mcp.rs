@@ -91,7 +91,7 @@ use std::sync::Arc;
 use crate::explain::explain;
 use idem_runtime::__private::serde::Serialize;
 use idem_runtime::__private::serde_json::{self, Value, json};
-use idem_runtime::{CallInfo, CallOutcome, Classify};
+use idem_runtime::{CallInfo, CallOutcome, Classify, ToolKind};
 use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ContentBlock, ProtocolVersion};
 use rmcp::service::{NotificationContext, RequestContext, RoleServer, Service, ServiceRole};
@@ -138,7 +138,7 @@ where
             let refused = info
                 .as_ref()
                 .is_some_and(|i| i.outcome == CallOutcome::Refused);
-            Ok(failure(&e, refused, key, key_fields))
+            Ok(failure(&e, ToolKind::SideEffect, refused, key, key_fields))
         }
     }
 }
@@ -153,7 +153,7 @@ where
         Ok(value) => Ok(CallToolResult::structured(
             json!({ "result": to_value(&value)? }),
         )),
-        Err(e) => Ok(failure(&e, false, None, &[])),
+        Err(e) => Ok(failure(&e, ToolKind::ReadOnly, false, None, &[])),
     }
 }
 
@@ -164,11 +164,17 @@ fn to_value<T: Serialize>(value: &T) -> Result<Value, ErrorData> {
 }
 
 /// A tool error: why, in words a model can act on, then the error itself.
-fn failure<E>(e: &E, refused: bool, key: Option<String>, key_fields: &[&str]) -> CallToolResult
+fn failure<E>(
+    e: &E,
+    kind: ToolKind,
+    refused: bool,
+    key: Option<String>,
+    key_fields: &[&str],
+) -> CallToolResult
 where
     E: StdError + Classify + 'static,
 {
-    let (reason, explanation) = explain(e, refused, key_fields);
+    let (reason, explanation) = explain(e, kind, refused, key_fields);
     let mut out = CallToolResult::structured_error(json!({
         "error": e.to_string(),
         "reason": reason,

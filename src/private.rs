@@ -372,4 +372,25 @@ pub mod rig {
     )]
     pub trait ToolError: std::error::Error + Send + Sync + 'static {}
     impl<E: std::error::Error + Send + Sync + 'static> ToolError for E {}
+
+    /// The impl's `type Output` and `type Error` are what the wrapper serves.
+    pub fn assert_envelope<O: OutputEnvelope, E: ErrorEnvelope>() {}
+
+    /// rig's `ToolOutput` only: what a rig tool's `call` under an idemkit attribute returns.
+    #[diagnostic::on_unimplemented(
+        message = "a rig tool with an idemkit attribute on its `call` declares `type Output = ToolOutput`, not `{Self}`",
+        label = "the wrapper serves `Result<ToolOutput, ToolExecutionError>`",
+        note = "write `type Output = idemkit::rig::ToolOutput;` in the impl: the value your `call` returns goes inside it, with its idempotency key and whether it was replayed"
+    )]
+    pub trait OutputEnvelope {}
+    impl OutputEnvelope for rig_core::tool::ToolOutput {}
+
+    /// rig's `ToolExecutionError` only: what a rig tool's `call` under an idemkit attribute fails with.
+    #[diagnostic::on_unimplemented(
+        message = "a rig tool with an idemkit attribute on its `call` declares `type Error = ToolExecutionError`, not `{Self}`",
+        label = "the wrapper serves `Result<ToolOutput, ToolExecutionError>`",
+        note = "write `type Error = idemkit::rig::ToolExecutionError;` in the impl: your `call`'s error is classified into it and kept as its source"
+    )]
+    pub trait ErrorEnvelope {}
+    impl ErrorEnvelope for rig_core::tool::ToolExecutionError {}
 }

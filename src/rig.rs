@@ -48,12 +48,14 @@
 //! ```
 //!
 //! - **Key fields** are fields of the arguments (`args.customer_id`); a misspelt one is rustc's
-//!   error at the key string. The tool's name in the key is its `NAME` (`name = "..."` pins it
-//!   and must then equal `NAME`, checked at compile time).
+//!   error at the key string. The tool's name in the key is its `NAME`. `name = "..."` must
+//!   equal `NAME` (checked at compile time) and lists the tool in [`tools()`](crate::tools),
+//!   which a tool named by its `NAME` alone is not (the registry needs the name as a literal).
 //! - **Results**: `call` serves `Result<ToolOutput, ToolExecutionError>`. A success is the JSON
 //!   `{"result": …, "replayed": bool, "idempotencyKey": "…"}`, and a replay starts with a
-//!   sentence saying nothing was done again: what rig sends back to the model.
-//! - **Failures** become rig's [`ToolExecutionError`] by [`Classify`](crate::Classify) (see
+//!   sentence saying nothing was done again: what rig sends back to the model. A
+//!   `#[read_only(rig)]` tool's success is `{"result": …}`: it has no key and is never replayed.
+//! - **Failures** become rig's [`ToolExecutionError`] by [`Classify`] (see
 //!   [`tool_error`]): rig's `retryable` hint, its kind, a `code` naming the reason, and model
 //!   feedback saying whether calling again with the same arguments is safe. rig's agent loop
 //!   does not retry a tool by itself; the hint is for hooks, and the feedback for the model,
@@ -66,7 +68,7 @@ use std::error::Error as StdError;
 
 use idem_runtime::__private::serde::Serialize;
 use idem_runtime::__private::serde_json::{self, json};
-use idem_runtime::{CallInfo, CallOutcome, Classify, Failure};
+use idem_runtime::{CallInfo, CallOutcome, Classify, Failure, ToolKind};
 pub use rig_core::tool::{ToolErrorKind, ToolExecutionError, ToolOutput};
 
 use crate::explain::explain;
@@ -115,19 +117,20 @@ where
     }
 }
 
-/// The rig result of one call of a `#[read_only(rig)]` tool: its value, or the failure.
+/// The rig result of one call of a `#[read_only(rig)]` tool: `{"result": …}` (no key, never a
+/// replay), or the failure, whose feedback promises no key (a read has none and changes nothing).
 pub fn read_only_output<T, E>(result: Result<T, E>) -> RigOutput
 where
-    T: Serialize + 'static,
+    T: Serialize,
     E: StdError + Classify + Send + Sync + 'static,
 {
     match result {
-        Ok(value) => rig_core::tool::IntoToolOutput::into_tool_output(value),
-        Err(e) => Err(tool_error(e, None, &[])),
+        Ok(value) => Ok(ToolOutput::json(json!({ "result": to_value(&value)? }))),
+        Err(e) => Err(envelope(e, ToolKind::ReadOnly, None, &[])),
     }
 }
 
-/// A tool's failure as rig's error envelope, by [`Classify`]:
+/// A `#[side_effect(rig)]` tool's failure as rig's error envelope, by [`Classify`]:
 ///
 /// | failure | rig kind | `retryable` | `code` |
 /// | --- | --- | --- | --- |
@@ -147,8 +150,20 @@ pub fn tool_error<E>(e: E, info: Option<&CallInfo>, key_fields: &[&str]) -> Tool
 where
     E: StdError + Classify + Send + Sync + 'static,
 {
+    envelope(e, ToolKind::SideEffect, info, key_fields)
+}
+
+fn envelope<E>(
+    e: E,
+    kind: ToolKind,
+    info: Option<&CallInfo>,
+    key_fields: &[&str],
+) -> ToolExecutionError
+where
+    E: StdError + Classify + Send + Sync + 'static,
+{
     let refused = info.is_some_and(|i| i.outcome == CallOutcome::Refused);
-    let (reason, explanation) = explain(&e, refused, key_fields);
+    let (reason, explanation) = explain(&e, kind, refused, key_fields);
     let key = info.and_then(|i| i.key.as_ref()).map(|k| k.to_string());
     let (kind, retryable) = match reason {
         "key_reuse" => (ToolErrorKind::InvalidArgs, false),

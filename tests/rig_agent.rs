@@ -6,11 +6,14 @@
 #[path = "../examples/rig/mod.rs"]
 mod rig;
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use fake_provider::{FakeProvider, Fault};
-use idemkit::{Idem, MemoryStore};
-use rig_core::tool::PortableTool;
+use idemkit::rig::{ToolExecutionError, ToolOutput};
+use idemkit::{Classify, Failure, Idem, MemoryStore, read_only};
+use rig_core::tool::{PortableTool, ToolContext};
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 const GOLDEN_KEY: &str = "32e00e40-1a53-8058-93c7-e9d1adc8ecaa";
@@ -160,4 +163,170 @@ async fn a_lost_response_reaches_rig_as_a_retryable_failure_that_keeps_its_sourc
         error.model_output().as_content()[1].as_json().unwrap()
             == &json!({"error": "the provider did not answer in time", "reason": "failed_ambiguous", "idempotencyKey": GOLDEN_KEY})
     );
+}
+
+/// Why `balance` failed.
+#[derive(Debug)]
+enum LedgerError {
+    /// The ledger was briefly unreachable: a read may simply be tried again.
+    Unavailable,
+    /// No such customer: asking again will not help.
+    UnknownCustomer,
+    /// The ledger did not answer in time: for a read, asking again is safe all the same.
+    Timeout,
+    Idem(idemkit::Error),
+}
+
+impl std::fmt::Display for LedgerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LedgerError::Unavailable => f.write_str("the ledger is unavailable"),
+            LedgerError::UnknownCustomer => f.write_str("no such customer"),
+            LedgerError::Timeout => f.write_str("the ledger did not answer in time"),
+            LedgerError::Idem(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for LedgerError {}
+
+impl From<idemkit::Error> for LedgerError {
+    fn from(e: idemkit::Error) -> Self {
+        LedgerError::Idem(e)
+    }
+}
+
+impl Classify for LedgerError {
+    fn classify(&self) -> Failure {
+        match self {
+            LedgerError::Unavailable => Failure::Transient,
+            LedgerError::Timeout => Failure::Ambiguous,
+            LedgerError::UnknownCustomer | LedgerError::Idem(_) => Failure::Permanent,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct BalanceArgs {
+    customer_id: String,
+}
+
+/// A read-only rig tool: the ledger is unavailable for its first `outages` reads.
+struct Balance {
+    outages: AtomicU32,
+    reads: AtomicU32,
+}
+
+impl Balance {
+    fn new(outages: u32) -> Self {
+        Balance {
+            outages: AtomicU32::new(outages),
+            reads: AtomicU32::new(0),
+        }
+    }
+}
+
+impl PortableTool for Balance {
+    const NAME: &'static str = "balance";
+    type Args = BalanceArgs;
+    type Output = ToolOutput;
+    type Error = ToolExecutionError;
+
+    fn description(&self) -> String {
+        "A customer's balance in cents.".into()
+    }
+
+    fn parameters(&self) -> Value {
+        json!({"type": "object", "properties": {"customer_id": {"type": "string"}}})
+    }
+
+    #[read_only(rig, max_attempts = 3)]
+    async fn call(&self, args: BalanceArgs) -> Result<u64, LedgerError> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        match args.customer_id.as_str() {
+            "cus_1" => {}
+            "cus_slow" => return Err(LedgerError::Timeout),
+            _ => return Err(LedgerError::UnknownCustomer),
+        }
+        let down = self
+            .outages
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if down {
+            return Err(LedgerError::Unavailable);
+        }
+        Ok(4200)
+    }
+}
+
+fn balance_of(customer_id: &str) -> BalanceArgs {
+    BalanceArgs {
+        customer_id: customer_id.into(),
+    }
+}
+
+// Paused time: the backoff between attempts elapses at once, so nothing here depends on the clock.
+#[tokio::test(start_paused = true)]
+async fn a_read_only_rig_tool_is_retried_through_a_transient_failure_and_reaches_rig_without_a_key()
+{
+    let balance = Balance::new(2);
+    // Through rig's own `Tool` (its context is not handed to the body).
+    let mut context = ToolContext::new();
+    let output = rig_core::tool::Tool::call(&balance, &mut context, balance_of("cus_1"))
+        .await
+        .unwrap();
+    assert_eq!(
+        balance.reads.load(Ordering::SeqCst),
+        3,
+        "two transient failures, then the read"
+    );
+    assert_eq!(
+        output.as_json(),
+        Some(&json!({"result": 4200})),
+        "{}",
+        output.render()
+    );
+    assert!(!output.render().contains("idempotencyKey"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_read_only_rig_tool_surfaces_a_permanent_failure_at_once_as_not_retryable() {
+    let balance = Balance::new(0);
+    let error = balance.call(balance_of("cus_404")).await.unwrap_err();
+    assert_eq!(balance.reads.load(Ordering::SeqCst), 1, "not retried");
+    assert_eq!(error.code(), Some("failed"));
+    assert_eq!(error.retryable(), Some(false));
+    assert_eq!(error.kind(), rig_core::tool::ToolErrorKind::Other);
+    assert!(matches!(
+        error.downcast_ref::<LedgerError>(),
+        Some(LedgerError::UnknownCustomer)
+    ));
+    let feedback = &error.model_output().as_content()[1];
+    assert_eq!(
+        feedback.as_json(),
+        Some(&json!({"error": "no such customer", "reason": "failed", "idempotencyKey": null}))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_read_only_rig_tool_out_of_attempts_is_retryable_and_promises_no_key() {
+    for (customer, code) in [
+        ("cus_1", "failed_transient"),
+        ("cus_slow", "failed_ambiguous"),
+    ] {
+        let balance = Balance::new(5);
+        let error = balance.call(balance_of(customer)).await.unwrap_err();
+        assert_eq!(balance.reads.load(Ordering::SeqCst), 3, "max_attempts = 3");
+        assert_eq!(error.code(), Some(code));
+        assert_eq!(error.retryable(), Some(true));
+        // A read has no key and changes nothing: the model is told so, not that a key protects it.
+        let explanation = error.model_output().as_content()[0].as_text().unwrap();
+        assert_eq!(
+            explanation,
+            "The tool failed after retries. It only reads, so calling again later with the same \
+             arguments is safe."
+        );
+        let feedback = error.model_output().as_content()[1].as_json().unwrap();
+        assert!(feedback["idempotencyKey"].is_null(), "{feedback}");
+    }
 }

@@ -133,10 +133,15 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
     }
 }
 
-/// `sig` (as tokens) with another return type.
+/// `sig` (as tokens) with another return type; the written `->` keeps its span, so that rustc's
+/// errors about the return type (a trait expecting another) point at the user's signature.
 fn replace_output(sig: TokenStream, output: TokenStream) -> TokenStream {
     let mut sig: syn::Signature = syn::parse2(sig).expect("a signature reparses");
-    sig.output = syn::parse_quote!(-> #output);
+    let arrow = match &sig.output {
+        syn::ReturnType::Type(arrow, _) => *arrow,
+        syn::ReturnType::Default => Default::default(),
+    };
+    sig.output = syn::ReturnType::Type(arrow, Box::new(syn::parse_quote!(#output)));
     sig.into_token_stream()
 }
 

@@ -2,7 +2,7 @@
 //! implies, and the wrapper serving `CallToolResult`s (replays and refusals included); rig
 //! mode's: the wrapper serving rig's `Result<ToolOutput, ToolExecutionError>`.
 
-use proc_macro2::{Span, TokenStream};
+use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Ident, Type};
@@ -93,18 +93,36 @@ pub(crate) fn serve_rig(
 ) -> (TokenStream, TokenStream) {
     let output = match &tool.item.sig.output {
         // At the written return type, so a trait whose types are not rig's envelope is reported there.
-        syn::ReturnType::Type(_, ty) => quote_spanned!(ty.span()=> #private::rig::RigOutput),
+        syn::ReturnType::Type(_, ty) => spanning(quote!(#private::rig::RigOutput), ty),
         syn::ReturnType::Default => quote!(#private::rig::RigOutput),
     };
     let check = quote_spanned!(err.span()=> #private::rig::assert_tool_error::<#err>(););
+    // The impl's declared types, named at the return type: a wrong one says what to declare.
+    let envelope = spanning(
+        quote!(#private::rig::assert_envelope::<
+            <Self as #private::rig::Tool>::Output,
+            <Self as #private::rig::Tool>::Error,
+        >();),
+        match &tool.item.sig.output {
+            syn::ReturnType::Type(_, ty) => ty,
+            syn::ReturnType::Default => ok,
+        },
+    );
     let same_name = args.name.as_ref().map(|lit| {
         let message = format!(
             "idemkit: `name = {:?}` differs from the rig tool's `NAME`; the model calls the tool by `NAME`, \
              so pin that one name (or drop `name`: the key then takes `NAME`)",
             lit.value()
         );
+        // An array length, so evaluated when the impl is type-checked (`cargo check` reports it); an
+        // inline `const { }` would be evaluated only if `call` were ever instantiated. In a generic
+        // impl `Self` names the impl's parameters, which rustc accepts here with a future-compat lint.
         quote_spanned! {lit.span()=>
-            const { ::core::assert!(#private::rig::same_name(<Self as #private::rig::Tool>::NAME, #lit), #message) };
+            #[allow(const_evaluatable_unchecked)]
+            let _ = [(); {
+                ::core::assert!(#private::rig::same_name(<Self as #private::rig::Tool>::NAME, #lit), #message);
+                0
+            }];
         }
     });
     let result = Ident::new("__idemkit_result", Span::mixed_site());
@@ -112,16 +130,36 @@ pub(crate) fn serve_rig(
     let body = match tool.kind {
         Kind::SideEffect => quote! {
             #check
+            #envelope
             #same_name
             let (#result, #info) = #private::rig::observe(async { #body }).await;
             #private::rig::side_effect_output::<#ok, #err>(#result, #info, &[#(#key_fields),*])
         },
         Kind::ReadOnly => quote! {
             #check
+            #envelope
             #same_name
             let #result = { #body };
             #private::rig::read_only_output::<#ok, #err>(#result)
         },
     };
     (output, body)
+}
+
+/// `tokens` spanning `written`: the first token at its first, the last at its last, so rustc
+/// underlines the whole written type (a proc macro on stable cannot join spans).
+fn spanning(tokens: TokenStream, written: &Type) -> TokenStream {
+    let written = written.to_token_stream();
+    let first = written.clone().into_iter().next().map(|t| t.span());
+    let last = written.into_iter().last().map(|t| t.span());
+    let (Some(first), Some(last)) = (first, last) else {
+        return tokens;
+    };
+    let mut tokens: Vec<TokenTree> = tokens.into_iter().collect();
+    let n = tokens.len();
+    for (i, token) in tokens.iter_mut().enumerate() {
+        // The path's tokens are punctuation and identifiers (`crate = path` included): no groups.
+        token.set_span(if i + 1 == n { last } else { first });
+    }
+    tokens.into_iter().collect()
 }

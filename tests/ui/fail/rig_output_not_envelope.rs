@@ -1,4 +1,4 @@
-use idemkit::rig::{ToolExecutionError, ToolOutput};
+use idemkit::rig::ToolExecutionError;
 use idemkit::{Classify, Failure, side_effect};
 use rig_core::tool::PortableTool;
 
