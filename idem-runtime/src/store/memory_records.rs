@@ -58,7 +58,7 @@ impl MemoryStore {
     fn record(&self, key: [u8; 16], rec: &Rec, now: Tick) -> Record {
         Record {
             key: IdempotencyKey::from_uuid(Uuid::from_bytes(key)),
-            tool: rec.tool.to_string(),
+            tool: rec.tool.as_str().to_owned(),
             fingerprint: rec.fingerprint,
             state: match &rec.state {
                 State::Running { token, lease_until } => RecordState::Running {
@@ -75,7 +75,7 @@ impl MemoryStore {
             expires_in: now.until(rec.expires_at),
             created: self.clock.wall(rec.created),
             updated: self.clock.wall(rec.updated),
-            tenant: rec.tenant.as_deref().map(str::to_owned),
+            tenant: rec.tenant.as_ref().map(|t| t.as_str().to_owned()),
         }
     }
 }
@@ -173,7 +173,7 @@ impl Records for MemoryStore {
                 .records
                 .values()
                 .filter(|r| r.expires_at > now)
-                .map(|r| (&*r.tool, kind(&r.state))),
+                .map(|r| (r.tool.as_str(), kind(&r.state))),
         ))
     }
 }
