@@ -34,7 +34,10 @@ pub struct MemoryStore {
 
 #[derive(Debug, Default)]
 struct Inner {
-    records: HashMap<[u8; 16], Rec, KeyHashing>,
+    /// Each record in an allocation of its own: the map grows by doubling, and moving 24-byte
+    /// entries instead of 120-byte ones was ~25 ns of a wrapped call (interleaved rounds of the
+    /// `calls` bench).
+    records: HashMap<[u8; 16], Box<Rec>, KeyHashing>,
     /// Every tool and tenant name seen, shared by their records: a claim does not copy a name.
     names: HashSet<Name, KeyHashing>,
     operations: HashMap<String, Uuid>,
@@ -189,10 +192,14 @@ impl MemoryStore {
         token: LeaseToken,
         now: Tick,
     ) -> Option<&'a mut Rec> {
-        inner.records.get_mut(key.as_bytes()).filter(|rec| {
-            rec.expires_at > now
-                && matches!(rec.state, State::Running { token: t, .. } if t == token)
-        })
+        inner
+            .records
+            .get_mut(key.as_bytes())
+            .map(|rec| &mut **rec)
+            .filter(|rec| {
+                rec.expires_at > now
+                    && matches!(rec.state, State::Running { token: t, .. } if t == token)
+            })
     }
 }
 
@@ -211,7 +218,7 @@ impl MemoryStore {
         let rec = match inner.records.entry(*req.key.as_bytes()) {
             Entry::Occupied(live) if live.get().expires_at > now => live.into_mut(),
             absent_or_expired => {
-                absent_or_expired.insert_entry(Rec {
+                absent_or_expired.insert_entry(Box::new(Rec {
                     tool: name(&mut inner.names, req.tool),
                     fingerprint: req.fingerprint,
                     state: running,
@@ -219,7 +226,7 @@ impl MemoryStore {
                     created: now,
                     updated: now,
                     tenant: req.tenant.as_deref().map(|t| name(&mut inner.names, t)),
-                });
+                }));
                 return Claim::Acquired { takeover: None };
             }
         };
@@ -379,10 +386,13 @@ impl OperationIds for MemoryStore {
 #[cfg(test)]
 mod tests {
     /// A record: its times and names take no more room than before Store v2 added the times
-    /// and the tenant (104 bytes), so a claim touches no more memory.
+    /// and the tenant (104 bytes), so a claim touches no more memory; the map holds a key and a
+    /// pointer (24 bytes), so growing it moves little.
     #[test]
-    fn a_record_fits_in_104_bytes() {
+    fn a_record_fits_in_104_bytes_and_the_map_holds_24_per_key() {
         let record = std::mem::size_of::<super::Rec>();
         assert!(record <= 104, "{record} bytes");
+        let entry = std::mem::size_of::<([u8; 16], Box<super::Rec>)>();
+        assert_eq!(entry, 24);
     }
 }
