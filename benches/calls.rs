@@ -319,6 +319,9 @@ fn bench(c: &mut Criterion) {
     });
     group.finish();
 
+    #[cfg(feature = "metrics")]
+    metrics_rows(c, &rt, &next);
+
     let mut group = c.benchmark_group("read-only call");
     let idem = Idem::new(MemoryStore::new());
     let name = "#[read_only] call";
@@ -415,6 +418,47 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
+/// With the `metrics` feature (`cargo bench --bench calls --features metrics -- metrics`): the
+/// same wrapped call with no recorder installed (what a program that never installs one pays;
+/// `benches/run.sh` sets it beside the call built without the feature), and with a Prometheus
+/// recorder in force (what counting costs).
+#[cfg(feature = "metrics")]
+fn metrics_rows(c: &mut Criterion, rt: &tokio::runtime::Runtime, next: &AtomicU64) {
+    let mut group = c.benchmark_group("side-effect call, metrics feature");
+    let fresh = || next.fetch_add(1, Ordering::Relaxed);
+    let calls = |n: u64| {
+        let idem = Idem::new(MemoryStore::new());
+        let start = Instant::now();
+        rt.block_on(idem.scope(async {
+            for _ in 0..n {
+                black_box(charge("cus_1", fresh(), 4200).await.unwrap());
+            }
+        }));
+        (start.elapsed(), idem)
+    };
+    let name = "#[side_effect] call, metrics feature, no recorder";
+    group.bench_function(name, |b| {
+        b.iter_custom(|iters| record(name, iters, chunked(iters, calls)))
+    });
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let name = "#[side_effect] call, metrics feature, Prometheus recorder";
+    group.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            // A local recorder, in force on this thread (the runtime's) while the calls run.
+            let took = metrics::with_local_recorder(&recorder, || chunked(iters, calls));
+            record(name, iters, took)
+        })
+    });
+    group.finish();
+    let scrape = recorder.handle().render();
+    assert!(
+        scrape.contains(
+            "idemkit_calls_total{tool=\"charge\",kind=\"side_effect\",outcome=\"completed\"}"
+        ),
+        "the recorder counted the calls:\n{scrape}"
+    );
+}
+
 fn main() {
     let mut c = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
@@ -434,6 +478,11 @@ fn main() {
                 subject: "#[side_effect] call (idemkit MemoryStore)",
                 baseline: "peer: idempotent 0.3.0 MemoryStore",
                 goal: Some(1.0),
+            },
+            Pair {
+                subject: "#[side_effect] call, metrics feature, Prometheus recorder",
+                baseline: "#[side_effect] call, metrics feature, no recorder",
+                goal: None,
             },
             Pair {
                 subject: "#[read_only] call",

@@ -28,6 +28,15 @@ bench() {
 
 bench --bench keys
 bench --bench calls
+# The metrics feature: the same call with no recorder installed, and with a Prometheus recorder in
+# force; the first beside the call built without the feature (two builds, figures of one run).
+bench --bench calls --features metrics -- metrics
+awk -F'\t' '
+    function ns(s,  a, v) { split(s, a, " "); v = a[1]; if (a[2] == "µs") v *= 1e3; else if (a[2] == "ms") v *= 1e6; return v }
+    $1 == "RESULT" && $2 == "#[side_effect] call (idemkit MemoryStore)" && off == "" { off = $3 }
+    $1 == "RESULT" && $4 == "#[side_effect] call, metrics feature, no recorder" { on = $5 }
+    END { if (off != "" && on != "") printf "RESULT\t#[side_effect] call, metrics feature, no recorder\t%s\tthe same call, built without the feature\t%s\t%.2f\t—\t\n", on, off, ns(on) / ns(off) }
+' "$out" >> "$out"
 bench -p idem-runtime --features sqlite --bench sqlite_store
 # The servers start only now: a fresh PostgreSQL's start-up work (checkpoints, autovacuum's
 # launcher) swung the first benchmarks' figures by 15% when they started at the top.

@@ -80,7 +80,17 @@ mod on {
             .increment(n);
     }
 
-    pub(crate) fn call(kind: &'static str, tool: &str, outcome: &'static str, attempts: u32) {
+    /// `metered`: whether a recorder was in force when the call began ([`recording`]).
+    pub(crate) fn call(
+        metered: bool,
+        kind: &'static str,
+        tool: &str,
+        outcome: &'static str,
+        attempts: u32,
+    ) {
+        if !metered {
+            return;
+        }
         with_recorder(|r| {
             let tool = Label::new("tool", tool.to_owned());
             let kind = Label::from_static_parts("kind", kind);
@@ -93,7 +103,10 @@ mod on {
         })
     }
 
-    pub(crate) fn kept_ambiguous(tool: &str) {
+    pub(crate) fn kept_ambiguous(metered: bool, tool: &str) {
+        if !metered {
+            return;
+        }
         with_recorder(|r| {
             let labels = vec![Label::new("tool", tool.to_owned())];
             count(r, "idemkit_kept_ambiguous_total", labels, 1);
@@ -132,24 +145,26 @@ mod on {
     /// (an answer still to come is timed where it is awaited).
     #[inline]
     pub(crate) fn store_since<T, P>(
+        metered: bool,
         op: &'static str,
         sent: Instant,
         f: impl FnOnce() -> Result<T, P>,
     ) -> Result<T, P> {
         let r = f();
-        if r.is_ok() {
+        if metered && r.is_ok() {
             with_recorder(|rec| sample(rec, op, sent.elapsed()));
         }
         r
     }
 
-    /// [`store_since`], reading the clock before `f` only while a recorder is in force.
+    /// [`store_since`], reading the clock before `f` only for a call that is `metered`.
     #[inline]
     pub(crate) fn store_now<T, P>(
+        metered: bool,
         op: &'static str,
         f: impl FnOnce() -> Result<T, P>,
     ) -> Result<T, P> {
-        let started = store_clock();
+        let started = metered.then(Instant::now);
         let r = f();
         if let (Some(started), true) = (started, r.is_ok()) {
             store_took(op, started.elapsed());
@@ -201,9 +216,20 @@ mod on {
     use crate::store::Takeover;
 
     #[inline(always)]
-    pub(crate) fn call(_kind: &'static str, _tool: &str, _outcome: &'static str, _attempts: u32) {}
+    pub(crate) fn recording() -> bool {
+        false
+    }
     #[inline(always)]
-    pub(crate) fn kept_ambiguous(_tool: &str) {}
+    pub(crate) fn call(
+        _metered: bool,
+        _kind: &'static str,
+        _tool: &str,
+        _outcome: &'static str,
+        _attempts: u32,
+    ) {
+    }
+    #[inline(always)]
+    pub(crate) fn kept_ambiguous(_metered: bool, _tool: &str) {}
     #[inline(always)]
     pub(crate) fn took_over(_tool: &str, _from: Takeover) {}
     #[inline(always)]
@@ -212,6 +238,7 @@ mod on {
     pub(crate) fn renewed(_tool: &str) {}
     #[inline(always)]
     pub(crate) fn store_since<T, P>(
+        _metered: bool,
         _op: &'static str,
         _sent: Instant,
         f: impl FnOnce() -> Result<T, P>,
@@ -220,6 +247,7 @@ mod on {
     }
     #[inline(always)]
     pub(crate) fn store_now<T, P>(
+        _metered: bool,
         _op: &'static str,
         f: impl FnOnce() -> Result<T, P>,
     ) -> Result<T, P> {

@@ -49,6 +49,7 @@ pub(super) fn start<'a>(
         tool: Cow::Borrowed(tool.name),
         key,
         span: span.clone(),
+        metered: crate::meters::recording(),
     };
     let entered = span.enter();
     let idem = match idem {
@@ -99,14 +100,15 @@ pub(super) fn start<'a>(
     // A store that answers at once is answered here, without a boxed future. An answer still to
     // come is dropped unpolled (a store's future does nothing until polled) and asked again by
     // the claim loop below, which can await it.
-    let answered =
-        crate::meters::store_since("claim", claimed_at, || s.store.claim(&req).into_ready())
-            .ok()
-            .map(|claim| {
-                claim
-                    .map_err(|e| call.store_error(e))
-                    .and_then(|claim| answer(&req, claim))
-            });
+    let answered = crate::meters::store_since(call.metered, "claim", claimed_at, || {
+        s.store.claim(&req).into_ready()
+    })
+    .ok()
+    .map(|claim| {
+        claim
+            .map_err(|e| call.store_error(e))
+            .and_then(|claim| answer(&req, claim))
+    });
     match answered {
         Some(Ok(Answer::Run)) => {
             let run = Run::side_effect(call, holder(idem), policy, claimed_at);

@@ -69,7 +69,7 @@ impl<'a> Run<'a> {
         // A store that answers at once ends the call here. An answer still to come is dropped
         // unpolled (a store's future does nothing until polled) and written again by `end`,
         // which can await it; so is a failure answered at once, retried there (S17).
-        let answered = crate::meters::store_now("complete", || {
+        let answered = crate::meters::store_now(call.metered, "complete", || {
             s.store
                 .complete(call.key, holder.token, outcome.clone(), holder.ttl)
                 .into_ready()

@@ -158,6 +158,7 @@ impl<'a> Read<'a> {
             tool: Cow::Borrowed(self.name),
             key: IdempotencyKey::NIL,
             span: std::mem::replace(&mut self.span, tracing::Span::none()),
+            metered: crate::meters::recording(),
         };
         call.finish_read(self.attempts, outcome);
     }

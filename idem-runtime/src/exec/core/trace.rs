@@ -8,6 +8,9 @@ pub(super) struct CallTrace<'a> {
     pub(super) tool: Cow<'a, str>,
     pub(super) key: IdempotencyKey,
     pub(super) span: tracing::Span,
+    /// Whether a metrics recorder was in force when the call began: asked once per call, so a
+    /// program without one pays one look-up, not one per count or timing.
+    pub(super) metered: bool,
 }
 
 impl CallTrace<'_> {
@@ -17,6 +20,7 @@ impl CallTrace<'_> {
             tool: Cow::Owned(self.tool.into_owned()),
             key: self.key,
             span: self.span,
+            metered: self.metered,
         }
     }
 
@@ -43,13 +47,14 @@ impl CallTrace<'_> {
     #[inline]
     fn finish_as(&self, attempts: u32, outcome: CallOutcome, refusal: Option<&Error>) {
         meters::call(
+            self.metered,
             "side_effect",
             &self.tool,
             meters::outcome_label(outcome, refusal),
             attempts,
         );
         if outcome == CallOutcome::Failed(Failure::Ambiguous) {
-            meters::kept_ambiguous(&self.tool);
+            meters::kept_ambiguous(self.metered, &self.tool);
         }
         let replayed = outcome == CallOutcome::Replayed;
         self.span.record("attempts", attempts);
@@ -72,6 +77,7 @@ impl CallTrace<'_> {
 
     pub(super) fn finish_read(&self, attempts: u32, outcome: CallOutcome) {
         meters::call(
+            self.metered,
             "read_only",
             &self.tool,
             meters::outcome_label(outcome, None),
