@@ -55,7 +55,10 @@ mod on {
         })
     }
 
-    /// Whether a recorder is in force (see [`with_recorder`]): timings read the clock only then.
+    /// Whether a recorder is in force (see [`with_recorder`]). A call asks once, when it begins
+    /// (`CallTrace::metered`), and then counts and times only if so: without a recorder a call
+    /// pays this one look-up, no clock read and no key made. (A recorder installed while a call
+    /// runs is seen from the next call on.)
     #[inline]
     pub(crate) fn recording() -> bool {
         metrics::with_recorder(|r| !is_noop(r))
