@@ -3,7 +3,8 @@
 //! scalar (the usual argument) is written without a `serde_json::Value` made of it.
 //!
 //! The bytes hashed are exactly [`Fingerprinter`](super::Fingerprinter)'s for the same arguments:
-//! records stored by either must match (pinned by the tests below against every pinned case).
+//! records stored by either must match (the tests below compare the two over every kind of
+//! argument; `fingerprints_are_pinned` pins `Fingerprinter`'s).
 
 use serde::Serialize;
 use serde::ser::{self, Impossible};
