@@ -41,6 +41,15 @@ pub const MIGRATIONS: &[&str] = &[
     "ALTER TABLE records ADD COLUMN tenant TEXT;",
 ];
 
+/// absent (no row at all) → running: the usual claim, one statement. Returns the token only when
+/// it inserted the record; on any row of the key (live or expired) it does nothing, and the claim
+/// reads that row and runs [`CLAIM`].
+pub const INSERT_NEW: &str = "
+    INSERT INTO records (key, tool, fingerprint, state, token, lease_until, expires_at, created, updated, tenant)
+    VALUES (:key, :tool, :fingerprint, 'running', :token, :lease_until, :expires_at, :now, :now, :tenant)
+    ON CONFLICT (key) DO NOTHING
+    RETURNING token";
+
 /// absent | expired → running (a new record);
 /// running with the lease expired | ambiguous, same fingerprint → running (takeover).
 /// Returns the token only when the caller took the record.

@@ -50,25 +50,41 @@ impl AsyncStore for SqliteStore {
             let claim = (|| {
                 // The write lock first (see `Scope`).
                 let tx = Scope::begin(conn)?;
-                // The live record before the claim (the write lock held, nothing changes it
-                // meanwhile): the answer when the claim does not take it, what it took over when it
-                // does (SQLite's RETURNING sees only the new row).
-                let before = tx.prepare_cached(sql::LIVE)?.query_row(
-                    named_params! { ":key": key.as_str(), ":now": now },
-                    |row| Ok(decode(row, &key, path)),
-                ).optional()?;
-                let took: Option<Vec<u8>> = tx
-                    .prepare_cached(sql::CLAIM)?
-                    .query_row(
-                        named_params! {
-                            ":key": key.as_str(), ":tool": tool, ":fingerprint": fingerprint.0,
-                            ":token": token.0.as_bytes(), ":now": now,
-                            ":lease_until": now.saturating_add(lease), ":expires_at": now.saturating_add(ttl),
-                            ":tenant": tenant.as_deref(),
-                        },
-                        |row| row.get(0),
-                    )
+                let key_text = key.as_str();
+                let (lease_until, expires_at) = (now.saturating_add(lease), now.saturating_add(ttl));
+                let claim_params = named_params! {
+                    ":key": key_text, ":tool": tool, ":fingerprint": fingerprint.0,
+                    ":token": token.0.as_bytes(), ":now": now,
+                    ":lease_until": lease_until, ":expires_at": expires_at,
+                    ":tenant": tenant.as_deref(),
+                };
+                // A key without a row (the usual claim): inserted, nothing else to read.
+                let inserted: Option<Vec<u8>> = tx
+                    .prepare_cached(sql::INSERT_NEW)?
+                    .query_row(claim_params, |row| row.get(0))
                     .optional()?;
+                let (took, before) = match inserted {
+                    Some(token) => (Some(token), None),
+                    None => {
+                        // A row is there. The live record (the write lock held, nothing changes
+                        // it meanwhile): the answer when the claim does not take it, what it took
+                        // over when it does (SQLite's RETURNING sees only the new row).
+                        let before = tx.prepare_cached(sql::LIVE)?.query_row(
+                            named_params! { ":key": key.as_str(), ":now": now },
+                            |row| Ok(decode(row, &key, path)),
+                        ).optional()?;
+                        // A completed record is never taken while live (a replay): no write.
+                        let replay = matches!(&before, Some(Ok(Record { state: RecordState::Completed { .. }, .. })));
+                        let took: Option<Vec<u8>> = if replay {
+                            None
+                        } else {
+                            tx.prepare_cached(sql::CLAIM)?
+                                .query_row(claim_params, |row| row.get(0))
+                                .optional()?
+                        };
+                        (took, before)
+                    }
+                };
                 let (mut live, takeover) = match took {
                     Some(_) => (None, before.and_then(|rec| taken_over(rec.ok()?.state))),
                     None => (before, None),
