@@ -22,6 +22,11 @@ use crate::key::IdempotencyKey;
 #[path = "memory_records.rs"]
 mod records;
 
+// The store's clock: ticks from its origin.
+#[path = "memory_clock.rs"]
+mod clock;
+use clock::{Origin, Tick};
+
 /// Keeps records in a map in memory; its clock is tokio's, so tests can pause and advance it.
 ///
 /// Nothing survives the process: use the SQLite store for anything that must.
@@ -29,7 +34,7 @@ mod records;
 pub struct MemoryStore {
     inner: Mutex<Inner>,
     /// When the store was made: its records' times are counted from here.
-    clock: records::Origin,
+    clock: Origin,
 }
 
 #[derive(Debug, Default)]
@@ -41,26 +46,6 @@ struct Inner {
     /// Every tool and tenant name seen, shared by their records: a claim does not copy a name.
     names: HashSet<Name, KeyHashing>,
     operations: HashMap<String, Uuid>,
-}
-
-/// A moment on a store's clock: nanoseconds since the store was made (negative before it: a
-/// store made outside a runtime whose clock is paused may be used on that clock). Eight bytes
-/// where an `Instant` takes sixteen: a record holds four of them, and a smaller record is less
-/// memory for each call to touch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct Tick(i64);
-
-impl Tick {
-    /// `d` later (saturating: a lease or ttl of `Duration::MAX` never ends).
-    #[inline]
-    fn after(self, d: Duration) -> Tick {
-        Tick(self.0.saturating_add(nanos(d)))
-    }
-
-    /// How long from `self` until `later` (zero if it has passed).
-    fn until(self, later: Tick) -> Duration {
-        Duration::from_nanos(later.0.saturating_sub(self.0).max(0).unsigned_abs())
-    }
 }
 
 /// Hashes record keys for the map. Keys are UUIDs, nearly all derived by SHA-256 (the rest random
@@ -106,16 +91,6 @@ impl Hasher for FoldHasher {
     fn finish(&self) -> u64 {
         self.0
     }
-}
-
-/// `d` in nanoseconds, saturating (in 64-bit steps: `as_nanos` multiplies in 128 bits).
-#[inline]
-fn nanos(d: Duration) -> i64 {
-    i64::try_from(d.as_secs())
-        .ok()
-        .and_then(|s| s.checked_mul(1_000_000_000))
-        .and_then(|n| n.checked_add(i64::from(d.subsec_nanos())))
-        .unwrap_or(i64::MAX)
 }
 
 /// A tool's or a tenant's name, shared by the records that name it; one pointer wide (an

@@ -1,50 +1,8 @@
 //! The memory store's operator reads and repairs ([`Records`]), under the same lock as claims.
 
-use std::time::SystemTime;
-
-use tokio::time::Instant;
-
 use super::*;
 use crate::store::records::count_records;
 use crate::store::{Count, RecordFilter, RecordState, Records, Released, StateKind};
-
-/// The moment a store was made, on its clock (tokio's, which tests may pause) and on the wall
-/// clock: records' times are reported as wall-clock times that move with the store's clock.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Origin {
-    instant: Instant,
-    wall: SystemTime,
-}
-
-impl Default for Origin {
-    fn default() -> Self {
-        Origin {
-            instant: Instant::now(),
-            wall: SystemTime::now(),
-        }
-    }
-}
-
-impl Origin {
-    /// Now, on the store's clock.
-    #[inline]
-    pub(super) fn now(&self) -> Tick {
-        let now = Instant::now();
-        match now.checked_duration_since(self.instant) {
-            Some(since) => Tick(nanos(since)),
-            None => Tick(-nanos(self.instant - now)),
-        }
-    }
-
-    fn wall(&self, at: Tick) -> SystemTime {
-        let off = Duration::from_nanos(at.0.unsigned_abs());
-        if at.0 >= 0 {
-            self.wall + off
-        } else {
-            self.wall - off
-        }
-    }
-}
 
 fn kind(state: &State) -> StateKind {
     match state {
