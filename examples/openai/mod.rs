@@ -16,51 +16,20 @@ use async_openai::types::chat::{
     ChatCompletionRequestMessage, ChatCompletionRequestToolMessageArgs,
     ChatCompletionRequestUserMessageArgs, ChatCompletionTools, CreateChatCompletionRequestArgs,
 };
-use fake_provider::model::{ScriptedModel, ToolCall, Turn};
-use fake_provider::{FakeProvider, Fault, ProviderError};
-use idemkit::{Classify, Failure, Idem, IdempotencyKey, JsonTools, MemoryStore, side_effect};
+use fake_provider::model::ScriptedModel;
+use fake_provider::{FakeProvider, Fault};
+use idemkit::{Idem, IdempotencyKey, JsonTools, MemoryStore, side_effect};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::json;
+
+#[path = "../chat/mod.rs"]
+mod chat;
+pub use chat::{PayError, Run, script};
 
 tokio::task_local! {
     /// The provider the agent's tools call: a tool called from JSON is a free function, so it
     /// reaches its client through the task that runs the agent.
     static PROVIDER: fake_provider::Client;
-}
-
-/// What can go wrong when a tool calls the provider.
-#[derive(Debug)]
-pub enum PayError {
-    /// The provider, or the way to it, failed.
-    Provider(ProviderError),
-    /// idemkit refused to run the tool.
-    Idem(idemkit::Error),
-}
-
-impl std::fmt::Display for PayError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PayError::Provider(e) => e.fmt(f),
-            PayError::Idem(e) => e.fmt(f),
-        }
-    }
-}
-
-impl From<idemkit::Error> for PayError {
-    fn from(e: idemkit::Error) -> Self {
-        PayError::Idem(e)
-    }
-}
-
-impl Classify for PayError {
-    fn classify(&self) -> Failure {
-        match self {
-            PayError::Provider(ProviderError::Connect) => Failure::Transient,
-            // Sent, no answer: it may have happened.
-            PayError::Provider(_) => Failure::Ambiguous,
-            PayError::Idem(_) => Failure::Permanent,
-        }
-    }
 }
 
 /// What a charge returns to the model.
@@ -116,30 +85,6 @@ async fn charge_naive(arguments: &str) -> Result<Receipt, String> {
         charge_id: answer.body["id"].as_str().unwrap_or_default().to_owned(),
         key: None,
     })
-}
-
-/// The model's script: `charge`, then `charge` again with the same arguments under a new call
-/// id (after the first came back as an error), then a final answer.
-pub fn script() -> Vec<Turn> {
-    let args = json!({"customer_id": "cus_1", "purpose": "subscription", "period": "2026-11", "amount_cents": 4200});
-    vec![
-        Turn::ToolCalls(vec![ToolCall::new("call_k3Xq", "charge", &args)]),
-        Turn::ToolCalls(vec![ToolCall::new("call_p8Zw", "charge", &args)]),
-        Turn::Text("The subscription for 2026-11 is paid.".into()),
-    ]
-}
-
-/// What one run of the agent did.
-#[derive(Debug, Clone)]
-pub struct Run {
-    /// Charges the provider committed.
-    pub charges: usize,
-    /// Each tool call's id and the content sent back to the model for it.
-    pub tool_messages: Vec<(String, String)>,
-    /// The model's final answer.
-    pub answer: String,
-    /// The requests the model received.
-    pub requests: Vec<Value>,
 }
 
 /// The agent's loop over async-openai's client: ask, run the requested tools through

@@ -8,59 +8,19 @@
 
 use std::time::Duration;
 
-use fake_provider::model::{ScriptedModel, ToolCall, Turn};
+use fake_provider::model::ScriptedModel;
 use fake_provider::{FakeProvider, Fault, ProviderError};
 use idemkit::rig::{ToolExecutionError, ToolOutput};
-use idemkit::{Classify, Failure, Idem, IdempotencyKey, MemoryStore, side_effect};
+use idemkit::{Idem, IdempotencyKey, MemoryStore, side_effect};
 use rig_agent::AgentBuilder;
 use rig_core::providers::openai::OpenAIConfig;
 use rig_core::tool::PortableTool;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-/// What can go wrong when `charge` calls the provider.
-#[derive(Debug)]
-pub enum PayError {
-    /// The provider, or the way to it, failed.
-    Provider(ProviderError),
-    /// idemkit refused to run the tool.
-    Idem(idemkit::Error),
-}
-
-impl std::fmt::Display for PayError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PayError::Provider(e) => e.fmt(f),
-            PayError::Idem(e) => e.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for PayError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            PayError::Provider(e) => Some(e),
-            PayError::Idem(e) => Some(e),
-        }
-    }
-}
-
-impl From<idemkit::Error> for PayError {
-    fn from(e: idemkit::Error) -> Self {
-        PayError::Idem(e)
-    }
-}
-
-impl Classify for PayError {
-    fn classify(&self) -> Failure {
-        match self {
-            PayError::Provider(ProviderError::Connect) => Failure::Transient,
-            // Sent, no answer: it may have happened.
-            PayError::Provider(_) => Failure::Ambiguous,
-            PayError::Idem(_) => Failure::Permanent,
-        }
-    }
-}
+#[path = "../chat/mod.rs"]
+mod chat;
+pub use chat::{PayError, Run, script};
 
 /// The arguments the model writes.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -176,30 +136,6 @@ impl PortableTool for ChargeNaive {
     async fn call(&self, args: ChargeArgs) -> Result<Receipt, ProviderError> {
         post_charge(&self.provider, None, &args).await
     }
-}
-
-/// The model's script: `charge`, then `charge` again with the same arguments under a new call
-/// id (after the first came back as an error), then a final answer.
-pub fn script() -> Vec<Turn> {
-    let args = json!({"customer_id": "cus_1", "purpose": "subscription", "period": "2026-11", "amount_cents": 4200});
-    vec![
-        Turn::ToolCalls(vec![ToolCall::new("call_k3Xq", "charge", &args)]),
-        Turn::ToolCalls(vec![ToolCall::new("call_p8Zw", "charge", &args)]),
-        Turn::Text("The subscription for 2026-11 is paid.".into()),
-    ]
-}
-
-/// What one run of the agent did.
-#[derive(Debug, Clone)]
-pub struct Run {
-    /// Charges the provider committed.
-    pub charges: usize,
-    /// Each tool call's id and the content rig sent back to the model for it.
-    pub tool_messages: Vec<(String, String)>,
-    /// The model's final answer.
-    pub answer: String,
-    /// The requests the model received.
-    pub requests: Vec<Value>,
 }
 
 /// Runs the scripted conversation through rig's agent against a provider that loses the first
