@@ -76,7 +76,7 @@ pub use classify::{Classified, classify_chain};
 pub use error::{Error, StoreError, StoreErrorKind};
 pub use exec::Tool;
 #[doc(hidden)]
-pub use exec::{Next, ReadCall, ReadNext, SideEffectCall};
+pub use exec::{Attempt, Next, ReadCall, ReadNext, SideEffectCall};
 pub use fingerprint::{Fingerprint, Fingerprinter};
 pub use idem::{AlreadyInstalled, BuildError, Idem, IdemBuilder, as_tenant, operation};
 #[cfg(feature = "json")]

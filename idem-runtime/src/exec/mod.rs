@@ -9,7 +9,7 @@ mod core;
 mod typed;
 
 pub use self::core::{Next, ReadNext};
-pub use self::typed::{ReadCall, SideEffectCall};
+pub use self::typed::{Attempt, ReadCall, SideEffectCall};
 
 use std::future::Future;
 use std::time::Duration;

@@ -54,23 +54,23 @@ impl<'a, T, E> SideEffectCall<'a, T, E> {
     }
 }
 
-impl<T: Serialize + DeserializeOwned, E: Classify + From<Error>> SideEffectCall<'_, T, E> {
+impl<'a, T: Serialize + DeserializeOwned, E: Classify + From<Error>> SideEffectCall<'a, T, E> {
     /// Runs one attempt: awaits `attempt` in place, renewing the call's lease while it waits
     /// (S12). If the lease is lost (S13), the attempt is dropped at the await point it waits at
     /// and the call is over. An attempt that answers at its first poll costs no timer.
-    pub async fn run<F: Future<Output = Result<T, E>>>(&mut self, attempt: F) {
-        let mut attempt = std::pin::pin!(attempt);
-        let call = &mut self.call;
-        let result = std::future::poll_fn(|cx| match attempt.as_mut().poll(cx) {
-            Poll::Ready(result) => Poll::Ready(Some(result)),
-            Poll::Pending => call.poll_lease(cx).map(|()| None),
-        })
-        .await;
-        if let Some(result) = result {
-            self.ended(result);
+    ///
+    /// A future of its own rather than an `async fn`: it is instantiated once per tool (it is
+    /// generic over the attempt), and a hand-written `poll` is a fraction of the code of a
+    /// coroutine wrapping a `poll_fn` (issue 20: the attributes' build cost).
+    pub fn run<F: Future<Output = Result<T, E>>>(
+        &mut self,
+        attempt: F,
+    ) -> Attempt<'_, 'a, T, E, F> {
+        Attempt {
+            call: self,
+            attempt,
         }
     }
-
     /// What the attempt returned.
     pub fn ended(&mut self, result: Result<T, E>) {
         match &result {
@@ -92,6 +92,44 @@ impl<T: Serialize + DeserializeOwned, E: Classify + From<Error>> SideEffectCall<
                 Err(e) => Err(replay.undecodable(std::any::type_name::<T>(), e).into()),
             },
             End::Refused(err) => Err(err.into()),
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The future of [`SideEffectCall::run`]: one attempt, awaited in place, the lease kept while
+    /// it is pending. Not a stable API.
+    #[doc(hidden)]
+    #[must_use = "futures do nothing unless awaited"]
+    pub struct Attempt<'c, 'a, T, E, F> {
+        call: &'c mut SideEffectCall<'a, T, E>,
+        #[pin]
+        attempt: F,
+    }
+}
+
+impl<T, E, F> std::fmt::Debug for Attempt<'_, '_, T, E, F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Attempt").finish_non_exhaustive()
+    }
+}
+
+impl<T, E, F> Future for Attempt<'_, '_, T, E, F>
+where
+    T: Serialize + DeserializeOwned,
+    E: Classify + From<Error>,
+    F: Future<Output = Result<T, E>>,
+{
+    type Output = ();
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<()> {
+        let this = self.project();
+        match this.attempt.poll(cx) {
+            Poll::Ready(result) => {
+                this.call.ended(result);
+                Poll::Ready(())
+            }
+            Poll::Pending => this.call.call.poll_lease(cx),
         }
     }
 }
