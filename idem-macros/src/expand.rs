@@ -188,15 +188,18 @@ fn outer_signature(tool: &Tool) -> TokenStream {
 /// every argument anew (cloned; a reference clones for free), and the original body in an
 /// `async move` block (so that its `return` and `?` end the attempt, not the call).
 fn attempt(private: &TokenStream, tool: &Tool) -> (Vec<TokenStream>, TokenStream) {
-    let block_tokens = tool.item.block.to_token_stream();
+    // The body's statements, not its block: a block as the tail of the `async move` block would
+    // be linted as unnecessary braces when it holds one expression (issue 16). Turned into tokens
+    // once, and scanned once for the names it mentions (each token is a call into the compiler).
+    let stmts = &tool.item.block.stmts;
+    let stmts = quote!(#(#stmts)*);
+    let mentioned = Mentions::of(&stmts);
     let per_attempt = tool
         .params
         .iter()
         .filter(|p| match &p.role {
             // Rebound by name inside the attempt (`let mut note = note;`), or used by the body.
-            Role::Named(ident) => {
-                rebind(p).is_some() || mentions(&block_tokens, &ident.to_string())
-            }
+            Role::Named(ident) => rebind(p).is_some() || mentioned.has(&ident.to_string()),
             Role::InjectedKey | Role::Pattern { .. } => true,
         })
         .filter_map(|p| per_attempt_clone(private, p))
@@ -212,9 +215,6 @@ fn attempt(private: &TokenStream, tool: &Tool) -> (Vec<TokenStream>, TokenStream
         syn::ReturnType::Type(_, ty) => ty.to_token_stream(),
         syn::ReturnType::Default => quote!(()),
     };
-    // The body's statements, not its block: a block as the tail of the `async move` block would
-    // be linted as unnecessary braces when it holds one expression (issue 16).
-    let stmts = &tool.item.block.stmts;
     // The "fake return edge" (tracing-attributes): pins the block's output type before the body
     // is checked, so `?` and `.into()` in the body infer as they do in the function.
     let body = quote! {
@@ -232,7 +232,7 @@ fn attempt(private: &TokenStream, tool: &Tool) -> (Vec<TokenStream>, TokenStream
         }
         #(#rebind)*
         #injected
-        #(#stmts)*
+        #stmts
     };
     (per_attempt, quote!(async move { #body }))
 }
@@ -250,16 +250,42 @@ fn per_attempt_clone(private: &TokenStream, p: &Param) -> Option<TokenStream> {
     }
 }
 
-/// Whether `tokens` may refer to the local `name`: an identifier of that name, or a literal
-/// containing it (`format!("{name}")` captures it from inside a string). An argument the body
-/// cannot refer to is not handed to each attempt (no clone per attempt, no capture).
-fn mentions(tokens: &TokenStream, name: &str) -> bool {
-    tokens.clone().into_iter().any(|tree| match tree {
-        proc_macro2::TokenTree::Ident(ident) => ident == name,
-        proc_macro2::TokenTree::Literal(lit) => lit.to_string().contains(name),
-        proc_macro2::TokenTree::Group(group) => mentions(&group.stream(), name),
-        proc_macro2::TokenTree::Punct(_) => false,
-    })
+/// What tokens may refer to: a local `name` is mentioned by an identifier of that name, or by a
+/// literal containing it (`format!("{name}")` captures it from inside a string). An argument the
+/// body cannot refer to is not handed to each attempt (no clone per attempt, no capture).
+struct Mentions {
+    idents: std::collections::HashSet<String>,
+    literals: Vec<String>,
+}
+
+impl Mentions {
+    /// Every identifier in `tokens`, and every literal's text (a format string's inline
+    /// arguments, `"{note}"`, name parameters too).
+    fn of(tokens: &TokenStream) -> Self {
+        fn scan(tokens: &TokenStream, m: &mut Mentions) {
+            for tree in tokens.clone() {
+                match tree {
+                    proc_macro2::TokenTree::Ident(ident) => {
+                        m.idents.insert(ident.to_string());
+                    }
+                    proc_macro2::TokenTree::Literal(lit) => m.literals.push(lit.to_string()),
+                    proc_macro2::TokenTree::Group(group) => scan(&group.stream(), m),
+                    proc_macro2::TokenTree::Punct(_) => {}
+                }
+            }
+        }
+        let mut m = Mentions {
+            idents: Default::default(),
+            literals: Vec::new(),
+        };
+        scan(tokens, &mut m);
+        m
+    }
+
+    /// Whether the tokens mention `name`.
+    fn has(&self, name: &str) -> bool {
+        self.idents.contains(name) || self.literals.iter().any(|l| l.contains(name))
+    }
 }
 
 /// Inside the attempt, the parameter as written: `let mut note = note;`, or the destructuring.
