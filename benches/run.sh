@@ -9,7 +9,9 @@
 # its measured batches; ratios are of figures taken in the same run. The stores' ratios are the
 # median of the ratios of 10 interleaved rounds (store, by hand, by hand, store, ...), shown with
 # their range: one round's disk or server mood is not a regression. The build rows compare the
-# attributes with four baselines (benches/build_cost.sh). Takes about fifteen minutes on 2 cores.
+# attributes with five baselines (benches/build_cost.sh), in wall time and, when valgrind is
+# installed, in the compiler's instructions (the same in every run). Takes about twenty-five
+# minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -52,7 +54,8 @@ fi
 if [[ -n "${IDEMKIT_TEST_POSTGRES_URL:-}${IDEMKIT_TEST_REDIS_URL:-}" ]]; then
     bench -p idem-runtime --features postgres,redis --bench distributed_stores
 fi
-benches/build_cost.sh | tee -a "$out"
+# The build rows, with the compiler's instruction counts beside the times (skipped without valgrind).
+IDEMKIT_BUILD_COST_INSTRUCTIONS=1 benches/build_cost.sh | tee -a "$out"
 
 echo
 echo "Measured $(date -u +%Y-%m-%d) on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
