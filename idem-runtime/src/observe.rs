@@ -2,6 +2,7 @@
 
 use std::cell::RefCell;
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::key::IdempotencyKey;
 use crate::retry::Failure;
@@ -88,6 +89,15 @@ tokio::task_local! {
 /// # });
 /// ```
 pub async fn observe<F: Future>(fut: F) -> (F::Output, Option<CallInfo>) {
+    /// Open while its `observe` runs (dropped with it, however it ends).
+    struct Open;
+    impl Drop for Open {
+        fn drop(&mut self) {
+            OPEN.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+    OPEN.fetch_add(1, Ordering::Relaxed);
+    let _open = Open;
     OBSERVED
         .scope(RefCell::new(None), async move {
             let out = fut.await;
@@ -96,8 +106,17 @@ pub async fn observe<F: Future>(fut: F) -> (F::Output, Option<CallInfo>) {
         .await
 }
 
+/// How many [`observe`] scopes are open in the process. A call's end looks for the enclosing one
+/// only when some are: most programs never observe, and the look-up (a task-local) was a tenth
+/// of a read-only call (issue 20). A call inside a scope always sees it counted: the count went
+/// up before the scope's future first ran, in the same task.
+static OPEN: AtomicUsize = AtomicUsize::new(0);
+
 /// Hands what happened to the enclosing [`observe`], if any; `info` is only made when one is
 /// listening (it allocates).
 pub(crate) fn report(info: impl FnOnce() -> CallInfo) {
+    if OPEN.load(Ordering::Relaxed) == 0 {
+        return;
+    }
     let _ = OBSERVED.try_with(|slot| *slot.borrow_mut() = Some(info()));
 }
