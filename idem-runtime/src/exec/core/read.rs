@@ -154,13 +154,14 @@ impl<'a> Read<'a> {
     /// Over: the span gets its fields and closes; an enclosing `observe` learns of it.
     fn finish(&mut self, outcome: CallOutcome) {
         self.step = Step::Over;
-        let call = CallTrace {
-            tool: Cow::Borrowed(self.name),
-            key: IdempotencyKey::NIL,
-            span: std::mem::replace(&mut self.span, tracing::Span::none()),
-            metered: crate::meters::recording(),
-        };
-        call.finish_read(self.attempts, outcome);
+        let span = std::mem::replace(&mut self.span, tracing::Span::none());
+        finish_read(
+            self.name,
+            &span,
+            crate::meters::recording(),
+            self.attempts,
+            outcome,
+        );
     }
 }
 
