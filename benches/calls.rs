@@ -5,7 +5,8 @@
 //!   serialize the outcome, complete), and against the same workload on the memory store of the
 //!   `idempotent` crate (a peer library; 0.3.0, its newest release that builds on Rust 1.95:
 //!   1.0.0, 1.1.0 and 2.0.0 declare rust-version 1.98);
-//! - `#[read_only]` against the bare function;
+//! - `#[read_only]` against the bare function, and against a read written by hand that does what a
+//!   read needs (a span, the time its retries are bounded from, a retry loop by failure kind);
 //! - 1,000 concurrent callers of one key: time until all are answered, body runs counted (exactly
 //!   one), against an in-process single-flight (`tokio::sync::OnceCell`) around the same body.
 //!
@@ -202,6 +203,38 @@ async fn balance_bare(customer_id: &str) -> Result<u64, BenchError> {
     Ok(black_box(customer_id).len() as u64)
 }
 
+/// What a read-only call needs, written by hand around the bare function: a span, the time its
+/// retries are bounded from (one clock read), and a retry loop by failure kind.
+async fn balance_by_hand(customer_id: &str) -> Result<u64, BenchError> {
+    const MAX_ATTEMPTS: u32 = 3;
+    const BUDGET: Duration = Duration::from_secs(30);
+    let span = tracing::info_span!(
+        "balance",
+        attempts = tracing::field::Empty,
+        outcome = tracing::field::Empty
+    );
+    let started = tokio::time::Instant::now();
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        match balance_bare(customer_id).await {
+            Ok(v) => {
+                span.record("attempts", attempts);
+                span.record("outcome", "completed");
+                return Ok(v);
+            }
+            Err(e)
+                if attempts < MAX_ATTEMPTS
+                    && e.classify() != Failure::Permanent
+                    && started.elapsed() < BUDGET =>
+            {
+                tokio::time::sleep(Duration::from_millis(100) * attempts).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// How often the body of `settle` ran.
 static SETTLE_RUNS: AtomicU32 = AtomicU32::new(0);
 /// How long `settle`'s body takes: a fast provider.
@@ -348,6 +381,18 @@ fn bench(c: &mut Criterion) {
             record(name, iters, start.elapsed())
         })
     });
+    let name = "hand-written read (span, start time, retry loop)";
+    group.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            let start = Instant::now();
+            rt.block_on(idem.scope(async {
+                for _ in 0..iters {
+                    black_box(balance_by_hand(black_box("cus_1")).await.unwrap());
+                }
+            }));
+            record(name, iters, start.elapsed())
+        })
+    });
     group.finish();
 
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -483,6 +528,11 @@ fn main() {
                 subject: "#[side_effect] call, metrics feature, Prometheus recorder",
                 baseline: "#[side_effect] call, metrics feature, no recorder",
                 goal: None,
+            },
+            Pair {
+                subject: "#[read_only] call",
+                baseline: "hand-written read (span, start time, retry loop)",
+                goal: Some(1.3),
             },
             Pair {
                 subject: "#[read_only] call",
