@@ -80,10 +80,12 @@ impl<'a, T: Serialize + DeserializeOwned, E: Classify + From<Error>> SideEffectC
         self.last = Some(result);
     }
 
-    /// The call's result, once [`SideEffectCall::attempt`] said it is over.
-    pub fn end(mut self) -> Result<T, E> {
+    /// The call's result, once [`SideEffectCall::attempt`] said it is over. By reference: the
+    /// call's state (a few hundred bytes) stays where it is, in the tool's future, instead of
+    /// moving into this function.
+    pub fn end(&mut self) -> Result<T, E> {
         match self.call.take_end() {
-            End::LastAttempt => last(self.last),
+            End::LastAttempt => last(self.last.take()),
             End::Replay(replay) => match serde_json::from_slice(&replay.outcome) {
                 Ok(value) => {
                     replay.decoded();
@@ -167,12 +169,13 @@ impl<T, E: Classify> ReadCall<'_, T, E> {
         self.last = Some(result);
     }
 
-    /// The read's result, once [`ReadCall::attempt`] said it is over.
-    pub fn end(self) -> Result<T, E> {
+    /// The read's result, once [`ReadCall::attempt`] said it is over. By reference: the call's
+    /// state stays where it is, in the tool's future, instead of moving into this function.
+    pub fn end(&mut self) -> Result<T, E> {
         if !self.call.is_over() {
             unreachable!("idemkit: a call's end was taken before it was over")
         }
-        last(self.last)
+        last(self.last.take())
     }
 }
 
