@@ -532,7 +532,10 @@ fn main() {
             Pair {
                 subject: "#[read_only] call",
                 baseline: "hand-written read (span, start time, retry loop)",
-                goal: Some(1.3),
+                // What a read needs, written by hand, is the floor; the attribute may add at most
+                // as much again for what it gives every read (observe, metrics, per-tool retry
+                // settings, the typed last result).
+                goal: Some(2.0),
             },
             Pair {
                 subject: "#[read_only] call",
