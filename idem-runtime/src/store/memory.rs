@@ -44,7 +44,7 @@ struct Inner {
     /// `calls` bench).
     records: HashMap<[u8; 16], Slot, KeyHashing>,
     /// Every tool and tenant name seen, shared by their records: a claim does not copy a name.
-    names: HashSet<Name, KeyHashing>,
+    names: Names,
     operations: HashMap<String, Uuid>,
 }
 
@@ -111,14 +111,33 @@ impl Name {
     }
 }
 
-/// The shared copy of `name`, made at its first record.
-fn name(names: &mut HashSet<Name, KeyHashing>, name: &str) -> Name {
-    if let Some(known) = names.get(name) {
-        return known.clone();
+/// The names records share, and the two named last: a program's calls come in runs of one tool
+/// (and tenant), and comparing a short name is cheaper than hashing it (a tenth of a claim's
+/// instructions).
+#[derive(Debug, Default)]
+struct Names {
+    all: HashSet<Name, KeyHashing>,
+    /// The last two names asked for, the newer first.
+    recent: [Option<Name>; 2],
+}
+
+impl Names {
+    /// The shared copy of `name`, made at its first record.
+    fn get(&mut self, name: &str) -> Name {
+        if let Some(hit) = self.recent.iter().flatten().find(|n| n.as_str() == name) {
+            return hit.clone();
+        }
+        let shared = match self.all.get(name) {
+            Some(known) => known.clone(),
+            None => {
+                let made = Name(Arc::new(name.to_owned()));
+                self.all.insert(made.clone());
+                made
+            }
+        };
+        self.recent = [Some(shared.clone()), self.recent[0].take()];
+        shared
     }
-    let name = Name(Arc::new(name.to_owned()));
-    names.insert(name.clone());
-    name
 }
 
 /// What the map holds per key: the record, in an allocation of its own.
@@ -197,13 +216,13 @@ impl MemoryStore {
             Entry::Occupied(live) if live.get().expires_at > now => live.into_mut(),
             absent_or_expired => {
                 absent_or_expired.insert_entry(Box::new(Rec {
-                    tool: name(&mut inner.names, req.tool),
+                    tool: inner.names.get(req.tool),
                     fingerprint: req.fingerprint,
                     state: running,
                     expires_at: now.after(req.ttl),
                     created: now,
                     updated: now,
-                    tenant: req.tenant.as_deref().map(|t| name(&mut inner.names, t)),
+                    tenant: req.tenant.as_deref().map(|t| inner.names.get(t)),
                 }));
                 return Claim::Acquired { takeover: None };
             }
@@ -232,7 +251,7 @@ impl MemoryStore {
                 rec.state = running;
                 rec.expires_at = now.after(req.ttl);
                 (rec.created, rec.updated) = (now, now);
-                rec.tenant = req.tenant.as_deref().map(|t| name(&mut inner.names, t));
+                rec.tenant = req.tenant.as_deref().map(|t| inner.names.get(t));
                 Claim::Acquired {
                     takeover: Some(takeover),
                 }
