@@ -71,6 +71,7 @@ impl<'a, T: Serialize + DeserializeOwned, E: Classify + From<Error>> SideEffectC
             attempt,
         }
     }
+
     /// What the attempt returned.
     pub fn ended(&mut self, result: Result<T, E>) {
         match &result {

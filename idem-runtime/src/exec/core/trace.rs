@@ -77,8 +77,8 @@ impl CallTrace<'_> {
 }
 
 /// The end of a read: its metrics, its span's fields, and the enclosing `observe`. Of the read's
-/// own parts, not a [`CallTrace`] (a read has no key, and making and dropping one was a tenth of
-/// a read's cost).
+/// own parts, not a [`CallTrace`] (a read has no key, and making and dropping one was ~20 of a
+/// read's ~370 instructions).
 pub(super) fn finish_read(
     tool: &str,
     span: &tracing::Span,
