@@ -166,6 +166,15 @@ impl<T: Clone> PerAttempt for T {
     }
 }
 
+/// Never run: an attempt's body starts with `if false { return fake_return::<R>(); }`, which
+/// pins its `async` block's output to the tool's `R` before the body is checked (the "fake
+/// return edge" of tracing-attributes), so `?` and `.into()` in the body infer as they do in the
+/// function.
+#[inline(always)]
+pub fn fake_return<R>() -> R {
+    unreachable!("the expansion calls `fake_return` only under `if false`")
+}
+
 // C8. The expansion calls these with the tool's `T` and `E` written at the user's spans, so an
 // unmet bound is reported once, at that type, with the trait's `on_unimplemented` text.
 
