@@ -30,14 +30,16 @@
 #
 # Each timed `cargo build` compiles only the tools' own crate (dependencies are built first, once),
 # with incremental compilation off, as a clean build or CI does; the variants are built in turn,
-# three rounds, and each keeps its best (the least disturbed by other load). The crates live in a
+# seven rounds (IDEMKIT_BUILD_COST_ROUNDS), and each keeps its best time (the least disturbed by
+# other load, which only ever adds time); a ratio in wall time is of best times, shown with the
+# range and median of the rounds' own ratios. The crates live in a
 # temp dir and depend on this repository by path; they share one target dir (CARGO_TARGET_DIR
 # when set, else one in the temp dir), their names kept apart.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 N="${IDEMKIT_BUILD_COST_TOOLS:-200}"
-ROUNDS="${IDEMKIT_BUILD_COST_ROUNDS:-3}"
+ROUNDS="${IDEMKIT_BUILD_COST_ROUNDS:-7}"
 if [[ -n "${IDEMKIT_BUILD_COST_DIR:-}" ]]; then
     WORK="$IDEMKIT_BUILD_COST_DIR"   # kept, to look into the generated crates
     mkdir -p "$WORK"
@@ -205,14 +207,25 @@ time_build() {
     echo "$end - $start" | bc
 }
 
-declare -A BEST
-for v in "${VARIANTS[@]}"; do BEST[$v]=999999; done
+declare -A BEST TIMES
+for v in "${VARIANTS[@]}"; do BEST[$v]=999999; TIMES[$v]=""; done
 for _ in $(seq 1 "$ROUNDS"); do
     for v in "${VARIANTS[@]}"; do
         t=$(time_build "$v")
+        TIMES[$v]+="$t "
         BEST[$v]=$(echo "if ($t < ${BEST[$v]}) $t else ${BEST[$v]}" | bc)
     done
 done
+
+# round_ratios SUBJECT BASELINE: "median min max" of SUBJECT's time over BASELINE's, round by
+# round (the two built one after the other, so a slow spell of the machine weighs on both).
+round_ratios() {
+    local -a a b
+    read -r -a a <<<"${TIMES[$1]}"
+    read -r -a b <<<"${TIMES[$2]}"
+    for i in "${!a[@]}"; do echo "scale=4; ${a[$i]} / ${b[$i]}" | bc; done | sort -g |
+        awk '{ v[NR] = $1 } END { m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.2f %.2f %.2f", m, v[1], v[NR] }'
+}
 
 # count_instructions VARIANT: the instructions (in billions) the compiler runs to build the crate,
 # counted by cachegrind on cargo's own rustc command line for it (its dependencies are built).
@@ -250,22 +263,40 @@ for v in "${VARIANTS[@]}"; do
     fi
     printf '\n'
 done
-# summary UNIT TABLE: the attributes against the baselines the goals name, in one unit.
+# summary UNIT HAND REGISTERED TRACING INSTANTIATED: the attributes against the baselines the
+# goals name, as ratios in one unit.
 summary() {
-    local -n t="$2"
-    local hand registered tracing
-    hand=$(ratio "${t[attributes]}" "${t[by_hand]}")
-    registered=$(ratio "${t[attributes]}" "${t[registered]}")
-    tracing=$(ratio "${t[attributes]}" "${t[tracing]}")
     printf '  in %s, the attributes: %s× the protocol by hand (goal ≤ 1.0×: %s), %s× it registered as they register, %s× tracing'"'"'s attribute (goal ≤ 1.0×: %s), %s× the instantiated floor\n' \
-        "$1" "$hand" "$(verdict "$hand" 1.0)" "$registered" "$tracing" "$(verdict "$tracing" 1.0)" "$(ratio "${t[attributes]}" "${t[instantiated]}")"
+        "$1" "$2" "$(verdict "$2" 1.0)" "$3" "$4" "$(verdict "$4" 1.0)" "$5"
 }
-summary "wall time" BEST
-if [[ -n "${INSTR[attributes]:-}" ]]; then summary "instructions" INSTR; fi
+# Wall time: the ratio of the best times. Other load only ever adds time to a build, so each
+# variant's least disturbed build is the estimate of its cost, and their ratio the comparison;
+# beside it, the range and median of the rounds' own ratios (of two builds made one after the
+# other), which show how far one round's comparison can stray on this machine.
+declare -A WALL WALL_RANGE
+for pair in attributes:by_hand attributes:registered attributes:tracing attributes:instantiated \
+    attributes:plain instantiated:plain; do
+    subject=${pair%%:*} base=${pair##*:}
+    read -r med lo hi <<<"$(round_ratios "$subject" "$base")"
+    WALL[$pair]=$(ratio "${BEST[$subject]}" "${BEST[$base]}")
+    WALL_RANGE[$pair]="rounds $lo–$hi, median $med"
+done
+summary "wall time (best builds)" "${WALL[attributes:by_hand]}" "${WALL[attributes:registered]}" \
+    "${WALL[attributes:tracing]}" "${WALL[attributes:instantiated]}"
+printf '    the %s rounds'"'"' own ratios: %s (by hand), %s (registered), %s (tracing)\n' "$ROUNDS" \
+    "${WALL_RANGE[attributes:by_hand]}" "${WALL_RANGE[attributes:registered]}" "${WALL_RANGE[attributes:tracing]}"
+if [[ -n "${INSTR[attributes]:-}" ]]; then
+    summary "instructions" "$(ratio "${INSTR[attributes]}" "${INSTR[by_hand]}")" \
+        "$(ratio "${INSTR[attributes]}" "${INSTR[registered]}")" \
+        "$(ratio "${INSTR[attributes]}" "${INSTR[tracing]}")" \
+        "$(ratio "${INSTR[attributes]}" "${INSTR[instantiated]}")"
+fi
 
-result() { # WHAT SUBJECT BASELINE GOAL
-    printf 'RESULT\t%s tools, %s: cargo build\t%.2f s\t%s\t%.2f s\t%s\t%s\n' \
-        "$N" "${LABEL[$2]}" "${BEST[$2]}" "${LABEL[$3]}" "${BEST[$3]}" "$(ratio "${BEST[$2]}" "${BEST[$3]}")" "$4"
+result() { # WHAT SUBJECT BASELINE GOAL: the best build times, their ratio and the rounds' own
+          # ratios; the instruction counts and their ratio
+    local pair="$2:$3"
+    printf 'RESULT\t%s tools, %s: cargo build\t%.2f s\t%s\t%.2f s\t%s\t%s\t%s\n' \
+        "$N" "${LABEL[$2]}" "${BEST[$2]}" "${LABEL[$3]}" "${BEST[$3]}" "${WALL[$pair]}" "$4" "${WALL_RANGE[$pair]}"
     if [[ -n "${INSTR[$2]:-}" ]]; then
         printf 'RESULT\t%s tools, %s: compiler instructions\t%.3f G\t%s\t%.3f G\t%s\t%s\n' \
             "$N" "${LABEL[$2]}" "${INSTR[$2]}" "${LABEL[$3]}" "${INSTR[$3]}" "$(ratio "${INSTR[$2]}" "${INSTR[$3]}")" "$4"
