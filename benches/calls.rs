@@ -10,6 +10,11 @@
 //! - 1,000 concurrent callers of one key: time until all are answered, body runs counted (exactly
 //!   one), against an in-process single-flight (`tokio::sync::OnceCell`) around the same body.
 //!
+//! The two pairs with a goal (the side effect against the hand-written map, the read against the
+//! hand-written read) are then run in 100 interleaved rounds of a few milliseconds each, and
+//! reported by the median of the rounds' ratios with their range (this VM swings between a fast
+//! and a slow mode, ~1.7× apart, for longer than a round: both sides of a round share it).
+//!
 //! Run: `cargo bench --bench calls` (or `benches/run.sh` for everything).
 
 mod support;
@@ -256,6 +261,53 @@ const CALLERS: usize = 1000;
 /// Calls per store in the per-call benchmarks.
 const CHUNK: u64 = 4096;
 
+/// Interleaved rounds after criterion's runs of a pair with a goal: each round runs both sides
+/// one after the other (the one first alternating) for `per_round` calls, a few milliseconds,
+/// so the machine's slow spells, which on a shared VM last longer than that, weigh on both. The
+/// summary reports the pair by the median of the rounds' ratios and their range (see
+/// `support::round`); criterion's figures, one side measured seconds after the other, swung the
+/// ratio of unchanged code by half on this machine.
+const ROUNDS: usize = 100;
+
+fn interleave(
+    subject: &str,
+    baseline: &str,
+    per_round: u64,
+    s: &dyn Fn(u64) -> Duration,
+    b: &dyn Fn(u64) -> Duration,
+) {
+    // The first two warm up.
+    for round in 0..ROUNDS + 2 {
+        let (ts, tb) = if round % 2 == 0 {
+            let ts = s(per_round);
+            (ts, b(per_round))
+        } else {
+            let tb = b(per_round);
+            (s(per_round), tb)
+        };
+        if round >= 2 {
+            support::round(subject, baseline, per_round, ts, tb);
+        }
+    }
+}
+
+/// Whether criterion ran both sides of a pair (a filter may have left one out): the rounds
+/// follow only then.
+#[derive(Default)]
+struct Selected(std::sync::atomic::AtomicU8);
+
+impl Selected {
+    fn subject(&self) {
+        self.0.fetch_or(1, Ordering::Relaxed);
+    }
+    fn baseline(&self) {
+        self.0.fetch_or(2, Ordering::Relaxed);
+    }
+    fn all(&self) -> bool {
+        self.0.load(Ordering::Relaxed) == 3
+    }
+}
+
 /// Runs `iters` calls in chunks of at most [`CHUNK`], each on a fresh store that `run` makes and
 /// returns; the stores are dropped after the timing. Returns the time of the calls alone.
 fn chunked<S>(iters: u64, mut run: impl FnMut(u64) -> (Duration, S)) -> Duration {
@@ -300,37 +352,40 @@ fn bench(c: &mut Criterion) {
     // Each store serves at most CHUNK calls and is dropped outside the timing: the figure is the
     // cost of a call, not of a hash table grown to millions of records by criterion's batches.
     let mut group = c.benchmark_group("side-effect call, memory store, empty body");
-    let name = "#[side_effect] call (idemkit MemoryStore)";
-    group.bench_function(name, |b| {
-        b.iter_custom(|iters| {
-            let took = chunked(iters, |n| {
-                let idem = Idem::new(MemoryStore::new());
-                let start = Instant::now();
-                rt.block_on(idem.scope(async {
-                    for _ in 0..n {
-                        black_box(charge("cus_1", fresh(), 4200).await.unwrap());
-                    }
-                }));
-                (start.elapsed(), idem)
-            });
-            record(name, iters, took)
+    let subject = "#[side_effect] call (idemkit MemoryStore)";
+    let ours = |n: u64| {
+        chunked(n, |n| {
+            let idem = Idem::new(MemoryStore::new());
+            let start = Instant::now();
+            rt.block_on(idem.scope(async {
+                for _ in 0..n {
+                    black_box(charge("cus_1", fresh(), 4200).await.unwrap());
+                }
+            }));
+            (start.elapsed(), idem)
         })
+    };
+    let baseline = "hand-written (Mutex<HashMap>)";
+    let by_hand = |n: u64| {
+        chunked(n, |n| {
+            let hand = HandStore::default();
+            let start = Instant::now();
+            rt.block_on(async {
+                for _ in 0..n {
+                    black_box(charge_by_hand(&hand, "cus_1", fresh(), 4200).await.unwrap());
+                }
+            });
+            (start.elapsed(), hand)
+        })
+    };
+    let both = Selected::default();
+    group.bench_function(subject, |b| {
+        both.subject();
+        b.iter_custom(|iters| record(subject, iters, ours(iters)))
     });
-    let name = "hand-written (Mutex<HashMap>)";
-    group.bench_function(name, |b| {
-        b.iter_custom(|iters| {
-            let took = chunked(iters, |n| {
-                let hand = HandStore::default();
-                let start = Instant::now();
-                rt.block_on(async {
-                    for _ in 0..n {
-                        black_box(charge_by_hand(&hand, "cus_1", fresh(), 4200).await.unwrap());
-                    }
-                });
-                (start.elapsed(), hand)
-            });
-            record(name, iters, took)
-        })
+    group.bench_function(baseline, |b| {
+        both.baseline();
+        b.iter_custom(|iters| record(baseline, iters, by_hand(iters)))
     });
     let name = "peer: idempotent 0.3.0 MemoryStore";
     group.bench_function(name, |b| {
@@ -351,37 +406,54 @@ fn bench(c: &mut Criterion) {
         })
     });
     group.finish();
+    if both.all() {
+        interleave(subject, baseline, CHUNK, &ours, &by_hand);
+    }
 
     #[cfg(feature = "metrics")]
     metrics_rows(c, &rt, &next);
 
     let mut group = c.benchmark_group("read-only call");
     let idem = Idem::new(MemoryStore::new());
-    // One row per way of reading: the same loop around each function (a macro, not a helper
+    // One way of reading per closure: the same loop around each function (a macro, not a helper
     // taking a closure: the call must stay what is timed, not boxed).
-    macro_rules! read_row {
-        ($name:expr, $read:ident) => {
-            let name = $name;
-            group.bench_function(name, |b| {
-                b.iter_custom(|iters| {
-                    let start = Instant::now();
-                    rt.block_on(idem.scope(async {
-                        for _ in 0..iters {
-                            black_box($read(black_box("cus_1")).await.unwrap());
-                        }
-                    }));
-                    record(name, iters, start.elapsed())
-                })
-            });
+    macro_rules! reads {
+        ($read:ident) => {
+            |n: u64| {
+                let start = Instant::now();
+                rt.block_on(idem.scope(async {
+                    for _ in 0..n {
+                        black_box($read(black_box("cus_1")).await.unwrap());
+                    }
+                }));
+                start.elapsed()
+            }
         };
     }
-    read_row!("#[read_only] call", balance);
-    read_row!("bare function", balance_bare);
-    read_row!(
-        "hand-written read (span, start time, retry loop)",
-        balance_by_hand
+    let (ours, bare, by_hand) = (
+        reads!(balance),
+        reads!(balance_bare),
+        reads!(balance_by_hand),
     );
+    let subject = "#[read_only] call";
+    let baseline = "hand-written read (span, start time, retry loop)";
+    let both = Selected::default();
+    group.bench_function(subject, |b| {
+        both.subject();
+        b.iter_custom(|iters| record(subject, iters, ours(iters)))
+    });
+    let name = "bare function";
+    group.bench_function(name, |b| {
+        b.iter_custom(|iters| record(name, iters, bare(iters)))
+    });
+    group.bench_function(baseline, |b| {
+        both.baseline();
+        b.iter_custom(|iters| record(baseline, iters, by_hand(iters)))
+    });
     group.finish();
+    if both.all() {
+        interleave(subject, baseline, 16 * CHUNK, &ours, &by_hand);
+    }
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

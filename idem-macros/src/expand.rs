@@ -185,7 +185,7 @@ fn outer_signature(tool: &Tool) -> TokenStream {
 }
 
 /// What runs once per attempt, awaited in place by the call's loop: the statements that hand
-/// every argument anew (cloned; a reference clones for free), and the original body in an
+/// every argument anew (cloned, unless `Copy` as written), and the original body in an
 /// `async move` block (so that its `return` and `?` end the attempt, not the call).
 fn attempt(private: &TokenStream, tool: &Tool) -> (Vec<TokenStream>, TokenStream) {
     // The body's statements, not its block: a block as the tail of the `async move` block would
