@@ -8,10 +8,11 @@
 # no IDEMKIT_TEST_*_URL is set; without them those rows are skipped. Each figure is the median of
 # its measured batches; ratios are of figures taken in the same run. The stores' ratios are the
 # median of the ratios of 10 interleaved rounds (store, by hand, by hand, store, ...), shown with
-# their range: one round's disk or server mood is not a regression. The build rows compare the
+# their range: one round's disk or server mood is not a regression; the wrapped calls with a goal
+# likewise, over 100 rounds of a few milliseconds (benches/calls.rs). The build rows compare the
 # attributes with five baselines (benches/build_cost.sh), in wall time and, when valgrind is
 # installed, in the compiler's instructions (the same in every run). Takes about twenty minutes
-# on 2 cores (17 measured with the bench binaries already built).
+# on 2 cores (16 measured with the bench binaries already built).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
