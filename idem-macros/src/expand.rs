@@ -249,7 +249,7 @@ fn per_attempt_clone(private: &TokenStream, p: &Param) -> Option<TokenStream> {
 
 /// Whether `ty` is `Copy` by its spelling alone: `&T`, or a primitive number, `bool` or `char`
 /// named by its bare name (a type alias or a path is not looked through).
-fn copy_as_written(ty: &syn::Type) -> bool {
+pub(crate) fn copy_as_written(ty: &syn::Type) -> bool {
     const PRIMITIVES: [&str; 16] = [
         "u8", "u16", "u32", "u64", "u128", "usize", "i8", "i16", "i32", "i64", "i128", "isize",
         "f32", "f64", "bool", "char",

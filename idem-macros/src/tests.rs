@@ -1,4 +1,5 @@
-//! Snapshots of the expansion, so reviewers can read the generated code (insta + prettyplease).
+//! Snapshots of the expansion, so reviewers can read the generated code (insta + prettyplease), and
+//! the rules it is written by.
 
 use quote::quote;
 
@@ -95,4 +96,25 @@ fn errors_keep_the_item_and_collect_every_mistake() {
         text.contains("async fn charge (customer_id : & str)"),
         "{text}"
     );
+}
+
+/// Which arguments the attempt copies instead of cloning: only what is `Copy` by its spelling.
+#[test]
+fn copy_as_written_is_told_by_spelling_alone() {
+    let copy = |ty: &str| crate::expand::copy_as_written(&syn::parse_str(ty).expect("a type"));
+    for ty in [
+        "&str", "&'a [u8]", "u64", "i8", "f64", "bool", "char", "(usize)",
+    ] {
+        assert!(copy(ty), "{ty} is Copy as written");
+    }
+    for ty in [
+        "String",
+        "&mut String",
+        "Cents",
+        "std::primitive::u64",
+        "Vec<u8>",
+        "[u8; 4]",
+    ] {
+        assert!(!copy(ty), "{ty} is not known to be Copy by its spelling");
+    }
 }
