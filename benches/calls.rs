@@ -261,35 +261,12 @@ const CALLERS: usize = 1000;
 /// Calls per store in the per-call benchmarks.
 const CHUNK: u64 = 4096;
 
-/// Interleaved rounds after criterion's runs of a pair with a goal: each round runs both sides
-/// one after the other (the one first alternating) for `per_round` calls, a few milliseconds,
-/// so the machine's slow spells, which on a shared VM last longer than that, weigh on both. The
-/// summary reports the pair by the median of the rounds' ratios and their range (see
-/// `support::round`); criterion's figures, one side measured seconds after the other, swung the
-/// ratio of unchanged code by half on this machine.
+/// Interleaved rounds after criterion's runs of a pair with a goal (`support::interleave`): a
+/// round runs each side for a few milliseconds, so the machine's slow spells, which on a shared
+/// VM last longer than that, weigh on both. The summary reports the pair by the median of the
+/// rounds' ratios and their range; criterion's figures, one side measured seconds after the
+/// other, swung the ratio of unchanged code by half on this machine.
 const ROUNDS: usize = 100;
-
-fn interleave(
-    subject: &str,
-    baseline: &str,
-    per_round: u64,
-    s: &dyn Fn(u64) -> Duration,
-    b: &dyn Fn(u64) -> Duration,
-) {
-    // The first two warm up.
-    for round in 0..ROUNDS + 2 {
-        let (ts, tb) = if round % 2 == 0 {
-            let ts = s(per_round);
-            (ts, b(per_round))
-        } else {
-            let tb = b(per_round);
-            (s(per_round), tb)
-        };
-        if round >= 2 {
-            support::round(subject, baseline, per_round, ts, tb);
-        }
-    }
-}
 
 /// Whether criterion ran both sides of a pair (a filter may have left one out): the rounds
 /// follow only then.
@@ -306,6 +283,23 @@ impl Selected {
     fn all(&self) -> bool {
         self.0.load(Ordering::Relaxed) == 3
     }
+}
+
+/// `n` calls of the wrapped tool on a fresh memory store, each with a key of its own: their time,
+/// and the store, for the caller to drop outside the timing.
+fn wrapped_calls(
+    rt: &tokio::runtime::Runtime,
+    fresh: impl Fn() -> u64,
+    n: u64,
+) -> (Duration, Idem) {
+    let idem = Idem::new(MemoryStore::new());
+    let start = Instant::now();
+    rt.block_on(idem.scope(async {
+        for _ in 0..n {
+            black_box(charge("cus_1", fresh(), 4200).await.unwrap());
+        }
+    }));
+    (start.elapsed(), idem)
 }
 
 /// Runs `iters` calls in chunks of at most [`CHUNK`], each on a fresh store that `run` makes and
@@ -353,18 +347,7 @@ fn bench(c: &mut Criterion) {
     // cost of a call, not of a hash table grown to millions of records by criterion's batches.
     let mut group = c.benchmark_group("side-effect call, memory store, empty body");
     let subject = "#[side_effect] call (idemkit MemoryStore)";
-    let ours = |n: u64| {
-        chunked(n, |n| {
-            let idem = Idem::new(MemoryStore::new());
-            let start = Instant::now();
-            rt.block_on(idem.scope(async {
-                for _ in 0..n {
-                    black_box(charge("cus_1", fresh(), 4200).await.unwrap());
-                }
-            }));
-            (start.elapsed(), idem)
-        })
-    };
+    let ours = |n: u64| chunked(n, |n| wrapped_calls(&rt, fresh, n));
     let baseline = "hand-written (Mutex<HashMap>)";
     let by_hand = |n: u64| {
         chunked(n, |n| {
@@ -407,7 +390,7 @@ fn bench(c: &mut Criterion) {
     });
     group.finish();
     if both.all() {
-        interleave(subject, baseline, CHUNK, &ours, &by_hand);
+        support::interleave(subject, baseline, ROUNDS, CHUNK, &ours, &by_hand);
     }
 
     #[cfg(feature = "metrics")]
@@ -452,7 +435,7 @@ fn bench(c: &mut Criterion) {
     });
     group.finish();
     if both.all() {
-        interleave(subject, baseline, 16 * CHUNK, &ours, &by_hand);
+        support::interleave(subject, baseline, ROUNDS, 16 * CHUNK, &ours, &by_hand);
     }
 
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -531,16 +514,7 @@ fn bench(c: &mut Criterion) {
 fn metrics_rows(c: &mut Criterion, rt: &tokio::runtime::Runtime, next: &AtomicU64) {
     let mut group = c.benchmark_group("side-effect call, metrics feature");
     let fresh = || next.fetch_add(1, Ordering::Relaxed);
-    let calls = |n: u64| {
-        let idem = Idem::new(MemoryStore::new());
-        let start = Instant::now();
-        rt.block_on(idem.scope(async {
-            for _ in 0..n {
-                black_box(charge("cus_1", fresh(), 4200).await.unwrap());
-            }
-        }));
-        (start.elapsed(), idem)
-    };
+    let calls = |n: u64| wrapped_calls(rt, fresh, n);
     let name = "#[side_effect] call, metrics feature, no recorder";
     group.bench_function(name, |b| {
         b.iter_custom(|iters| record(name, iters, chunked(iters, calls)))

@@ -50,6 +50,31 @@ pub fn round(subject: &str, baseline: &str, iters: u64, s: Duration, b: Duration
     }
 }
 
+/// Runs a pair in interleaved rounds (the first two warm up, then `rounds` are kept with
+/// [`round`]): each round runs both sides one after the other for `per_round` iterations, the
+/// one first alternating, so both meet the same disk, server and machine load.
+pub fn interleave(
+    subject: &str,
+    baseline: &str,
+    rounds: usize,
+    per_round: u64,
+    s: &dyn Fn(u64) -> Duration,
+    b: &dyn Fn(u64) -> Duration,
+) {
+    for i in 0..rounds + 2 {
+        let (ts, tb) = if i % 2 == 0 {
+            let ts = s(per_round);
+            (ts, b(per_round))
+        } else {
+            let tb = b(per_round);
+            (s(per_round), tb)
+        };
+        if i >= 2 {
+            round(subject, baseline, per_round, ts, tb);
+        }
+    }
+}
+
 fn median(mut v: Vec<f64>) -> Option<f64> {
     if v.is_empty() {
         return None;

@@ -72,8 +72,8 @@ where
     took
 }
 
-/// The figures of the summary: rounds that alternate store and baseline (the first two warm
-/// up), so both meet the same server and machine load.
+/// The figures of the summary: 10 rounds that alternate store and baseline (after two that
+/// warm up), so both meet the same server and machine load.
 fn interleave(
     store: &str,
     hand: &str,
@@ -82,18 +82,7 @@ fn interleave(
     h: &dyn Fn(u64) -> Duration,
 ) {
     let per_round = if callers == 1 { 200 } else { 1000 };
-    for round in 0..12 {
-        let (ts, th) = if round % 2 == 0 {
-            let ts = s(per_round);
-            (ts, h(per_round))
-        } else {
-            let th = h(per_round);
-            (s(per_round), th)
-        };
-        if round >= 2 {
-            support::round(store, hand, per_round, ts, th);
-        }
-    }
+    support::interleave(store, hand, 10, per_round, s, h);
 }
 
 async fn store_op(store: &dyn Store, fingerprint: Fingerprint) {

@@ -245,19 +245,14 @@ fn bench(c: &mut Criterion, dir: &Path) -> Vec<(String, String)> {
         let per_round: u64 = if mode == Synchronous::Full { 200 } else { 1000 };
         for callers in CALLERS {
             let (store, hand) = names(name, callers);
-            for round in 0..12 {
-                let (s, h) = if round % 2 == 0 {
-                    let s = setup.store(per_round, callers);
-                    (s, setup.by_hand(per_round, callers))
-                } else {
-                    let h = setup.by_hand(per_round, callers);
-                    (setup.store(per_round, callers), h)
-                };
-                if round >= 2 {
-                    // The first two rounds warm up.
-                    support::round(&store, &hand, per_round, s, h);
-                }
-            }
+            support::interleave(
+                &store,
+                &hand,
+                10,
+                per_round,
+                &|n| setup.store(n, callers),
+                &|n| setup.by_hand(n, callers),
+            );
             pairs.push((store, hand));
         }
     }
