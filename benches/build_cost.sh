@@ -221,6 +221,7 @@ done
 # round (the two built one after the other, so a slow spell of the machine weighs on both).
 round_ratios() {
     local -a a b
+    local i
     read -r -a a <<<"${TIMES[$1]}"
     read -r -a b <<<"${TIMES[$2]}"
     for i in "${!a[@]}"; do echo "scale=4; ${a[$i]} / ${b[$i]}" | bc; done | sort -g |

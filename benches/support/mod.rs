@@ -5,9 +5,10 @@
 //! median, so a burst of load from elsewhere on the machine moves it less than the mean would).
 //! Lines starting with `RESULT` are what `benches/run.sh` gathers into the README's table.
 //!
-//! A pair measured in interleaved rounds ([`round`]: the stores against their statements by hand,
-//! the wrapped calls against their hand-written equivalents) is reported by its rounds instead: the median of the per-round ratios, with their range, so
-//! that one run's figure is not mistaken for a regression when the disk or the server swings.
+//! A pair measured in interleaved rounds ([`interleave`]: the stores against their statements by
+//! hand, the wrapped calls against their hand-written equivalents) is reported by its rounds
+//! instead: the median of the per-round ratios, with their range, so that one run's figure is not
+//! mistaken for a regression when the disk, the server or the machine swings.
 
 #![allow(dead_code)]
 

@@ -211,24 +211,36 @@ fn attempt(private: &TokenStream, tool: &Tool) -> (Vec<TokenStream>, TokenStream
         let ty = crate::ast::key_referent(&p.arg.ty);
         quote!(let #pat: &#ty = &#key;)
     });
-    let output = match &tool.item.sig.output {
-        syn::ReturnType::Type(_, ty) => ty.to_token_stream(),
-        syn::ReturnType::Default => quote!(()),
-    };
-    // The "fake return edge" (tracing-attributes): pins the block's output type before the body
-    // is checked, so `?` and `.into()` in the body infer as they do in the function. A call of a
-    // function that is never run, rather than tracing's `let r: T = loop {}; return r;`: no
-    // diverging code, so no lints to allow, and less for the compiler to check per tool (200
-    // tools: 0.12 G of 8.9 G compiler instructions, by cachegrind).
+    let output = written_output(&tool.item.sig);
+    let pin_output = fake_return(private, &output);
     let body = quote! {
-        if false {
-            return #private::fake_return::<#output>();
-        }
+        #pin_output
         #(#rebind)*
         #injected
         #stmts
     };
     (per_attempt, quote!(async move { #body }))
+}
+
+/// The return type as written (`()` when none is).
+pub(crate) fn written_output(sig: &syn::Signature) -> TokenStream {
+    match &sig.output {
+        syn::ReturnType::Type(_, ty) => ty.to_token_stream(),
+        syn::ReturnType::Default => quote!(()),
+    }
+}
+
+/// The "fake return edge" (tracing-attributes) an attempt's body starts with: pins its block's
+/// output to `output` before the body is checked, so `?` and `.into()` in the body infer as they
+/// do in the function. A call of a function that is never run, rather than tracing's
+/// `let r: T = loop {}; return r;`: no diverging code, so no lints to allow, and less for the
+/// compiler to check per tool (200 tools: 0.12 G of 8.9 G compiler instructions, by cachegrind).
+pub(crate) fn fake_return(private: &TokenStream, output: &TokenStream) -> TokenStream {
+    quote! {
+        if false {
+            return #private::fake_return::<#output>();
+        }
+    }
 }
 
 /// `let note = PerAttempt::again(&note);`, spanned at the parameter's type, so an argument that

@@ -3,12 +3,12 @@
 //! editors keep working; in MCP mode, a method rmcp's router still accepts.
 
 use proc_macro2::TokenStream;
-use quote::{ToTokens, quote};
+use quote::quote;
 use syn::FnArg;
 
 use crate::ast::Tool;
 use crate::attr::{Args, private};
-use crate::expand::outer_attrs;
+use crate::expand::{fake_return, outer_attrs, written_output};
 use crate::rmcp::boxed_by_tool;
 
 /// The item as written, minus the injected key parameter (bound to a placeholder inside the
@@ -61,10 +61,7 @@ fn mcp(
     if tool.mcp.is_none() && !rig {
         if cfg!(feature = "rmcp") && boxed_by_tool(sig) {
             // Below `#[tool]`: the router still takes this method; keep it a tool that compiles.
-            let boxed = match &sig.output {
-                syn::ReturnType::Type(_, ty) => ty.to_token_stream(),
-                syn::ReturnType::Default => quote!(()),
-            };
+            let boxed = written_output(sig);
             sig.output = syn::parse_quote! {
                 -> ::core::pin::Pin<::std::boxed::Box<dyn ::core::future::Future<Output = #private::mcp::ToolOutput> + ::core::marker::Send + '_>>
             };
@@ -77,10 +74,7 @@ fn mcp(
         }
         return quote!(#key #stmts);
     }
-    let output = match &sig.output {
-        syn::ReturnType::Type(_, ty) => ty.to_token_stream(),
-        syn::ReturnType::Default => quote!(()),
-    };
+    let pin_output = fake_return(private, &written_output(sig));
     sig.output = if rig {
         syn::parse_quote!(-> #private::rig::RigOutput)
     } else {
@@ -89,10 +83,7 @@ fn mcp(
     quote! {
         #[allow(unreachable_code, unused_variables, clippy::let_underscore_future)]
         let _ = async move {
-            if false {
-                let __idemkit_fake_return: #output = loop {};
-                return __idemkit_fake_return;
-            }
+            #pin_output
             #key
             #stmts
         };
