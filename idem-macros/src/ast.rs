@@ -4,17 +4,55 @@
 
 pub(crate) use crate::attr::Kind;
 use crate::rmcp::McpTool;
-use proc_macro2::Span;
+use proc_macro2::{Span, TokenStream};
+use syn::parse::{Parse, ParseStream};
 use syn::visit::Visit;
 
 use syn::{
-    FnArg, GenericArgument, Ident, ItemFn, Pat, PatType, PathArguments, Receiver, ReturnType, Type,
+    Attribute, FnArg, GenericArgument, Ident, Pat, PatType, PathArguments, Receiver, ReturnType,
+    Signature, Type, Visibility,
 };
+
+/// The annotated function as written: attributes, visibility and signature parsed, the body kept
+/// as tokens.
+///
+/// The attribute needs no more of the body than its tokens: to hand them to each attempt, and to
+/// scan them for the names they mention and for keys minted in them (C4). Parsing a body into
+/// syn's expression tree was the macro's largest single cost (a third of its run on the 200-tool
+/// crate of `benches/build_cost.sh`, and it grows with the body while the rest does not), and a
+/// body that does not parse is better reported by the compiler, at the offending token, than by
+/// the attribute. tracing's and tokio's attributes keep the body as tokens for the same reasons.
+pub(crate) struct Func {
+    /// Outer attributes, then the body's inner ones (`#![...]`), as syn's `ItemFn` keeps them.
+    pub attrs: Vec<Attribute>,
+    pub vis: Visibility,
+    pub sig: Signature,
+    /// The body's statements: the tokens inside its braces, after its inner attributes.
+    pub body: TokenStream,
+}
+
+impl Parse for Func {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let mut attrs = input.call(Attribute::parse_outer)?;
+        let vis = input.parse()?;
+        let sig = input.parse()?;
+        let content;
+        syn::braced!(content in input);
+        attrs.extend(content.call(Attribute::parse_inner)?);
+        let body = content.parse()?;
+        Ok(Func {
+            attrs,
+            vis,
+            sig,
+            body,
+        })
+    }
+}
 
 /// The annotated function.
 pub(crate) struct Tool {
     pub kind: Kind,
-    pub item: ItemFn,
+    pub item: Func,
     pub receiver: Option<Receiver>,
     pub params: Vec<Param>,
     /// rmcp's `#[tool]` on the method, when there is one (MCP mode, see `mcp`).
@@ -49,7 +87,7 @@ impl Param {
 }
 
 impl Tool {
-    pub fn new(kind: Kind, item: ItemFn, mcp: Option<McpTool>) -> Self {
+    pub fn new(kind: Kind, item: Func, mcp: Option<McpTool>) -> Self {
         let mut receiver = None;
         let mut params = Vec::new();
         for (index, arg) in item.sig.inputs.iter().enumerate() {

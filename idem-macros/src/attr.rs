@@ -138,10 +138,31 @@ impl KeyPath {
 
 /// `::idemkit::__private`, or `<crate = ...>::__private`: where generated code reaches the
 /// runtime.
-pub(crate) fn private(args: &Args) -> TokenStream {
-    match &args.krate {
+pub(crate) fn private(args: &Args) -> Private {
+    let path = match &args.krate {
         Some(path) => quote::quote!(#path::__private),
         None => quote::quote!(::idemkit::__private),
+    };
+    Private(path.into_iter().collect())
+}
+
+/// The path to the runtime's private items, held as separate tokens.
+///
+/// An expansion names it a dozen times. `quote!` appends single tokens to its output without a
+/// call into the compiler, but splicing a `TokenStream` in costs two (one hands over the tokens
+/// gathered so far, the other the stream): spliced as tokens, the path costs neither.
+#[derive(Clone)]
+pub(crate) struct Private(Vec<TokenTree>);
+
+impl ToTokens for Private {
+    fn to_tokens(&self, tokens: &mut TokenStream) {
+        tokens.extend(self.0.iter().cloned());
+    }
+}
+
+impl std::fmt::Display for Private {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.iter().cloned().collect::<TokenStream>().fmt(f)
     }
 }
 

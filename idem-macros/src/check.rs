@@ -11,7 +11,6 @@ use std::collections::BTreeMap;
 use proc_macro2::Span;
 use quote::{ToTokens, quote};
 use syn::ext::IdentExt;
-use syn::visit::Visit;
 use syn::{Ident, Type};
 
 use crate::ast::{self, Kind, Role, Tool};
@@ -29,7 +28,7 @@ pub(crate) fn check(cx: &Ctxt, args: &Args, tool: &Tool) {
     json(cx, args, tool);
     rig(cx, args, tool);
     if tool.kind == Kind::SideEffect {
-        minted_keys(cx, &tool.item.block);
+        crate::minted::check(cx, &tool.item.body);
         key_paths(cx, args, tool);
         impl_trait_arguments(cx, args, tool);
     }
@@ -545,79 +544,4 @@ fn unknown_root(
             tool.item.sig.ident
         ),
     );
-}
-
-/// Calls that mint a fresh identifier: inside the body they run once per attempt (C4).
-const MINTS: &[(&str, &str)] = &[
-    ("Uuid", "new_v4"),
-    ("Uuid", "new_v7"),
-    ("Uuid", "now_v7"),
-    ("Uuid", "now_v6"),
-    ("Uuid", "now_v1"),
-    ("IdempotencyKey", "random"),
-    ("IdempotencyKey", "new"),
-    ("IdempotencyKey", "new_v4"),
-    ("OperationId", "new"),
-    ("OperationId", "random"),
-    ("Ulid", "new"),
-    ("Ulid", "generate"),
-    ("rand", "random"),
-    ("nanoid", "nanoid"),
-];
-
-/// C4: the body mints a key.
-fn minted_keys(cx: &Ctxt, body: &syn::Block) {
-    struct Finder<'a> {
-        cx: &'a Ctxt,
-    }
-    impl<'ast> Visit<'ast> for Finder<'_> {
-        fn visit_expr_call(&mut self, call: &'ast syn::ExprCall) {
-            if let syn::Expr::Path(p) = &*call.func {
-                let segs: Vec<String> = p
-                    .path
-                    .segments
-                    .iter()
-                    .map(|s| s.ident.to_string())
-                    .collect();
-                if let [.., ty, f] = segs.as_slice()
-                    && MINTS.iter().any(|(t, m)| t == ty && m == f)
-                {
-                    let func = &call.func;
-                    self.cx.error_spanned(
-                        call,
-                        format!(
-                            "`{}()` mints a new identifier on every attempt, and a fresh key per attempt dedupes nothing: \
-                             a retry after a lost response would act again. Take the key derived once from the key fields \
-                             (add a `key: &IdempotencyKey` parameter), or key on an `OperationId` from `idem.operation(\"...\")`",
-                            func.to_token_stream().to_string().replace(' ', "")
-                        ),
-                    );
-                }
-            }
-            syn::visit::visit_expr_call(self, call);
-        }
-        fn visit_macro(&mut self, mac: &'ast syn::Macro) {
-            if mac
-                .path
-                .segments
-                .last()
-                .is_some_and(|s| s.ident == "nanoid")
-            {
-                self.cx.error_spanned(
-                    mac,
-                    "`nanoid!()` mints a new identifier on every attempt, and a fresh key per attempt dedupes nothing; \
-                     take the key derived once from the key fields (add a `key: &IdempotencyKey` parameter)",
-                );
-                return;
-            }
-            // `format!("{}", Uuid::new_v4())` and the like: look inside when the tokens are expressions.
-            let parser = syn::punctuated::Punctuated::<syn::Expr, syn::Token![,]>::parse_terminated;
-            if let Ok(exprs) = mac.parse_body_with(parser) {
-                for e in &exprs {
-                    self.visit_expr(e);
-                }
-            }
-        }
-    }
-    Finder { cx }.visit_block(body);
 }

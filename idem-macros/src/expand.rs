@@ -10,7 +10,7 @@ use syn::spanned::Spanned;
 use syn::{Attribute, FnArg, Ident, Meta, Pat};
 
 use crate::ast::{Kind, Param, Role, Tool};
-use crate::attr::{Args, private};
+use crate::attr::{Args, Private, private};
 use crate::lower::{JsonParam, Plan};
 
 /// The internal local every attempt's key arrives in; invisible to the body (mixed-site hygiene).
@@ -187,13 +187,12 @@ fn outer_signature(tool: &Tool) -> TokenStream {
 /// What runs once per attempt, awaited in place by the call's loop: the statements that hand
 /// every argument anew (cloned, unless `Copy` as written), and the original body in an
 /// `async move` block (so that its `return` and `?` end the attempt, not the call).
-fn attempt(private: &TokenStream, tool: &Tool) -> (Vec<TokenStream>, TokenStream) {
+fn attempt(private: &Private, tool: &Tool) -> (Vec<TokenStream>, TokenStream) {
     // The body's statements, not its block: a block as the tail of the `async move` block would
-    // be linted as unnecessary braces when it holds one expression (issue 16). Turned into tokens
-    // once, and scanned once for the names it mentions (each token is a call into the compiler).
-    let stmts = &tool.item.block.stmts;
-    let stmts = quote!(#(#stmts)*);
-    let mentioned = Mentions::of(&stmts);
+    // be linted as unnecessary braces when it holds one expression (issue 16). Kept as written
+    // (`ast::Func`), and scanned once for the names it mentions.
+    let stmts = &tool.item.body;
+    let mentioned = Mentions::of(stmts);
     let per_attempt = tool
         .params
         .iter()
@@ -235,7 +234,7 @@ pub(crate) fn written_output(sig: &syn::Signature) -> TokenStream {
 /// do in the function. A call of a function that is never run, rather than tracing's
 /// `let r: T = loop {}; return r;`: no diverging code, so no lints to allow, and less for the
 /// compiler to check per tool (200 tools: 0.12 G of 8.9 G compiler instructions, by cachegrind).
-pub(crate) fn fake_return(private: &TokenStream, output: &TokenStream) -> TokenStream {
+pub(crate) fn fake_return(private: &Private, output: &TokenStream) -> TokenStream {
     quote! {
         if false {
             return #private::fake_return::<#output>();
@@ -247,7 +246,7 @@ pub(crate) fn fake_return(private: &TokenStream, output: &TokenStream) -> TokenS
 /// is not `Clone` is reported there. None for a named argument whose type is `Copy` as written
 /// (a shared reference, a number, `bool`, `char`): the `async move` block copies it, and the
 /// compiler has one call less to check per argument and attempt loop.
-fn per_attempt_clone(private: &TokenStream, p: &Param) -> Option<TokenStream> {
+fn per_attempt_clone(private: &Private, p: &Param) -> Option<TokenStream> {
     match &p.role {
         Role::InjectedKey => None,
         Role::Pattern { bindings, .. } if bindings.is_empty() => None,
@@ -331,7 +330,7 @@ fn rebind(p: &Param) -> Option<TokenStream> {
 }
 
 /// `Tool::new(name)` with the knobs of the attribute.
-fn settings(private: &TokenStream, args: &Args, name: &TokenStream) -> TokenStream {
+fn settings(private: &Private, args: &Args, name: &TokenStream) -> TokenStream {
     let mut tool = quote!(#private::Tool::new(#name));
     if let Some((kw, expr)) = &args.idem {
         let method = format_ident!("idem", span = kw.span());
@@ -364,7 +363,7 @@ fn settings(private: &TokenStream, args: &Args, name: &TokenStream) -> TokenStre
 }
 
 /// Registers the tool in the registry a program can list (`idemkit::tools()`).
-fn registration(private: &TokenStream, tool: &Tool, plan: &Plan) -> TokenStream {
+fn registration(private: &Private, tool: &Tool, plan: &Plan) -> TokenStream {
     let name = &plan.name;
     let kind = match tool.kind {
         Kind::SideEffect => quote!(SideEffect),
@@ -390,12 +389,7 @@ fn registration(private: &TokenStream, tool: &Tool, plan: &Plan) -> TokenStream 
 /// `json`: the arguments struct a JSON call is read into (its schema derived), the call of this
 /// very function with its fields, and the entry `JsonTools` finds it by. The dispatch itself is the
 /// runtime's (`idem_runtime::json`).
-fn json_entry(
-    private: &TokenStream,
-    tool: &Tool,
-    plan: &Plan,
-    params: &[JsonParam],
-) -> TokenStream {
+fn json_entry(private: &Private, tool: &Tool, plan: &Plan, params: &[JsonParam]) -> TokenStream {
     let args = Ident::new("__IdemkitJsonArgs", Span::call_site());
     let serde_crate = format!("{}::serde", private).replace(' ', "");
     let schemars_crate = format!("{}::schemars", private).replace(' ', "");
@@ -466,7 +460,7 @@ fn description(attrs: &[Attribute]) -> String {
 
 /// C8: `T` and `E` named at the user's spans, so an unmet bound is reported there, once, with
 /// the trait's own `on_unimplemented` text.
-fn type_checks(private: &TokenStream, kind: Kind, ok: &syn::Type, err: &syn::Type) -> TokenStream {
+fn type_checks(private: &Private, kind: Kind, ok: &syn::Type, err: &syn::Type) -> TokenStream {
     let classify = quote_spanned!(err.span()=> #private::assert_classify::<#err>(););
     match kind {
         Kind::SideEffect => {
@@ -480,7 +474,7 @@ fn type_checks(private: &TokenStream, kind: Kind, ok: &syn::Type, err: &syn::Typ
 
 /// The runner, picked by autoref specialization: the real one when the types pass the checks,
 /// else one that is never run, so the call does not repeat the checks' errors at the attribute.
-fn runner(private: &TokenStream, kind: Kind, ok: &syn::Type, err: &syn::Type) -> TokenStream {
+fn runner(private: &Private, kind: Kind, ok: &syn::Type, err: &syn::Type) -> TokenStream {
     let (checked, unchecked, method) = match kind {
         Kind::SideEffect => (
             quote!(SideEffectChecked),

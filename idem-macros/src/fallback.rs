@@ -7,7 +7,7 @@ use quote::quote;
 use syn::FnArg;
 
 use crate::ast::Tool;
-use crate::attr::{Args, private};
+use crate::attr::{Args, Private, private};
 use crate::expand::{fake_return, outer_attrs, written_output};
 use crate::rmcp::boxed_by_tool;
 
@@ -26,7 +26,6 @@ pub(crate) fn fallback(args: &Args, tool: &Tool) -> TokenStream {
         .into_iter()
         .filter(|arg| !matches!(arg, FnArg::Typed(pt) if crate::ast::is_key_type(&pt.ty)))
         .collect();
-    let stmts = &tool.item.block.stmts;
     let key = tool.injected_key().map(|p| {
         let pat = &p.arg.pat;
         let ty = crate::ast::key_referent(&p.arg.ty);
@@ -35,7 +34,7 @@ pub(crate) fn fallback(args: &Args, tool: &Tool) -> TokenStream {
         }
     });
     let rig = args.rig.is_some() && cfg!(feature = "rig");
-    let body = mcp(&private, tool, rig, &mut sig, key, quote!(#(#stmts)*));
+    let body = mcp(&private, tool, rig, &mut sig, key, tool.item.body.clone());
     // Only the attribute's errors should show: the item as written would add warnings of its own
     // (a parameter the wrapper would have used, now unused).
     quote! {
@@ -51,7 +50,7 @@ pub(crate) fn fallback(args: &Args, tool: &Tool) -> TokenStream {
 /// `ToolOutput` (rig's `Result<ToolOutput, ToolExecutionError>`), and the body as written is
 /// type-checked in a future that is never run.
 fn mcp(
-    private: &TokenStream,
+    private: &Private,
     tool: &Tool,
     rig: bool,
     sig: &mut syn::Signature,

@@ -19,6 +19,7 @@ mod ctxt;
 mod expand;
 mod fallback;
 mod lower;
+mod minted;
 mod rmcp;
 mod serve;
 mod suggest;
@@ -275,7 +276,7 @@ pub fn classified_tools(args: TokenStream, item: TokenStream) -> TokenStream {
 fn expand(kind: Kind, args: TokenStream2, item: TokenStream2) -> TokenStream2 {
     let cx = ctxt::Ctxt::default();
     let args = attr::parse(&cx, args);
-    let func: syn::ItemFn = match syn::parse2(item.clone()) {
+    let func: ast::Func = match syn::parse2(item.clone()) {
         Ok(func) => func,
         Err(e) => {
             cx.syn_error(syn::Error::new(

@@ -8,7 +8,9 @@
 use proc_macro2::TokenStream;
 use quote::ToTokens;
 use syn::punctuated::Punctuated;
-use syn::{Attribute, Expr, Ident, ItemFn, LitBool, Meta, Token, Type};
+use syn::{Attribute, Expr, Ident, LitBool, Meta, Token, Type};
+
+use crate::ast::Func;
 
 use crate::attr::{Args, Kind};
 use crate::ctxt::Ctxt;
@@ -44,7 +46,7 @@ pub(crate) fn is_tool(attr: &Attribute) -> bool {
 }
 
 /// Finds and reads `#[tool(...)]` among the function's attributes.
-pub(crate) fn find(cx: &Ctxt, kind: Kind, func: &ItemFn) -> Option<McpTool> {
+pub(crate) fn find(cx: &Ctxt, kind: Kind, func: &Func) -> Option<McpTool> {
     let index = func.attrs.iter().position(is_tool)?;
     if !cfg!(feature = "rmcp") {
         cx.error_spanned(

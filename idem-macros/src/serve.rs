@@ -8,7 +8,7 @@ use syn::spanned::Spanned;
 use syn::{Ident, Type};
 
 use crate::ast::{Kind, Tool};
-use crate::attr::Args;
+use crate::attr::{Args, Private};
 use crate::rmcp::{HINTS, McpTool, derived};
 
 /// `#[tool(..., annotations(...))]` with the derived hints (and any consistent hand-written one).
@@ -53,7 +53,7 @@ pub(crate) fn attrs(args: &Args, tool: &Tool, attrs: Vec<TokenStream>) -> Vec<To
 
 /// The wrapper's return type and body in MCP mode: the result as rmcp's `CallToolResult`.
 pub(crate) fn serve(
-    private: &TokenStream,
+    private: &Private,
     tool: &Tool,
     ok: &Type,
     err: &Type,
@@ -83,7 +83,7 @@ pub(crate) fn serve(
 /// `Result<ToolOutput, ToolExecutionError>`, which the impl's `type Output` and `type Error` name.
 /// A pinned `name = "..."` must equal the tool's `NAME` (checked when the impl is compiled).
 pub(crate) fn serve_rig(
-    private: &TokenStream,
+    private: &Private,
     args: &Args,
     tool: &Tool,
     ok: &Type,

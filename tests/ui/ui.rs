@@ -35,6 +35,8 @@ const FAIL: &[&str] = &[
     // Issue 17: `json` asked for on a tool whose arguments cannot come from a JSON object.
     "json_arguments_not_from_json",
     "json_argument_not_deserialize",
+    // Issue 20: the body is kept as tokens; one that does not parse is the compiler's to report.
+    "body_syntax_error",
 ];
 
 /// MCP tools: this package always enables idemkit's `rmcp` feature.
