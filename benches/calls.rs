@@ -31,7 +31,7 @@ use criterion::Criterion;
 use idemkit::{Classify, Failure, Idem, IdempotencyKey, MemoryStore, read_only, side_effect};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use support::{Pair, record, summary};
+use support::{Pair, Selected, record, summary};
 
 #[derive(Debug)]
 enum BenchError {
@@ -267,23 +267,6 @@ const CHUNK: u64 = 4096;
 /// rounds' ratios and their range; criterion's figures, one side measured seconds after the
 /// other, swung the ratio of unchanged code by half on this machine.
 const ROUNDS: usize = 100;
-
-/// Whether criterion ran both sides of a pair (a filter may have left one out): the rounds
-/// follow only then.
-#[derive(Default)]
-struct Selected(std::sync::atomic::AtomicU8);
-
-impl Selected {
-    fn subject(&self) {
-        self.0.fetch_or(1, Ordering::Relaxed);
-    }
-    fn baseline(&self) {
-        self.0.fetch_or(2, Ordering::Relaxed);
-    }
-    fn all(&self) -> bool {
-        self.0.load(Ordering::Relaxed) == 3
-    }
-}
 
 /// `n` calls of the wrapped tool on a fresh memory store, each with a key of its own: their time,
 /// and the store, for the caller to drop outside the timing.

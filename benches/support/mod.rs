@@ -76,6 +76,23 @@ pub fn interleave(
     }
 }
 
+/// Whether criterion ran both sides of a pair (a filter may have left one out): its interleaved
+/// rounds follow only then.
+#[derive(Default)]
+pub struct Selected(std::sync::atomic::AtomicU8);
+
+impl Selected {
+    pub fn subject(&self) {
+        self.0.fetch_or(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    pub fn baseline(&self) {
+        self.0.fetch_or(2, std::sync::atomic::Ordering::Relaxed);
+    }
+    pub fn all(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed) == 3
+    }
+}
+
 fn median(mut v: Vec<f64>) -> Option<f64> {
     if v.is_empty() {
         return None;
