@@ -3,6 +3,11 @@
 //! beforehand. The difference is what streaming the fields, the framing and making the UUID
 //! (version bits, the 36-character text) cost.
 //!
+//! Each pair is also run in interleaved rounds after criterion's runs (as the calls bench's are),
+//! and reported by the median of the rounds' ratios with their range: criterion measures the two
+//! sides seconds apart, and this machine's slow spells fell on one side more than the other (the
+//! 8-field row measured 1.43× to 1.98× over runs of unchanged code).
+//!
 //! Run: `cargo bench --bench keys` (or `benches/run.sh` for everything).
 
 mod support;
@@ -13,7 +18,7 @@ use std::time::{Duration, Instant};
 use criterion::Criterion;
 use idemkit::{IdempotencyKey, KeyPart};
 use sha2::{Digest, Sha256};
-use support::{Pair, record, summary};
+use support::{Pair, Selected, record, summary};
 use uuid::Uuid;
 
 /// Encoding v1 written out by hand (DESIGN.md "Keys"), for the baseline's input.
@@ -32,6 +37,10 @@ fn encode_v1(tool: &str, fields: &[(&str, u8, Vec<u8>)]) -> Vec<u8> {
     }
     out
 }
+
+/// Interleaved rounds per pair, and derivations per side in a round (a few milliseconds).
+const ROUNDS: usize = 100;
+const PER_ROUND: u64 = 10_000;
 
 fn bench(c: &mut Criterion) {
     let order = Uuid::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef);
@@ -67,30 +76,37 @@ fn bench(c: &mut Criterion) {
             "the baseline's bytes are encoding v1"
         );
 
-        let name = format!("derive, {n} field(s)");
+        let derive = |iters: u64| {
+            let start = Instant::now();
+            for _ in 0..iters {
+                black_box(IdempotencyKey::derive(
+                    black_box("charge"),
+                    black_box(&fields[..]),
+                ));
+            }
+            start.elapsed()
+        };
+        let hash = |iters: u64| {
+            let start = Instant::now();
+            for _ in 0..iters {
+                black_box(Sha256::digest(black_box(&encoded[..])));
+            }
+            start.elapsed()
+        };
+        let (name, raw) = (format!("derive, {n} field(s)"), raw_name(n));
+        let both = Selected::default();
         group.bench_function(&name, |b| {
-            b.iter_custom(|iters| {
-                let start = Instant::now();
-                for _ in 0..iters {
-                    black_box(IdempotencyKey::derive(
-                        black_box("charge"),
-                        black_box(&fields[..]),
-                    ));
-                }
-                record(&name, iters, start.elapsed())
-            })
+            both.subject();
+            b.iter_custom(|iters| record(&name, iters, derive(iters)))
         });
         println!("{n} field(s): {} bytes of encoding v1", encoded.len());
-        let raw = raw_name(n);
         group.bench_function(&raw, |b| {
-            b.iter_custom(|iters| {
-                let start = Instant::now();
-                for _ in 0..iters {
-                    black_box(Sha256::digest(black_box(&encoded[..])));
-                }
-                record(&raw, iters, start.elapsed())
-            })
+            both.baseline();
+            b.iter_custom(|iters| record(&raw, iters, hash(iters)))
         });
+        if both.all() {
+            support::interleave(&name, &raw, ROUNDS, PER_ROUND, &derive, &hash);
+        }
     }
     group.finish();
 }
