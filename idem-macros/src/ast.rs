@@ -18,10 +18,11 @@ use syn::{
 ///
 /// The attribute needs no more of the body than its tokens: to hand them to each attempt, and to
 /// scan them for the names they mention and for keys minted in them (C4). Parsing a body into
-/// syn's expression tree was the macro's largest single cost (a third of its run on the 200-tool
-/// crate of `benches/build_cost.sh`, and it grows with the body while the rest does not), and a
-/// body that does not parse is better reported by the compiler, at the offending token, than by
-/// the attribute. tracing's and tokio's attributes keep the body as tokens for the same reasons.
+/// syn's expression tree, walking and printing it, was a sixth of the macro's run on the
+/// one-line bodies of `benches/build_cost.sh` and half of it on bodies of a dozen lines (it grows
+/// with the body, the rest does not); and a body that does not parse is better reported by the
+/// compiler, at the offending token, than by the attribute. tracing's and tokio's attributes keep
+/// the body as tokens for the same reasons.
 pub(crate) struct Func {
     /// Outer attributes, then the body's inner ones (`#![...]`), as syn's `ItemFn` keeps them.
     pub attrs: Vec<Attribute>,
