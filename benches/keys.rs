@@ -1,12 +1,15 @@
-//! Key derivation (`IdempotencyKey::derive`, what `#[side_effect]` expands to) for 1, 3 and 8
-//! key fields, against the floor: one raw SHA-256 of the same encoding-v1 bytes, encoded
-//! beforehand. The difference is what streaming the fields, the framing and making the UUID
-//! (version bits, the 36-character text) cost.
+//! Key derivation (`IdempotencyKey::derive`, over `&dyn KeyPart` fields; `#[side_effect]` expands
+//! to the same encoding through `KeyHasher::field` on each field's own type, which measured the
+//! same for 8 fields) for 1, 3 and 8 key fields, against the floor: one raw SHA-256 of the same
+//! encoding-v1 bytes, encoded beforehand. The difference is what streaming the fields, the
+//! framing and making the UUID (version bits, the 36-character text) cost.
 //!
 //! Each pair is also run in interleaved rounds after criterion's runs (as the calls bench's are),
 //! and reported by the median of the rounds' ratios with their range: criterion measures the two
 //! sides seconds apart, and this machine's slow spells fell on one side more than the other (the
-//! 8-field row measured 1.43× to 1.98× over runs of unchanged code).
+//! 8-field row measured 1.43× to 1.98× over runs of unchanged code). With both sides in one mode
+//! the ratio still differs by mode (8 fields: ~1.5× in the fast one, ~1.7× in the slow one): the
+//! field encoding slows more than SHA-256's instructions do.
 //!
 //! Run: `cargo bench --bench keys` (or `benches/run.sh` for everything).
 
