@@ -7,7 +7,7 @@
 //! arguments only when they are expressions (`format!("{}", Uuid::new_v4())`), not inside other
 //! macro input (`tracing::info!(id = %Uuid::new_v4())`, a `macro_rules!`), nor attributes.
 
-use proc_macro2::{Delimiter, Spacing, TokenStream, TokenTree};
+use proc_macro2::{Delimiter, Ident, Spacing, TokenStream, TokenTree};
 use syn::Token;
 use syn::parse::Parser;
 use syn::punctuated::Punctuated;
@@ -91,18 +91,26 @@ fn find(tokens: TokenStream) -> Vec<Mint> {
                 };
                 let (segments, end) = path(&tokens, i);
                 i = end;
+                let last = *segments.last().expect("a path has a segment");
                 match tokens.get(end) {
-                    // A macro call: `name!(...)`, or `macro_rules! name { ... }`.
-                    Some(bang) if is_punct(bang, '!') => {
+                    // A macro call: `name!(...)`, or `macro_rules! name { ... }`; not a keyword
+                    // before a negation (`if !cached { ... }`: the block is code, scanned below).
+                    Some(bang)
+                        if is_punct(bang, '!') && !NEGATED_AFTER.iter().any(|k| last == k) =>
+                    {
                         let input = match tokens.get(end + 1) {
-                            Some(TokenTree::Ident(_)) => end + 2,
+                            Some(TokenTree::Ident(_))
+                                if segments.len() == 1 && last == "macro_rules" =>
+                            {
+                                end + 2
+                            }
                             _ => end + 1,
                         };
                         let Some(TokenTree::Group(args)) = tokens.get(input) else {
                             continue;
                         };
                         i = input + 1;
-                        if segments.last().is_some_and(|s| s == "nanoid") {
+                        if last == "nanoid" {
                             found.push(Mint {
                                 tokens: tokens[start..=input].iter().cloned().collect(),
                                 kind: Kind::Nanoid,
@@ -116,7 +124,8 @@ fn find(tokens: TokenStream) -> Vec<Mint> {
                     }
                     Some(TokenTree::Group(args)) if args.delimiter() == Delimiter::Parenthesis => {
                         if let [.., ty, f] = segments.as_slice()
-                            && MINTS.iter().any(|(t, m)| t == ty && m == f)
+                            && let f = f.to_string()
+                            && MINTS.iter().any(|(t, m)| f == *m && ty == t)
                         {
                             let written: TokenStream = tokens[start..end].iter().cloned().collect();
                             found.push(Mint {
@@ -135,12 +144,16 @@ fn find(tokens: TokenStream) -> Vec<Mint> {
     found
 }
 
-/// The path starting at the identifier `tokens[i]`: its segments' names (generic arguments
-/// skipped, `random::<u64>` is `random`) and the index just past it.
-fn path(tokens: &[TokenTree], mut i: usize) -> (Vec<String>, usize) {
+/// Keywords a `!` may follow as a negation, not as a macro call (`if !done`, `return !ok`).
+const NEGATED_AFTER: &[&str] = &["if", "while", "match", "return", "break", "in", "yield"];
+
+/// The path starting at the identifier `tokens[i]`: its segments (generic arguments skipped,
+/// `random::<u64>` is `random`) and the index just past it. The segments stay identifiers: most
+/// paths are never compared, and each comparison turns one into text.
+fn path(tokens: &[TokenTree], mut i: usize) -> (Vec<&Ident>, usize) {
     let mut segments = Vec::new();
     while let Some(TokenTree::Ident(ident)) = tokens.get(i) {
-        segments.push(ident.to_string());
+        segments.push(ident);
         i += 1;
         // `::<...>`, turbofish arguments.
         if is_sep_at(tokens, i) && matches!(tokens.get(i + 2), Some(t) if is_punct(t, '<')) {
@@ -223,6 +236,8 @@ mod tests {
             fn inner() -> String { nanoid::nanoid() }
             let f = nanoid!(10);
             let g = vec![OperationId::new(), other(Uuid::new_v4())];
+            if !cached { let h = Uuid::new_v7(); }
+            while !(done) { rand::random::<u8>(); }
         };
         assert_eq!(
             shown(body),
@@ -236,6 +251,8 @@ mod tests {
                 "nanoid!",
                 "OperationId::new",
                 "Uuid::new_v4",
+                "Uuid::new_v7",
+                "rand::random::<u8>",
             ]
         );
     }
