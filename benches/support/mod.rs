@@ -14,6 +14,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 /// Per benchmark: the time per iteration of each measured batch, in nanoseconds.
@@ -38,7 +39,7 @@ static ROUNDS: Mutex<BTreeMap<(String, String), Vec<f64>>> = Mutex::new(BTreeMap
 
 /// Keeps one interleaved round of `iters` iterations each of `subject` (took `s`) and
 /// `baseline` (took `b`): both batches, and the round's ratio.
-pub fn round(subject: &str, baseline: &str, iters: u64, s: Duration, b: Duration) {
+fn round(subject: &str, baseline: &str, iters: u64, s: Duration, b: Duration) {
     record(subject, iters, s);
     record(baseline, iters, b);
     if iters > 0 && !b.is_zero() {
@@ -79,17 +80,17 @@ pub fn interleave(
 /// Whether criterion ran both sides of a pair (a filter may have left one out): its interleaved
 /// rounds follow only then.
 #[derive(Default)]
-pub struct Selected(std::sync::atomic::AtomicU8);
+pub struct Selected(AtomicU8);
 
 impl Selected {
     pub fn subject(&self) {
-        self.0.fetch_or(1, std::sync::atomic::Ordering::Relaxed);
+        self.0.fetch_or(1, Ordering::Relaxed);
     }
     pub fn baseline(&self) {
-        self.0.fetch_or(2, std::sync::atomic::Ordering::Relaxed);
+        self.0.fetch_or(2, Ordering::Relaxed);
     }
     pub fn all(&self) -> bool {
-        self.0.load(std::sync::atomic::Ordering::Relaxed) == 3
+        self.0.load(Ordering::Relaxed) == 3
     }
 }
 
