@@ -11,7 +11,6 @@ use syn::punctuated::Punctuated;
 use syn::{Attribute, Expr, Ident, LitBool, Meta, Token, Type};
 
 use crate::ast::Func;
-
 use crate::attr::{Args, Kind};
 use crate::ctxt::Ctxt;
 
