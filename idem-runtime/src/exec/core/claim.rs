@@ -14,16 +14,24 @@ pub(super) enum Begun<'a> {
 
 /// Everything before the first attempt: the span, the runtime in force, the claim. A store
 /// that answers the claim at once (a ready [`StoreFuture`](crate::store::StoreFuture)) is
-/// answered here, without a boxed future of the call's own; otherwise (or while another holder runs) the claim is
-/// awaited, waiting (bounded) for that holder.
-// Inlined into `poll_next`, its one caller: the `Phase` it makes is large, and returned from an
-// outlined function it is built on the stack and copied (a `memcpy` per call, by callgrind).
+/// answered here, without a boxed future of the call's own; otherwise (or while another holder
+/// runs) the claim is awaited, waiting (bounded) for that holder.
+///
+/// `phase` is a [`Phase::Claim`] with its fingerprint made, and is replaced by what comes next,
+/// in place: the `Tool` is read where it lies rather than moved out, and the next phase written
+/// where it goes (moving a phase, a few hundred bytes, was a `memcpy` per move, by callgrind).
+// Inlined into `poll_next`, its one caller.
 #[inline(always)]
-pub(super) fn start<'a>(
-    tool: Tool<'a>,
-    key: IdempotencyKey,
-    fingerprint: Fingerprint,
-) -> Phase<'a> {
+pub(super) fn start(phase: &mut Phase<'_>) {
+    let Phase::Claim {
+        tool,
+        key,
+        fingerprint: Ok(fingerprint),
+    } = &*phase
+    else {
+        unreachable!("idemkit: a call's claim started without its fingerprint")
+    };
+    let (tool, key, fingerprint) = (*tool, *key, *fingerprint);
     let idem = tool.runtime();
     // S18: the task's tenant, else the runtime's; the key the body and the store see is then
     // the tenant's own.
@@ -54,13 +62,17 @@ pub(super) fn start<'a>(
     let entered = span.enter();
     let idem = match idem {
         Ok(idem) => idem,
-        Err(e) => return Phase::Refused(call.refused(e)),
+        Err(e) => {
+            *phase = Phase::Refused(call.refused(e));
+            return;
+        }
     };
     if tool.tenant_required && tenant.is_none() {
         let e = Error::NoTenant {
             tool: tool.name.to_owned(),
         };
-        return Phase::Refused(call.refused(e));
+        *phase = Phase::Refused(call.refused(e));
+        return;
     }
     let s = idem.settings();
     let token = LeaseToken::new();
@@ -68,13 +80,14 @@ pub(super) fn start<'a>(
     let lease = tool.lease.unwrap_or(s.lease);
     if ttl < lease {
         // A running record must never expire before its lease (the builders refuse this too).
-        return Phase::Refused(call.refused(Error::Settings {
+        *phase = Phase::Refused(call.refused(Error::Settings {
             tool: tool.name.to_owned(),
             reason: format!(
                 "its ttl ({ttl:?}) is shorter than its lease ({lease:?}): a running record would expire \
                  before its lease; make the ttl at least the lease"
             ),
         }));
+        return;
     }
     let policy = tool.policy(s.retry);
     let wait = tool.in_flight_wait.unwrap_or(s.in_flight_wait);
@@ -112,16 +125,23 @@ pub(super) fn start<'a>(
     match answered {
         Some(Ok(Answer::Run)) => {
             let run = Run::side_effect(call, holder(idem), policy, claimed_at);
-            return Phase::Running(run, Between::Ready);
+            *phase = Phase::Running(run, Between::Ready);
+            return;
         }
-        Some(Ok(Answer::Replay(outcome))) => return Phase::Replayed(call, outcome),
-        Some(Err(e)) => return Phase::Refused(call.refused(e)),
+        Some(Ok(Answer::Replay(outcome))) => {
+            *phase = Phase::Replayed(call, outcome);
+            return;
+        }
+        Some(Err(e)) => {
+            *phase = Phase::Refused(call.refused(e));
+            return;
+        }
         // Another holder runs it: wait for it below, as every store does.
         Some(Ok(Answer::Wait(_))) | None => {}
     }
     drop(entered);
     let on_drop = (idem.clone(), key, token);
-    Phase::Claiming(
+    *phase = Phase::Claiming(
         Box::pin(
             async move {
                 let claimed_at = match claim(idem.settings(), &req, wait).await {
@@ -134,7 +154,7 @@ pub(super) fn start<'a>(
             .instrument(span),
         ),
         on_drop,
-    )
+    );
 }
 
 pub(super) enum Claimed {

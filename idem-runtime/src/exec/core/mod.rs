@@ -338,22 +338,22 @@ impl<'a> Call<'a> {
                         None => Phase::Finished,
                     };
                 }
+                Phase::Claim {
+                    fingerprint: Ok(_), ..
+                } => start(&mut self.phase),
                 Phase::Claim { .. } => {
                     let Phase::Claim {
                         tool,
-                        key,
-                        fingerprint,
+                        fingerprint: Err(source),
+                        ..
                     } = std::mem::replace(&mut self.phase, Phase::Taken)
                     else {
                         unreachable!()
                     };
-                    self.phase = match fingerprint {
-                        Ok(fingerprint) => start(tool, key, fingerprint),
-                        Err(source) => Phase::Refused(Error::Arguments {
-                            tool: tool.name().to_owned(),
-                            source,
-                        }),
-                    };
+                    self.phase = Phase::Refused(Error::Arguments {
+                        tool: tool.name().to_owned(),
+                        source,
+                    });
                 }
                 Phase::Finished | Phase::Replayed(..) | Phase::Refused(_) => {
                     return Poll::Ready(None);
