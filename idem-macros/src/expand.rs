@@ -86,7 +86,7 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
                 let #key = {
                     let mut #hasher = #private::KeyHasher::new(#name, #n_fields);
                     #(#key_fields)*
-                    #hasher.finish()
+                    #hasher.finish_in_place()
                 };
                 let #args_local = #private::Arguments::new() #(#fingerprint)* .finish();
                 #checks
