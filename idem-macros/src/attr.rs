@@ -151,7 +151,6 @@ pub(crate) fn private(args: &Args) -> Private {
 /// An expansion names it a dozen times. `quote!` appends single tokens to its output without a
 /// call into the compiler, but splicing a `TokenStream` in costs two (one hands over the tokens
 /// gathered so far, the other the stream): spliced as tokens, the path costs neither.
-#[derive(Clone)]
 pub(crate) struct Private(Vec<TokenTree>);
 
 impl ToTokens for Private {
