@@ -64,7 +64,7 @@ pub use idem_runtime::{
     AlreadyInstalled, BuildError, CallInfo, CallOutcome, Classified, Classify, DuplicateTools,
     Error, Failure, Fingerprint, Idem, IdemBuilder, IdempotencyKey, KeyHasher, KeyPart, KeyValue,
     MemoryStore, OperationId, Records, RetryPolicy, Store, StoreError, StoreErrorKind, Tool,
-    ToolInfo, ToolKind, as_tenant, check_unique_tool_names, normalize, observe, operation, store,
+    ToolInfo, ToolKind, Verified, as_tenant, check_unique_tool_names, normalize, observe, operation, store,
     tools,
 };
 #[cfg(feature = "postgres")]

@@ -75,14 +75,20 @@ pub enum Error {
         why: &'static str,
     },
 
-    /// An attempt of this call failed in a way that may have taken effect (`Failure::Ambiguous`),
-    /// and a later attempt failed otherwise (S14): the record is kept as ambiguous, never
-    /// released, since the effect may have happened.
+    /// The operation's outcome is unknown: it may have taken effect (S14, S19, S20). An attempt
+    /// of this call failed in a way that may have taken effect (`Failure::Ambiguous`) and a later
+    /// one failed otherwise; or the attempt's outcome is unknown and the tool cannot re-send it
+    /// (it does not take the key, or says `resend = false`) and no `verify` settled it; or an
+    /// earlier call's outcome is unknown (`attempts` = 0: the record was kept as ambiguous, or its
+    /// holder's lease ran out) and this call did not send it again. The record is kept as
+    /// ambiguous; only a tool that passes the key on re-sends it, otherwise the tool's `verify`
+    /// or an operator settles it.
     #[error(
-        "idemkit: tool `{tool}` with key {key} failed after {attempts} attempt(s); the last failed as {last:?}, but an \
-         earlier one failed in a way that may have taken effect, so the effect may have happened. The record is kept \
-         as ambiguous: retry with the same arguments (same key, which the provider can deduplicate), or check the \
-         provider for key {key} before acting otherwise"
+        "idemkit: tool `{tool}` with key {key}: the outcome is unknown after {attempts} attempt(s) in this call (the \
+         last failed as {last:?}); the effect may have happened. The record is kept as ambiguous and the operation is \
+         not sent again blindly: a tool that passes the key to a provider that deduplicates re-sends it on the next \
+         call; otherwise check the provider for key {key}, then settle it with the tool's `verify`, or \
+         `idemkit resolve {key} applied --outcome JSON` / `idemkit resolve {key} not-applied`"
     )]
     Ambiguous {
         /// The tool's name.

@@ -10,6 +10,7 @@
 //! | `idemkit_takeovers_total` | counter | `tool`, `from` (`expired_holder`, `ambiguous`) | claims that took over a live record of the same operation: a holder's lease had ended (it died or stalled), or the record was kept as ambiguous |
 //! | `idemkit_fenced_writes_total` | counter | `tool`, `write` (`complete`, `release`, `mark_ambiguous`, `renew`) | a holder's writes refused because its lease was taken over |
 //! | `idemkit_renewals_total` | counter | `tool` | lease renewals applied |
+//! | `idemkit_verifications_total` | counter | `tool`, `answer` (`applied`, `not_applied`, `unknown`, `error`) | answers of tools' verify functions (S19) |
 //! | `idemkit_store_seconds` | histogram | `op` (`claim`, `complete`, `renew`, `release`, `mark_ambiguous`) | how long the store took to answer a transition, failures and timeouts included |
 
 use crate::error::Error;
@@ -18,6 +19,7 @@ use crate::retry::Failure;
 
 /// The `outcome` label of a call: `completed`, `replayed`, `unrecorded`, `failed_permanent`,
 /// `failed_transient`, `failed_ambiguous`, `failed_retry_after`, `lease_lost`, `unreplayable`,
+/// `verified` (an unknown outcome that the tool's verify function found applied),
 /// or for a call that was not run: `key_reuse`, `in_flight`, `store_error` (the store failed or
 /// its data is corrupt), `refused` (anything else: settings, arguments, no tenant).
 pub fn outcome_label(outcome: CallOutcome, refusal: Option<&Error>) -> &'static str {
@@ -143,6 +145,18 @@ mod on {
         })
     }
 
+    /// S19: `idemkit_verifications_total{tool, answer}`, answer one of `applied`,
+    /// `not_applied`, `unknown`, `error`.
+    pub(crate) fn verified(tool: &str, answer: &'static str) {
+        with_recorder(|r| {
+            let labels = vec![
+                Label::new("tool", tool.to_owned()),
+                Label::from_static_parts("answer", answer),
+            ];
+            count(r, "idemkit_verifications_total", labels, 1);
+        })
+    }
+
     /// Runs `f`, which asks the store for a transition sent at `sent` (a clock the caller read
     /// anyway) and takes its answer if it came at once (`Ok`); records how long it took then
     /// (an answer still to come is timed where it is awaited).
@@ -239,6 +253,8 @@ mod on {
     pub(crate) fn fenced(_tool: &str, _write: &'static str) {}
     #[inline(always)]
     pub(crate) fn renewed(_tool: &str) {}
+    #[inline(always)]
+    pub(crate) fn verified(_tool: &str, _answer: &'static str) {}
     #[inline(always)]
     pub(crate) fn store_since<T, P>(
         _metered: bool,

@@ -21,6 +21,9 @@ pub struct CallInfo {
     pub replayed: bool,
     /// How the call ended.
     pub outcome: CallOutcome,
+    /// The outcome of an earlier attempt was unknown and the tool's verify function found it
+    /// applied: the result is what it found (S19).
+    pub verified: bool,
 }
 
 /// How a call ended.
@@ -43,6 +46,9 @@ pub enum CallOutcome {
     /// An earlier call ran the operation, but its outcome cannot be replayed (S16); the body did
     /// not run.
     Unreplayable,
+    /// An attempt's outcome was unknown, the tool's verify function found the effect applied,
+    /// and what it found was recorded as the outcome (S19).
+    Verified,
 }
 
 impl CallOutcome {
@@ -59,6 +65,7 @@ impl CallOutcome {
             CallOutcome::Refused => "refused",
             CallOutcome::LeaseLost => "lease_lost",
             CallOutcome::Unreplayable => "unreplayable",
+            CallOutcome::Verified => "verified",
         }
     }
 }

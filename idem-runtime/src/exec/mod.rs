@@ -7,9 +7,11 @@
 
 mod core;
 mod typed;
+mod verified;
 
 pub use self::core::{Next, ReadNext};
-pub use self::typed::{Attempt, ReadCall, SideEffectCall};
+pub use self::typed::{Attempt, ReadCall, SideEffectCall, VerifyStep};
+pub use self::verified::{Verified, Verifying};
 
 use std::future::Future;
 use std::time::Duration;
@@ -70,6 +72,10 @@ pub struct Tool<'a> {
     in_flight_wait: Option<Duration>,
     max_outcome: Option<usize>,
     tenant_required: bool,
+    /// S20: whether an attempt whose outcome is unknown may be sent again (`None`: yes).
+    resend: Option<bool>,
+    /// S19: the call's loop answers verification steps.
+    verifies: bool,
 }
 
 impl<'a> Tool<'a> {
@@ -85,6 +91,8 @@ impl<'a> Tool<'a> {
             in_flight_wait: None,
             max_outcome: None,
             tenant_required: false,
+            resend: None,
+            verifies: false,
         }
     }
 
@@ -143,6 +151,71 @@ impl<'a> Tool<'a> {
     pub const fn tenant_required(mut self) -> Self {
         self.tenant_required = true;
         self
+    }
+
+    /// Whether an attempt whose outcome is unknown (it failed [`Failure::Ambiguous`], or an
+    /// earlier call's attempt was cut off: cancelled, panicked, lost its lease, its process died)
+    /// may be sent again with the same key (S20). Say `true` only when the provider deduplicates
+    /// by the key the attempt is given (Stripe's `Idempotency-Key`, a unique constraint on the
+    /// key in your own database); say `false` for an e-mail, an SMS, a webhook, an insert without
+    /// such a constraint. Otherwise the call ends with [`Error::Ambiguous`] and the record is
+    /// kept: no later call of the key runs the attempt until a verification
+    /// ([`Tool::verify`]) or an operator (`idemkit resolve`) settles it.
+    ///
+    /// Default for a `Tool`: `true`, since every attempt is handed the key. The attributes
+    /// default to whether the function takes the `&IdempotencyKey` (it passes the key on).
+    ///
+    /// [`Failure::Ambiguous`]: crate::Failure::Ambiguous
+    pub const fn resend(mut self, yes: bool) -> Self {
+        self.resend = Some(yes);
+        self
+    }
+
+    /// Says that the call's loop answers verification steps (what `verify = path` expands to).
+    /// Not a stable API: use [`Tool::verify`].
+    #[doc(hidden)]
+    pub const fn with_verify(mut self) -> Self {
+        self.verifies = true;
+        self
+    }
+
+    /// Asks `verify` whether the effect happened before anything whose outcome is unknown is
+    /// sent again (S19): see [`Verified`] for what each answer does.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
+    /// use idem_runtime::{Classify, Failure, Idem, MemoryStore, Tool, Verified};
+    ///
+    /// #[derive(Debug)]
+    /// struct SendError;
+    /// impl Classify for SendError {
+    ///     fn classify(&self) -> Failure { Failure::Ambiguous } // the reply was lost
+    /// }
+    /// impl From<idem_runtime::Error> for SendError {
+    ///     fn from(_: idem_runtime::Error) -> Self { SendError }
+    /// }
+    ///
+    /// let idem = Idem::new(MemoryStore::new());
+    /// let sent = AtomicU32::new(0); // the SMS gateway, which does not deduplicate
+    /// let result: Result<String, SendError> = Tool::new("send_sms")
+    ///     .idem(&idem)
+    ///     .resend(false)
+    ///     .verify(|key| {
+    ///         let found = sent.load(SeqCst) > 0; // "did message {key} go out?"
+    ///         async move { Ok(if found { Verified::Applied(format!("sms {key}")) } else { Verified::NotApplied }) }
+    ///     })
+    ///     .side_effect(&[("order", &7u32)], &(), |_key| {
+    ///         sent.fetch_add(1, SeqCst);
+    ///         async { Err(SendError) } // sent, but the reply was lost
+    ///     })
+    ///     .await;
+    /// assert!(result.unwrap().starts_with("sms "));
+    /// assert_eq!(sent.load(SeqCst), 1);
+    /// # });
+    /// ```
+    pub fn verify<V>(self, verify: V) -> Verifying<'a, V> {
+        Verifying::new(self.with_verify(), verify)
     }
 
     fn policy(&self, base: RetryPolicy) -> RetryPolicy {

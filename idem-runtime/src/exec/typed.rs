@@ -21,6 +21,7 @@ use serde::de::DeserializeOwned;
 
 use super::Tool;
 use super::core::{Call, End, Next, Read, ReadNext};
+use super::verified::Verified;
 use crate::error::Error;
 use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
@@ -48,9 +49,17 @@ impl<'a, T, E> SideEffectCall<'a, T, E> {
         }
     }
 
-    /// The key to run the next attempt with, or `None` when the call is over.
+    /// The key to run the next attempt with, or `None` when the call is over. When
+    /// [`SideEffectCall::verifying`] says so, the step is a verification instead (S19): run it
+    /// with [`SideEffectCall::verify`].
     pub fn attempt(&mut self) -> Next<'_, 'a> {
         self.call.next_attempt()
+    }
+
+    /// Whether the step [`SideEffectCall::attempt`] just handed out is a verification (only for
+    /// a tool made [`Tool::with_verify`]).
+    pub fn verifying(&self) -> bool {
+        self.call.verifying()
     }
 }
 
@@ -75,10 +84,34 @@ impl<'a, T: Serialize + DeserializeOwned, E: Classify + From<Error>> SideEffectC
     /// What the attempt returned.
     pub fn ended(&mut self, result: Result<T, E>) {
         match &result {
-            Ok(value) => self.call.succeeded(value),
+            Ok(value) => self.call.succeeded(value, reads_back::<T>),
             Err(err) => self.call.failed(err.classify()),
         }
         self.last = Some(result);
+    }
+
+    /// Runs one verification (S19): awaits `verify` in place, the lease kept as for an attempt.
+    pub fn verify<F: Future<Output = Result<Verified<T>, E>>>(
+        &mut self,
+        verify: F,
+    ) -> VerifyStep<'_, 'a, T, E, F> {
+        VerifyStep { call: self, verify }
+    }
+
+    /// What the verification answered.
+    fn verified(&mut self, answer: Result<Verified<T>, E>) {
+        match answer {
+            Ok(Verified::Applied(value)) => {
+                self.call.verified_applied(&value, reads_back::<T>);
+                self.last = Some(Ok(value));
+            }
+            Ok(Verified::NotApplied) => self.call.verified_not_applied(),
+            Ok(Verified::Unknown) => self.call.verified_unknown("the verify function could not tell"),
+            Err(e) => self.call.verified_unknown(match e.classify() {
+                crate::Failure::Permanent => "the verify function failed (permanent)",
+                _ => "the verify function failed",
+            }),
+        }
     }
 
     /// The call's result, once [`SideEffectCall::attempt`] said it is over. By reference: the
@@ -127,9 +160,62 @@ where
 
     fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<()> {
         let this = self.project();
+        // S22: past the lease's end by this process's clock, the body is polled no further
+        // until a renewal succeeds; the call is over if none does.
+        if std::task::ready!(this.call.call.poll_gate(cx)).is_err() {
+            return Poll::Ready(());
+        }
         match this.attempt.poll(cx) {
             Poll::Ready(result) => {
                 this.call.ended(result);
+                Poll::Ready(())
+            }
+            Poll::Pending => this.call.call.poll_lease(cx),
+        }
+    }
+}
+
+/// Whether `bytes` (an outcome as stored) read back as `T`: an outcome that serializes but does
+/// not deserialize (`skip_serializing_if` without `default`, a hand-written impl) is recorded as
+/// not replayable at once (S16), not found at the first replay.
+fn reads_back<T: DeserializeOwned>(bytes: &[u8]) -> Result<(), serde_json::Error> {
+    serde_json::from_slice::<T>(bytes).map(drop)
+}
+
+pin_project_lite::pin_project! {
+    /// The future of [`SideEffectCall::verify`]: one verification, awaited in place, the lease
+    /// kept while it is pending. Not a stable API.
+    #[doc(hidden)]
+    #[must_use = "futures do nothing unless awaited"]
+    pub struct VerifyStep<'c, 'a, T, E, F> {
+        call: &'c mut SideEffectCall<'a, T, E>,
+        #[pin]
+        verify: F,
+    }
+}
+
+impl<T, E, F> std::fmt::Debug for VerifyStep<'_, '_, T, E, F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerifyStep").finish_non_exhaustive()
+    }
+}
+
+impl<T, E, F> Future for VerifyStep<'_, '_, T, E, F>
+where
+    T: Serialize + DeserializeOwned,
+    E: Classify + From<Error>,
+    F: Future<Output = Result<Verified<T>, E>>,
+{
+    type Output = ();
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<()> {
+        let this = self.project();
+        if std::task::ready!(this.call.call.poll_gate(cx)).is_err() {
+            return Poll::Ready(());
+        }
+        match this.verify.poll(cx) {
+            Poll::Ready(answer) => {
+                this.call.verified(answer);
                 Poll::Ready(())
             }
             Poll::Pending => this.call.call.poll_lease(cx),

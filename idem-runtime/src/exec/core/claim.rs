@@ -53,12 +53,14 @@ pub(super) fn start(phase: &mut Phase<'_>) {
         attempts = Empty,
         replayed = Empty,
         outcome = Empty,
+        verified = Empty,
     );
     let call = CallTrace {
         tool: Cow::Borrowed(tool.name),
         key,
         span: span.clone(),
         metered: crate::meters::recording(),
+        verified: false,
     };
     let entered = span.enter();
     let idem = match idem {
@@ -102,6 +104,7 @@ pub(super) fn start(phase: &mut Phase<'_>) {
         tenant,
     };
     let max_outcome = tool.max_outcome.unwrap_or(s.max_outcome);
+    let sending = (tool.resend.unwrap_or(true), tool.verifies);
     let claimed_at = Instant::now();
     let holder = move |idem| Holder {
         idem,
@@ -124,8 +127,8 @@ pub(super) fn start(phase: &mut Phase<'_>) {
             .and_then(|claim| answer(&req, claim))
     });
     match answered {
-        Some(Ok(Answer::Run)) => {
-            let run = Run::side_effect(call, holder(idem), policy, claimed_at);
+        Some(Ok(Answer::Run(takeover))) => {
+            let run = Run::side_effect(call, holder(idem), policy, claimed_at, takeover, sending);
             *phase = Phase::Running(run, Between::Ready);
             return;
         }
@@ -145,12 +148,19 @@ pub(super) fn start(phase: &mut Phase<'_>) {
     *phase = Phase::Claiming(
         Box::pin(
             async move {
-                let claimed_at = match claim(idem.settings(), &req, wait).await {
-                    Ok(Claimed::Run(sent)) => sent,
+                let (claimed_at, takeover) = match claim(idem.settings(), &req, wait).await {
+                    Ok(Claimed::Run(sent, takeover)) => (sent, takeover),
                     Ok(Claimed::Replay(outcome)) => return Begun::Replay(call, outcome),
                     Err(e) => return Begun::Refused(call.refused(e)),
                 };
-                Begun::Run(Run::side_effect(call, holder(idem), policy, claimed_at))
+                Begun::Run(Run::side_effect(
+                    call,
+                    holder(idem),
+                    policy,
+                    claimed_at,
+                    takeover,
+                    sending,
+                ))
             }
             .instrument(span),
         ),
@@ -159,14 +169,15 @@ pub(super) fn start(phase: &mut Phase<'_>) {
 }
 
 pub(super) enum Claimed {
-    /// The key is ours, by the claim sent at this instant.
-    Run(Instant),
+    /// The key is ours, by the claim sent at this instant; what it took over, if anything.
+    Run(Instant, Option<Takeover>),
     Replay(Outcome),
 }
 
 /// What a claim's answer means for the call.
 pub(super) enum Answer {
-    Run,
+    /// The key is ours; what the claim took over, if anything (its outcome is unknown: S14+).
+    Run(Option<Takeover>),
     Replay(Outcome),
     /// Another holder's lease is live for this long.
     Wait(Duration),
@@ -179,7 +190,7 @@ pub(super) fn answer(req: &ClaimRequest<'_>, claim: Claim) -> Result<Answer, Err
                 tracing::info!(from = from.as_str(), "took over the key's record");
                 crate::meters::took_over(req.tool, from);
             }
-            return Ok(Answer::Run);
+            return Ok(Answer::Run(takeover));
         }
         Claim::Existing(existing) => existing,
     };
@@ -225,7 +236,7 @@ pub(super) async fn claim(
                 source,
             })?;
         let lease_remaining = match answer(req, claim)? {
-            Answer::Run => return Ok(Claimed::Run(sent)),
+            Answer::Run(takeover) => return Ok(Claimed::Run(sent, takeover)),
             Answer::Replay(outcome) => return Ok(Claimed::Replay(outcome)),
             Answer::Wait(lease_remaining) => lease_remaining,
         };
@@ -283,6 +294,11 @@ pub(super) async fn timed<T>(
     let first = std::future::poll_fn(|cx| Poll::Ready(op.as_mut().poll(cx))).await;
     let result = match first {
         Poll::Ready(result) => result,
+        // No tokio runtime (a dropped call ended after its runtime was gone): no timer can be
+        // made, and nothing would wake this task; the write is given up (issue 30 #7).
+        Poll::Pending if tokio::runtime::Handle::try_current().is_err() => Err(
+            StoreError::unavailable("no tokio runtime to await the store's answer on"),
+        ),
         Poll::Pending => match tokio::time::timeout(s.store_timeout, op).await {
             Ok(result) => result,
             Err(_) => Err(StoreError::unavailable(format!(

@@ -21,7 +21,8 @@ impl Drop for Call<'_> {
                 let holder = run.holder;
                 let call = run.call.into_owned();
                 let _span = call.span.clone().entered();
-                let may_have_happened = run.ambiguous || matches!(between, Between::Attempting);
+                let may_have_happened = run.ambiguous
+                    || matches!(between, Between::Attempting | Between::Verifying(_));
                 tracing::warn!(
                     attempts = run.attempts,
                     may_have_happened,
@@ -70,14 +71,27 @@ impl Drop for Call<'_> {
 
 /// Runs a dropped call's last store write: at once when the store answers at once, else on the
 /// tokio runtime in force (none: the lease expires instead).
+///
+/// Never panics (issue 30 #7): a call dropped after its runtime is gone (or while it shuts down,
+/// or while the thread unwinds) must not panic in `Drop`, which would abort an unwinding
+/// process. The first poll makes no tokio timer without a runtime (`timed` and `write` check),
+/// and is guarded all the same.
 pub(super) fn in_background(fut: impl Future<Output = ()> + Send + 'static) {
     let mut fut = Box::pin(fut);
-    if fut
-        .as_mut()
-        .poll(&mut Context::from_waker(std::task::Waker::noop()))
-        .is_ready()
-    {
-        return;
+    let first = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        fut.as_mut()
+            .poll(&mut Context::from_waker(std::task::Waker::noop()))
+            .is_ready()
+    }));
+    match first {
+        Ok(true) => return,
+        Ok(false) => {}
+        Err(_) => {
+            tracing::warn!(
+                "ending a dropped call's claim failed; its lease will expire instead"
+            );
+            return;
+        }
     }
     match tokio::runtime::Handle::try_current() {
         Ok(handle) => drop(handle.spawn(fut)),

@@ -14,17 +14,27 @@ pub(super) struct Run<'a> {
     /// When the first attempt could start: the claim was sent then (its lease runs from it).
     pub(super) started: Instant,
     pub(super) attempts: u32,
-    /// An attempt failed `Ambiguous`: the call never ends in a release (S14).
+    /// An attempt failed `Ambiguous`, or the claim took over a record whose outcome is unknown
+    /// (kept as ambiguous, or a holder's that ran out its lease): the call never ends in a
+    /// release (S14, S14+), and nothing is sent again unless the tool may re-send or a
+    /// verification says it did not happen (S19, S20).
     pub(super) ambiguous: bool,
+    /// S20: an attempt whose outcome is unknown may be sent again.
+    pub(super) resend: bool,
+    /// S19: the call's loop answers verification steps.
+    pub(super) verifies: bool,
 }
 
 impl<'a> Run<'a> {
     /// A side effect whose claim, sent at `claimed_at`, took the lease.
+    /// `takeover`: what the claim took over, if anything; its outcome is unknown (S14+, S19).
     pub(super) fn side_effect(
         call: CallTrace<'a>,
         holder: Holder,
         policy: RetryPolicy,
         claimed_at: Instant,
+        takeover: Option<Takeover>,
+        (resend, verifies): (bool, bool),
     ) -> Self {
         Run {
             call,
@@ -33,7 +43,9 @@ impl<'a> Run<'a> {
             policy,
             schedule: None,
             attempts: 0,
-            ambiguous: false,
+            ambiguous: takeover.is_some(),
+            resend,
+            verifies,
         }
     }
 
@@ -112,8 +124,7 @@ impl<'a> Run<'a> {
                 let key = call.key;
                 let (outcome, error) = match ended {
                     Ended::Stored(outcome) => {
-                        let op = || s.store.complete(key, token, outcome.clone(), ttl);
-                        match write(s, &call, "complete", until, op).await {
+                        match complete(s, &call, token, outcome, ttl, until).await {
                             true => (CallOutcome::Completed, None),
                             false => (CallOutcome::Unrecorded, None),
                         }
@@ -151,6 +162,21 @@ impl<'a> Run<'a> {
                         };
                         (CallOutcome::Failed(Failure::Ambiguous), Some(err))
                     }
+                    Ended::Unsettled(why) => {
+                        let note = format!(
+                            "{attempts} attempt(s) in this call; the outcome is unknown and was not sent again: {why}"
+                        );
+                        tracing::warn!(why, "the outcome is unknown; keeping the record as ambiguous, not sending again");
+                        let op = || s.store.mark_ambiguous(key, token, &note, ttl);
+                        write(s, &call, "mark_ambiguous", until, op).await;
+                        let err = Error::Ambiguous {
+                            tool: call.tool.to_string(),
+                            key,
+                            attempts,
+                            last: Failure::Ambiguous,
+                        };
+                        (CallOutcome::Failed(Failure::Ambiguous), Some(err))
+                    }
                     Ended::Failed(failure) => {
                         let op = || s.store.release(key, token);
                         write(s, &call, "release", until, op).await;
@@ -183,6 +209,81 @@ impl<'a> Run<'a> {
     }
 }
 
+/// Outcomes up to this size are written as they are until the lease would end; a larger one
+/// that the store keeps refusing gives way to the small "it ran" marker (issue 30 #9).
+const SMALL_OUTCOME: usize = 512;
+
+/// Completes the record with `outcome`, retried under the lease (S17). An outcome over
+/// [`SMALL_OUTCOME`] that the store still refuses half-way to the lease's end (a full disk, a
+/// value too large for the store) is replaced by the unreplayable marker, which says the
+/// operation ran (S16): a record left running would let the next call run it again once the
+/// lease ends.
+async fn complete(
+    s: &Settings,
+    call: &CallTrace<'_>,
+    token: LeaseToken,
+    outcome: Outcome,
+    ttl: Duration,
+    until: Instant,
+) -> bool {
+    let key = call.key;
+    if outcome.len() > SMALL_OUTCOME {
+        let now = Instant::now();
+        let half = now + until.saturating_duration_since(now) / 2;
+        let op = || s.store.complete(key, token, outcome.clone(), ttl);
+        let error = match attempt_until(s, "complete", half, op).await {
+            Ok(written) => return written_ok(call, "complete", written),
+            Err(e) => e,
+        };
+        tracing::error!(
+            error = %error,
+            bytes = outcome.len(),
+            "the outcome could not be stored; recording that the operation ran instead (repeats will be told so, not run)"
+        );
+        let mut bytes = UNREPLAYABLE.to_vec();
+        bytes.extend_from_slice(
+            format!(
+                "the outcome ({} bytes) could not be stored ({error})",
+                outcome.len()
+            )
+            .as_bytes(),
+        );
+        let marker = Outcome::from(bytes);
+        let op = || s.store.complete(key, token, marker.clone(), ttl);
+        return write(s, call, "complete", until, op).await;
+    }
+    let op = || s.store.complete(key, token, outcome.clone(), ttl);
+    write(s, call, "complete", until, op).await
+}
+
+/// Runs a holder's write, retried on failure while there is time before `until`: its answer, or
+/// the last failure.
+async fn attempt_until<F: Future<Output = Result<Written, StoreError>>>(
+    s: &Settings,
+    what: &'static str,
+    until: Instant,
+    mut op: impl FnMut() -> F,
+) -> Result<Written, StoreError> {
+    let mut pause = Duration::from_millis(20);
+    loop {
+        match timed(s, what, op()).await {
+            Err(e)
+                if Instant::now() + pause < until
+                    && tokio::runtime::Handle::try_current().is_ok() =>
+            {
+                tracing::warn!(what, error = %e, ?pause, "store write failed after the body ran; retrying under the lease");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            result => return result,
+        }
+    }
+}
+
+fn written_ok(call: &CallTrace<'_>, what: &str, written: Written) -> bool {
+    self::written(call, what, Ok(written))
+}
+
 /// A holder's write after the body ran; returns whether it was applied. A store failure is
 /// retried under the token (the write is safe to repeat) until the lease would end (S17): past
 /// it, another caller may take over. A failure cannot undo the effect, so it is logged, not
@@ -192,19 +293,9 @@ pub(super) async fn write<F: Future<Output = Result<Written, StoreError>>>(
     call: &CallTrace<'_>,
     what: &'static str,
     until: Instant,
-    mut op: impl FnMut() -> F,
+    op: impl FnMut() -> F,
 ) -> bool {
-    let mut pause = Duration::from_millis(20);
-    loop {
-        match timed(s, what, op()).await {
-            Err(e) if Instant::now() + pause < until => {
-                tracing::warn!(what, error = %e, ?pause, "store write failed after the body ran; retrying under the lease");
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(1));
-            }
-            result => return written(call, what, result),
-        }
-    }
+    written(call, what, attempt_until(s, what, until, op).await)
 }
 
 /// What [`write`] logs of a holder's write, and whether it was applied.

@@ -23,6 +23,9 @@ pub(super) struct Renewal {
     pub(super) timer: Pin<Box<Sleep>>,
     /// A renewal under way, and when it was sent.
     pub(super) pending: Option<(Instant, BoxFuture<'static, Result<Written, StoreError>>)>,
+    /// A renewal was sent after the lease's end (S22: a stalled holder's last chance); if it does
+    /// not succeed, the lease is lost.
+    pub(super) late: bool,
 }
 
 impl Holder {
@@ -33,6 +36,36 @@ impl Holder {
         self.renewal
             .as_ref()
             .map_or(claimed_at + self.lease, |r| r.ends)
+    }
+
+    /// S22: `Ok` when the lease is live by this process's clock, so the body may be polled or an
+    /// attempt started. Past its end (the process stalled: `SIGSTOP`, a paused VM, a starved
+    /// runtime), one renewal is sent and awaited; `Ok` if it is applied (nobody took the key
+    /// over meanwhile), `Err(why)` if not: the lease is lost (S13). `unrenewed`: check a lease
+    /// that has had no renewal yet too (between attempts); an attempt's first poll, right after
+    /// the claim, needs no clock read.
+    pub(super) fn poll_gate(
+        &mut self,
+        call: &CallTrace<'_>,
+        claimed_at: Instant,
+        unrenewed: bool,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), &'static str>> {
+        let ends = match &self.renewal {
+            Some(r) => r.ends,
+            None if unrenewed => claimed_at + self.lease,
+            None => return Poll::Ready(Ok(())),
+        };
+        if Instant::now() < ends {
+            return Poll::Ready(Ok(()));
+        }
+        if let Poll::Ready(why) = self.poll_lease(call, claimed_at, cx) {
+            return Poll::Ready(Err(why));
+        }
+        match &self.renewal {
+            Some(r) if Instant::now() < r.ends => Poll::Ready(Ok(())),
+            _ => Poll::Pending,
+        }
     }
 
     /// Renews the lease when due; `Ready(why)` when it is lost: a renewal was refused (taken
@@ -58,6 +91,7 @@ impl Holder {
                 due,
                 timer: Box::pin(tokio::time::sleep_until(due)),
                 pending: None,
+                late: false,
             })
         });
         loop {
@@ -71,6 +105,7 @@ impl Holder {
                         crate::meters::renewed(&call.tool);
                         r.ends = sent + lease;
                         r.due = sent + lease / 3;
+                        r.late = false;
                     }
                     Ok(Written::Fenced) => {
                         crate::meters::fenced(&call.tool, "renew");
@@ -89,13 +124,26 @@ impl Holder {
             }
             let now = Instant::now();
             if now >= r.ends {
+                // S22: past the end, the body waits; a renewal under way decides (bounded by the
+                // store's timeout), else one last renewal is sent: applied only if nobody took
+                // the key over meanwhile.
+                if r.pending.is_some() {
+                    return Poll::Pending;
+                }
+                if r.late {
+                    let _span = call.span.enter();
+                    tracing::warn!(
+                        "no lease renewal succeeded before the lease ended; stopping this call"
+                    );
+                    return Poll::Ready("no renewal succeeded before the lease ended");
+                }
+                r.late = true;
                 let _span = call.span.enter();
                 tracing::warn!(
-                    "no lease renewal succeeded before the lease ended; stopping this call"
+                    "the lease's end passed by this process's clock (the process stalled?); renewing before going on"
                 );
-                return Poll::Ready("no renewal succeeded before the lease ended");
             }
-            if r.pending.is_none() && now >= r.due {
+            if r.pending.is_none() && (now >= r.due || r.late) {
                 let store: Arc<dyn Store> = Arc::clone(idem.store());
                 let timeout = idem.settings().store_timeout;
                 let key = call.key;

@@ -33,7 +33,7 @@ use crate::key::IdempotencyKey;
 use crate::observe::{CallInfo, CallOutcome, report};
 use crate::retry::{Failure, RetryPolicy, Schedule};
 use crate::store::{
-    Claim, ClaimRequest, Existing, ExistingState, LeaseToken, Outcome, Store, Written,
+    Claim, ClaimRequest, Existing, ExistingState, LeaseToken, Outcome, Store, Takeover, Written,
 };
 use crate::wake::Waiting;
 
@@ -98,6 +98,9 @@ enum Ended {
     Failed(Failure),
     /// The lease was lost (S13), while an attempt ran (`attempting`) or between attempts.
     Lost { attempting: bool, why: &'static str },
+    /// The outcome is unknown and is not to be sent again (S19, S20): the record is kept as
+    /// ambiguous, and the call ends with [`Error::Ambiguous`]; why it was not settled.
+    Unsettled(&'static str),
 }
 
 /// The protocol of one call, driven by a loop in the caller:
@@ -156,6 +159,11 @@ enum Between {
     Attempting,
     /// Waiting before the next attempt.
     Backoff(Pin<Box<Sleep>>),
+    /// A verification is to start (S19): an outcome is unknown; after how the attempt that left
+    /// it unknown failed (`None`: an earlier call's, met at the claim).
+    Verify(Option<Failure>),
+    /// The caller is running a verification.
+    Verifying(Option<Failure>),
 }
 
 /// How a call ended, for [`super::typed`] to turn into the tool's result.
@@ -221,26 +229,128 @@ impl<'a> Call<'a> {
     /// an infinite float (JSON writes `null`, which does not read back as a float). Any other
     /// way an outcome fails to read back as `T` (a hand-written `Deserialize` that does not
     /// match its `Serialize`) is found at replay, which then says the operation ran.
-    pub(crate) fn succeeded<T: serde::Serialize + ?Sized>(&mut self, value: &T) {
+    pub(crate) fn succeeded<T: serde::Serialize>(
+        &mut self,
+        value: &T,
+        reads_back: fn(&[u8]) -> Result<(), serde_json::Error>,
+    ) {
+        let ended = self.outcome_of(value, reads_back);
+        self.attempt_ended(ended);
+    }
+
+    /// What a successful result comes to: stored, or not replayable and why.
+    fn outcome_of<T: serde::Serialize>(
+        &self,
+        value: &T,
+        reads_back: fn(&[u8]) -> Result<(), serde_json::Error>,
+    ) -> Ended {
         let bound = match &self.phase {
             Phase::Running(run, _) => run.holder.max_outcome,
             _ => usize::MAX,
         };
-        let ended = with_scratch(|buf| match serde_json::to_writer(&mut *buf, value) {
+        with_scratch(|buf| match serde_json::to_writer(&mut *buf, value) {
             Ok(()) if buf.len() > bound => Ended::Unreplayable(format!(
                 "the outcome is {} bytes, over the bound of {bound} bytes (`max_outcome_bytes`)",
                 buf.len()
             )),
             Ok(()) => match crate::fingerprint::finite::first_non_finite(value) {
-                None => Ended::Stored(Outcome::from(&buf[..])),
+                None => match reads_back(buf) {
+                    Ok(()) => Ended::Stored(Outcome::from(&buf[..])),
+                    Err(e) => Ended::Unreplayable(format!(
+                        "the outcome serializes but does not read back as `{}` ({e}); e.g. a field skipped when \
+                         empty (`skip_serializing_if`) needs `#[serde(default)]`",
+                        std::any::type_name::<T>()
+                    )),
+                },
                 Some(v) => Ended::Unreplayable(format!(
                     "the outcome holds the float {v}, which JSON stores as `null`, so it does not read back as `{}`",
                     std::any::type_name::<T>()
                 )),
             },
             Err(e) => Ended::Unreplayable(format!("the outcome does not serialize: {e}")),
+        })
+    }
+
+    /// Whether the step handed out last is a verification (S19).
+    pub(crate) fn verifying(&self) -> bool {
+        matches!(self.phase, Phase::Running(_, Between::Verifying(_)))
+    }
+
+    /// The verification found the effect applied, with `value` (S19): the record completes
+    /// with it.
+    pub(crate) fn verified_applied<T: serde::Serialize>(
+        &mut self,
+        value: &T,
+        reads_back: fn(&[u8]) -> Result<(), serde_json::Error>,
+    ) {
+        let ended = self.outcome_of(value, reads_back);
+        let run = self.verification_answered("applied");
+        run.call.verified = true;
+        run.ambiguous = false;
+        self.end_run(ended);
+    }
+
+    /// The verification found the effect not applied (S19): the unknown attempt counts as not
+    /// having happened, and the call goes on under its retry policy.
+    pub(crate) fn verified_not_applied(&mut self) {
+        let after = match &self.phase {
+            Phase::Running(_, Between::Verifying(after)) => *after,
+            _ => unreachable!("idemkit: a verification ended that the call did not start"),
+        };
+        let run = self.verification_answered("not_applied");
+        run.ambiguous = false;
+        let Some(_failed) = after else {
+            // Met at the claim: nothing of this call ran yet.
+            self.set_between(Between::Ready);
+            return;
+        };
+        match run.next_delay(Failure::Transient) {
+            Some(delay) => self.set_between(Between::Backoff(Box::pin(tokio::time::sleep(delay)))),
+            None => self.end_run(Ended::Failed(Failure::Transient)),
+        }
+    }
+
+    /// The verification could not tell, or failed (S19): the record stays ambiguous.
+    pub(crate) fn verified_unknown(&mut self, why: &'static str) {
+        self.verification_answered(if why.contains("failed") { "error" } else { "unknown" });
+        self.end_run(Ended::Unsettled(why));
+    }
+
+    /// Counts and logs a verification's answer.
+    fn verification_answered(&mut self, answer: &'static str) -> &mut Run<'a> {
+        let Phase::Running(run, Between::Verifying(_)) = &mut self.phase else {
+            unreachable!("idemkit: a verification ended that the call did not start")
+        };
+        crate::meters::verified(&run.call.tool, answer);
+        run.call.span.in_scope(|| {
+            tracing::info!(answer, "the tool's verify function answered");
         });
-        self.attempt_ended(ended);
+        run
+    }
+
+    fn set_between(&mut self, next: Between) {
+        if let Phase::Running(_, between) = &mut self.phase {
+            *between = next;
+        }
+    }
+
+    /// S22: whether the body may be polled now. Past the lease's end by this process's clock (a
+    /// stalled process, a paused VM), only a renewal that succeeds lets it go on; `Err` when
+    /// none did, the call then being over (S13).
+    pub(crate) fn poll_gate(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ()>> {
+        let Phase::Running(run, _) = &mut self.phase else {
+            return Poll::Ready(Ok(()));
+        };
+        let why =
+            match std::task::ready!(run.holder.poll_gate(&run.call, run.started, false, cx)) {
+                Ok(()) => return Poll::Ready(Ok(())),
+                Err(why) => why,
+            };
+        self.end_run(Ended::Lost {
+            attempting: true,
+            why,
+        });
+        Poll::Ready(Err(()))
     }
 
     /// Keeps the running call's lease renewed while its attempt is pending (S12); `Ready` when
@@ -296,7 +406,35 @@ impl<'a> Call<'a> {
         loop {
             match &mut self.phase {
                 Phase::Running(run, between) => match between {
-                    Between::Ready => {
+                    Between::Ready | Between::Verify(_) => {
+                        // S22: the lease is live by this process's clock before anything starts.
+                        let held = if run.attempts > 0 || run.holder.renewal.is_some() {
+                            std::task::ready!(run.holder.poll_gate(&run.call, run.started, true, cx))
+                        } else {
+                            Ok(())
+                        };
+                        if let Err(why) = held {
+                            self.end_run(Ended::Lost {
+                                attempting: false,
+                                why,
+                            });
+                            continue;
+                        }
+                        if let Between::Verify(after) = *between {
+                            *between = Between::Verifying(after);
+                            return Poll::Ready(Some(run.call.key));
+                        }
+                        // S19, S20: an outcome that is unknown is not sent again blindly.
+                        if run.ambiguous && (run.verifies || !run.resend) {
+                            if run.verifies {
+                                *between = Between::Verify(None);
+                                continue;
+                            }
+                            self.end_run(Ended::Unsettled(
+                                "an earlier attempt may have taken effect and the tool cannot re-send it (`resend = false`, or it does not take the key)",
+                            ));
+                            continue;
+                        }
                         run.attempts += 1;
                         *between = Between::Attempting;
                         return Poll::Ready(Some(run.call.key));
@@ -314,7 +452,7 @@ impl<'a> Call<'a> {
                             why,
                         });
                     }
-                    Between::Attempting => unreachable!(
+                    Between::Attempting | Between::Verifying(_) => unreachable!(
                         "idemkit: a call was asked for its next attempt while one was running"
                     ),
                 },
@@ -372,7 +510,20 @@ impl<'a> Call<'a> {
         };
         if let Ended::Failed(failure) = ended {
             // S14: once an attempt may have taken effect, the call never ends in a release.
-            run.ambiguous |= failure == Failure::Ambiguous;
+            let unknown = failure == Failure::Ambiguous;
+            run.ambiguous |= unknown;
+            // S19: asked before anything is sent again, whether or not attempts remain.
+            if unknown && run.verifies {
+                *between = Between::Verify(Some(failure));
+                return;
+            }
+            // S20: not sent again where the provider cannot deduplicate.
+            if unknown && !run.resend {
+                self.end_run(Ended::Unsettled(
+                    "the attempt may have taken effect and the tool cannot re-send it (`resend = false`, or it does not take the key)",
+                ));
+                return;
+            }
             if let Some(delay) = run.next_delay(failure) {
                 *between = Between::Backoff(Box::pin(tokio::time::sleep(delay)));
                 return;

@@ -11,6 +11,8 @@ pub(super) struct CallTrace<'a> {
     /// Whether a metrics recorder was in force when the call began: asked once per call, so a
     /// program without one pays one look-up, not one per count or timing.
     pub(super) metered: bool,
+    /// The tool's verify function found the effect applied: the result is what it found (S19).
+    pub(super) verified: bool,
 }
 
 impl CallTrace<'_> {
@@ -21,6 +23,7 @@ impl CallTrace<'_> {
             key: self.key,
             span: self.span,
             metered: self.metered,
+            verified: self.verified,
         }
     }
 
@@ -57,6 +60,13 @@ impl CallTrace<'_> {
             meters::kept_ambiguous(self.metered, &self.tool);
         }
         let replayed = outcome == CallOutcome::Replayed;
+        let outcome = match outcome {
+            CallOutcome::Completed if self.verified => CallOutcome::Verified,
+            outcome => outcome,
+        };
+        if self.verified {
+            self.span.record("verified", true);
+        }
         self.span.record("attempts", attempts);
         self.span.record("replayed", replayed);
         self.span.record("outcome", outcome.as_str());
@@ -72,6 +82,7 @@ impl CallTrace<'_> {
             attempts,
             replayed,
             outcome,
+            verified: self.verified,
         });
     }
 }
@@ -101,5 +112,6 @@ pub(super) fn finish_read(
         attempts,
         replayed: false,
         outcome,
+        verified: false,
     });
 }
