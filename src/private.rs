@@ -356,8 +356,11 @@ impl<'a, T, E> UncheckedCall<'a, T, E> {
 // `Misfit`, never run, which the expansion's own assertion reports at the path with the
 // signature to write. So a misfit is one error, not a cascade from the call.
 
+/// The types a `verify` function's fit is judged by, without owning any (so `Send`, `Sync`).
+type Signature<A, T, E> = PhantomData<fn() -> (A, T, E)>;
+
 /// Selects how the `verify` function `F` is called with the arguments `A` (a tuple).
-pub struct VerifyProbe<F, A, T, E>(F, PhantomData<fn() -> (A, T, E)>);
+pub struct VerifyProbe<F, A, T, E>(F, Signature<A, T, E>);
 
 impl<F, A, T, E> VerifyProbe<F, A, T, E> {
     /// The probe of `verify`.
@@ -367,10 +370,10 @@ impl<F, A, T, E> VerifyProbe<F, A, T, E> {
 }
 
 /// Calls a `verify` function that fits its tool.
-pub struct Verifier<F, A, T, E>(F, PhantomData<fn() -> (A, T, E)>);
+pub struct Verifier<F, A, T, E>(F, Signature<A, T, E>);
 
 /// A `verify` function that does not fit its tool: never called, the build has failed.
-pub struct Misfit<A, T, E>(PhantomData<fn() -> (A, T, E)>);
+pub struct Misfit<A, T, E>(Signature<A, T, E>);
 
 impl<A, T, E> Misfit<A, T, E> {
     pub fn call(&self, _arguments: A) -> core::future::Pending<Result<Verified<T>, E>> {

@@ -359,23 +359,34 @@ fn verify_step(
     err: &syn::Type,
 ) -> TokenStream {
     let key = key_local();
-    let verifier = Ident::new("__idemkit_verify", Span::mixed_site());
     let path = &verify.path;
     let span = path.span();
     let types = &verify.types;
     let args = verify.args.iter().map(|a| match a {
         VerifyArg::Receiver => quote!(self),
         VerifyArg::Key => quote!(&#key),
-        VerifyArg::Param { ident, ty } if copy_as_written(ty) => quote!(#ident),
-        VerifyArg::Param { ident, ty } => {
-            quote_spanned!(ty.span()=> #private::PerAttempt::again(&#ident))
+        VerifyArg::Param {
+            ident, copy: true, ..
+        } => quote!(#ident),
+        VerifyArg::Param { ident, span, .. } => {
+            quote_spanned!(*span=> #private::PerAttempt::again(&#ident))
         }
     });
     let message = format!("`verify` must be `{}`", verify.signature);
     let probe = quote_spanned! {span=>
         (&#private::VerifyProbe::<_, (#(#types,)*), #ok, #err>::new(#path)).verify_fit()
     };
+    // The assertion's argument spans the path, first token to last, in the path's own context
+    // (a local of the expansion's context would widen it to the whole attribute), so rustc
+    // underlines the path and nothing else.
+    let last = path
+        .to_token_stream()
+        .into_iter()
+        .last()
+        .map_or(span, |t| t.span());
+    let verifier = Ident::new("__idemkit_verify", last);
     let fits = quote_spanned!(span=> __idemkit_verify_fits(&#verifier););
+    let fits_fn = quote_spanned!(span=> fn __idemkit_verify_fits<V: __IdemkitVerifyFn>(_: &V) {});
     quote! {
         if #call.verifying() {
             #[diagnostic::on_unimplemented(
@@ -386,7 +397,7 @@ fn verify_step(
             trait __IdemkitVerifyFn {}
             #[diagnostic::do_not_recommend]
             impl<F, A, T, E> __IdemkitVerifyFn for #private::Verifier<F, A, T, E> {}
-            fn __idemkit_verify_fits<V: __IdemkitVerifyFn>(_: &V) {}
+            #fits_fn
             #[allow(unused_imports)]
             use #private::{VerifyFits as _, VerifyMisfits as _};
             let #verifier = #probe;

@@ -57,7 +57,11 @@ pub(crate) enum VerifyArg {
     /// The attempt's key, lent.
     Key,
     /// A parameter: copied when `Copy` as written, else cloned per attempt (at its type's span).
-    Param { ident: Ident, ty: Type },
+    Param {
+        ident: Ident,
+        copy: bool,
+        span: Span,
+    },
 }
 
 /// A parameter read from a JSON call.
@@ -298,7 +302,8 @@ fn verify_plan(tool: &Tool, path: &syn::ExprPath) -> VerifyPlan {
                 });
                 args.push(VerifyArg::Param {
                     ident: ident.clone(),
-                    ty: ty.clone(),
+                    copy: crate::expand::copy_as_written(ty),
+                    span: ty.span(),
                 });
             }
         }
