@@ -351,3 +351,28 @@ fn a_tool_with_verify_is_send_so_agents_can_spawn_it() {
     assert_send(&gw.verified("+1555", "hi".to_owned()));
     assert_send(&gw.keyed_verified("+1555", "hi".to_owned()));
 }
+
+/// A tool with an `impl Trait` parameter: its verify function takes one too.
+#[side_effect(key = "user_id", verify = noted)]
+async fn note(user_id: u64, text: impl Serialize + Clone + Send) -> Result<Sent, SendError> {
+    let _ = (user_id, serde_json::to_string(&text));
+    Err(SendError::Timeout)
+}
+
+async fn noted(
+    user_id: u64,
+    text: impl Serialize + Clone + Send,
+) -> Result<Verified<Sent>, SendError> {
+    let _ = text;
+    Ok(Verified::Applied(Sent {
+        run: 0,
+        to: user_id.to_string(),
+    }))
+}
+
+#[tokio::test(start_paused = true)]
+async fn s19_a_verify_function_may_take_an_impl_trait_parameter_as_the_tool_does() {
+    let (_, idem) = store();
+    let result = idem.scope(note(7, "hi")).await;
+    assert_eq!(result.unwrap().to, "7");
+}
