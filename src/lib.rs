@@ -64,8 +64,8 @@ pub use idem_runtime::{
     AlreadyInstalled, BuildError, CallInfo, CallOutcome, Classified, Classify, DuplicateTools,
     Error, Failure, Fingerprint, Idem, IdemBuilder, IdempotencyKey, KeyHasher, KeyPart, KeyValue,
     MemoryStore, OperationId, Records, RetryPolicy, Store, StoreError, StoreErrorKind, Tool,
-    ToolInfo, ToolKind, Verified, as_tenant, check_unique_tool_names, normalize, observe, operation, store,
-    tools,
+    ToolInfo, ToolKind, Verified, as_tenant, check_unique_tool_names, normalize, observe,
+    operation, store, tools,
 };
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]

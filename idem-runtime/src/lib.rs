@@ -74,9 +74,9 @@ pub mod conformance;
 
 pub use classify::{Classified, classify_chain};
 pub use error::{Error, StoreError, StoreErrorKind};
-pub use exec::{Tool, Verified, Verifying};
 #[doc(hidden)]
 pub use exec::{Attempt, Next, ReadCall, ReadNext, SideEffectCall, VerifyStep};
+pub use exec::{Tool, Verified, Verifying};
 pub use fingerprint::{Fingerprint, Fingerprinter};
 pub use idem::{AlreadyInstalled, BuildError, Idem, IdemBuilder, as_tenant, operation};
 #[cfg(feature = "json")]

@@ -1204,6 +1204,11 @@ impl World {
                     )),
                     Some(Ok(_)) if !spec.declined => {}
                     Some(Err(e)) if spec.declined && e == "declined" => {}
+                    // S14, S14+: an attempt (of this call, or of an earlier one whose record this
+                    // call took over) may have taken effect; a later decline does not clear that.
+                    // The caller is told the effect may have happened, and a verification or an
+                    // operator settles it: an honest end, not a stuck caller.
+                    Some(Err(e)) if spec.declined && e == "kept ambiguous" => {}
                     Some(Err(e)) if spec.unreplayable && e == "unreplayable" => {}
                     Some(other) => f.problems.push(format!(
                         "host {host} ended operation {op} with {other:?} (declined: {})",

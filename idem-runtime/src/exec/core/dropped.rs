@@ -21,8 +21,8 @@ impl Drop for Call<'_> {
                 let holder = run.holder;
                 let call = run.call.into_owned();
                 let _span = call.span.clone().entered();
-                let may_have_happened = run.ambiguous
-                    || matches!(between, Between::Attempting | Between::Verifying(_));
+                let may_have_happened =
+                    run.ambiguous || matches!(between, Between::Attempting | Between::Verifying(_));
                 tracing::warn!(
                     attempts = run.attempts,
                     may_have_happened,
@@ -87,9 +87,7 @@ pub(super) fn in_background(fut: impl Future<Output = ()> + Send + 'static) {
         Ok(true) => return,
         Ok(false) => {}
         Err(_) => {
-            tracing::warn!(
-                "ending a dropped call's claim failed; its lease will expire instead"
-            );
+            tracing::warn!("ending a dropped call's claim failed; its lease will expire instead");
             return;
         }
     }

@@ -312,7 +312,11 @@ impl<'a> Call<'a> {
 
     /// The verification could not tell, or failed (S19): the record stays ambiguous.
     pub(crate) fn verified_unknown(&mut self, why: &'static str) {
-        self.verification_answered(if why.contains("failed") { "error" } else { "unknown" });
+        self.verification_answered(if why.contains("failed") {
+            "error"
+        } else {
+            "unknown"
+        });
         self.end_run(Ended::Unsettled(why));
     }
 
@@ -341,11 +345,10 @@ impl<'a> Call<'a> {
         let Phase::Running(run, _) = &mut self.phase else {
             return Poll::Ready(Ok(()));
         };
-        let why =
-            match std::task::ready!(run.holder.poll_gate(&run.call, run.started, false, cx)) {
-                Ok(()) => return Poll::Ready(Ok(())),
-                Err(why) => why,
-            };
+        let why = match std::task::ready!(run.holder.poll_gate(&run.call, run.started, false, cx)) {
+            Ok(()) => return Poll::Ready(Ok(())),
+            Err(why) => why,
+        };
         self.end_run(Ended::Lost {
             attempting: true,
             why,
@@ -409,7 +412,12 @@ impl<'a> Call<'a> {
                     Between::Ready | Between::Verify(_) => {
                         // S22: the lease is live by this process's clock before anything starts.
                         let held = if run.attempts > 0 || run.holder.renewal.is_some() {
-                            std::task::ready!(run.holder.poll_gate(&run.call, run.started, true, cx))
+                            std::task::ready!(run.holder.poll_gate(
+                                &run.call,
+                                run.started,
+                                true,
+                                cx
+                            ))
                         } else {
                             Ok(())
                         };
