@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
 use idemkit::store::{RecordState, Records};
 use idemkit::{
@@ -63,6 +64,8 @@ struct Gateway {
     script: Mutex<VecDeque<SendError>>,
     verifications: Mutex<Vec<(Option<IdempotencyKey>, String, String)>>,
     answers: Mutex<VecDeque<Answer>>,
+    /// How long each run takes before it answers (the message goes out at once).
+    latency: Option<Duration>,
 }
 
 impl Gateway {
@@ -87,8 +90,11 @@ impl Gateway {
     }
 
     /// One message sent: the scripted failure, or what was sent.
-    fn send(&self, to: &str) -> Result<Sent, SendError> {
+    async fn send(&self, to: &str) -> Result<Sent, SendError> {
         let run = self.runs.fetch_add(1, Ordering::SeqCst) + 1;
+        if let Some(latency) = self.latency {
+            tokio::time::sleep(latency).await;
+        }
         match self.script.lock().unwrap().pop_front() {
             Some(err) => Err(err),
             None => Ok(Sent {
@@ -102,14 +108,14 @@ impl Gateway {
     #[side_effect(key = "to", name = "gw.sms", max_attempts = 4)]
     async fn sms(&self, to: &str, text: String) -> Result<Sent, SendError> {
         let _ = text;
-        self.send(to)
+        self.send(to).await
     }
 
     /// Takes the key (the provider deduplicates by it): re-sent (S20's default).
     #[side_effect(key = "to", name = "gw.keyed", max_attempts = 4)]
     async fn keyed(&self, key: &IdempotencyKey, to: &str) -> Result<Sent, SendError> {
         let _ = key;
-        self.send(to)
+        self.send(to).await
     }
 
     /// Takes the key but cannot pass it on: `resend = false`.
@@ -121,20 +127,20 @@ impl Gateway {
     )]
     async fn keyed_no_resend(&self, key: &IdempotencyKey, to: &str) -> Result<Sent, SendError> {
         let _ = key;
-        self.send(to)
+        self.send(to).await
     }
 
     /// Without the key, but deduplicated another way: `resend = true`.
     #[side_effect(key = "to", name = "gw.resent", max_attempts = 4, resend = true)]
     async fn resent(&self, to: &str) -> Result<Sent, SendError> {
-        self.send(to)
+        self.send(to).await
     }
 
     /// Without the key, asking the provider before anything is sent again (S19).
     #[side_effect(key = "to", name = "gw.verified", max_attempts = 4, verify = Self::was_sent)]
     async fn verified(&self, to: &str, text: String) -> Result<Sent, SendError> {
         let _ = text;
-        self.send(to)
+        self.send(to).await
     }
 
     async fn was_sent(&self, to: &str, text: String) -> Result<Verified<Sent>, SendError> {
@@ -150,7 +156,7 @@ impl Gateway {
         text: String,
     ) -> Result<Sent, SendError> {
         let _ = (key, text);
-        self.send(to)
+        self.send(to).await
     }
 
     async fn keyed_was_sent(
@@ -375,4 +381,80 @@ async fn s19_a_verify_function_may_take_an_impl_trait_parameter_as_the_tool_does
     let (_, idem) = store();
     let result = idem.scope(note(7, "hi")).await;
     assert_eq!(result.unwrap().to, "7");
+}
+
+/// A call whose future is dropped while its attempt runs (the agent gave up, its task was
+/// aborted): the message may have gone out.
+async fn cut_off<F: std::future::Future>(idem: &Idem, call: F) {
+    let cut = idem
+        .scope(tokio::time::timeout(Duration::from_secs(1), call))
+        .await;
+    assert!(cut.is_err(), "the call was cut off mid-attempt");
+}
+
+#[tokio::test(start_paused = true)]
+async fn s20_a_cut_off_attempt_of_a_tool_without_the_key_is_not_sent_by_the_next_call() {
+    let (_, idem) = store();
+    let gw = Gateway {
+        latency: Some(Duration::from_secs(60)),
+        ..Gateway::default()
+    };
+    cut_off(&idem, gw.sms("+1555", "hi".to_owned())).await;
+    assert_eq!(gw.runs(), 1);
+    let next = idem.scope(gw.sms("+1555", "hi".to_owned())).await;
+    assert!(next.unwrap_err().is_ambiguous());
+    assert_eq!(gw.runs(), 1, "the next call did not send it again");
+}
+
+#[tokio::test(start_paused = true)]
+async fn s19_the_next_call_after_a_cut_off_attempt_asks_verify_before_sending() {
+    for (answer, runs) in [(Verified::Applied(sent(0)), 1), (Verified::NotApplied, 2)] {
+        let (_, idem) = store();
+        let gw = Gateway {
+            latency: Some(Duration::from_secs(60)),
+            ..Gateway::default()
+        }
+        .answering([Ok(answer.clone())]);
+        cut_off(&idem, gw.verified("+1555", "hi".to_owned())).await;
+        assert_eq!((gw.runs(), gw.verifications()), (1, 0));
+        let next = idem.scope(gw.verified("+1555", "hi".to_owned())).await;
+        assert_eq!(gw.verifications(), 1, "asked first ({answer:?})");
+        assert_eq!(gw.runs(), runs, "{answer:?}");
+        match answer {
+            Verified::Applied(value) => assert_eq!(next.unwrap(), value),
+            _ => assert_eq!(next.unwrap(), sent(2)),
+        }
+    }
+}
+
+/// A holder that dies mid-attempt without a trace (its process killed): its future is neither
+/// polled again nor dropped, so its record stays running until its lease runs out.
+async fn dies_holding<F: std::future::Future>(idem: &Idem, call: F) {
+    let mut held = Box::pin(idem.scope(call));
+    let cut = tokio::time::timeout(Duration::from_secs(1), &mut held).await;
+    assert!(cut.is_err(), "the holder was mid-attempt");
+    std::mem::forget(held);
+    // Past the default lease (10 s): the record may be taken over.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn s19_and_s20_taking_over_a_dead_holders_record_asks_verify_or_does_not_send() {
+    let (_, idem) = store();
+    let gw = Gateway {
+        latency: Some(Duration::from_secs(60)),
+        ..Gateway::default()
+    }
+    .answering([Ok(Verified::Applied(sent(0)))]);
+    // Without `verify` and without the key: the takeover does not send it again (S20).
+    dies_holding(&idem, gw.sms("+1555", "hi".to_owned())).await;
+    let taken_over = idem.scope(gw.sms("+1555", "hi".to_owned())).await;
+    assert!(taken_over.unwrap_err().is_ambiguous());
+    assert_eq!(gw.runs(), 1);
+    // With `verify`: the takeover asks first, and the answer completes the call (S19).
+    dies_holding(&idem, gw.verified("+1555", "hi".to_owned())).await;
+    assert_eq!(gw.runs(), 2);
+    let taken_over = idem.scope(gw.verified("+1555", "hi".to_owned())).await;
+    assert_eq!(taken_over.unwrap(), sent(0));
+    assert_eq!((gw.runs(), gw.verifications()), (2, 1));
 }
