@@ -408,16 +408,10 @@ fn resend_arg(cx: &Ctxt, ident: &Ident, input: ParseStream) -> syn::Result<Optio
         return Ok(None);
     }
     input.parse::<Token![=]>()?;
-    if input.peek(LitBool)
-        && (input.peek2(Token![,]) || {
-            let fork = input.fork();
-            fork.parse::<LitBool>()?;
-            fork.is_empty()
-        })
-    {
-        return Ok(Some(input.parse()?));
-    }
     let value = skip_value(input)?;
+    if let Ok(value) = syn::parse2::<LitBool>(value.clone()) {
+        return Ok(Some(value));
+    }
     cx.error_spanned(
         &value,
         format!("`resend` is `true` or `false`, not `{value}`; {WHAT}"),
