@@ -146,12 +146,15 @@ use ast::Kind;
 /// outcome is unknown is sent again only when the tool takes the `&IdempotencyKey` (or says
 /// `resend = true`); otherwise the call answers `Error::Ambiguous` and later calls of the key do
 /// not run the body until the outcome is settled (S20). `verify = check` settles it by asking the
-/// provider: `check` takes the tool's parameters, in the same order and of the same types (the
-/// `&IdempotencyKey` too where the tool takes it, `&self` first for a method), and answers
-/// `Result<idemkit::Verified<T>, E>` with the tool's own `T` and `E`. `Applied(t)` completes the
-/// call with `t` (replayed from then on), `NotApplied` lets it send again, `Unknown` (or an error)
-/// keeps it ambiguous (S19). A `check` whose signature does not fit is a compile error at its path
-/// (C10) that names the signature to write.
+/// provider, before anything is sent again: after an attempt whose outcome is unknown, when a call
+/// meets a record kept as ambiguous, and when it takes over a holder whose lease ran out. `check`
+/// takes the tool's parameters, in the same order and of the same types (the `&IdempotencyKey`
+/// too where the tool takes it, `&self` first for a method; owned arguments are cloned for it as
+/// for an attempt), and answers `Result<idemkit::Verified<T>, E>` with the tool's own `T` and `E`.
+/// `Applied(t)` completes the call with `t` (replayed from then on; `idemkit::observe` says
+/// `verified`), `NotApplied` lets it send again, `Unknown` (or an error) keeps it ambiguous (S19).
+/// A `check` whose signature does not fit is a compile error at its path (C10) that names the
+/// signature to write.
 ///
 /// ```
 /// use idemkit::{Classify, Failure, Verified, side_effect};
