@@ -1,7 +1,8 @@
 //! A fake SMS gateway on loopback that does **not** deduplicate: every request sends a message,
 //! whatever key it carries, like most e-mail, SMS and webhook senders. It fails on request (sends
-//! and then loses the response, fails before sending, or hangs without sending) and can be asked
-//! whether a message went out, which is all a client can do to settle an unknown outcome.
+//! and then loses the response, fails before sending, loses the request unsent, or sends and
+//! never answers) and can be asked whether a message went out, which is all a client can do to
+//! settle an unknown outcome.
 //!
 //! - `POST /v1/messages` with a JSON body `{"to", "text", "message_id"?, "idempotency_key"?}` sends
 //!   one message and answers `200` with it as sent: `{"sid": "SM…", "to", "text", "message_id",
@@ -30,10 +31,13 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
+use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -46,12 +50,17 @@ use crate::ProviderError;
 /// One failure to inject into the next `POST /v1/messages`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SmsFault {
-    /// Send the message, then never answer: the client times out (the response is lost).
+    /// Send the message, then cut the connection before the answer: the client sees the request
+    /// fail after it was sent ([`ProviderError::Broken`]), and the message went out.
     DropAfterSend,
     /// Answer `503` without sending anything.
     FailBeforeSend,
-    /// Never answer and send nothing: the client times out, and nothing went out.
+    /// Cut the connection without sending anything: the client sees the same failure as for
+    /// [`SmsFault::DropAfterSend`] ([`ProviderError::Broken`]), and nothing went out.
     DropBeforeSend,
+    /// Send the message, then never answer: the client waits until its timeout (or until its
+    /// process is killed).
+    HangAfterSend,
 }
 
 /// How [`SmsGateway::fail_lookups`] makes lookups fail.
@@ -216,10 +225,8 @@ async fn send(
             )
                 .into_response();
         }
-        Some(SmsFault::DropBeforeSend) => {
-            // Nothing goes out; the client times out and cannot tell.
-            std::future::pending::<()>().await;
-        }
+        // Nothing goes out; the client cannot tell.
+        Some(SmsFault::DropBeforeSend) => return cut(),
         _ => {}
     }
     let sent = {
@@ -234,11 +241,31 @@ async fn send(
         state.sent.push(sent.clone());
         sent
     };
-    if fault == Some(SmsFault::DropAfterSend) {
-        // Sent, but the response never arrives: the client times out.
-        std::future::pending::<()>().await;
+    match fault {
+        // Sent, but the answer never arrives.
+        Some(SmsFault::DropAfterSend) => cut(),
+        Some(SmsFault::HangAfterSend) => std::future::pending().await,
+        _ => (StatusCode::OK, axum::Json(sent)).into_response(),
     }
-    (StatusCode::OK, axum::Json(sent)).into_response()
+}
+
+/// A response whose body fails at once: the server cuts the connection, and the client gets no
+/// answer (the same as a connection reset after the request was sent).
+fn cut() -> Response {
+    struct Cut;
+    impl HttpBody for Cut {
+        type Data = Bytes;
+        type Error = std::io::Error;
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<http_body::Frame<Bytes>, std::io::Error>>> {
+            Poll::Ready(Some(Err(std::io::Error::from(
+                std::io::ErrorKind::ConnectionReset,
+            ))))
+        }
+    }
+    Response::new(Body::new(Cut))
 }
 
 #[derive(Deserialize)]

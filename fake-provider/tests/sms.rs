@@ -8,6 +8,7 @@ use fake_provider::sms::{Lookup, Message, SmsClient, SmsFault, SmsGateway};
 
 async fn setup() -> (SmsGateway, SmsClient) {
     let gateway = SmsGateway::start().await.unwrap();
+    // Only `HangAfterSend` waits for the timeout: the other faults answer at once.
     let client = SmsClient::new(gateway.base_url(), Duration::from_millis(300));
     (gateway, client)
 }
@@ -31,11 +32,11 @@ async fn every_request_sends_whatever_its_key() {
 }
 
 #[tokio::test]
-async fn drop_after_send_times_out_the_client_but_sends() {
+async fn drop_after_send_breaks_the_request_but_sends() {
     let (gateway, client) = setup().await;
     gateway.inject([SmsFault::DropAfterSend]);
     let err = client.send(&message()).await.unwrap_err();
-    assert_eq!(err, ProviderError::Timeout);
+    assert_eq!(err, ProviderError::Broken);
     assert_eq!(gateway.sent(), 1);
     // The lookup answers what the lost response would have.
     let found = client
@@ -58,14 +59,26 @@ async fn fail_before_send_is_503_and_sends_nothing() {
 }
 
 #[tokio::test]
-async fn drop_before_send_times_out_the_client_and_sends_nothing() {
+async fn drop_before_send_breaks_the_request_and_sends_nothing() {
     let (gateway, client) = setup().await;
     gateway.inject([SmsFault::DropBeforeSend]);
     let err = client.send(&message()).await.unwrap_err();
-    assert_eq!(err, ProviderError::Timeout);
+    assert_eq!(err, ProviderError::Broken);
     assert_eq!(gateway.sent(), 0);
     let found = client.lookup(Lookup::IdempotencyKey("k-7")).await.unwrap();
     assert!(found.is_empty(), "{found:?}");
+}
+
+#[tokio::test]
+async fn hang_after_send_sends_and_never_answers() {
+    let (gateway, client) = setup().await;
+    gateway.inject([SmsFault::HangAfterSend]);
+    let err = client.send(&message()).await.unwrap_err();
+    assert_eq!(err, ProviderError::Timeout);
+    assert_eq!(gateway.sent(), 1);
+    // The next request is answered.
+    client.send(&message()).await.unwrap();
+    assert_eq!(gateway.sent(), 2);
 }
 
 #[tokio::test]

@@ -1,0 +1,401 @@
+//! The lost-response problem when the provider cannot deduplicate: an SMS gateway that sends a
+//! message per request whatever its key ([`fake_provider::sms`]). For each scenario, the messages
+//! sent (a) by a naive retry loop, (b) by `#[side_effect]` without `verify`, and (c) with
+//! `verify = was_sent`, which asks the gateway "did message X go out?" before anything is sent
+//! again.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fake_provider::sms::{Lookup, Message, Sent, SmsClient, SmsFault, SmsGateway};
+use idemkit::{
+    CallInfo, CallOutcome, Classify, Error, Failure, Idem, MemoryStore, Tool, Verified, observe,
+};
+
+use super::PayError;
+
+/// How long a text's claim holds before another process may take over: short, so that the
+/// scenario where a process dies is over in a second.
+const LEASE: Duration = Duration::from_secs(1);
+
+/// The agent's texting tools over one gateway.
+pub struct Texts {
+    pub client: SmsClient,
+    /// What `was_sent` answered, in order: `Some(true)` applied, `Some(false)` not applied,
+    /// `None` could not tell.
+    pub checks: std::sync::Mutex<Vec<Option<bool>>>,
+}
+
+/// The message id of an order's "shipped" text: chosen by us, from the order, so that the
+/// gateway can be asked whether it went out.
+pub fn message_id(order_id: &str) -> String {
+    format!("{order_id}-shipped")
+}
+
+impl Texts {
+    /// A client of the gateway at `base` that gives up on a request after `timeout`.
+    pub fn new(base: String, timeout: Duration) -> Self {
+        Texts {
+            client: SmsClient::new(base, timeout),
+            checks: std::sync::Mutex::default(),
+        }
+    }
+
+    async fn send(&self, order_id: &str, to: &str) -> Result<Sent, PayError> {
+        let message = Message::new(to, format!("Your order {order_id} has shipped."))
+            .message_id(message_id(order_id));
+        Ok(self.client.send(&message).await?)
+    }
+
+    /// (b) Texts the customer that the order shipped, once per order. It does not take the
+    /// `&IdempotencyKey`: the gateway could not deduplicate by it anyway, so an attempt whose
+    /// outcome is unknown is not sent again (S20) and the call ends `Error::Ambiguous`.
+    pub async fn notify_shipped(&self, order_id: &str, to: &str) -> Result<Sent, PayError> {
+        Tool::new("notify_shipped")
+            .lease(LEASE)
+            .resend(false)
+            .side_effect(&[("order_id", &order_id)], &(to,), |_key| {
+                self.send(order_id, to)
+            })
+            .await
+    }
+
+    /// (c) The same, with a verify function: before anything whose outcome is unknown is sent
+    /// again, the gateway is asked whether the message went out (S19).
+    pub async fn notify_shipped_verified(
+        &self,
+        order_id: &str,
+        to: &str,
+    ) -> Result<Sent, PayError> {
+        Tool::new("notify_shipped_verified")
+            .lease(LEASE)
+            .resend(false)
+            .verify(|_key| self.was_sent(order_id, to))
+            .side_effect(&[("order_id", &order_id)], &(to,), |_key| {
+                self.send(order_id, to)
+            })
+            .await
+    }
+
+    /// "Did the order's text go out?", asked of the gateway by the message id we chose: the
+    /// message as sent, not sent, or an error (the lookup failed: cannot tell).
+    pub async fn was_sent(&self, order_id: &str, _to: &str) -> Result<Verified<Sent>, PayError> {
+        let found = self
+            .client
+            .lookup(Lookup::MessageId(&message_id(order_id)))
+            .await;
+        let answer = found.as_ref().ok().map(|found| !found.is_empty());
+        self.checks.lock().unwrap().push(answer);
+        Ok(match found?.into_iter().next() {
+            Some(sent) => Verified::Applied(sent),
+            None => Verified::NotApplied,
+        })
+    }
+
+    /// (a) How agents usually write it: retry on any failure that is not permanent.
+    pub async fn naive_notify_shipped(&self, order_id: &str, to: &str) -> Result<Sent, PayError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.send(order_id, to).await {
+                Ok(sent) => return Ok(sent),
+                Err(e) => {
+                    if attempt >= 4 || e.classify() == Failure::Permanent {
+                        return Err(e);
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+    }
+}
+
+/// What the agent tells the model (and the user) about a failed text. An unknown outcome is
+/// never reported as "not sent": the message may have gone out, and it was not sent again.
+pub fn agent_says(order_id: &str, error: &PayError) -> String {
+    match error {
+        PayError::Idem(Error::Ambiguous { key, .. }) => format!(
+            "the text for order {order_id} may have been sent; it was not re-sent. \
+             Check the gateway for message {}, then `idemkit resolve {key} applied --outcome JSON` \
+             or `idemkit resolve {key} not-applied`.",
+            message_id(order_id)
+        ),
+        other => format!("the text for order {order_id} was not sent: {other}"),
+    }
+}
+
+/// One scenario of the table.
+#[derive(Debug, Clone)]
+pub struct SmsScenario {
+    /// What happens.
+    pub name: &'static str,
+    /// The faults the gateway injects into sends, in order.
+    pub faults: Vec<SmsFault>,
+    /// How many times the agent runs the step.
+    pub agent_runs: u32,
+    /// Lookups fail: the gateway cannot tell whether a message went out.
+    pub lookups_fail: bool,
+    /// The first run's process dies once the message is sent (before any answer), and a new
+    /// process, with the same store, runs the step again.
+    pub dies_after_sending: bool,
+}
+
+/// The scenarios, in the order of the table.
+pub fn sms_scenarios() -> Vec<SmsScenario> {
+    let base = SmsScenario {
+        name: "",
+        faults: vec![],
+        agent_runs: 1,
+        lookups_fail: false,
+        dies_after_sending: false,
+    };
+    vec![
+        SmsScenario {
+            name: "the response arrives",
+            ..base.clone()
+        },
+        SmsScenario {
+            name: "the response is lost after sending",
+            faults: vec![SmsFault::DropAfterSend],
+            ..base.clone()
+        },
+        SmsScenario {
+            name: "503 before sending",
+            faults: vec![SmsFault::FailBeforeSend],
+            ..base.clone()
+        },
+        SmsScenario {
+            name: "no response, nothing sent",
+            faults: vec![SmsFault::DropBeforeSend],
+            ..base.clone()
+        },
+        SmsScenario {
+            name: "the agent re-runs the same step",
+            agent_runs: 2,
+            ..base.clone()
+        },
+        SmsScenario {
+            name: "the response is lost, the agent re-runs the step",
+            faults: vec![SmsFault::DropAfterSend],
+            agent_runs: 2,
+            ..base.clone()
+        },
+        SmsScenario {
+            name: "the response is lost and lookups fail",
+            faults: vec![SmsFault::DropAfterSend],
+            lookups_fail: true,
+            ..base.clone()
+        },
+        SmsScenario {
+            name: "the process dies after sending, a new one replays",
+            faults: vec![SmsFault::HangAfterSend],
+            dies_after_sending: true,
+            ..base
+        },
+    ]
+}
+
+/// What the agent's last run of the step got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// `Ok`, the body's own result.
+    Ok,
+    /// `Ok`, an earlier call's recorded outcome replayed.
+    Replayed,
+    /// `Ok`, what the verify function found (the message had gone out).
+    Verified,
+    /// `Ok`, sent again once the verify function found that the message had not gone out.
+    Resent,
+    /// `Error::Ambiguous`: may have been sent, not re-sent.
+    Ambiguous,
+    /// Another error.
+    Failed,
+}
+
+impl Answer {
+    fn of(result: &Result<Sent, PayError>, info: Option<&CallInfo>, not_applied: bool) -> Self {
+        match result {
+            Ok(_) => match info.map(|i| (i.outcome, i.verified)) {
+                Some((CallOutcome::Replayed, _)) => Answer::Replayed,
+                Some((CallOutcome::Verified, _) | (_, true)) => Answer::Verified,
+                _ if not_applied => Answer::Resent,
+                _ => Answer::Ok,
+            },
+            Err(PayError::Idem(Error::Ambiguous { .. })) => Answer::Ambiguous,
+            Err(_) => Answer::Failed,
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Answer::Ok => "ok",
+            Answer::Replayed => "ok, replayed",
+            Answer::Verified => "ok, verified",
+            Answer::Resent => "ok, re-sent once",
+            Answer::Ambiguous => "Ambiguous",
+            Answer::Failed => "error",
+        }
+    }
+}
+
+/// Messages sent in one scenario by one way of calling, and what the last run got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cell {
+    /// Messages the gateway sent.
+    pub sent: usize,
+    /// What the agent's last run of the step got.
+    pub answer: Answer,
+    /// How many times the verify function was asked.
+    pub checks: usize,
+}
+
+impl std::fmt::Display for Cell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.sent, self.answer.label())
+    }
+}
+
+/// One row of the table.
+#[derive(Debug, Clone)]
+pub struct SmsRow {
+    /// The scenario.
+    pub name: &'static str,
+    /// (a) The naive retry loop.
+    pub naive: Cell,
+    /// (b) `#[side_effect]` without `verify`.
+    pub no_verify: Cell,
+    /// (c) `#[side_effect]` with `verify = was_sent`.
+    pub verify: Cell,
+    /// What the agent said after (b)'s last run, when it failed.
+    pub no_verify_says: Option<String>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Way {
+    Naive,
+    NoVerify,
+    Verify,
+}
+
+/// No scenario waits for this timeout: the gateway cuts the connection to lose an answer.
+const TIMEOUT: Duration = Duration::from_secs(10);
+const ORDER: &str = "ord_7";
+const TO: &str = "+15550100";
+
+/// Runs the step once in `way`, under `idem`, observed.
+async fn run_once(
+    texts: &Texts,
+    idem: &Idem,
+    way: Way,
+) -> (Result<Sent, PayError>, Option<CallInfo>) {
+    match way {
+        Way::Naive => (texts.naive_notify_shipped(ORDER, TO).await, None),
+        Way::NoVerify => observe(idem.scope(texts.notify_shipped(ORDER, TO))).await,
+        Way::Verify => observe(idem.scope(texts.notify_shipped_verified(ORDER, TO))).await,
+    }
+}
+
+/// Runs one scenario in one way against a fresh gateway and store.
+async fn run(scenario: &SmsScenario, way: Way) -> (Cell, Option<String>) {
+    let gateway = SmsGateway::start().await.expect("a loopback port");
+    gateway.inject(scenario.faults.clone());
+    gateway.fail_lookups(scenario.lookups_fail);
+    let texts = Texts::new(gateway.base_url(), TIMEOUT);
+    // The store outlives a process that dies: a real agent keeps it in SQLite or PostgreSQL.
+    let store = Arc::new(MemoryStore::new());
+    let mut runs = scenario.agent_runs;
+    if scenario.dies_after_sending {
+        // The first process: it sends, then is killed while it waits for the answer (the gateway
+        // never gives it). Its call is never polled or dropped again, as after a SIGKILL: no
+        // cleanup, no lease renewal.
+        let (dying, first) = (
+            Texts::new(gateway.base_url(), TIMEOUT),
+            Idem::new(store.clone()),
+        );
+        let mut call = Box::pin(run_once(&dying, &first, way));
+        tokio::select! {
+            _ = &mut call => panic!("the first process's call ended before it was killed"),
+            () = until_sent(&gateway) => {}
+        }
+        std::mem::forget(call);
+    }
+    // (The new process, if one died.)
+    let idem = Idem::new(store);
+    let mut last = None;
+    while runs > 0 {
+        runs -= 1;
+        last = Some(run_once(&texts, &idem, way).await);
+    }
+    let (result, info) = last.expect("at least one run");
+    let checks = texts.checks.lock().unwrap().clone();
+    let cell = Cell {
+        sent: gateway.sent(),
+        answer: Answer::of(&result, info.as_ref(), checks.contains(&Some(false))),
+        checks: checks.len(),
+    };
+    (cell, result.err().map(|e| agent_says(ORDER, &e)))
+}
+
+/// Waits until the gateway has sent a message.
+async fn until_sent(gateway: &SmsGateway) {
+    while gateway.sent() == 0 {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Runs every scenario in each of the three ways, each against a fresh gateway.
+pub async fn sms_table() -> Vec<SmsRow> {
+    let mut rows = Vec::new();
+    for scenario in sms_scenarios() {
+        let (naive, _) = run(&scenario, Way::Naive).await;
+        let (no_verify, no_verify_says) = run(&scenario, Way::NoVerify).await;
+        let (verify, _) = run(&scenario, Way::Verify).await;
+        rows.push(SmsRow {
+            name: scenario.name,
+            naive,
+            no_verify,
+            verify,
+            no_verify_says,
+        });
+    }
+    rows
+}
+
+/// The table as the example prints it.
+pub fn render_sms(rows: &[SmsRow]) -> String {
+    let width = rows
+        .iter()
+        .map(|r| r.name.len())
+        .max()
+        .unwrap_or(0)
+        .max("scenario".len());
+    let heads = [
+        "naive retry loop",
+        "#[side_effect], no verify",
+        "verify = was_sent",
+    ];
+    let cells = |r: &SmsRow| [r.naive, r.no_verify, r.verify];
+    let mut widths = heads.map(str::len);
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(cells(row)) {
+            *w = (*w).max(cell.to_string().len());
+        }
+    }
+    let mut out = format!("| {:width$} |", "scenario");
+    for (h, w) in heads.iter().zip(widths) {
+        out += &format!(" {h:w$} |");
+    }
+    out += &format!("\n|{}|", "-".repeat(width + 2));
+    for w in widths {
+        out += &format!("{}|", "-".repeat(w + 2));
+    }
+    out += "\n";
+    for row in rows {
+        out += &format!("| {:width$} |", row.name);
+        for (cell, w) in cells(row).iter().zip(widths) {
+            out += &format!(" {:>w$} |", cell.to_string());
+        }
+        out += "\n";
+    }
+    out
+}
