@@ -363,7 +363,8 @@ pub trait Store: Send + Sync + 'static {
 
     /// **Running → Ambiguous**, kept for `ttl` from now with `note` (the last error, for
     /// operators): the operation may have happened, so the next claim with the same fingerprint
-    /// takes it over at once and runs it again with the same key (the provider deduplicates).
+    /// takes it over at once (`Takeover::Ambiguous`); the executor then verifies it, re-sends it
+    /// with the same key where the provider deduplicates, or keeps it ambiguous (S19, S20).
     fn mark_ambiguous<'a>(
         &'a self,
         key: IdempotencyKey,
