@@ -9,14 +9,11 @@ use std::time::Duration;
 
 use fake_provider::sms::{Lookup, Message, Sent, SmsClient, SmsFault, SmsGateway};
 use idemkit::{
-    CallInfo, CallOutcome, Classify, Error, Failure, Idem, MemoryStore, Tool, Verified, observe,
+    CallInfo, CallOutcome, Classify, Error, Failure, Idem, MemoryStore, Verified, observe,
+    side_effect,
 };
 
 use super::PayError;
-
-/// How long a text's claim holds before another process may take over: short, so that the
-/// scenario where a process dies is over in a second.
-const LEASE: Duration = Duration::from_secs(1);
 
 /// The agent's texting tools over one gateway.
 pub struct Texts {
@@ -50,35 +47,26 @@ impl Texts {
     /// (b) Texts the customer that the order shipped, once per order. It does not take the
     /// `&IdempotencyKey`: the gateway could not deduplicate by it anyway, so an attempt whose
     /// outcome is unknown is not sent again (S20) and the call ends `Error::Ambiguous`.
+    #[side_effect(key = "order_id", lease = "1s")]
     pub async fn notify_shipped(&self, order_id: &str, to: &str) -> Result<Sent, PayError> {
-        Tool::new("notify_shipped")
-            .lease(LEASE)
-            .resend(false)
-            .side_effect(&[("order_id", &order_id)], &(to,), |_key| {
-                self.send(order_id, to)
-            })
-            .await
+        self.send(order_id, to).await
     }
 
     /// (c) The same, with a verify function: before anything whose outcome is unknown is sent
     /// again, the gateway is asked whether the message went out (S19).
+    #[side_effect(key = "order_id", lease = "1s", verify = Self::was_sent)]
     pub async fn notify_shipped_verified(
         &self,
         order_id: &str,
         to: &str,
     ) -> Result<Sent, PayError> {
-        Tool::new("notify_shipped_verified")
-            .lease(LEASE)
-            .resend(false)
-            .verify(|_key| self.was_sent(order_id, to))
-            .side_effect(&[("order_id", &order_id)], &(to,), |_key| {
-                self.send(order_id, to)
-            })
-            .await
+        self.send(order_id, to).await
     }
 
     /// "Did the order's text go out?", asked of the gateway by the message id we chose: the
     /// message as sent, not sent, or an error (the lookup failed: cannot tell).
+    ///
+    /// Its parameters are the tool's (`verify = Self::was_sent`).
     pub async fn was_sent(&self, order_id: &str, _to: &str) -> Result<Verified<Sent>, PayError> {
         let found = self
             .client
