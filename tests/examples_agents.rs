@@ -90,7 +90,13 @@ async fn lost_response_sms_table_s20_never_resends_s19_verify_settles() {
             None => assert_ne!(row.no_verify.answer, Ambiguous, "{name}"),
         }
     }
-    // The table as the example prints it (and the README quotes it).
+    // The README's section "When the provider cannot deduplicate" quotes the table as measured.
+    let readme = include_str!("../README.md");
+    assert!(
+        readme.contains(&table),
+        "README.md's SMS table differs from the example's output; paste this one there:\n{table}"
+    );
+    // The table as the example prints it.
     for line in [
         "| the response is lost after sending                |           2 (ok) |             1 (Ambiguous) |     1 (ok, verified) |",
         "| no response, nothing sent                         |           1 (ok) |             0 (Ambiguous) | 1 (ok, re-sent once) |",
