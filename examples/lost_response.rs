@@ -3,7 +3,8 @@
 //! loop and with `#[side_effect]`; then the messages an SMS gateway that cannot deduplicate sent,
 //! with a naive retry loop, with `#[side_effect]` alone (an unknown outcome is not re-sent: the
 //! call ends `Error::Ambiguous`) and with `verify = was_sent` (the gateway is asked whether the
-//! message went out before anything is sent again).
+//! message went out before anything is sent again). One scenario kills an agent (SIGKILL) after
+//! its message went out and starts another: this program is started again as that agent.
 //!
 //! ```sh
 //! cargo run --example lost_response
@@ -13,6 +14,10 @@ mod agent;
 
 #[tokio::main]
 async fn main() {
+    // The agent the SIGKILL scenario starts and kills.
+    if agent::sms::is_child() {
+        std::process::exit(agent::sms::child_main().await);
+    }
     println!("Charges made by the provider for one intended charge of 42.00:\n");
     let rows = agent::lost_response_table().await;
     print!("{}", agent::render(&rows));
@@ -30,7 +35,8 @@ async fn main() {
         "\nMessages sent by an SMS gateway that does not deduplicate, for one intended text \
          (what the agent's last run of the step got in brackets):\n"
     );
-    let sms = agent::sms::sms_table().await;
+    let exe = std::env::current_exe().expect("the path of this example");
+    let sms = agent::sms::sms_table(|| tokio::process::Command::new(&exe)).await;
     print!("{}", agent::sms::render_sms(&sms));
     let never_twice = sms
         .iter()

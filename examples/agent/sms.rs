@@ -4,7 +4,6 @@
 //! `verify = was_sent`, which asks the gateway "did message X go out?" before anything is sent
 //! again.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use fake_provider::sms::{Lookup, Message, Sent, SmsClient, SmsFault, SmsGateway};
@@ -123,9 +122,9 @@ pub struct SmsScenario {
     pub agent_runs: u32,
     /// Lookups fail: the gateway cannot tell whether a message went out.
     pub lookups_fail: bool,
-    /// The first run's process dies once the message is sent (before any answer), and a new
-    /// process, with the same store, runs the step again.
-    pub dies_after_sending: bool,
+    /// The first run's process is killed (SIGKILL) once the message is sent, before any
+    /// answer, and a new process, on the same SQLite file, runs the step again.
+    pub killed_after_sending: bool,
 }
 
 /// The scenarios, in the order of the table.
@@ -135,7 +134,7 @@ pub fn sms_scenarios() -> Vec<SmsScenario> {
         faults: vec![],
         agent_runs: 1,
         lookups_fail: false,
-        dies_after_sending: false,
+        killed_after_sending: false,
     };
     vec![
         SmsScenario {
@@ -175,12 +174,16 @@ pub fn sms_scenarios() -> Vec<SmsScenario> {
             ..base.clone()
         },
         SmsScenario {
-            name: "the process dies after sending, a new one replays",
+            name: "SIGKILL after sending, a new process replays",
             faults: vec![SmsFault::HangAfterSend],
-            dies_after_sending: true,
+            killed_after_sending: true,
             ..base
         },
     ]
+    .into_iter()
+    // The child agents keep their records in the default SQLite store.
+    .filter(|s| cfg!(feature = "sqlite") || !s.killed_after_sending)
+    .collect()
 }
 
 /// What the agent's last run of the step got.
@@ -212,6 +215,19 @@ impl Answer {
             Err(PayError::Idem(Error::Ambiguous { .. })) => Answer::Ambiguous,
             Err(_) => Answer::Failed,
         }
+    }
+
+    fn parse(debug: &str) -> Self {
+        [
+            Answer::Ok,
+            Answer::Replayed,
+            Answer::Verified,
+            Answer::Resent,
+            Answer::Ambiguous,
+        ]
+        .into_iter()
+        .find(|a| format!("{a:?}") == debug)
+        .unwrap_or(Answer::Failed)
     }
 
     fn label(self) -> &'static str {
@@ -265,6 +281,16 @@ enum Way {
     Verify,
 }
 
+impl Way {
+    fn name(self) -> &'static str {
+        match self {
+            Way::Naive => "naive",
+            Way::NoVerify => "no_verify",
+            Way::Verify => "verify",
+        }
+    }
+}
+
 /// No scenario waits for this timeout: the gateway cuts the connection to lose an answer.
 const TIMEOUT: Duration = Duration::from_secs(10);
 const ORDER: &str = "ord_7";
@@ -283,45 +309,154 @@ async fn run_once(
     }
 }
 
-/// Runs one scenario in one way against a fresh gateway and store.
-async fn run(scenario: &SmsScenario, way: Way) -> (Cell, Option<String>) {
+/// Runs one scenario in one way against a fresh gateway and store; `command` makes a command
+/// that starts this program as a child agent (for the scenario where a process is killed).
+async fn run(
+    scenario: &SmsScenario,
+    way: Way,
+    command: &impl Fn() -> tokio::process::Command,
+) -> (Cell, Option<String>) {
     let gateway = SmsGateway::start().await.expect("a loopback port");
     gateway.inject(scenario.faults.clone());
     gateway.fail_lookups(scenario.lookups_fail);
-    let texts = Texts::new(gateway.base_url(), TIMEOUT);
-    // The store outlives a process that dies: a real agent keeps it in SQLite or PostgreSQL.
-    let store = Arc::new(MemoryStore::new());
-    let mut runs = scenario.agent_runs;
-    if scenario.dies_after_sending {
-        // The first process: it sends, then is killed while it waits for the answer (the gateway
-        // never gives it). Its call is never polled or dropped again, as after a SIGKILL: no
-        // cleanup, no lease renewal.
-        let (dying, first) = (
-            Texts::new(gateway.base_url(), TIMEOUT),
-            Idem::new(store.clone()),
-        );
-        let mut call = Box::pin(run_once(&dying, &first, way));
-        tokio::select! {
-            _ = &mut call => panic!("the first process's call ended before it was killed"),
-            () = until_sent(&gateway) => {}
-        }
-        std::mem::forget(call);
+    if scenario.killed_after_sending {
+        return killed_after_sending(&gateway, way, command).await;
     }
-    // (The new process, if one died.)
-    let idem = Idem::new(store);
+    let texts = Texts::new(gateway.base_url(), TIMEOUT);
+    let idem = Idem::new(MemoryStore::new());
     let mut last = None;
-    while runs > 0 {
-        runs -= 1;
+    for _ in 0..scenario.agent_runs {
         last = Some(run_once(&texts, &idem, way).await);
     }
     let (result, info) = last.expect("at least one run");
+    cell(&gateway, &texts, &result, info.as_ref())
+}
+
+/// What the gateway sent, what the run got, and what the agent says about a failure.
+fn cell(
+    gateway: &SmsGateway,
+    texts: &Texts,
+    result: &Result<Sent, PayError>,
+    info: Option<&CallInfo>,
+) -> (Cell, Option<String>) {
     let checks = texts.checks.lock().unwrap().clone();
     let cell = Cell {
         sent: gateway.sent(),
-        answer: Answer::of(&result, info.as_ref(), checks.contains(&Some(false))),
+        answer: Answer::of(result, info, checks.contains(&Some(false))),
         checks: checks.len(),
     };
-    (cell, result.err().map(|e| agent_says(ORDER, &e)))
+    (cell, result.as_ref().err().map(|e| agent_says(ORDER, e)))
+}
+
+/// A child agent runs the step against the gateway, which sends and never answers; once the
+/// message is out, the child is killed (SIGKILL). A new child, on the same SQLite file, runs the
+/// step again and reports what it got.
+async fn killed_after_sending(
+    gateway: &SmsGateway,
+    way: Way,
+    command: &impl Fn() -> tokio::process::Command,
+) -> (Cell, Option<String>) {
+    let db = std::env::temp_dir().join(format!(
+        "idemkit-lost-response-{}-{}.db",
+        std::process::id(),
+        way.name()
+    ));
+    let _ = std::fs::remove_file(&db);
+    let child = |stdout: std::process::Stdio| {
+        let mut c = command();
+        c.env(CHILD_WAY, way.name())
+            .env(CHILD_GATEWAY, gateway.base_url())
+            .env("IDEMKIT_DB", &db)
+            .stdin(std::process::Stdio::null())
+            .stdout(stdout)
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        c
+    };
+    let mut first = child(std::process::Stdio::null())
+        .spawn()
+        .expect("the child agent starts");
+    tokio::select! {
+        status = first.wait() => panic!(
+            "the first child agent exited ({status:?}) before its message was sent: {}",
+            stderr_of(first).await
+        ),
+        () = until_sent(gateway) => {}
+    }
+    first.start_kill().expect("SIGKILL"); // Child::start_kill sends SIGKILL on Unix.
+    first.wait().await.expect("the killed child's status");
+    // The new process: it meets the dead holder's record (its lease runs out unrenewed).
+    let output = child(std::process::Stdio::piped())
+        .output()
+        .await
+        .expect("the second child agent runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let report = stdout
+        .lines()
+        .find_map(|l| l.split_once(CHILD_REPORT).map(|(_, report)| report))
+        .unwrap_or_else(|| {
+            panic!(
+                "the second child agent reported nothing ({}):\n{stdout}\n{}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            )
+        });
+    let _ = std::fs::remove_file(&db);
+    let mut fields = report.splitn(3, ' ');
+    let answer = Answer::parse(fields.next().unwrap_or_default());
+    let checks = fields.next().and_then(|n| n.parse().ok()).unwrap_or(0);
+    let says = fields.next().map(str::to_owned).filter(|s| !s.is_empty());
+    let cell = Cell {
+        sent: gateway.sent(),
+        answer,
+        checks,
+    };
+    (cell, says)
+}
+
+async fn stderr_of(child: tokio::process::Child) -> String {
+    match child.wait_with_output().await {
+        Ok(output) => String::from_utf8_lossy(&output.stderr).into_owned(),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// The child agent's environment: how it calls (`naive`, `no_verify`, `verify`), and where the
+/// gateway is.
+const CHILD_WAY: &str = "IDEMKIT_EXAMPLE_SMS_WAY";
+const CHILD_GATEWAY: &str = "IDEMKIT_EXAMPLE_SMS_GATEWAY";
+/// The line the child agent reports on: `SMS-CHILD answer checks says`.
+const CHILD_REPORT: &str = "SMS-CHILD ";
+
+/// Whether this process is a child agent of the `killed_after_sending` scenario.
+pub fn is_child() -> bool {
+    std::env::var_os(CHILD_WAY).is_some()
+}
+
+/// The child agent: runs the step once with the default runtime (SQLite at `IDEMKIT_DB`) and
+/// prints what it got on one line.
+pub async fn child_main() -> i32 {
+    let way = std::env::var(CHILD_WAY).expect("the way to call");
+    let way = [Way::Naive, Way::NoVerify, Way::Verify]
+        .into_iter()
+        .find(|w| w.name() == way)
+        .expect("naive, no_verify or verify");
+    let gateway = std::env::var(CHILD_GATEWAY).expect("the gateway's URL");
+    let texts = Texts::new(gateway, TIMEOUT);
+    let (result, info) = match way {
+        Way::Naive => (texts.naive_notify_shipped(ORDER, TO).await, None),
+        Way::NoVerify => observe(texts.notify_shipped(ORDER, TO)).await,
+        Way::Verify => observe(texts.notify_shipped_verified(ORDER, TO)).await,
+    };
+    let checks = texts.checks.lock().unwrap().clone();
+    let answer = Answer::of(&result, info.as_ref(), checks.contains(&Some(false)));
+    let says = result
+        .as_ref()
+        .err()
+        .map(|e| agent_says(ORDER, e))
+        .unwrap_or_default();
+    println!("{CHILD_REPORT}{answer:?} {} {says}", checks.len());
+    0
 }
 
 /// Waits until the gateway has sent a message.
@@ -331,13 +466,14 @@ async fn until_sent(gateway: &SmsGateway) {
     }
 }
 
-/// Runs every scenario in each of the three ways, each against a fresh gateway.
-pub async fn sms_table() -> Vec<SmsRow> {
+/// Runs every scenario in each of the three ways, each against a fresh gateway. `command`
+/// makes a command that starts this program as a child agent ([`is_child`], [`child_main`]).
+pub async fn sms_table(command: impl Fn() -> tokio::process::Command) -> Vec<SmsRow> {
     let mut rows = Vec::new();
     for scenario in sms_scenarios() {
-        let (naive, _) = run(&scenario, Way::Naive).await;
-        let (no_verify, no_verify_says) = run(&scenario, Way::NoVerify).await;
-        let (verify, _) = run(&scenario, Way::Verify).await;
+        let (naive, _) = run(&scenario, Way::Naive, &command).await;
+        let (no_verify, no_verify_says) = run(&scenario, Way::NoVerify, &command).await;
+        let (verify, _) = run(&scenario, Way::Verify, &command).await;
         rows.push(SmsRow {
             name: scenario.name,
             naive,
