@@ -107,7 +107,10 @@ pub fn agent_says(order_id: &str, error: &PayError) -> String {
              or `idemkit resolve {key} not-applied`.",
             message_id(order_id)
         ),
-        other => format!("the text for order {order_id} was not sent: {other}"),
+        e if e.classify() == Failure::Ambiguous => {
+            format!("the text for order {order_id} may have been sent: {e}")
+        }
+        other => format!("the text for order {order_id} failed: {other}"),
     }
 }
 
