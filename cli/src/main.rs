@@ -72,7 +72,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// One record: tool, state, fingerprint, lease, times, and its outcome as pretty JSON.
+    /// One record: tool, state, fingerprint, lease, times, an operator's decision (also for a
+    /// record that `resolve … not-applied` released), and its outcome as pretty JSON.
     Show {
         /// The record's key (a UUID; `idemkit key` derives it).
         #[arg(value_parser = parse_key)]

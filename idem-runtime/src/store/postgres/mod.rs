@@ -62,9 +62,9 @@
 //! the store sends the statement again on a fresh connection, twice at most, then reports
 //! [`StoreErrorKind::Unavailable`]. That is safe because the caller's lease token makes every
 //! write repeatable: a claim that already went through finds its own token and is granted again,
-//! and a `complete` or `mark_ambiguous` repeated by the same holder writes the same thing again.
-//! (Beyond what the memory store does, then: a second `complete` with the same token is applied,
-//! not fenced.)
+//! and a `complete` or `mark_ambiguous` repeated by the same holder writes the same thing again
+//! and is applied (every store answers so). An operator's `resolve` or `forget` repeated after
+//! it went through finds the record settled or gone, and says so (`Completed`, `NotFound`).
 //!
 //! # Tables
 //!
