@@ -293,6 +293,19 @@ impl Records for MapStore {
     ) -> Result<Resolved, StoreError> {
         check_resolution(decision, outcome)?;
         let (now, mut map) = (Instant::now(), self.map.lock().unwrap());
+        // The same decision sent again (its reply was lost), while it stands.
+        if let Some(r) = map.0.get(key)
+            && let Some((kept, until)) = &r.resolution
+            && *until > now
+            && (kept.decision, kept.note.as_deref()) == (decision, note)
+            && match (&r.state, outcome) {
+                (State::Completed(stored, _), Some(given)) => r.expires > now && stored == given,
+                (_, None) => r.expires <= now,
+                _ => false,
+            }
+        {
+            return Ok(Resolved::Resolved);
+        }
         let Some(r) = map.0.get_mut(key).filter(|r| r.expires > now) else {
             return Ok(Resolved::NotFound);
         };

@@ -236,6 +236,27 @@ pub async fn s24_resolve_applied_completes_the_record_and_repeats_replay_it(
             .unwrap(),
         Resolved::Resolved
     );
+    // Sent again (its reply was lost): it stands; another outcome is refused.
+    assert_eq!(
+        store
+            .resolve(
+                &key_of(1),
+                Decision::Applied,
+                Some(RESOLVED_OUTCOME),
+                Some("the provider's dashboard shows the charge"),
+                HOUR,
+            )
+            .await
+            .unwrap(),
+        Resolved::Resolved
+    );
+    assert_eq!(
+        store
+            .resolve(&key_of(1), Decision::Applied, Some(b"{}"), None, HOUR)
+            .await
+            .unwrap(),
+        Resolved::Completed
+    );
     let repeat = ClaimRequest::new(
         key_of(1),
         "charge",
@@ -344,11 +365,38 @@ pub async fn s24_resolve_not_applied_releases_the_record_and_keeps_the_decision(
     );
     assert_eq!(
         store
+            .resolve(
+                &key_of(1),
+                Decision::NotApplied,
+                None,
+                Some("no such charge at the provider"),
+                HOUR
+            )
+            .await
+            .unwrap(),
+        Resolved::Resolved,
+        "sent again (its reply was lost): it stands"
+    );
+    assert_eq!(
+        store
             .resolve(&key_of(1), Decision::NotApplied, None, None, HOUR)
             .await
             .unwrap(),
         Resolved::NotFound,
-        "settled already: nothing to resolve"
+        "another decision: settled already, nothing to resolve"
+    );
+    assert_eq!(
+        store
+            .resolve(
+                &key_of(1),
+                Decision::Applied,
+                Some(RESOLVED_OUTCOME),
+                None,
+                HOUR
+            )
+            .await
+            .unwrap(),
+        Resolved::NotFound
     );
     // The next call runs: a new record, which has no decision.
     assert_eq!(

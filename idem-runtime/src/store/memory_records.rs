@@ -167,6 +167,26 @@ impl Records for MemoryStore {
         let now = self.clock.now();
         let mut guard = self.lock();
         let inner = &mut *guard;
+        // The same decision sent again (its reply was lost): it stands.
+        if let Some(kept) = Self::kept(inner, key.as_bytes(), now)
+            && kept.resolution.decision == decision
+            && kept.resolution.note.as_deref() == note
+            && inner
+                .records
+                .get(key.as_bytes())
+                .is_some_and(|rec| match (&rec.state, outcome) {
+                    (
+                        State::Completed {
+                            outcome: stored, ..
+                        },
+                        Some(given),
+                    ) => rec.expires_at > now && stored.as_bytes() == given,
+                    (_, None) => rec.expires_at <= now,
+                    _ => false,
+                })
+        {
+            return Ok(Resolved::Resolved);
+        }
         let Some(rec) = inner
             .records
             .get_mut(key.as_bytes())

@@ -374,7 +374,9 @@ pub trait Records: Send + Sync {
     /// that lost the record is fenced, and the decision, its time by the store's clock and
     /// `note` are kept with the record ([`Record::resolution`](super::Record::resolution)),
     /// readable by [`Records::get`] for `ttl` (after not-applied, until a new claim of the key
-    /// replaces the record, whichever is first).
+    /// replaces the record, whichever is first). The same decision sent again (same outcome and
+    /// note; its reply was lost) while it stands answers [`Resolved::Resolved`] again, changing
+    /// nothing.
     ///
     /// An `Err` of kind [`Other`](crate::StoreErrorKind::Other) says the arguments do not fit
     /// the decision (applied without an outcome, not-applied with one); nothing changed.

@@ -63,8 +63,8 @@
 //! [`StoreErrorKind::Unavailable`]. That is safe because the caller's lease token makes every
 //! write repeatable: a claim that already went through finds its own token and is granted again,
 //! and a `complete` or `mark_ambiguous` repeated by the same holder writes the same thing again
-//! and is applied (every store answers so). An operator's `resolve` or `forget` repeated after
-//! it went through finds the record settled or gone, and says so (`Completed`, `NotFound`).
+//! and is applied (every store answers so); an operator's `resolve` repeated finds its decision
+//! standing and answers `Resolved` again, a `forget` repeated finds nothing (`NotFound`).
 //!
 //! # Tables
 //!

@@ -205,11 +205,19 @@ impl Records for PostgresStore {
         // completed with the outcome, kept for ttl; not applied: expired now (absent for every
         // operation), kept for ttl to show the decision. Either way under a token no holder has,
         // so the holder that lost the record is fenced.
+        // The same decision sent again (its reply was lost) finds it standing: `again`.
         let query = format!(
             "WITH r AS (
-                 SELECT state, lease_until > now() AS held,
-                        GREATEST(EXTRACT(EPOCH FROM lease_until - now()) * 1000000, 0)::int8 AS lease_us
-                   FROM {t} WHERE key = $1 AND expires_at > now() FOR UPDATE),
+                 SELECT state, lease_until > now() AS held, expires_at > now() AS live,
+                        GREATEST(EXTRACT(EPOCH FROM lease_until - now()) * 1000000, 0)::int8 AS lease_us,
+                        COALESCE(resolution IS NOT DISTINCT FROM $2
+                          AND resolution_note IS NOT DISTINCT FROM $4::text
+                          AND CASE WHEN $2 = 'applied'
+                                   THEN expires_at > now() AND state = 'completed'
+                                        AND outcome = $3::bytea
+                                   ELSE expires_at <= now() END, false) AS again
+                   FROM {t} WHERE key = $1 AND (expires_at > now() OR kept_until > now())
+                    FOR UPDATE),
              u AS (
                  UPDATE {t} SET
                         state = CASE WHEN $2 = 'applied' THEN 'completed' ELSE {t}.state END,
@@ -221,10 +229,10 @@ impl Records for PostgresStore {
                         updated = now(), resolution = $2, resolved_at = now(),
                         resolution_note = $4::text
                    FROM r
-                  WHERE {t}.key = $1
+                  WHERE {t}.key = $1 AND r.live
                     AND (r.state = 'ambiguous' OR (r.state = 'running' AND NOT r.held))
                  RETURNING 1)
-             SELECT r.state, r.lease_us, EXISTS (SELECT 1 FROM u) FROM r"
+             SELECT r.state, r.lease_us, EXISTS (SELECT 1 FROM u), r.live, r.again FROM r"
         );
         let key = key.as_uuid();
         let word = match decision {
@@ -247,8 +255,12 @@ impl Records for PostgresStore {
         let state: &str = row.try_get(0).map_err(corrupt_row)?;
         let lease_us: i64 = row.try_get(1).map_err(corrupt_row)?;
         let changed: bool = row.try_get(2).map_err(corrupt_row)?;
+        let live: bool = row.try_get(3).map_err(corrupt_row)?;
+        let again: bool = row.try_get(4).map_err(corrupt_row)?;
         Ok(match (state, changed) {
             (_, true) => Resolved::Resolved,
+            _ if again => Resolved::Resolved,
+            _ if !live => Resolved::NotFound,
             ("completed", false) => Resolved::Completed,
             ("running", false) => Resolved::LeaseLive {
                 remaining: Duration::from_micros(lease_us.max(0) as u64),

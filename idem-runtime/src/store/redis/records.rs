@@ -46,8 +46,15 @@ return {'absent', 0}
 /// way under the new token, so the holder that lost the record is fenced. Returns {what, lease
 /// ms left}: 'resolved', 'absent', 'live', 'completed'.
 const RESOLVE: &str = r"
-local r = redis.call('HMGET', KEYS[1], 'state', 'lease_until', 'expires_at')
-if not r[1] or tonumber(r[3]) <= now then return {'absent', 0} end
+local r = redis.call('HMGET', KEYS[1], 'state', 'lease_until', 'expires_at', 'res', 'res_note', 'outcome', 'kept_until')
+if not r[1] then return {'absent', 0} end
+local live = tonumber(r[3]) > now
+-- The same decision sent again (its reply was lost), while it stands.
+if r[4] == ARGV[1] and ((ARGV[4] == '1' and r[5] == ARGV[3]) or (ARGV[4] ~= '1' and not r[5])) then
+  if ARGV[1] == 'applied' and live and r[1] == 'completed' and r[6] == ARGV[2] then return {'resolved', 0} end
+  if ARGV[1] ~= 'applied' and not live and r[7] and tonumber(r[7]) > now then return {'resolved', 0} end
+end
+if not live then return {'absent', 0} end
 if r[1] == 'completed' then return {'completed', 0} end
 if r[1] == 'running' then
   local left = tonumber(r[2]) - now

@@ -35,6 +35,12 @@ const RELEASE_JUDGED: &str = "
 const JUDGE: &str = "
     SELECT state, lease_until FROM records WHERE key = :key AND expires_at > :now";
 
+/// What an operator's resolve judges, read in its transaction: the record, live or kept to show
+/// a decision, and the decision kept with it (a resolve sent again finds its own).
+const RESOLVE_JUDGE: &str = "
+    SELECT state, lease_until, expires_at > :now, resolution, resolution_note, outcome
+    FROM records WHERE key = :key AND (expires_at > :now OR kept_until > :now)";
+
 /// any state → absent (a released record kept to show its decision too); says whether the
 /// record was live.
 const FORGET: &str = "
@@ -217,16 +223,51 @@ impl Records for SqliteStore {
             let resolved = (|| {
                 // The write lock first: the record judged is the one changed.
                 let tx = Scope::begin(conn)?;
-                let found: Option<(String, Option<i64>)> = tx
-                    .prepare_cached(JUDGE)?
+                type Judged = (
+                    String,
+                    Option<i64>,
+                    bool,
+                    Option<String>,
+                    Option<String>,
+                    Option<Vec<u8>>,
+                );
+                let found: Option<Judged> = tx
+                    .prepare_cached(RESOLVE_JUDGE)?
                     .query_row(named_params! { ":key": key.as_str(), ":now": now }, |row| {
-                        Ok((row.get(0)?, row.get(1)?))
+                        Ok((
+                            row.get(0)?,
+                            row.get(1)?,
+                            row.get(2)?,
+                            row.get(3)?,
+                            row.get(4)?,
+                            row.get(5)?,
+                        ))
                     })
                     .optional()?;
+                // The same decision sent again (its reply was lost), while it stands.
+                let again = |live: bool,
+                             kept: &Option<String>,
+                             kept_note: &Option<String>,
+                             stored: &Option<Vec<u8>>| {
+                    let word = match decision {
+                        Decision::Applied => "applied",
+                        _ => "not_applied",
+                    };
+                    kept.as_deref() == Some(word)
+                        && kept_note.as_deref() == note.as_deref()
+                        && live == outcome.is_some()
+                        && (outcome.is_none() || stored == &outcome)
+                };
                 let answer = match found {
                     None => Resolved::NotFound,
-                    Some((state, _)) if state == "completed" => Resolved::Completed,
-                    Some((state, Some(until))) if state == "running" && until > now => {
+                    Some((_, _, live, kept, kept_note, stored))
+                        if again(live, &kept, &kept_note, &stored) =>
+                    {
+                        Resolved::Resolved
+                    }
+                    Some((_, _, false, ..)) => Resolved::NotFound,
+                    Some((state, ..)) if state == "completed" => Resolved::Completed,
+                    Some((state, Some(until), ..)) if state == "running" && until > now => {
                         Resolved::LeaseLive {
                             remaining: remaining(until, now),
                         }
