@@ -55,6 +55,7 @@
 mod classify;
 mod error;
 mod exec;
+mod explain;
 mod fingerprint;
 mod idem;
 #[cfg(feature = "json")]
@@ -77,6 +78,7 @@ pub use error::{Error, StoreError, StoreErrorKind};
 pub use exec::Tool;
 #[doc(hidden)]
 pub use exec::{Attempt, Next, ReadCall, ReadNext, SideEffectCall};
+pub use explain::Explanation;
 pub use fingerprint::{Fingerprint, Fingerprinter};
 pub use idem::{AlreadyInstalled, BuildError, Idem, IdemBuilder, as_tenant, operation};
 #[cfg(feature = "json")]

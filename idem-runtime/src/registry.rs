@@ -1,8 +1,21 @@
-//! Every annotated tool registers itself here, so a program can list its tools and a test can
-//! check that no two share a name.
+//! Every annotated tool registers itself here, so a program can list its tools, a test can
+//! check that no two share a name, and a call of a name two side-effect tools share is refused
+//! (S21).
+//!
+//! Why S21 is checked at the first call rather than at build time: a link-time symbol per tool
+//! name (a `#[unsafe(export_name = "...")]` static, so two definitions fail to link) was tried
+//! and rejected. `export_name` trips the `unsafe_code` lint, so every crate with
+//! `#![forbid(unsafe_code)]` would stop building; across crates the error is the linker's
+//! ("duplicate symbol", naming object files, not the tools' places), and only when both objects
+//! happen to be linked; and it refuses programs that are fine: one module compiled into both a
+//! package's library and its binary, or one crate present in two versions. The registry sees
+//! every place, so the refusal names both.
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::OnceLock;
+
+use crate::error::Error;
 
 /// Whether a tool may act on the world.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -56,7 +69,7 @@ impl fmt::Display for DuplicateTools {
             write!(f, "  `{name}` is defined at")?;
             for (i, info) in infos.iter().enumerate() {
                 let sep = if i == 0 { " " } else { ", " };
-                write!(f, "{sep}{}:{} ({})", info.file, info.line, info.module_path)?;
+                write!(f, "{sep}{}", place(info))?;
             }
             writeln!(f)?;
         }
@@ -89,5 +102,59 @@ fn find_duplicates(
         Ok(())
     } else {
         Err(DuplicateTools { duplicates })
+    }
+}
+
+/// Where a tool is defined, as messages name it: `file:line (module path)`.
+pub(crate) fn place(info: &ToolInfo) -> String {
+    format!("{}:{} ({})", info.file, info.line, info.module_path)
+}
+
+/// The side-effect tool names that two or more places define, each with its places: computed
+/// once, at the first call of any side-effect tool. A place registered twice (one module compiled
+/// into two crates of one package under one name) is one place.
+fn shared_names() -> &'static BTreeMap<&'static str, Vec<&'static ToolInfo>> {
+    static SHARED: OnceLock<BTreeMap<&'static str, Vec<&'static ToolInfo>>> = OnceLock::new();
+    SHARED.get_or_init(|| {
+        let mut by_name: BTreeMap<&'static str, Vec<&'static ToolInfo>> = BTreeMap::new();
+        for info in tools().filter(|t| t.kind == ToolKind::SideEffect) {
+            let places = by_name.entry(info.name).or_default();
+            let same = |p: &&ToolInfo| {
+                (p.module_path, p.file, p.line) == (info.module_path, info.file, info.line)
+            };
+            if !places.iter().any(same) {
+                places.push(info);
+            }
+        }
+        by_name.retain(|_, places| places.len() > 1);
+        for places in by_name.values_mut() {
+            places.sort_by_key(|p| (p.file, p.line, p.module_path));
+        }
+        by_name
+    })
+}
+
+/// S21: a call of the side-effect tool `name` is refused when two registered side-effect tools
+/// share that name, naming both places, before anything is claimed: they would share keys, and
+/// one's outcome would be replayed as the other's. Per call, one look-up at most, and none while
+/// no name is shared. (A [`Tool`](crate::Tool) built by hand is not registered: its name is
+/// checked against the registered ones only when two of those share it.)
+#[inline]
+pub(crate) fn refuse_shared_name(name: &str) -> Result<(), Error> {
+    let shared = shared_names();
+    if shared.is_empty() {
+        return Ok(());
+    }
+    match shared.get(name) {
+        None => Ok(()),
+        Some(places) => Err(Error::DuplicateTool {
+            tool: name.to_owned(),
+            first: place(places[0]),
+            second: places[1..]
+                .iter()
+                .map(|p| place(p))
+                .collect::<Vec<_>>()
+                .join(" and "),
+        }),
     }
 }

@@ -34,6 +34,8 @@ pub(super) fn start(phase: &mut Phase<'_>) {
     };
     let (tool, key, fingerprint) = (*tool, *key, *fingerprint);
     let idem = tool.runtime();
+    // S21: a name two registered side-effect tools share is refused before anything is claimed.
+    let idem = idem.and_then(|idem| crate::registry::refuse_shared_name(tool.name).map(|()| idem));
     // S18: the task's tenant, else the runtime's; the key the body and the store see is then
     // the tenant's own.
     let tenant = crate::idem::task_tenant().or_else(|| {
