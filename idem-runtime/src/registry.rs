@@ -112,7 +112,8 @@ pub(crate) fn place(info: &ToolInfo) -> String {
 
 /// The side-effect tool names that two or more places define, each with its places: computed
 /// once, at the first call of any side-effect tool. A place registered twice (one module compiled
-/// into two crates of one package under one name) is one place.
+/// into two crates of one package under one name) is one place; places that never run in one
+/// process (two doctests, below) do not share.
 fn shared_names() -> &'static BTreeMap<&'static str, Vec<&'static ToolInfo>> {
     static SHARED: OnceLock<BTreeMap<&'static str, Vec<&'static ToolInfo>>> = OnceLock::new();
     SHARED.get_or_init(|| {
@@ -126,12 +127,36 @@ fn shared_names() -> &'static BTreeMap<&'static str, Vec<&'static ToolInfo>> {
                 places.push(info);
             }
         }
-        by_name.retain(|_, places| places.len() > 1);
         for places in by_name.values_mut() {
+            let all = places.clone();
+            places.retain(|p| {
+                all.iter()
+                    .any(|q| !std::ptr::eq(*p, *q) && may_meet(p.module_path, q.module_path))
+            });
             places.sort_by_key(|p| (p.file, p.line, p.module_path));
         }
+        by_name.retain(|_, places| places.len() > 1);
         by_name
     })
+}
+
+/// Whether tools defined in these two modules can be called in one process. Not when both are
+/// in doctests that rustdoc merged into one binary (edition 2024: modules
+/// `doctest_bundle_2024::__doctest_3`, …) and the doctests differ: each doctest runs alone, in a
+/// process of its own, so two doc examples may each define their own `charge`.
+fn may_meet(a: &str, b: &str) -> bool {
+    match (doctest_of(a), doctest_of(b)) {
+        (Some(a), Some(b)) => a == b,
+        _ => true,
+    }
+}
+
+/// The merged doctest a module belongs to (`doctest_bundle_2024::__doctest_3`), if any.
+fn doctest_of(module_path: &str) -> Option<&str> {
+    let mut segments = module_path.split("::");
+    let (bundle, test) = (segments.next()?, segments.next()?);
+    (bundle.starts_with("doctest_bundle_") && test.starts_with("__doctest_"))
+        .then(|| &module_path[..bundle.len() + 2 + test.len()])
 }
 
 /// S21: a call of the side-effect tool `name` is refused when two registered side-effect tools
@@ -156,5 +181,30 @@ pub(crate) fn refuse_shared_name(name: &str) -> Result<(), Error> {
                 .collect::<Vec<_>>()
                 .join(" and "),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn s21_tools_of_two_merged_doctests_never_meet_and_any_other_pair_does() {
+        assert!(!may_meet(
+            "doctest_bundle_2024::__doctest_0",
+            "doctest_bundle_2024::__doctest_3::billing"
+        ));
+        assert!(may_meet(
+            "doctest_bundle_2024::__doctest_3",
+            "doctest_bundle_2024::__doctest_3::billing"
+        ));
+        assert!(may_meet("doctest_bundle_2024::__doctest_3", "app::billing"));
+        assert!(may_meet("app::billing", "app::shop"));
+        assert_eq!(
+            doctest_of("doctest_bundle_2024::__doctest_12::shop"),
+            Some("doctest_bundle_2024::__doctest_12")
+        );
+        assert_eq!(doctest_of("doctest_bundle_2024"), None);
+        assert_eq!(doctest_of("app::__doctest_1"), None);
     }
 }
