@@ -5,11 +5,12 @@
 //! Why S21 is checked at the first call rather than at build time: a link-time symbol per tool
 //! name (a `#[unsafe(export_name = "...")]` static, so two definitions fail to link) was tried
 //! and rejected. `export_name` trips the `unsafe_code` lint, so every crate with
-//! `#![forbid(unsafe_code)]` would stop building; across crates the error is the linker's
-//! ("duplicate symbol", naming object files, not the tools' places), and only when both objects
-//! happen to be linked; and it refuses programs that are fine: one module compiled into both a
-//! package's library and its binary, or one crate present in two versions. The registry sees
-//! every place, so the refusal names both.
+//! `#![forbid(unsafe_code)]` would stop building; within a crate rustc names only the second
+//! place, and across crates the error is the linker's ("duplicate symbol", naming object files,
+//! not the tools' places), and only when both objects happen to be linked; and rustdoc's merged
+//! doctests (edition 2024) link every doc example of a crate into one binary, so two examples
+//! that each define a `charge` would fail to build, though each runs alone. The registry sees
+//! every place, so the refusal names both, and can tell merged doctests apart.
 
 use std::collections::BTreeMap;
 use std::fmt;
