@@ -15,6 +15,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::error::Error;
 
@@ -162,13 +163,27 @@ fn doctest_of(module_path: &str) -> Option<&str> {
 
 /// S21: a call of the side-effect tool `name` is refused when two registered side-effect tools
 /// share that name, naming both places, before anything is claimed: they would share keys, and
-/// one's outcome would be replayed as the other's. Per call, one look-up at most, and none while
-/// no name is shared. (A [`Tool`](crate::Tool) built by hand is not registered: its name is
-/// checked against the registered ones only when two of those share it.)
-#[inline]
+/// one's outcome would be replayed as the other's. Per call one relaxed load once the registry
+/// is known to share no name; otherwise one look-up. (A [`Tool`](crate::Tool) built by hand is
+/// not registered: its name is checked against the registered ones only when two of those share
+/// it.)
+#[inline(always)]
 pub(crate) fn refuse_shared_name(name: &str) -> Result<(), Error> {
+    if NONE_SHARED.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    refuse_shared_name_slow(name)
+}
+
+/// Set once [`shared_names`] is known to be empty (the registry never changes after start-up).
+static NONE_SHARED: AtomicBool = AtomicBool::new(false);
+
+#[cold]
+#[inline(never)]
+fn refuse_shared_name_slow(name: &str) -> Result<(), Error> {
     let shared = shared_names();
     if shared.is_empty() {
+        NONE_SHARED.store(true, Ordering::Relaxed);
         return Ok(());
     }
     match shared.get(name) {

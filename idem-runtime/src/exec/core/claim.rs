@@ -34,8 +34,6 @@ pub(super) fn start(phase: &mut Phase<'_>) {
     };
     let (tool, key, fingerprint) = (*tool, *key, *fingerprint);
     let idem = tool.runtime();
-    // S21: a name two registered side-effect tools share is refused before anything is claimed.
-    let idem = idem.and_then(|idem| crate::registry::refuse_shared_name(tool.name).map(|()| idem));
     // S18: the task's tenant, else the runtime's; the key the body and the store see is then
     // the tenant's own.
     let tenant = crate::idem::task_tenant().or_else(|| {
@@ -70,6 +68,11 @@ pub(super) fn start(phase: &mut Phase<'_>) {
             return;
         }
     };
+    // S21: a name two registered side-effect tools share is refused before anything is claimed.
+    if let Err(e) = crate::registry::refuse_shared_name(tool.name) {
+        *phase = Phase::Refused(call.refused(e));
+        return;
+    }
     if tool.tenant_required && tenant.is_none() {
         let e = Error::NoTenant {
             tool: tool.name.to_owned(),
