@@ -34,6 +34,7 @@ use crate::retry::Failure;
 /// | `failed` | no | the tool failed, and says calling again will not help |
 /// | `failed_ambiguous` | yes | the tool failed and may have taken effect; a repeat reuses the key |
 /// | `failed_transient` | yes | the tool failed without taking effect |
+/// | `result_not_json` | no | JSON calls only: done, but the result is no JSON |
 ///
 /// ```
 /// use idem_runtime::{Error, Explanation, IdempotencyKey};
