@@ -67,6 +67,8 @@ pub use idem_runtime::{
     ToolInfo, ToolKind, Verified, as_tenant, check_unique_tool_names, normalize, observe,
     operation, store, tools,
 };
+// What a model is told of a failed call (MCP, rig, JSON): kept apart from the list above.
+pub use idem_runtime::Explanation;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use idem_runtime::{PostgresStore, PostgresStoreBuilder};

@@ -73,7 +73,12 @@
 //!   content and as text, and a replay says so in a sentence the model reads first. Every failure
 //!   — the tool's own, [`Error::KeyReuse`](crate::Error::KeyReuse), [`Error::InFlight`](crate::Error::InFlight), a store failure — is a tool error
 //!   (`isError: true`) that says what happened and whether calling again helps, never a protocol
-//!   error. The tool's error type must implement `std::error::Error` (its `source()` chain is
+//!   error: `{"error": …, "reason": …, "retryable": bool, "idempotencyKey": …}` after a sentence
+//!   for the model (the reasons are [`Explanation`](crate::Explanation)'s). "Not run" is
+//!   said only of a call refused before any attempt; when the outcome is unknown
+//!   ([`Error::Ambiguous`](crate::Error::Ambiguous), [`Error::LeaseLost`](crate::Error::LeaseLost))
+//!   the model is told the effect may have happened, that calling again will not do it twice, and
+//!   what settles it (the tool's `verify`, or an operator's `idemkit resolve`). The tool's error type must implement `std::error::Error` (its `source()` chain is
 //!   searched for idemkit's own error, to name the reason).
 //! - **`#[classified_tools]`** on the impl block fails the build for a `#[tool]` method that is
 //!   neither `#[side_effect]` nor `#[read_only]`.
@@ -91,7 +96,7 @@ use std::sync::Arc;
 use crate::explain::explain;
 use idem_runtime::__private::serde::Serialize;
 use idem_runtime::__private::serde_json::{self, Value, json};
-use idem_runtime::{CallInfo, CallOutcome, Classify, ToolKind};
+use idem_runtime::{CallInfo, Classify, ToolKind};
 use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ContentBlock, ProtocolVersion};
 use rmcp::service::{NotificationContext, RequestContext, RoleServer, Service, ServiceRole};
@@ -134,12 +139,13 @@ where
             }
             Ok(out)
         }
-        Err(e) => {
-            let refused = info
-                .as_ref()
-                .is_some_and(|i| i.outcome == CallOutcome::Refused);
-            Ok(failure(&e, ToolKind::SideEffect, refused, key, key_fields))
-        }
+        Err(e) => Ok(failure(
+            &e,
+            ToolKind::SideEffect,
+            info.as_ref(),
+            key,
+            key_fields,
+        )),
     }
 }
 
@@ -153,7 +159,7 @@ where
         Ok(value) => Ok(CallToolResult::structured(
             json!({ "result": to_value(&value)? }),
         )),
-        Err(e) => Ok(failure(&e, ToolKind::ReadOnly, false, None, &[])),
+        Err(e) => Ok(failure(&e, ToolKind::ReadOnly, None, None, &[])),
     }
 }
 
@@ -163,24 +169,26 @@ fn to_value<T: Serialize>(value: &T) -> Result<Value, ErrorData> {
     })
 }
 
-/// A tool error: why, in words a model can act on, then the error itself.
+/// A tool error: why, in words a model can act on, then the error itself, its reason (a stable
+/// word, see [`Explanation`](crate::Explanation)) and whether calling again can help.
 fn failure<E>(
     e: &E,
     kind: ToolKind,
-    refused: bool,
+    info: Option<&CallInfo>,
     key: Option<String>,
     key_fields: &[&str],
 ) -> CallToolResult
 where
     E: StdError + Classify + 'static,
 {
-    let (reason, explanation) = explain(e, kind, refused, key_fields);
+    let told = explain(e, kind, info, key_fields);
     let mut out = CallToolResult::structured_error(json!({
         "error": e.to_string(),
-        "reason": reason,
+        "reason": told.reason,
+        "retryable": told.retryable,
         "idempotencyKey": key,
     }));
-    out.content.insert(0, ContentBlock::text(explanation));
+    out.content.insert(0, ContentBlock::text(told.text));
     out
 }
 

@@ -68,7 +68,7 @@ use std::error::Error as StdError;
 
 use idem_runtime::__private::serde::Serialize;
 use idem_runtime::__private::serde_json::{self, json};
-use idem_runtime::{CallInfo, CallOutcome, Classify, Failure, ToolKind};
+use idem_runtime::{CallInfo, Classify, Failure, ToolKind};
 pub use rig_core::tool::{ToolErrorKind, ToolExecutionError, ToolOutput};
 
 use crate::explain::explain;
@@ -141,7 +141,9 @@ where
 /// | key reused with other arguments | `invalid_args` | no | `key_reuse` |
 /// | the same key in flight elsewhere | `other` | yes | `in_flight` |
 /// | the store unreachable | `other` | yes | `store_unavailable` |
-/// | other refusals | `other` | no | `refused` |
+/// | the outcome unknown ([`Error::Ambiguous`](crate::Error::Ambiguous), [`Error::LeaseLost`](crate::Error::LeaseLost)) | `other` | no (a repeat does not send it again; `verify` or an operator settles it) | `ambiguous`, `lease_lost` |
+/// | done earlier, its result not replayable | `other` | no | `unreplayable` |
+/// | other refusals | `other` | no | the reason (see [`Explanation`](crate::Explanation)) |
 ///
 /// The model sees a sentence saying what happened and whether calling again with the same
 /// arguments helps, the error's text and the idempotency key; the error is kept as the
@@ -162,33 +164,25 @@ fn envelope<E>(
 where
     E: StdError + Classify + Send + Sync + 'static,
 {
-    let refused = info.is_some_and(|i| i.outcome == CallOutcome::Refused);
-    let (reason, explanation) = explain(&e, kind, refused, key_fields);
+    let told = explain(&e, kind, info, key_fields);
     let key = info.and_then(|i| i.key.as_ref()).map(|k| k.to_string());
-    let (kind, retryable) = match reason {
-        "key_reuse" => (ToolErrorKind::InvalidArgs, false),
-        "in_flight" | "store_unavailable" | "failed_ambiguous" | "failed_transient" => {
-            match e.classify() {
-                Failure::RetryAfter(_) if reason == "failed_transient" => {
-                    (ToolErrorKind::RateLimited, true)
-                }
-                _ => (ToolErrorKind::Other, true),
-            }
-        }
-        _ => (ToolErrorKind::Other, false),
+    let kind = match (told.reason, e.classify()) {
+        ("key_reuse", _) => ToolErrorKind::InvalidArgs,
+        ("failed_transient", Failure::RetryAfter(_)) => ToolErrorKind::RateLimited,
+        _ => ToolErrorKind::Other,
     };
     let message = e.to_string();
     let feedback = json!({
         "error": message,
-        "reason": reason,
+        "reason": told.reason,
         "idempotencyKey": key,
     });
     ToolExecutionError::new(kind, message)
-        .with_retryable(retryable)
-        .with_code(reason)
+        .with_retryable(told.retryable)
+        .with_code(told.reason)
         .with_model_output(
             ToolOutput::content(vec![
-                rig_core::message::ToolResultContent::text(explanation),
+                rig_core::message::ToolResultContent::text(told.text),
                 rig_core::message::ToolResultContent::json(feedback),
             ])
             .unwrap_or_else(|e| e.model_output().clone()),

@@ -17,6 +17,8 @@ const GOLDEN: &str = "32e00e40-1a53-8058-93c7-e9d1adc8ecaa";
 #[derive(Debug)]
 enum PayError {
     Declined(String),
+    /// Sent, no answer: it may have happened.
+    Timeout,
     Idem(idemkit::Error),
 }
 
@@ -24,14 +26,28 @@ impl std::fmt::Display for PayError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             PayError::Declined(why) => write!(f, "card declined: {why}"),
+            PayError::Timeout => f.write_str("the provider did not answer in time"),
             PayError::Idem(e) => e.fmt(f),
+        }
+    }
+}
+
+// idemkit's own error in its chain: a failed JSON call's explanation names it (key reuse, …).
+impl std::error::Error for PayError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            PayError::Declined(_) | PayError::Timeout => None,
+            PayError::Idem(e) => Some(e),
         }
     }
 }
 
 impl Classify for PayError {
     fn classify(&self) -> Failure {
-        Failure::Permanent
+        match self {
+            PayError::Timeout => Failure::Ambiguous,
+            PayError::Declined(_) | PayError::Idem(_) => Failure::Permanent,
+        }
     }
 }
 
@@ -255,7 +271,8 @@ async fn a_tool_error_and_a_key_reused_with_other_arguments_come_back_as_failed_
     assert!(err.called());
     assert_eq!(
         err.to_string(),
-        "`charge` failed: card declined: insufficient funds"
+        "`charge` failed: card declined: insufficient funds\n\
+         The tool failed, and calling again with the same arguments will not help."
     );
     assert_eq!(runs("cus_declined"), 1);
 
@@ -268,10 +285,24 @@ async fn a_tool_error_and_a_key_reused_with_other_arguments_come_back_as_failed_
         .scope(tools.call_value("charge", args(999)))
         .await
         .unwrap_err();
-    let JsonCallError::Failed { info, message, .. } = &err else {
+    let JsonCallError::Failed {
+        info,
+        message,
+        explanation,
+        ..
+    } = &err
+    else {
         panic!("{err:?}")
     };
     assert!(message.contains("different arguments"), "{message}");
+    assert_eq!(
+        (explanation.reason, explanation.retryable),
+        ("key_reuse", false)
+    );
+    assert!(
+        explanation.text.contains("customer_id, purpose, period"),
+        "{explanation:?}"
+    );
     assert!(!info.as_ref().unwrap().replayed);
     assert_eq!(runs(c), 1, "a key reused with other arguments does not run");
 }
@@ -362,4 +393,136 @@ fn every_json_tool_has_an_object_schema_of_its_parameters_in_the_chat_shape() {
 #[tokio::test]
 async fn the_tool_not_marked_json_still_runs_from_rust() {
     idem().scope(ship("order_1")).await.unwrap();
+}
+
+/// Times `reimburse`'s body ran, by order.
+static REIMBURSE_RUNS: Mutex<Option<HashMap<String, u32>>> = Mutex::new(None);
+
+/// Reimburses an order; the provider times out on the first attempt, then declines.
+#[side_effect(key = "order_id", json)]
+async fn reimburse(order_id: &str) -> Result<u64, PayError> {
+    let mut runs = REIMBURSE_RUNS.lock().unwrap();
+    let run = runs
+        .get_or_insert_with(HashMap::new)
+        .entry(order_id.to_owned())
+        .or_default();
+    *run += 1;
+    if *run == 1 {
+        // Sent, no answer: it may have refunded.
+        return Err(PayError::Timeout);
+    }
+    Err(PayError::Declined("already refunded?".into()))
+}
+
+/// An error that is only `Display`: idemkit's own error is not in any chain, so a JSON call is
+/// explained by how it ended.
+#[derive(Debug)]
+struct Plain(String);
+
+impl std::fmt::Display for Plain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Classify for Plain {
+    fn classify(&self) -> Failure {
+        Failure::Permanent
+    }
+}
+
+impl From<idemkit::Error> for Plain {
+    fn from(e: idemkit::Error) -> Self {
+        Plain(e.to_string())
+    }
+}
+
+/// Quotes a price in an amount JSON cannot hold (NaN): it runs, and its outcome cannot be
+/// replayed.
+#[side_effect(key = "item", json)]
+async fn quote(item: &str) -> Result<f64, Plain> {
+    let _ = item;
+    Ok(f64::NAN)
+}
+
+/// Waits on a provider that never answers.
+#[side_effect(key = "job", json, lease = "1s")]
+async fn hold(job: &str) -> Result<u64, Plain> {
+    let _ = job;
+    tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+    Ok(0)
+}
+
+/// `err`, a failed call: its explanation says the outcome is unknown, never "not run", names
+/// the key and what settles it; the text the model reads says so first.
+fn assert_outcome_unknown(err: &JsonCallError, reason: &str, key: &IdempotencyKey) {
+    let JsonCallError::Failed { explanation, .. } = err else {
+        panic!("{err:?}")
+    };
+    assert_eq!((explanation.reason, explanation.retryable), (reason, false));
+    let text = err.to_string();
+    assert!(!text.contains("Not run"), "{text}");
+    assert!(
+        explanation.text.starts_with("Outcome unknown") && text.contains(&explanation.text),
+        "{text}"
+    );
+    assert!(
+        text.contains("will not do it twice")
+            && text.contains(&format!("idemkit resolve {key} applied --outcome JSON"))
+            && text.contains(&format!("idemkit resolve {key} not-applied")),
+        "{text}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn issue30_5_s20_a_json_call_that_may_have_reimbursed_is_told_ambiguous_not_refused() {
+    let err = idem()
+        .scope(JsonTools::all().call("reimburse", r#"{"order_id": "ord_1"}"#))
+        .await
+        .unwrap_err();
+    let key = IdempotencyKey::derive("reimburse", &[("order_id", &"ord_1")]);
+    assert_outcome_unknown(&err, "ambiguous", &key);
+    assert_eq!(err.to_string().matches("Outcome unknown").count(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn issue30_5_a_json_call_that_lost_its_lease_is_told_so_even_when_the_error_is_only_display()
+{
+    let store = idemkit::store::Intercept::new(MemoryStore::new(), |step, _| {
+        (step == idemkit::store::Step::Renew)
+            .then(|| idemkit::StoreError::unavailable("connection refused"))
+    });
+    let err = Idem::new(store)
+        .scope(JsonTools::all().call("hold", r#"{"job": "job_1"}"#))
+        .await
+        .unwrap_err();
+    let key = IdempotencyKey::derive("hold", &[("job", &"job_1")]);
+    assert_outcome_unknown(&err, "lease_lost", &key);
+}
+
+#[tokio::test]
+async fn issue30_5_a_json_call_whose_outcome_cannot_be_replayed_is_told_it_was_done() {
+    let tools = JsonTools::all();
+    let idem = idem();
+    let first = idem
+        .scope(tools.call("quote", r#"{"item": "sku_1"}"#))
+        .await
+        .unwrap();
+    assert_eq!(first.value, Value::Null, "NaN is no JSON number");
+    let err = idem
+        .scope(tools.call("quote", r#"{"item": "sku_1"}"#))
+        .await
+        .unwrap_err();
+    let JsonCallError::Failed { explanation, .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(
+        (explanation.reason, explanation.retryable),
+        ("unreplayable", false)
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("Already done") && !text.contains("Not run"),
+        "{text}"
+    );
 }

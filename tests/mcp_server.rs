@@ -6,6 +6,9 @@
 //! of its client ([`Tenanted`]): equal arguments are charged once per client, and each client is
 //! replayed only its own receipt.
 //!
+//! What the model is told when an attempt may have acted (issue 30 #5, S20) and when an
+//! outcome cannot be replayed: through an in-process server of tools that fail so.
+//!
 //! The server is this test binary itself, started again as a child (`mcp_server_entry`), so it
 //! runs the example's code without building the example. `--nocapture` prints the `tools/list`.
 #![cfg(feature = "rmcp")]
@@ -13,15 +16,22 @@
 #[path = "../examples/mcp/mod.rs"]
 mod mcp;
 
+use std::sync::atomic::{AtomicU32, Ordering};
+
 use fake_provider::FakeProvider;
 use idemkit::mcp::Tenanted;
-use idemkit::{Idem, IdempotencyKey, MemoryStore};
-use rmcp::ServiceExt;
+use idemkit::{
+    Classify, Failure, Idem, IdempotencyKey, MemoryStore, classified_tools, side_effect,
+};
+use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation, Tool,
 };
+use rmcp::schemars::JsonSchema;
 use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::TokioChildProcess;
+use rmcp::{ServerHandler, ServiceExt, tool, tool_handler, tool_router};
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -320,4 +330,153 @@ async fn two_clients_with_equal_arguments_are_each_charged_once_and_replayed_the
 
     acme.cancel().await.unwrap();
     globex.cancel().await.unwrap();
+}
+
+/// What `reimburse` and `quote` fail with.
+#[derive(Debug)]
+enum FlakyError {
+    /// Sent, no answer: it may have happened.
+    Timeout,
+    /// The provider said no.
+    Declined,
+    Idem(idemkit::Error),
+}
+
+impl std::fmt::Display for FlakyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FlakyError::Timeout => f.write_str("the provider did not answer in time"),
+            FlakyError::Declined => f.write_str("declined"),
+            FlakyError::Idem(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for FlakyError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            FlakyError::Idem(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<idemkit::Error> for FlakyError {
+    fn from(e: idemkit::Error) -> Self {
+        FlakyError::Idem(e)
+    }
+}
+
+impl Classify for FlakyError {
+    fn classify(&self) -> Failure {
+        match self {
+            FlakyError::Timeout => Failure::Ambiguous,
+            FlakyError::Declined | FlakyError::Idem(_) => Failure::Permanent,
+        }
+    }
+}
+
+/// An order.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+struct OrderReq {
+    /// The order, e.g. "ord_1".
+    order_id: String,
+}
+
+/// Tools whose provider misbehaves, served in process.
+struct Flaky {
+    idem: Idem,
+    runs: AtomicU32,
+}
+
+#[classified_tools]
+#[tool_router]
+impl Flaky {
+    /// Reimburse an order: the provider times out on the first attempt (it may have
+    /// reimbursed), then declines.
+    #[side_effect(key = "req.order_id", idem = self.idem, destructive = true, max_attempts = 2)]
+    #[tool]
+    async fn reimburse(&self, req: Parameters<OrderReq>) -> Result<u64, FlakyError> {
+        let _ = req;
+        match self.runs.fetch_add(1, Ordering::SeqCst) {
+            0 => Err(FlakyError::Timeout),
+            _ => Err(FlakyError::Declined),
+        }
+    }
+
+    /// Quote an order in an amount JSON cannot hold (NaN): done, and not replayable.
+    #[side_effect(key = "req.order_id", idem = self.idem, destructive = false)]
+    #[tool]
+    async fn quote(&self, req: Parameters<OrderReq>) -> Result<f64, FlakyError> {
+        let _ = req;
+        Ok(f64::NAN)
+    }
+}
+
+#[tool_handler]
+impl ServerHandler for Flaky {}
+
+/// A client of a [`Flaky`] server, in this process (over an in-memory pipe).
+async fn flaky() -> RunningService<RoleClient, ()> {
+    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+    let server = Flaky {
+        idem: Idem::new(MemoryStore::new()),
+        runs: AtomicU32::new(0),
+    };
+    tokio::spawn(async move {
+        if let Ok(running) = server.serve(server_io).await {
+            let _ = running.waiting().await;
+        }
+    });
+    ().serve(client_io)
+        .await
+        .expect("the MCP handshake with the server")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue30_5_s20_an_attempt_that_may_have_reimbursed_is_told_to_the_model_as_unknown_not_refused()
+ {
+    let client = flaky().await;
+    let out = client
+        .call_tool(call("reimburse", json!({"order_id": "ord_1"})))
+        .await
+        .unwrap();
+    assert_eq!(out.is_error, Some(true), "{out:?}");
+    let structured = out.structured_content.clone().unwrap();
+    let key = IdempotencyKey::derive("reimburse", &[("order_id", &"ord_1")]);
+    assert_eq!(structured["reason"], "ambiguous");
+    assert_eq!(structured["retryable"], false);
+    assert_eq!(structured["idempotencyKey"], key.as_str());
+    let sentence = &texts(&out)[0];
+    assert!(!sentence.contains("Not run"), "{sentence}");
+    assert!(
+        sentence.starts_with("Outcome unknown")
+            && sentence.contains("may or may not")
+            && sentence.contains("will not do it twice")
+            && sentence.contains("`verify`")
+            && sentence.contains(&format!("idemkit resolve {key} applied --outcome JSON"))
+            && sentence.contains(&format!("idemkit resolve {key} not-applied")),
+        "{sentence}"
+    );
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue30_5_an_outcome_that_cannot_be_replayed_is_told_to_the_model_as_done() {
+    let client = flaky().await;
+    let args = json!({"order_id": "ord_2"});
+    let first = client.call_tool(call("quote", args.clone())).await.unwrap();
+    assert_eq!(first.is_error, Some(false), "{first:?}");
+    let again = client.call_tool(call("quote", args)).await.unwrap();
+    assert_eq!(again.is_error, Some(true), "{again:?}");
+    let structured = again.structured_content.clone().unwrap();
+    assert_eq!(structured["reason"], "unreplayable");
+    assert_eq!(structured["retryable"], false);
+    let sentence = &texts(&again)[0];
+    assert!(
+        sentence.starts_with("Already done") && !sentence.contains("Not run"),
+        "{sentence}"
+    );
+    client.cancel().await.unwrap();
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use fake_provider::{FakeProvider, Fault};
 use idemkit::rig::{ToolExecutionError, ToolOutput};
-use idemkit::{Classify, Failure, Idem, MemoryStore, read_only};
+use idemkit::{Classify, Failure, Idem, IdempotencyKey, MemoryStore, read_only, side_effect};
 use rig_core::tool::{PortableTool, ToolContext};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -329,4 +329,183 @@ async fn a_read_only_rig_tool_out_of_attempts_is_retryable_and_promises_no_key()
         let feedback = error.model_output().as_content()[1].as_json().unwrap();
         assert!(feedback["idempotencyKey"].is_null(), "{feedback}");
     }
+}
+
+/// Why `refund` failed.
+#[derive(Debug)]
+enum RefundError {
+    /// Sent, no answer: the refund may have happened.
+    Timeout,
+    /// The provider said no: nothing happened.
+    Declined,
+    Idem(idemkit::Error),
+}
+
+impl std::fmt::Display for RefundError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RefundError::Timeout => f.write_str("the provider did not answer in time"),
+            RefundError::Declined => f.write_str("the refund was declined"),
+            RefundError::Idem(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for RefundError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RefundError::Idem(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<idemkit::Error> for RefundError {
+    fn from(e: idemkit::Error) -> Self {
+        RefundError::Idem(e)
+    }
+}
+
+impl Classify for RefundError {
+    fn classify(&self) -> Failure {
+        match self {
+            RefundError::Timeout => Failure::Ambiguous,
+            RefundError::Declined | RefundError::Idem(_) => Failure::Permanent,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct RefundArgs {
+    order_id: String,
+}
+
+/// A refund whose provider behaves by order: `ord_lost` times out, then declines (the first
+/// attempt may have refunded); `ord_nan` refunds and answers an amount JSON cannot hold;
+/// `ord_stalled` never answers while the store refuses every renewal of the lease.
+struct Refund {
+    runs: AtomicU32,
+    idem: Idem,
+}
+
+impl Refund {
+    fn new() -> Self {
+        // Every lease renewal fails, as when the holder cannot reach the store: a call that
+        // outlives its lease loses it (S13).
+        let store = idemkit::store::Intercept::new(MemoryStore::new(), |step, _| {
+            (step == idemkit::store::Step::Renew)
+                .then(|| idemkit::StoreError::unavailable("connection refused"))
+        });
+        Refund {
+            runs: AtomicU32::new(0),
+            idem: Idem::new(store),
+        }
+    }
+}
+
+impl PortableTool for Refund {
+    const NAME: &'static str = "refund";
+    type Args = RefundArgs;
+    type Output = ToolOutput;
+    type Error = ToolExecutionError;
+
+    fn description(&self) -> String {
+        "Refunds an order.".into()
+    }
+
+    fn parameters(&self) -> Value {
+        json!({"type": "object", "properties": {"order_id": {"type": "string"}}})
+    }
+
+    #[side_effect(key = "args.order_id", rig, idem = self.idem, lease = "1s")]
+    async fn call(&self, key: &IdempotencyKey, args: RefundArgs) -> Result<f64, RefundError> {
+        let _ = key;
+        let run = self.runs.fetch_add(1, Ordering::SeqCst);
+        match args.order_id.as_str() {
+            "ord_lost" if run == 0 => Err(RefundError::Timeout),
+            "ord_lost" => Err(RefundError::Declined),
+            "ord_nan" => Ok(f64::NAN),
+            _ => {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                Ok(0.0)
+            }
+        }
+    }
+}
+
+fn refund_of(order_id: &str) -> RefundArgs {
+    RefundArgs {
+        order_id: order_id.into(),
+    }
+}
+
+/// The sentence and feedback of `error`: never "not run", the key, and what settles it.
+fn assert_outcome_unknown(error: &ToolExecutionError, code: &str, key: &IdempotencyKey) {
+    assert_eq!(error.code(), Some(code));
+    assert_eq!(
+        error.retryable(),
+        Some(false),
+        "a repeat does not send it again"
+    );
+    let blocks = error.model_output().as_content();
+    let sentence = blocks[0].as_text().unwrap();
+    assert!(!sentence.contains("Not run"), "{sentence}");
+    assert!(
+        sentence.starts_with("Outcome unknown") && sentence.contains("may or may not"),
+        "{sentence}"
+    );
+    assert!(sentence.contains("will not do it twice"), "{sentence}");
+    assert!(
+        sentence.contains(&format!("idemkit resolve {key} applied --outcome JSON"))
+            && sentence.contains(&format!("idemkit resolve {key} not-applied"))
+            && sentence.contains("`verify`"),
+        "{sentence}"
+    );
+    let feedback = blocks[1].as_json().unwrap();
+    assert_eq!(feedback["reason"], code);
+    assert_eq!(feedback["idempotencyKey"], key.as_str());
+}
+
+#[tokio::test(start_paused = true)]
+async fn issue30_5_s20_an_attempt_that_may_have_refunded_reaches_rig_as_ambiguous_not_refused() {
+    let refund = Refund::new();
+    let error = refund.call(refund_of("ord_lost")).await.unwrap_err();
+    assert_eq!(
+        refund.runs.load(Ordering::SeqCst),
+        2,
+        "timed out, then declined"
+    );
+    let key = IdempotencyKey::derive("refund", &[("order_id", &"ord_lost")]);
+    assert_outcome_unknown(&error, "ambiguous", &key);
+    assert!(matches!(
+        error.downcast_ref::<RefundError>(),
+        Some(RefundError::Idem(idemkit::Error::Ambiguous { .. }))
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn issue30_5_a_call_that_lost_its_lease_reaches_rig_as_lease_lost_not_refused() {
+    let refund = Refund::new();
+    let error = refund.call(refund_of("ord_stalled")).await.unwrap_err();
+    assert_eq!(refund.runs.load(Ordering::SeqCst), 1);
+    let key = IdempotencyKey::derive("refund", &[("order_id", &"ord_stalled")]);
+    assert_outcome_unknown(&error, "lease_lost", &key);
+}
+
+#[tokio::test(start_paused = true)]
+async fn issue30_5_an_outcome_that_cannot_be_replayed_reaches_rig_as_done_not_refused() {
+    let refund = Refund::new();
+    refund.call(refund_of("ord_nan")).await.unwrap();
+    let error = refund.call(refund_of("ord_nan")).await.unwrap_err();
+    assert_eq!(refund.runs.load(Ordering::SeqCst), 1, "not run again");
+    assert_eq!(error.code(), Some("unreplayable"));
+    assert_eq!(error.retryable(), Some(false));
+    let sentence = error.model_output().as_content()[0]
+        .as_text()
+        .unwrap()
+        .to_owned();
+    assert!(
+        sentence.starts_with("Already done") && !sentence.contains("Not run"),
+        "{sentence}"
+    );
 }

@@ -14,9 +14,10 @@ use rmcp::{ServerHandler, ServiceExt, tool, tool_handler, tool_router};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-#[path = "../agent/mod.rs"]
-mod agent;
-pub use agent::{PayError, Receipt};
+// The payment types only: the agent's module would bring its tools, of the same names (S21).
+#[path = "../agent/pay.rs"]
+mod pay;
+pub use pay::{PayError, Receipt};
 
 /// The provider's base URL; without it the server starts a fake provider of its own on loopback.
 pub const PROVIDER_ENV: &str = "IDEMKIT_MCP_PROVIDER";

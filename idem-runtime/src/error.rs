@@ -176,6 +176,24 @@ pub enum Error {
         /// Why there is none.
         reason: String,
     },
+
+    /// Two side-effect tools of this program share the name `tool` (S21): they would share keys
+    /// and records, so one tool's outcome would be replayed as the other's. Every call of that
+    /// name is refused before anything is claimed, until each tool has a name of its own.
+    #[error(
+        "idemkit: two tools are named `{tool}`, one at {first} and one at {second}; they would share keys and \
+         records, so one tool's outcome would be replayed as the other's. The tool was not run. Give each a distinct \
+         name with `#[side_effect(name = \"...\")]` (the name is part of every key: the tool that keeps the old name \
+         keeps its records)"
+    )]
+    DuplicateTool {
+        /// The shared name.
+        tool: String,
+        /// Where one of them is defined: `file:line (module path)`.
+        first: String,
+        /// Where another is defined (every other place, when more than two share the name).
+        second: String,
+    },
 }
 
 /// What kind of store failure this is.

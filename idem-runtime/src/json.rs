@@ -11,7 +11,9 @@
 //! an unknown field, text over [`JsonTools::max_arguments_len`]) are refused before anything
 //! runs, with a message the model can act on.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::error::Error as StdError;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -21,9 +23,11 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use crate::explain::Explanation;
 use crate::key::IdempotencyKey;
-use crate::observe::{CallInfo, observe};
+use crate::observe::{CallInfo, CallOutcome, observe};
 use crate::registry::{ToolInfo, ToolKind, tools};
+use crate::retry::Failure;
 
 /// The bound on one call's arguments unless set otherwise: 64 KiB of JSON text. A model's
 /// arguments are a few hundred bytes; a bound keeps a runaway generation from being parsed,
@@ -44,15 +48,22 @@ pub trait JsonArgs: DeserializeOwned + JsonSchema + Send + 'static {
     fn describe(err: &Self::Err) -> String;
 }
 
-type Run = Pin<Box<dyn Future<Output = (Result<Value, String>, Option<CallInfo>)> + Send>>;
+/// A call's end: its value, or the error's text and what to tell the model of it.
+type Ended = Result<Value, (String, Explanation)>;
+
+type Run = Pin<Box<dyn Future<Output = (Ended, Option<CallInfo>)> + Send>>;
 
 /// A tool's JSON entry in the registry, submitted by the attributes' expansion.
 #[doc(hidden)]
 pub struct JsonEntry {
     name: &'static str,
     parameters: fn() -> Value,
-    /// Reads the arguments (refusing them runs nothing), then the call to await.
-    prepare: fn(Value) -> Result<Run, serde_json::Error>,
+    /// Reads the arguments (refusing them runs nothing), then the call to await; the tool's
+    /// registration, when found, names its kind and key fields for the explanation of a failure.
+    prepare: fn(Value, Option<&'static ToolInfo>) -> Result<Run, serde_json::Error>,
+    /// The arguments' type, whose path (`crate::module::function::…`) tells which registered
+    /// tool of this name the entry is, should two share it.
+    type_name: fn() -> &'static str,
 }
 
 inventory::collect!(JsonEntry);
@@ -64,6 +75,36 @@ impl JsonEntry {
             name,
             parameters: parameters_of::<A>,
             prepare: prepare::<A>,
+            type_name: std::any::type_name::<A>,
+        }
+    }
+
+    /// This entry's own registration among `infos` (the tools of its name): the only one, or the
+    /// one declared in the innermost module that the arguments' type is declared in (the
+    /// attributes declare it inside the tool's function: `crate::module::charge::…`, or
+    /// `<crate::module::Type as Trait>::call::…`). `None` when that cannot tell them apart.
+    fn own_info(&self, infos: &[&'static ToolInfo]) -> Option<&'static ToolInfo> {
+        if let [only] = infos {
+            return Some(only);
+        }
+        let path = (self.type_name)();
+        let path = path.strip_prefix('<').unwrap_or(path);
+        let inside = |info: &&&'static ToolInfo| {
+            path.strip_prefix(info.module_path)
+                .is_some_and(|rest| rest.starts_with("::"))
+        };
+        let innermost = infos
+            .iter()
+            .filter(inside)
+            .map(|i| i.module_path.len())
+            .max()?;
+        let mut found = infos
+            .iter()
+            .filter(inside)
+            .filter(|i| i.module_path.len() == innermost);
+        match (found.next(), found.next()) {
+            (Some(info), None) => Some(info),
+            _ => None,
         }
     }
 }
@@ -76,22 +117,91 @@ fn parameters_of<A: JsonSchema>() -> Value {
     schema.to_value()
 }
 
-fn prepare<A: JsonArgs>(arguments: Value) -> Result<Run, serde_json::Error> {
+fn prepare<A: JsonArgs>(
+    arguments: Value,
+    tool: Option<&'static ToolInfo>,
+) -> Result<Run, serde_json::Error> {
     let args: A = serde_json::from_value(arguments)?;
     Ok(Box::pin(async move {
         let (result, info) = observe(args.call()).await;
-        let value = match result {
+        let ended = match result {
             Ok(ok) => serde_json::to_value(&ok).map_err(|e| {
-                format!("the tool ran, but its result could not be written as JSON: {e}")
+                let message =
+                    format!("the tool ran, but its result could not be written as JSON: {e}");
+                (message, result_not_json(info.as_ref()))
             }),
-            Err(err) => Err(A::describe(&err)),
+            Err(err) => Err(explaining(tool, info.as_ref(), || A::describe(&err))),
         };
-        (value, info)
+        (ended, info)
     }))
 }
 
-/// The error as text: its `Display` when it has one, else its `Debug` (autoref specialisation,
-/// resolved where the error type is concrete: `(&&Describe(err)).describe()`).
+/// What the model is told of a result that did not serialize: the tool ran, and for a side
+/// effect its outcome is recorded (a repeat is not done again, and gets the same answer).
+fn result_not_json(info: Option<&CallInfo>) -> Explanation {
+    let text = match info.and_then(|i| i.key.as_ref()) {
+        Some(key) => format!(
+            "Done: the tool ran and took effect (idempotency key {key}), but its result could not be written as \
+             JSON. It will not be done again under this key, so calling again gets this same answer; tell the user \
+             it was done."
+        ),
+        None => "The tool ran, but its result could not be written as JSON; calling again will not help. Tell \
+                 the user."
+            .to_owned(),
+    };
+    Explanation {
+        reason: "result_not_json",
+        retryable: false,
+        text,
+    }
+}
+
+/// What [`explaining`] hands to the description of a tool's error, and what it gets back.
+struct Explaining {
+    kind: ToolKind,
+    key_fields: &'static [&'static str],
+    info: Option<CallInfo>,
+    told: Option<Explanation>,
+}
+
+thread_local! {
+    /// Set by [`explaining`] around one synchronous `describe`, which sees the concrete error
+    /// type: an error that is a `std::error::Error` is explained there by idemkit's own error in
+    /// its chain.
+    static EXPLAINING: RefCell<Option<Explaining>> = const { RefCell::new(None) };
+}
+
+/// The error's text, by `describe`, and what to tell the model: by idemkit's own error when the
+/// error carries one (found by `describe`), else by how the call ended.
+fn explaining(
+    tool: Option<&'static ToolInfo>,
+    info: Option<&CallInfo>,
+    describe: impl FnOnce() -> String,
+) -> (String, Explanation) {
+    let kind = tool.map_or(ToolKind::SideEffect, |t| t.kind);
+    EXPLAINING.with(|slot| {
+        *slot.borrow_mut() = Some(Explaining {
+            kind,
+            key_fields: tool.map_or(&[], |t| t.key_fields),
+            info: info.cloned(),
+            told: None,
+        })
+    });
+    let message = describe();
+    let told = EXPLAINING.with(|slot| slot.borrow_mut().take().and_then(|e| e.told));
+    let told = told.unwrap_or_else(|| {
+        let failure = match info.map(|i| i.outcome) {
+            Some(CallOutcome::Failed(failure)) => failure,
+            _ => Failure::Permanent,
+        };
+        Explanation::of_failure(failure, kind, info)
+    });
+    (message, told)
+}
+
+/// The error as text: its `Display` when it has one, else its `Debug`; an error that is a
+/// `std::error::Error` is also explained by idemkit's own error in its chain (autoref
+/// specialisation, resolved where the error type is concrete: `(&&Describe(err)).describe()`).
 #[doc(hidden)]
 pub struct Describe<'a, E>(pub &'a E);
 
@@ -100,7 +210,28 @@ pub trait DescribeDisplay {
     fn describe(&self) -> String;
 }
 
-impl<E: fmt::Display> DescribeDisplay for &Describe<'_, E> {
+impl<E: StdError + 'static> DescribeDisplay for &Describe<'_, E> {
+    fn describe(&self) -> String {
+        EXPLAINING.with(|slot| {
+            if let Some(explaining) = slot.borrow_mut().as_mut() {
+                let failure = match explaining.info.as_ref().map(|i| i.outcome) {
+                    Some(CallOutcome::Failed(failure)) => failure,
+                    _ => Failure::Permanent,
+                };
+                explaining.told = Some(Explanation::of(
+                    self.0,
+                    failure,
+                    explaining.kind,
+                    explaining.info.as_ref(),
+                    explaining.key_fields,
+                ));
+            }
+        });
+        self.0.to_string()
+    }
+}
+
+impl<E: fmt::Display> DescribeDisplay for &&Describe<'_, E> {
     fn describe(&self) -> String {
         self.0.to_string()
     }
@@ -212,6 +343,18 @@ pub enum JsonCallError {
         message: String,
         /// What happened in the call (boxed: it is most of the error's size).
         info: Option<Box<CallInfo>>,
+        /// What the model is told: whether the effect may have happened, whether calling again
+        /// can help (`retryable`), and the reason as a stable word (`key_reuse`, `ambiguous`,
+        /// `lease_lost`, … see [`Explanation`]).
+        explanation: Box<Explanation>,
+    },
+    /// Two tools of this program marked `json` share the name: the model's call cannot say which
+    /// it means, so neither is listed or run under it. Give each a distinct `name = "..."`.
+    DuplicateTool {
+        /// The shared name.
+        name: &'static str,
+        /// Where each is defined (`file:line (module)`, or the path of its arguments' type).
+        places: Vec<String>,
     },
 }
 
@@ -240,7 +383,19 @@ impl fmt::Display for JsonCallError {
                 "invalid arguments for `{tool}`: {message}; the tool was not run. Call it again with a JSON \
                  object that matches its parameters schema"
             ),
-            JsonCallError::Failed { tool, message, .. } => write!(f, "`{tool}` failed: {message}"),
+            JsonCallError::Failed {
+                tool,
+                message,
+                explanation,
+                ..
+            } => write!(f, "`{tool}` failed: {message}\n{}", explanation.text),
+            JsonCallError::DuplicateTool { name, places } => write!(
+                f,
+                "two tools of this program are named `{name}` ({}), so a call of `{name}` cannot say which it \
+                 means; neither was run. Calling again will not help: the program must give each a distinct \
+                 `name = \"...\"`",
+                places.join(" and ")
+            ),
         }
     }
 }
@@ -254,7 +409,8 @@ struct Entry {
 }
 
 /// One dispatcher for the tools of an agent: their definitions for the model, and a call by
-/// name with JSON arguments.
+/// name with JSON arguments. A failed call's error says, for the model, what happened and
+/// whether calling again helps ([`JsonCallError::Failed`]'s [`Explanation`]).
 ///
 /// ```text
 /// let tools = idemkit::JsonTools::all();
@@ -270,6 +426,8 @@ struct Entry {
 #[derive(Clone)]
 pub struct JsonTools {
     tools: BTreeMap<&'static str, Entry>,
+    /// Names two entries share, with their places: neither listed nor called (S21).
+    shared: BTreeMap<&'static str, Vec<String>>,
     max_arguments_len: usize,
 }
 
@@ -277,28 +435,61 @@ impl fmt::Debug for JsonTools {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("JsonTools")
             .field("tools", &self.tools.keys().collect::<Vec<_>>())
+            .field("shared", &self.shared)
             .field("max_arguments_len", &self.max_arguments_len)
             .finish()
     }
 }
 
 impl JsonTools {
-    /// Every tool of this program marked `json`. Two tools of one name would share keys (see
-    /// [`check_unique_tool_names`](crate::check_unique_tool_names)); the first found is kept.
+    /// Every tool of this program marked `json`, each described by its own doc comment.
+    ///
+    /// A name two of them share is neither listed nor called: a call of it is refused with
+    /// [`JsonCallError::DuplicateTool`], naming both places (side-effect tools of one name are
+    /// refused at any call anyway, S21; see
+    /// [`check_unique_tool_names`](crate::check_unique_tool_names) for a test that finds them).
     pub fn all() -> Self {
-        let mut infos: BTreeMap<&'static str, &'static ToolInfo> = BTreeMap::new();
+        let mut infos: BTreeMap<&'static str, Vec<&'static ToolInfo>> = BTreeMap::new();
         for info in tools() {
-            infos.entry(info.name).or_insert(info);
+            infos.entry(info.name).or_default().push(info);
+        }
+        let mut entries: BTreeMap<&'static str, Vec<&'static JsonEntry>> = BTreeMap::new();
+        for json in inventory::iter::<JsonEntry> {
+            let same = entries.entry(json.name).or_default();
+            // One tool registered twice (one module compiled into two crates) is one tool.
+            if !same.iter().any(|e| (e.type_name)() == (json.type_name)()) {
+                same.push(json);
+            }
         }
         let mut tools = BTreeMap::new();
-        for json in inventory::iter::<JsonEntry> {
-            tools.entry(json.name).or_insert(Entry {
-                json,
-                info: infos.get(json.name).copied(),
-            });
+        let mut shared = BTreeMap::new();
+        for (name, same) in entries {
+            let infos = infos.get(name).map_or(&[][..], Vec::as_slice);
+            match same.as_slice() {
+                [json] => {
+                    let info = json.own_info(infos);
+                    tools.insert(name, Entry { json, info });
+                }
+                _ => {
+                    let places: Vec<String> = same
+                        .iter()
+                        .map(|json| match json.own_info(infos) {
+                            Some(info) => crate::registry::place(info),
+                            None => (json.type_name)().to_owned(),
+                        })
+                        .collect();
+                    tracing::warn!(
+                        tool = name,
+                        places = %places.join(" and "),
+                        "two tools marked `json` share a name: neither is listed or called from JSON; give each a distinct `name = \"...\"`"
+                    );
+                    shared.insert(name, places);
+                }
+            }
         }
         JsonTools {
             tools,
+            shared,
             max_arguments_len: DEFAULT_MAX_ARGUMENTS_LEN,
         }
     }
@@ -308,15 +499,12 @@ impl JsonTools {
         let all = Self::all();
         let mut tools = BTreeMap::new();
         for name in names {
-            match all.tools.get_key_value(name) {
-                Some((name, entry)) => {
-                    tools.insert(*name, *entry);
-                }
-                None => return Err(all.unknown(name)),
-            }
+            let (name, entry) = all.find(name)?;
+            tools.insert(name, entry);
         }
         Ok(JsonTools {
             tools,
+            shared: BTreeMap::new(),
             max_arguments_len: all.max_arguments_len,
         })
     }
@@ -382,6 +570,12 @@ impl JsonTools {
     }
 
     fn find(&self, name: &str) -> Result<(&'static str, Entry), JsonCallError> {
+        if let Some((name, places)) = self.shared.get_key_value(name) {
+            return Err(JsonCallError::DuplicateTool {
+                name,
+                places: places.clone(),
+            });
+        }
         self.tools
             .get_key_value(name)
             .map(|(n, e)| (*n, *e))
@@ -427,13 +621,14 @@ impl JsonTools {
                 });
             }
         };
-        let run = (entry.json.prepare)(arguments).map_err(|e| invalid(tool, e))?;
+        let run = (entry.json.prepare)(arguments, entry.info).map_err(|e| invalid(tool, e))?;
         match run.await {
             (Ok(value), info) => Ok(JsonReply { value, info }),
-            (Err(message), info) => Err(JsonCallError::Failed {
+            (Err((message, explanation)), info) => Err(JsonCallError::Failed {
                 tool,
                 message,
                 info: info.map(Box::new),
+                explanation: Box::new(explanation),
             }),
         }
     }

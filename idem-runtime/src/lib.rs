@@ -69,6 +69,7 @@
 mod classify;
 mod error;
 mod exec;
+mod explain;
 mod fingerprint;
 mod idem;
 #[cfg(feature = "json")]
@@ -91,6 +92,7 @@ pub use error::{Error, StoreError, StoreErrorKind};
 #[doc(hidden)]
 pub use exec::{Attempt, Next, ReadCall, ReadNext, SideEffectCall, VerifyStep};
 pub use exec::{Tool, Verified, Verifying};
+pub use explain::Explanation;
 pub use fingerprint::{Fingerprint, Fingerprinter};
 pub use idem::{AlreadyInstalled, BuildError, Idem, IdemBuilder, as_tenant, operation};
 #[cfg(feature = "json")]

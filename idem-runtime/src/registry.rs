@@ -1,8 +1,23 @@
-//! Every annotated tool registers itself here, so a program can list its tools and a test can
-//! check that no two share a name.
+//! Every annotated tool registers itself here, so a program can list its tools, a test can
+//! check that no two share a name, and a call of a name two side-effect tools share is refused
+//! (S21).
+//!
+//! Why S21 is checked at the first call rather than at build time: a link-time symbol per tool
+//! name (a `#[unsafe(export_name = "...")]` static, so two definitions fail to link) was tried
+//! and rejected. `export_name` trips the `unsafe_code` lint, so every crate with
+//! `#![forbid(unsafe_code)]` would stop building; within a crate rustc names only the second
+//! place, and across crates the error is the linker's ("duplicate symbol", naming object files,
+//! not the tools' places), and only when both objects happen to be linked; and rustdoc's merged
+//! doctests (edition 2024) link every doc example of a crate into one binary, so two examples
+//! that each define a `charge` would fail to build, though each runs alone. The registry sees
+//! every place, so the refusal names both, and can tell merged doctests apart.
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::error::Error;
 
 /// Whether a tool may act on the world.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -56,7 +71,7 @@ impl fmt::Display for DuplicateTools {
             write!(f, "  `{name}` is defined at")?;
             for (i, info) in infos.iter().enumerate() {
                 let sep = if i == 0 { " " } else { ", " };
-                write!(f, "{sep}{}:{} ({})", info.file, info.line, info.module_path)?;
+                write!(f, "{sep}{}", place(info))?;
             }
             writeln!(f)?;
         }
@@ -89,5 +104,123 @@ fn find_duplicates(
         Ok(())
     } else {
         Err(DuplicateTools { duplicates })
+    }
+}
+
+/// Where a tool is defined, as messages name it: `file:line (module path)`.
+pub(crate) fn place(info: &ToolInfo) -> String {
+    format!("{}:{} ({})", info.file, info.line, info.module_path)
+}
+
+/// The side-effect tool names that two or more places define, each with its places: computed
+/// once, at the first call of any side-effect tool. A place registered twice (one module compiled
+/// into two crates of one package under one name) is one place; places that never run in one
+/// process (two doctests, below) do not share.
+fn shared_names() -> &'static BTreeMap<&'static str, Vec<&'static ToolInfo>> {
+    static SHARED: OnceLock<BTreeMap<&'static str, Vec<&'static ToolInfo>>> = OnceLock::new();
+    SHARED.get_or_init(|| {
+        let mut by_name: BTreeMap<&'static str, Vec<&'static ToolInfo>> = BTreeMap::new();
+        for info in tools().filter(|t| t.kind == ToolKind::SideEffect) {
+            let places = by_name.entry(info.name).or_default();
+            let same = |p: &&ToolInfo| {
+                (p.module_path, p.file, p.line) == (info.module_path, info.file, info.line)
+            };
+            if !places.iter().any(same) {
+                places.push(info);
+            }
+        }
+        for places in by_name.values_mut() {
+            let all = places.clone();
+            places.retain(|p| {
+                all.iter()
+                    .any(|q| !std::ptr::eq(*p, *q) && may_meet(p.module_path, q.module_path))
+            });
+            places.sort_by_key(|p| (p.file, p.line, p.module_path));
+        }
+        by_name.retain(|_, places| places.len() > 1);
+        by_name
+    })
+}
+
+/// Whether tools defined in these two modules can be called in one process. Not when both are
+/// in doctests that rustdoc merged into one binary (edition 2024: modules
+/// `doctest_bundle_2024::__doctest_3`, …) and the doctests differ: each doctest runs alone, in a
+/// process of its own, so two doc examples may each define their own `charge`.
+fn may_meet(a: &str, b: &str) -> bool {
+    match (doctest_of(a), doctest_of(b)) {
+        (Some(a), Some(b)) => a == b,
+        _ => true,
+    }
+}
+
+/// The merged doctest a module belongs to (`doctest_bundle_2024::__doctest_3`), if any.
+fn doctest_of(module_path: &str) -> Option<&str> {
+    let mut segments = module_path.split("::");
+    let (bundle, test) = (segments.next()?, segments.next()?);
+    (bundle.starts_with("doctest_bundle_") && test.starts_with("__doctest_"))
+        .then(|| &module_path[..bundle.len() + 2 + test.len()])
+}
+
+/// S21: a call of the side-effect tool `name` is refused when two registered side-effect tools
+/// share that name, naming both places, before anything is claimed: they would share keys, and
+/// one's outcome would be replayed as the other's. Per call one relaxed load once the registry
+/// is known to share no name; otherwise one look-up. (A [`Tool`](crate::Tool) built by hand is
+/// not registered: its name is checked against the registered ones only when two of those share
+/// it.)
+#[inline(always)]
+pub(crate) fn refuse_shared_name(name: &str) -> Result<(), Error> {
+    if NONE_SHARED.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    refuse_shared_name_slow(name)
+}
+
+/// Set once [`shared_names`] is known to be empty (the registry never changes after start-up).
+static NONE_SHARED: AtomicBool = AtomicBool::new(false);
+
+#[cold]
+#[inline(never)]
+fn refuse_shared_name_slow(name: &str) -> Result<(), Error> {
+    let shared = shared_names();
+    if shared.is_empty() {
+        NONE_SHARED.store(true, Ordering::Relaxed);
+        return Ok(());
+    }
+    match shared.get(name) {
+        None => Ok(()),
+        Some(places) => Err(Error::DuplicateTool {
+            tool: name.to_owned(),
+            first: place(places[0]),
+            second: places[1..]
+                .iter()
+                .map(|p| place(p))
+                .collect::<Vec<_>>()
+                .join(" and "),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn s21_tools_of_two_merged_doctests_never_meet_and_any_other_pair_does() {
+        assert!(!may_meet(
+            "doctest_bundle_2024::__doctest_0",
+            "doctest_bundle_2024::__doctest_3::billing"
+        ));
+        assert!(may_meet(
+            "doctest_bundle_2024::__doctest_3",
+            "doctest_bundle_2024::__doctest_3::billing"
+        ));
+        assert!(may_meet("doctest_bundle_2024::__doctest_3", "app::billing"));
+        assert!(may_meet("app::billing", "app::shop"));
+        assert_eq!(
+            doctest_of("doctest_bundle_2024::__doctest_12::shop"),
+            Some("doctest_bundle_2024::__doctest_12")
+        );
+        assert_eq!(doctest_of("doctest_bundle_2024"), None);
+        assert_eq!(doctest_of("app::__doctest_1"), None);
     }
 }

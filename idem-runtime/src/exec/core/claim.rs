@@ -70,6 +70,11 @@ pub(super) fn start(phase: &mut Phase<'_>) {
             return;
         }
     };
+    // S21: a name two registered side-effect tools share is refused before anything is claimed.
+    if let Err(e) = crate::registry::refuse_shared_name(tool.name) {
+        *phase = Phase::Refused(call.refused(e));
+        return;
+    }
     if tool.tenant_required && tenant.is_none() {
         let e = Error::NoTenant {
             tool: tool.name.to_owned(),

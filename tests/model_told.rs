@@ -1,0 +1,291 @@
+//! What a model is told (issue 30 #5, issue 31, DESIGN.md S19/S20): every `idemkit::Error`
+//! variant gets its own answer on every surface (MCP tool result, rig's `ToolExecutionError`,
+//! the [`Explanation`] JSON calls carry): a stable reason, whether calling again can help, and
+//! "not run" only where idemkit refused the call before any attempt. Where the effect may have
+//! happened, the answer says so, says calling again will not do it twice, and names what
+//! settles it (the tool's `verify`, an operator's `idemkit resolve`), with the key.
+//!
+//! The surfaces end to end (a real call ending each way) are in `mcp_server.rs`,
+//! `rig_agent.rs` and `json_calls.rs`.
+#![cfg(all(feature = "rmcp", feature = "rig"))]
+
+use std::time::Duration;
+
+use idemkit::{Classify, Error, Explanation, Failure, IdempotencyKey, StoreError};
+use serde_json::Value;
+
+#[derive(Debug)]
+struct ToolError(Error);
+
+impl std::fmt::Display for ToolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for ToolError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
+impl Classify for ToolError {
+    fn classify(&self) -> Failure {
+        Failure::Permanent
+    }
+}
+
+fn key() -> IdempotencyKey {
+    IdempotencyKey::derive("refund", &[("order_id", &"ord_1")])
+}
+
+/// How a variant ended, for the model: refused before any attempt, or its outcome unknown, or
+/// done earlier.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Told {
+    NotRun,
+    Unknown,
+    Done,
+    Failed,
+}
+
+/// Every variant the runtime has, with the answer each surface must give.
+fn variants() -> Vec<(Error, &'static str, bool, Told)> {
+    let tool = || "refund".to_owned();
+    let key = key();
+    vec![
+        (
+            Error::KeyReuse { tool: tool(), key },
+            "key_reuse",
+            false,
+            Told::NotRun,
+        ),
+        (
+            Error::InFlight {
+                tool: tool(),
+                key,
+                waited: Duration::from_secs(5),
+            },
+            "in_flight",
+            true,
+            Told::NotRun,
+        ),
+        (
+            Error::Store {
+                tool: tool(),
+                key: Some(key),
+                source: StoreError::unavailable("connection refused"),
+            },
+            "store_unavailable",
+            true,
+            Told::NotRun,
+        ),
+        (
+            Error::Store {
+                tool: tool(),
+                key: Some(key),
+                source: StoreError::corrupt("the outcome does not deserialize"),
+            },
+            "store_unreadable",
+            false,
+            Told::NotRun,
+        ),
+        (
+            Error::LeaseLost {
+                tool: tool(),
+                key,
+                attempts: 1,
+                why: "taken over",
+            },
+            "lease_lost",
+            false,
+            Told::Unknown,
+        ),
+        (
+            Error::Ambiguous {
+                tool: tool(),
+                key,
+                attempts: 3,
+                last: Failure::Permanent,
+            },
+            "ambiguous",
+            false,
+            Told::Unknown,
+        ),
+        // An earlier call's outcome is unknown and this call did not send it again (S20).
+        (
+            Error::Ambiguous {
+                tool: tool(),
+                key,
+                attempts: 0,
+                last: Failure::Ambiguous,
+            },
+            "ambiguous",
+            false,
+            Told::Unknown,
+        ),
+        (
+            Error::Unreplayable {
+                tool: tool(),
+                key,
+                reason: "NaN is no JSON number".into(),
+            },
+            "unreplayable",
+            false,
+            Told::Done,
+        ),
+        (
+            Error::Arguments {
+                tool: tool(),
+                source: serde_json::from_str::<u8>("x").unwrap_err(),
+            },
+            "invalid_arguments",
+            false,
+            Told::NotRun,
+        ),
+        (
+            Error::Settings {
+                tool: tool(),
+                reason: "its ttl is shorter than its lease".into(),
+            },
+            "settings",
+            false,
+            Told::NotRun,
+        ),
+        (
+            Error::NoTenant { tool: tool() },
+            "no_tenant",
+            false,
+            Told::NotRun,
+        ),
+        (
+            Error::NotConfigured {
+                tool: tool(),
+                reason: "no store".into(),
+            },
+            "not_configured",
+            false,
+            Told::NotRun,
+        ),
+        (
+            Error::NoRuntime {
+                reason: "outside any call".into(),
+            },
+            "no_runtime",
+            false,
+            Told::Failed,
+        ),
+        (
+            Error::DuplicateTool {
+                tool: tool(),
+                first: "src/billing.rs:12 (app::billing)".into(),
+                second: "src/shop.rs:40 (app::shop)".into(),
+            },
+            "duplicate_tool",
+            false,
+            Told::NotRun,
+        ),
+    ]
+}
+
+/// The variant at `i` of [`variants`], twice (errors are not `Clone`).
+fn variant(i: usize) -> ((Error, &'static str, bool, Told), Error) {
+    (variants().swap_remove(i), variants().swap_remove(i).0)
+}
+
+/// The sentence says what the reason and `told` promise, and names the key where the error has
+/// one for the operation.
+fn check_text(text: &str, error: &Error, reason: &str, told: Told) {
+    let key = key().to_string();
+    match told {
+        Told::NotRun => assert!(text.starts_with("Not run"), "{reason}: {text}"),
+        Told::Unknown => {
+            assert!(!text.contains("Not run"), "{reason}: {text}");
+            assert!(text.starts_with("Outcome unknown"), "{reason}: {text}");
+            assert!(text.contains("may or may not"), "{reason}: {text}");
+            assert!(text.contains("will not do it twice"), "{reason}: {text}");
+            assert!(text.contains("`verify`"), "{reason}: {text}");
+            assert!(
+                text.contains(&format!("idemkit resolve {key} applied --outcome JSON"))
+                    && text.contains(&format!("idemkit resolve {key} not-applied")),
+                "{reason}: {text}"
+            );
+        }
+        Told::Done => {
+            assert!(!text.contains("Not run"), "{reason}: {text}");
+            assert!(
+                text.starts_with("Already done") && text.contains("will not be done again"),
+                "{reason}: {text}"
+            );
+        }
+        Told::Failed => assert!(!text.contains("Not run"), "{reason}: {text}"),
+    }
+    let names_key = matches!(
+        error,
+        Error::KeyReuse { .. }
+            | Error::InFlight { .. }
+            | Error::LeaseLost { .. }
+            | Error::Ambiguous { .. }
+            | Error::Unreplayable { .. }
+    ) || matches!(error, Error::Store { source, .. } if source.kind() != idemkit::StoreErrorKind::Unavailable);
+    if names_key {
+        assert!(text.contains(&key), "{reason}: the key in {text}");
+    }
+}
+
+#[test]
+fn issue30_5_every_error_variant_has_its_own_reason_and_sentence() {
+    let mut reasons = std::collections::BTreeSet::new();
+    for (error, reason, retryable, told) in variants() {
+        let explained = Explanation::of_error(&error, &["order_id"]);
+        assert_eq!(
+            (explained.reason, explained.retryable),
+            (reason, retryable),
+            "{error:?}"
+        );
+        check_text(&explained.text, &error, reason, told);
+        reasons.insert(reason);
+    }
+    // One word each (the two `ambiguous` cases share theirs, and nothing else does).
+    assert_eq!(reasons.len(), variants().len() - 1);
+}
+
+#[test]
+fn issue30_5_s20_mcp_tells_the_model_the_outcome_is_unknown_never_not_run() {
+    for i in 0..variants().len() {
+        let ((error, reason, retryable, told), again) = variant(i);
+        let out =
+            idemkit::mcp::side_effect_output::<(), _>(Err(ToolError(error)), None, &["order_id"])
+                .unwrap();
+        assert_eq!(out.is_error, Some(true));
+        let structured = out.structured_content.clone().unwrap();
+        assert_eq!(structured["reason"], reason, "{again:?}");
+        assert_eq!(structured["retryable"], retryable, "{again:?}");
+        assert_eq!(structured["error"], again.to_string());
+        let sentence = &out.content[0].as_text().unwrap().text;
+        check_text(sentence, &again, reason, told);
+    }
+}
+
+#[test]
+fn issue30_5_s20_rig_tells_the_model_the_outcome_is_unknown_and_a_repeat_is_no_retry() {
+    for i in 0..variants().len() {
+        let ((error, reason, retryable, told), again) = variant(i);
+        let envelope = idemkit::rig::tool_error(ToolError(error), None, &["order_id"]);
+        assert_eq!(envelope.code(), Some(reason), "{again:?}");
+        assert_eq!(envelope.retryable(), Some(retryable), "{again:?}");
+        let kind = if reason == "key_reuse" {
+            rig_core::tool::ToolErrorKind::InvalidArgs
+        } else {
+            rig_core::tool::ToolErrorKind::Other
+        };
+        assert_eq!(envelope.kind(), kind, "{again:?}");
+        let blocks = envelope.model_output().as_content();
+        let sentence = blocks[0].as_text().unwrap();
+        let feedback: &Value = blocks[1].as_json().unwrap();
+        assert_eq!(feedback["reason"], reason);
+        check_text(sentence, &again, reason, told);
+        // The tool's error stays the envelope's source.
+        assert!(envelope.downcast_ref::<ToolError>().is_some());
+    }
+}
