@@ -1,0 +1,326 @@
+//! The protocol, checked exhaustively for small bounds (issue 32): `model/protocol.rs` is the
+//! model (one key; 2-3 callers with their own lease lengths; the store's transitions as
+//! `MemoryStore` and the SQLite store make them; the executor's decisions as `exec/core` makes
+//! them; the provider; an operator; crashes, cancellations, panics, stalls of any length, store
+//! errors), `model/check.rs` the checker (every reachable state, breadth first, so each
+//! counterexample is a shortest one; liveness on the whole graph).
+//!
+//! Each test prints its state count and time (`cargo test -p idem-runtime --test model --
+//! --nocapture`). The broken variants re-introduce a hole of an earlier review in the model and
+//! assert that the checker finds a counterexample, which they print.
+
+#[path = "model/check.rs"]
+mod check;
+#[path = "model/protocol.rs"]
+mod protocol;
+
+use check::{Report, SAFETY};
+use protocol::*;
+
+/// The executor as `main` makes it, with the first poll after the claim gated too (see
+/// `finding_s22_first_poll_after_a_stall_is_not_gated`): what the other checks hold for.
+const GATED: Exec = Exec {
+    gates_first_poll: true,
+    ..Exec::CODE
+};
+
+/// Two callers of one key, leases of 3 and 6 ticks, every fault.
+fn two_callers() -> Config {
+    Config {
+        leases: vec![3, 6],
+        offsets: vec![0, 0],
+        store: StoreKind::OneClock,
+        dedup: false,
+        resend: false,
+        verifies: false,
+        max_attempts: 2,
+        faults: Faults {
+            crash: true,
+            drop: true,
+            store_errors: true,
+            schedule_gives_up: true,
+        },
+        operator_actions: 1,
+        exec: GATED,
+    }
+}
+
+/// Three callers: leases of 3, 6 and 3 ticks; crashes, cancellations and panics, but no store
+/// errors, no early end of the retry schedule and no operator (each of those is checked with two
+/// callers): the bound that keeps the check within seconds.
+fn three_callers() -> Config {
+    Config {
+        leases: vec![3, 6, 3],
+        offsets: vec![0, 0, 0],
+        faults: Faults {
+            crash: true,
+            drop: true,
+            store_errors: false,
+            schedule_gives_up: false,
+        },
+        operator_actions: 0,
+        ..two_callers()
+    }
+}
+
+/// What a tool and its provider are: (dedup, resend, verifies).
+const TOOLS: [(&str, bool, bool, bool); 4] = [
+    ("provider without dedup, no verify", false, false, false),
+    ("provider without dedup, verify", false, false, true),
+    (
+        "provider that dedups (resend), no verify",
+        true,
+        true,
+        false,
+    ),
+    ("provider that dedups (resend), verify", true, true, true),
+];
+
+fn with_tool(mut cfg: Config, (_, dedup, resend, verifies): (&str, bool, bool, bool)) -> Config {
+    cfg.dedup = dedup;
+    cfg.resend = resend;
+    cfg.verifies = verifies;
+    cfg
+}
+
+fn report(name: &str, r: &Report) {
+    println!(
+        "{name}: {} states, {} transitions, {:.2?}",
+        r.states, r.transitions, r.took
+    );
+}
+
+/// Every property holds for `cfg`, liveness included.
+fn holds(name: &str, cfg: &Config) -> Report {
+    let r = check::check(cfg, SAFETY, true);
+    report(name, &r);
+    if let Some(c) = &r.counterexample {
+        panic!("{name}: {}", c.render(cfg));
+    }
+    r
+}
+
+/// The checker finds `property` broken for `cfg`: the counterexample is printed.
+fn caught(name: &str, cfg: &Config, property: Property) -> String {
+    let r = check::check(cfg, &[property], false);
+    report(name, &r);
+    let c = r
+        .counterexample
+        .unwrap_or_else(|| panic!("{name}: no counterexample for {property}"));
+    assert_eq!(c.property, property);
+    let text = c.render(cfg);
+    println!("{text}");
+    text
+}
+
+// ---- The protocol holds ---------------------------------------------------------------------
+
+/// Every property, two callers (leases 3 and 6), each kind of tool and provider, every fault and
+/// one operator action anywhere.
+#[test]
+fn model_two_callers_every_tool_holds() {
+    for tool in TOOLS {
+        holds(
+            &format!("2 callers, {}", tool.0),
+            &with_tool(two_callers(), tool),
+        );
+    }
+}
+
+/// Every property, three callers (leases 3, 6, 3), each kind of tool and provider (with
+/// `verify`, whether the provider deduplicates changes no reachable state once at most one
+/// effect happens, so that pair is checked once).
+#[test]
+fn model_three_callers_every_tool_holds() {
+    for tool in &TOOLS[..3] {
+        let tool = *tool;
+        holds(
+            &format!("3 callers, {}", tool.0),
+            &with_tool(three_callers(), tool),
+        );
+    }
+}
+
+/// S23: on a store that compares lease ends on each claimer's clock (SQLite), mixed leases hold
+/// once the skew cap is the holder's own lease, while the clocks agree.
+#[test]
+fn model_s23_callers_clocks_cap_by_holders_lease_holds() {
+    for tool in TOOLS {
+        let cfg = Config {
+            store: StoreKind::CallersClocks {
+                cap_by_holders_lease: true,
+            },
+            ..with_tool(two_callers(), tool)
+        };
+        holds(&format!("SQLite clocks, 2 callers, {}", tool.0), &cfg);
+    }
+}
+
+// ---- What the model found in the code -------------------------------------------------------
+
+/// Finding: the executor as `main` makes it does not gate an attempt's first poll after the
+/// claim (`poll_next` gates only once `attempts > 0` or a renewal exists; `poll_gate` with
+/// `unrenewed = false` reads no clock). A holder that stalls between its claim's reply and the
+/// first poll (or whose claim reply arrives after its lease: a slow store) runs its body after
+/// its lease ended and another caller took the key over: with `verify`, the other caller's
+/// verification says "not applied" and it sends too. Two effects on a provider that does not
+/// deduplicate.
+#[test]
+fn finding_s22_first_poll_after_a_stall_is_not_gated() {
+    let cfg = Config {
+        exec: Exec::CODE,
+        verifies: true,
+        operator_actions: 0,
+        ..two_callers()
+    };
+    caught("main as is: S22", &cfg, Property::S22NoStepPastItsLease);
+    caught("main as is: S12", &cfg, Property::S12NoTwoHolders);
+    let text = caught("main as is: S20", &cfg, Property::S20AtMostOneEffect);
+    assert!(text.contains("Verify(1, NotApplied)"), "{text}");
+}
+
+/// What SQLite assumes: its processes' clocks agree. A claimer whose clock is ahead by one tick
+/// takes over a holder that stalled near its lease's end while that holder's own clock says its
+/// lease is live (S22 cannot see it): the contract's "one machine, one clock".
+#[test]
+fn assumption_sqlite_clocks_agree() {
+    let cfg = Config {
+        store: StoreKind::CallersClocks {
+            cap_by_holders_lease: true,
+        },
+        offsets: vec![0, 1],
+        ..two_callers()
+    };
+    caught(
+        "SQLite, clocks 1 tick apart",
+        &cfg,
+        Property::S12NoTwoHolders,
+    );
+}
+
+// ---- Broken variants: each hole re-introduced is caught ---------------------------------------
+
+/// Second review, #1 (S23): the SQLite store caps a lease end as clock skew by the claimer's
+/// (shorter) lease: the claimer takes a live holder's key over.
+#[test]
+fn broken_s23_lease_capped_by_the_claimers_lease_is_caught() {
+    let cfg = Config {
+        leases: vec![6, 3],
+        store: StoreKind::CallersClocks {
+            cap_by_holders_lease: false,
+        },
+        ..two_callers()
+    };
+    caught(
+        "cap by the claimer's lease",
+        &cfg,
+        Property::S12NoTwoHolders,
+    );
+}
+
+/// Second review, #2 (S22): a holder past its lease's end polls its body on.
+#[test]
+fn broken_s22_stalled_holder_polls_on_is_caught() {
+    let cfg = Config {
+        exec: Exec {
+            gates_stalled_holder: false,
+            ..GATED
+        },
+        verifies: true,
+        ..two_callers()
+    };
+    caught("stalled holder polls on", &cfg, Property::S12NoTwoHolders);
+    caught(
+        "stalled holder polls on",
+        &cfg,
+        Property::S20AtMostOneEffect,
+    );
+}
+
+/// Second review, #3 (S14+): a takeover of an ambiguous record starts with the mark off.
+#[test]
+fn broken_s14_ambiguity_dropped_on_takeover_is_caught() {
+    let cfg = Config {
+        exec: Exec {
+            takeover_keeps_ambiguity: false,
+            ..GATED
+        },
+        ..two_callers()
+    };
+    caught(
+        "ambiguity dropped on takeover",
+        &cfg,
+        Property::S14AmbiguityClearedOnlyByNotAppliedOrOperator,
+    );
+    caught(
+        "ambiguity dropped on takeover",
+        &cfg,
+        Property::S20AtMostOneEffect,
+    );
+}
+
+/// First review (S12): no renewals (and so no lease to gate on): a body longer than its lease
+/// runs beside the caller that took the key over.
+#[test]
+fn broken_s12_no_renewal_is_caught() {
+    let cfg = Config {
+        exec: Exec {
+            renews: false,
+            ..GATED
+        },
+        dedup: true,
+        resend: true,
+        ..two_callers()
+    };
+    caught("no renewal", &cfg, Property::S12NoTwoHolders);
+}
+
+/// First review (S14): an `Ambiguous` attempt followed by a `Transient` one ends in a release,
+/// and the caller is told the last attempt's error as if nothing happened.
+#[test]
+fn broken_s14_ambiguity_not_sticky_is_caught() {
+    let cfg = Config {
+        exec: Exec {
+            ambiguity_sticky: false,
+            ..GATED
+        },
+        dedup: true,
+        resend: true,
+        ..two_callers()
+    };
+    caught(
+        "ambiguity not sticky",
+        &cfg,
+        Property::S14AmbiguityClearedOnlyByNotAppliedOrOperator,
+    );
+    caught(
+        "ambiguity not sticky",
+        &cfg,
+        Property::S19NeverNotRunAfterAnAttempt,
+    );
+}
+
+/// First review (S15): a dropped call leaves its claim running until its lease ends.
+#[test]
+fn broken_s15_no_drop_guard_is_caught() {
+    let cfg = Config {
+        exec: Exec {
+            drop_guard: false,
+            ..GATED
+        },
+        ..two_callers()
+    };
+    caught("no drop guard", &cfg, Property::S15DroppedClaimEnds);
+}
+
+/// S20: an unknown outcome re-sent blindly to a provider that does not deduplicate (the tool
+/// says `resend = true` wrongly, or before S20).
+#[test]
+fn broken_s20_blind_resend_without_dedup_is_caught() {
+    let cfg = Config {
+        resend: true,
+        dedup: false,
+        ..two_callers()
+    };
+    caught("blind re-send", &cfg, Property::S20AtMostOneEffect);
+}
