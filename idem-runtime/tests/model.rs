@@ -13,6 +13,8 @@
 mod check;
 #[path = "model/protocol.rs"]
 mod protocol;
+#[path = "model/traces.rs"]
+mod traces;
 
 use check::{Report, SAFETY};
 use protocol::*;
@@ -323,4 +325,207 @@ fn broken_s20_blind_resend_without_dedup_is_caught() {
         ..two_callers()
     };
     caught("blind re-send", &cfg, Property::S20AtMostOneEffect);
+}
+
+// ---- Trace validation: real runs are behaviours of the model ------------------------------------
+
+mod real_runs {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
+    use std::time::Duration;
+
+    use idem_runtime::store::{ClaimRequest, LeaseToken};
+    use idem_runtime::{
+        Classify, Error, Failure, Fingerprint, Idem, IdempotencyKey, Store, Tool, Verified,
+    };
+
+    use super::traces::{Event, Recorder, validate};
+    use super::*;
+
+    #[derive(Debug)]
+    struct E;
+    impl Classify for E {
+        fn classify(&self) -> Failure {
+            Failure::Permanent
+        }
+    }
+    impl From<Error> for E {
+        fn from(_: Error) -> Self {
+            E
+        }
+    }
+
+    const S: fn(u64) -> Duration = Duration::from_secs;
+    const FIELDS: &[idem_runtime::KeyField<'static>] = &[("order", &1u64)];
+
+    fn tool(idem: &Idem, lease: u64) -> Tool<'_> {
+        Tool::new("send_sms")
+            .idem(idem)
+            .lease(S(lease))
+            .max_attempts(2)
+            .resend(false)
+            .in_flight_wait(S(60))
+    }
+
+    /// The model of these runs: leases of 3 and 6 ticks (seconds), a provider that does not
+    /// deduplicate.
+    fn model(verifies: bool, exec: Exec) -> Config {
+        Config {
+            verifies,
+            operator_actions: 0,
+            exec,
+            ..two_callers()
+        }
+    }
+
+    fn show(trace: &[Event]) -> String {
+        trace
+            .iter()
+            .map(|e| format!("  t={}s caller {} {:?}\n", e.tick, e.caller, e.seen))
+            .collect()
+    }
+
+    /// S12/S7: a holder (lease 3 s) whose body takes 5 s renews its lease; a second caller
+    /// (lease 6 s) arriving at 1 s waits and replays. The recorded transitions are a behaviour of
+    /// the model, as `main` makes it and with the first poll gated.
+    #[tokio::test(start_paused = true)]
+    async fn trace_s12_renewing_holder_and_waiter_is_a_model_behaviour() {
+        let store = Arc::new(Recorder::new(None));
+        let idem = Idem::new(store.clone());
+        let sent = Arc::new(AtomicU32::new(0));
+        let body = |caller: u8, wait: u64| {
+            let (sent, store) = (sent.clone(), store.clone());
+            move |_key: IdempotencyKey| {
+                let (sent, store) = (sent.clone(), store.clone());
+                async move {
+                    tokio::time::sleep(S(wait)).await;
+                    store.effect(caller);
+                    Ok::<u32, E>(sent.fetch_add(1, SeqCst) + 1)
+                }
+            }
+        };
+        let a = tool(&idem, 3).side_effect(FIELDS, &(), body(0, 5));
+        let b = async {
+            tokio::time::sleep(S(1)).await;
+            tool(&idem, 6).side_effect(FIELDS, &(), body(1, 0)).await
+        };
+        let (a, b) = tokio::join!(a, b);
+        assert_eq!((a.unwrap(), b.unwrap(), sent.load(SeqCst)), (1, 1, 1));
+        let trace = store.events();
+        print!("{}", show(&trace));
+        for exec in [Exec::CODE, GATED] {
+            let visited = validate(&model(false, exec), &trace)
+                .unwrap_or_else(|d| panic!("{d:?}\n{}", show(&trace)));
+            println!("explained; {visited} (state, time) pairs searched");
+        }
+    }
+
+    /// S8/S19: a holder dies after its claim (lease 3 s); a caller with `verify` takes the
+    /// record over at 4 s, verifies (not applied), sends, completes.
+    #[tokio::test(start_paused = true)]
+    async fn trace_s19_takeover_of_a_dead_holder_is_a_model_behaviour() {
+        let store = Arc::new(Recorder::new(None));
+        let idem = Idem::new(store.clone());
+        let key = IdempotencyKey::derive("send_sms", FIELDS);
+        let req = ClaimRequest::new(
+            key,
+            "send_sms",
+            Fingerprint::of(&()).unwrap(),
+            LeaseToken::new(),
+            S(3),
+            S(3600),
+        );
+        store.claim(&req).await.unwrap();
+        tokio::time::advance(S(4)).await;
+        let sent = Arc::new(AtomicU32::new(0));
+        let (s1, s2, log) = (sent.clone(), sent.clone(), store.clone());
+        let result = tool(&idem, 6)
+            .verify(move |_key| {
+                let applied = s1.load(SeqCst) > 0;
+                async move {
+                    Ok::<_, E>(if applied {
+                        Verified::Applied(0)
+                    } else {
+                        Verified::NotApplied
+                    })
+                }
+            })
+            .side_effect(FIELDS, &(), move |_key| {
+                let s2 = s2.clone();
+                log.effect(1);
+                async move { Ok::<u32, E>(s2.fetch_add(1, SeqCst) + 1) }
+            })
+            .await;
+        assert_eq!((result.unwrap(), sent.load(SeqCst)), (1, 1));
+        let trace = store.events();
+        print!("{}", show(&trace));
+        for exec in [Exec::CODE, GATED] {
+            validate(&model(true, exec), &trace)
+                .unwrap_or_else(|d| panic!("{d:?}\n{}", show(&trace)));
+        }
+    }
+
+    /// The model's finding, on the real executor: a holder (lease 3 s) whose claim's reply
+    /// arrives at 4 s (a slow store, or a stall right after the claim) polls its body at once,
+    /// without reading its clock; a caller with `verify` took the record over at 3.5 s, found
+    /// nothing sent, and sent. Two messages on `main`. The trace is a behaviour of the model of
+    /// `main` (`Exec::CODE`), and not of the model with the first poll gated: trace validation
+    /// catches the code leaving the protocol the other checks hold for (the holder's complete
+    /// at 4 s, where that model's holder renews late, is refused, and stops).
+    #[tokio::test(start_paused = true)]
+    async fn trace_finding_s22_first_poll_real_run_diverges_from_the_gated_model() {
+        let store = Arc::new(Recorder::new(Some(S(4))));
+        let idem = Idem::new(store.clone());
+        let sent = Arc::new(AtomicU32::new(0));
+        let verify = |sent: Arc<AtomicU32>| {
+            move |_key: IdempotencyKey| {
+                let applied = sent.load(SeqCst) > 0;
+                async move {
+                    Ok::<_, E>(if applied {
+                        Verified::Applied(0)
+                    } else {
+                        Verified::NotApplied
+                    })
+                }
+            }
+        };
+        let body = |caller: u8| {
+            let (sent, store) = (sent.clone(), store.clone());
+            move |_key: IdempotencyKey| {
+                let sent = sent.clone();
+                store.effect(caller);
+                async move { Ok::<u32, E>(sent.fetch_add(1, SeqCst) + 1) }
+            }
+        };
+        let a = tool(&idem, 3)
+            .verify(verify(sent.clone()))
+            .side_effect(FIELDS, &(), body(0));
+        let b = async {
+            tokio::time::sleep(Duration::from_millis(3500)).await;
+            tool(&idem, 6)
+                .verify(verify(sent.clone()))
+                .side_effect(FIELDS, &(), body(1))
+                .await
+        };
+        let (a, b) = tokio::join!(a, b);
+        let trace = store.events();
+        print!("{}", show(&trace));
+        println!("results {a:?} {b:?}");
+        // main a398b93: two messages. When the executor gates the first poll, this becomes 1,
+        // the trace changes (the late holder renews, is refused, stops), and `GATED` becomes the
+        // model of the code: update this test and `Exec::CODE` together.
+        assert_eq!(sent.load(SeqCst), 2, "the S22 first-poll hole");
+        validate(&model(true, Exec::CODE), &trace)
+            .unwrap_or_else(|d| panic!("{d:?}\n{}", show(&trace)));
+        let d = validate(&model(true, GATED), &trace).expect_err("the gated model allows it");
+        println!(
+            "diverges from the gated model at event {} ({:?}), after {} model states explained the trace before it",
+            d.at, d.event, d.candidates
+        );
+        assert_eq!(
+            (d.at, d.event.caller, d.event.seen),
+            (4, 0, traces::Seen::Effect),
+            "{d:?}"
+        );
+    }
 }

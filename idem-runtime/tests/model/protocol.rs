@@ -313,6 +313,8 @@ pub enum Action {
     StartVerify(u8),
     /// The outcome is unknown and not re-sent (S20).
     Unsettled(u8),
+    /// The body (or the verification) waits at an await: the lease's renewals start (S12).
+    Pending(u8),
     /// The body reaches the provider.
     Reach(u8),
     Answer(u8, Answer),
@@ -543,6 +545,13 @@ fn run_steps(cfg: &Config, s: &State, i: usize, r: Run, push: &mut impl FnMut(Ac
         }
     }
 
+    // The body or the verification waits: `poll_lease` makes the renewal.
+    if attempting && !r.renewed {
+        let mut t = *s;
+        set(&mut t, Run { renewed: true, ..r });
+        push(Action::Pending(me), t);
+    }
+
     match r.step {
         Step::Ready | Step::Verify { .. } => {
             if gate_open(cfg, &r, true) {
@@ -596,7 +605,6 @@ fn run_steps(cfg: &Config, s: &State, i: usize, r: Run, push: &mut impl FnMut(Ac
                         &mut t,
                         Run {
                             step: Step::Attempting { reached: true },
-                            renewed: true,
                             ..r
                         },
                     );
@@ -638,7 +646,6 @@ fn run_steps(cfg: &Config, s: &State, i: usize, r: Run, push: &mut impl FnMut(Ac
                             t.marked = false;
                             let r = Run {
                                 amb: false,
-                                renewed: true,
                                 step: Step::Ready,
                                 ..r
                             };
