@@ -239,6 +239,25 @@ fn broken_s22_stalled_holder_polls_on_is_caught() {
     );
 }
 
+/// S22 without its last chance: a holder past its lease's end waits for a renewal that is never
+/// sent, so its caller never ends (unless cancelled). The liveness check is not vacuous.
+#[test]
+fn broken_s22_without_the_late_renewal_hangs_is_caught() {
+    let cfg = Config {
+        exec: Exec {
+            renews_late: false,
+            ..GATED
+        },
+        operator_actions: 0,
+        ..two_callers()
+    };
+    let r = check::check(&cfg, SAFETY, true);
+    report("no late renewal", &r);
+    let c = r.counterexample.expect("a caller that cannot end");
+    assert_eq!(c.property, Property::EveryCallerEnds);
+    println!("{}", c.render(&cfg));
+}
+
 /// Second review, #3 (S14+): a takeover of an ambiguous record starts with the mark off.
 #[test]
 fn broken_s14_ambiguity_dropped_on_takeover_is_caught() {

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use super::protocol::{Action, Config, Property, State, next, show};
+use super::protocol::{Action, Config, Property, State, is_fault, next, show};
 
 /// Every safety property.
 pub const SAFETY: &[Property] = &[
@@ -98,7 +98,7 @@ pub fn check(cfg: &Config, safety: &[Property], liveness: bool) -> Report {
                     counterexample: Some(Counterexample { property, path }),
                 };
             }
-            if liveness && id as usize != at {
+            if liveness && id as usize != at && !is_fault(a) {
                 targets.push(id);
             }
         }
@@ -107,15 +107,13 @@ pub fn check(cfg: &Config, safety: &[Property], liveness: bool) -> Report {
     offsets.push(targets.len() as u32);
     drop(index);
     let mut counterexample = None;
-    if liveness {
-        if let Some(stuck) = cannot_end(&states, &offsets, &targets) {
-            let mut path = trail(&states, &parent, stuck);
-            path.reverse();
-            counterexample = Some(Counterexample {
-                property: Property::EveryCallerEnds,
-                path,
-            });
-        }
+    if liveness && let Some(stuck) = cannot_end(&states, &offsets, &targets) {
+        let mut path = trail(&states, &parent, stuck);
+        path.reverse();
+        counterexample = Some(Counterexample {
+            property: Property::EveryCallerEnds,
+            path,
+        });
     }
     Report {
         states: states.len(),

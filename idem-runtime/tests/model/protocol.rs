@@ -37,6 +37,9 @@ pub struct Exec {
     /// (`poll_gate`'s `unrenewed = false`; `poll_next` gates only once `attempts > 0` or a
     /// renewal exists). `true`: that first poll is gated too.
     pub gates_first_poll: bool,
+    /// S22: past its lease's end, a holder sends one last renewal (applied if nobody took the
+    /// key over) rather than waiting for one that will never come.
+    pub renews_late: bool,
     /// S14: once an attempt answered `Ambiguous`, the call never ends in a release.
     pub ambiguity_sticky: bool,
     /// S14+/S19: a takeover (of an ambiguous record, or of an expired holder's) starts with the
@@ -52,6 +55,7 @@ impl Exec {
         renews: true,
         gates_stalled_holder: true,
         gates_first_poll: false,
+        renews_late: true,
         ambiguity_sticky: true,
         takeover_keeps_ambiguity: true,
         drop_guard: true,
@@ -351,7 +355,8 @@ pub enum Property {
     /// S15: a dropped call's claim ends at once (unless the store failed the write).
     S15DroppedClaimEnds,
     /// Every caller ends: from every reachable state, a state where all have ended is reachable
-    /// (AG EF, which gives "eventually" under fairness), and no state but those is stuck.
+    /// by the protocol's own steps, without a fault or an operator (AG EF, which gives
+    /// "eventually" under fairness); so no state but those is stuck either.
     EveryCallerEnds,
 }
 
@@ -503,7 +508,8 @@ fn run_steps(cfg: &Config, s: &State, i: usize, r: Run, push: &mut impl FnMut(Ac
     // Renewals (`Holder::poll_lease`): when due, and once the lease's end passed (S22: the last
     // chance). A renewal exists once an attempt waited, or a gate or a backoff made it.
     let renewal_exists = r.renewed || r.attempts > 0 || cfg.exec.gates_first_poll;
-    if cfg.exec.renews && renewal_exists && (r.due == 0 || r.ends == 0) {
+    let due = (r.due == 0 && r.ends > 0) || (r.ends == 0 && cfg.exec.renews_late);
+    if cfg.exec.renews && renewal_exists && due {
         let late = r.ends == 0;
         let mut t = *s;
         match s.rec {
@@ -889,6 +895,20 @@ fn check(cfg: &Config, s: &State, a: Action, t: &State) -> Broken {
         brk(Property::S15DroppedClaimEnds);
     }
     broken
+}
+
+/// A fault or an operator's action: not counted on for liveness (every caller must be able to
+/// end without one).
+pub fn is_fault(a: Action) -> bool {
+    matches!(
+        a,
+        Action::Crash(_)
+            | Action::Drop(_)
+            | Action::DropWriteFails(_)
+            | Action::RenewFails(_)
+            | Action::WriteFails(_)
+            | Action::Operator(_)
+    )
 }
 
 /// One line per state, for counterexamples.
