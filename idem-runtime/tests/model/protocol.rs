@@ -492,11 +492,15 @@ fn claim(cfg: &Config, s: &State, i: usize, push: &mut impl FnMut(Action, State)
 }
 
 /// Whether the holder's lease is live by its own clock, or it need not look (`poll_gate`).
+/// Without renewals, or without S22's gate (the broken variants), a holder looks only where the
+/// fix of the first poll makes it (so their counterexamples are the holes they re-introduce).
 fn gate_open(cfg: &Config, r: &Run, between_attempts: bool) -> bool {
-    if !cfg.exec.renews || !cfg.exec.gates_stalled_holder {
-        return true;
-    }
-    let looks = r.renewed || (between_attempts && r.attempts > 0) || cfg.exec.gates_first_poll;
+    let first_poll = !(r.renewed || (between_attempts && r.attempts > 0));
+    let looks = if cfg.exec.renews && cfg.exec.gates_stalled_holder {
+        !first_poll || cfg.exec.gates_first_poll
+    } else {
+        first_poll && cfg.exec.gates_first_poll
+    };
     !looks || r.ends > 0
 }
 
