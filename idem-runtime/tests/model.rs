@@ -493,6 +493,38 @@ mod real_runs {
     /// at 4 s, where that model's holder renews late, is refused, and stops).
     #[tokio::test(start_paused = true)]
     async fn trace_finding_s22_first_poll_real_run_diverges_from_the_gated_model() {
+        let (trace, sent, a, b) = late_claim_reply().await;
+        print!("{}", show(&trace));
+        println!("results {a:?} {b:?}");
+        if sent == 2 {
+            // main a398b93: two messages. The trace is a behaviour of the model of `main`, and
+            // leaves the gated model at the late holder's effect.
+            validate(&model(true, Exec::CODE), &trace)
+                .unwrap_or_else(|d| panic!("{d:?}\n{}", show(&trace)));
+            let d = validate(&model(true, GATED), &trace).expect_err("the gated model allows it");
+            println!(
+                "diverges from the gated model at event {} ({:?}), after {} model states explained the trace before it",
+                d.at, d.event, d.candidates
+            );
+            assert_eq!(
+                (d.at, d.event.caller, d.event.seen),
+                (4, 0, traces::Seen::Effect),
+                "{d:?}"
+            );
+        } else {
+            // With the first poll gated (checked with a two-line change of `poll_next` and
+            // `Call::poll_gate`): one message; the late holder renews, is refused, releases
+            // (refused) and ends `LeaseLost`: what the gated model does. Then make `Exec::CODE`
+            // gate the first poll.
+            assert_eq!(sent, 1);
+            validate(&model(true, GATED), &trace)
+                .unwrap_or_else(|d| panic!("{d:?}\n{}", show(&trace)));
+        }
+    }
+
+    /// Caller 0 (lease 3 s, `verify`) whose claim's reply comes at 4 s; caller 1 (lease 6 s,
+    /// `verify`) from 3.5 s; both send at once. The trace, the messages sent, both results.
+    async fn late_claim_reply() -> (Vec<Event>, u32, Result<u32, E>, Result<u32, E>) {
         let store = Arc::new(Recorder::new(Some(S(4))));
         let idem = Idem::new(store.clone());
         let sent = Arc::new(AtomicU32::new(0));
@@ -527,24 +559,20 @@ mod real_runs {
                 .await
         };
         let (a, b) = tokio::join!(a, b);
-        let trace = store.events();
-        print!("{}", show(&trace));
-        println!("results {a:?} {b:?}");
-        // main a398b93: two messages. When the executor gates the first poll, this becomes 1,
-        // the trace changes (the late holder renews, is refused, stops), and `GATED` becomes the
-        // model of the code: update this test and `Exec::CODE` together.
-        assert_eq!(sent.load(SeqCst), 2, "the S22 first-poll hole");
-        validate(&model(true, Exec::CODE), &trace)
-            .unwrap_or_else(|d| panic!("{d:?}\n{}", show(&trace)));
-        let d = validate(&model(true, GATED), &trace).expect_err("the gated model allows it");
-        println!(
-            "diverges from the gated model at event {} ({:?}), after {} model states explained the trace before it",
-            d.at, d.event, d.candidates
-        );
-        assert_eq!(
-            (d.at, d.event.caller, d.event.seen),
-            (4, 0, traces::Seen::Effect),
-            "{d:?}"
-        );
+        (store.events(), sent.load(SeqCst), a, b)
+    }
+
+    /// S22 (the model's finding), on the real executor: a holder whose claim's reply comes after
+    /// its lease ended sends nothing once another caller took the key over. Fails on main
+    /// a398b93 (2 messages: the first poll after the claim reads no clock); passes with the
+    /// first poll gated (`poll_next` gating whether or not `attempts > 0`, `Call::poll_gate`
+    /// passing `unrenewed = true`), which was checked by hand.
+    #[ignore = "fails on main a398b93: the first poll after a late claim reply is not gated (S22)"]
+    #[tokio::test(start_paused = true)]
+    async fn s22_a_claim_reply_after_the_lease_does_not_send_twice() {
+        let (trace, sent, a, b) = late_claim_reply().await;
+        assert_eq!(sent, 1, "{}", show(&trace));
+        assert!(matches!(a, Err(E)), "{a:?}");
+        assert_eq!(b.unwrap(), 1);
     }
 }
