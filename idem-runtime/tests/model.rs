@@ -1,13 +1,42 @@
-//! The protocol, checked exhaustively for small bounds (issue 32): `model/protocol.rs` is the
-//! model (one key; 2-3 callers with their own lease lengths; the store's transitions as
-//! `MemoryStore` and the SQLite store make them; the executor's decisions as `exec/core` makes
-//! them; the provider; an operator; crashes, cancellations, panics, stalls of any length, store
-//! errors), `model/check.rs` the checker (every reachable state, breadth first, so each
-//! counterexample is a shortest one; liveness on the whole graph).
+//! The protocol, checked exhaustively for small bounds (issue 32).
 //!
-//! Each test prints its state count and time (`cargo test -p idem-runtime --test model --
-//! --nocapture`). The broken variants re-introduce a hole of an earlier review in the model and
-//! assert that the checker finds a counterexample, which they print.
+//! - `model/protocol.rs`: the model. One key; 2 or 3 callers, each with its own lease length
+//!   (3 or 6 ticks; a renewal due at a third) and, for a store that reads each claimer's clock
+//!   (SQLite), its own clock offset. The store's transitions as `MemoryStore` makes them (claim
+//!   with takeover of an expired or ambiguous record and its kind, renew also after the lease's
+//!   end when nobody took over, complete, release, mark ambiguous, each fenced by the token) and
+//!   the SQLite store's skew cap (by the holder's lease, S23, or the claimer's); the executor's
+//!   decisions as `exec/core` makes them (`poll_next`, `attempt_ended`, `verified_*`, `end`,
+//!   the drop guard, `Holder::poll_gate`/`poll_lease`: S12-S15, S14+, S19, S20, S22); attempts
+//!   that answer ok, transient, permanent, ambiguous before or after reaching the provider (an
+//!   "after-commit": the effect happened, the reply was lost); `verify` answering applied, not
+//!   applied (both truthfully) or unknown (always possible); a provider that deduplicates or not;
+//!   holders that stall for any length (every step is optional, time passes in any state),
+//!   crash, are cancelled, panic; renewals and end writes that fail; the retry schedule's time
+//!   running out; an operator's release, release --force, forget, forget --force, resolve applied
+//!   and resolve not-applied, at any point.
+//! - `model/check.rs`: the checker, written here rather than taken from `stateright`: the model
+//!   is one `Copy` struct of small integers with time kept relative (what is left of each lease),
+//!   so the state space is finite without a horizon; a breadth-first search over it is 150
+//!   lines, gives shortest counterexamples, adds no dependency (and no build of one on the
+//!   shared 2 cores), and checks liveness exactly (AG EF on the whole graph, faults excluded),
+//!   which `stateright`'s "eventually" properties only approximate on acyclic paths.
+//! - `model/traces.rs`: trace validation of real runs.
+//!
+//! Each check prints its state count and time: `cargo test -p idem-runtime --test model --
+//! --nocapture` (about 1-2 minutes in a debug build on the shared 2 cores; the three-caller
+//! checks are most of it).
+//!
+//! Not covered: more than one key or fingerprint (`KeyReuse`, S3, S18); records past their
+//! time-to-live (S10: a dead holder's record older than its ttl is absent, and the next claim
+//! runs it blind, by contract); a claim applied whose reply is lost or fails (the model's claim
+//! is atomic); renewals and writes that take time (a renewal is applied at once, so the store's
+//! lease end equals the holder's belief; in the code the store applies it later, which only
+//! lengthens the store's lease); the end writes' retries stopping at the lease's end (a write
+//! may come any time later, which allows more); a body that misclassifies (says transient after
+//! its effect); `Unreplayable` outcomes (S16); clock offsets beyond equal clocks, which break
+//! S12 by design (`assumption_sqlite_clocks_agree`); PostgreSQL's and Redis's own transitions
+//! (they pass the same conformance suite, not this model), and failover.
 
 #[path = "model/check.rs"]
 mod check;
