@@ -2,30 +2,56 @@
 //! the network loses, delays and partitions, the provider fails, the store fails, hosts crash and
 //! restart, agents race on one operation and leases expire under slow holders; bodies run longer
 //! than the lease, callers drop their calls at random points, bodies panic, completion writes
-//! fail, outcomes do not round-trip, and attempts go ambiguous then transient. The simulation
-//! sees every body run (start, end, whether its request reached the provider and charged). In
-//! 30% of the worlds the provider does not deduplicate by key, so a second body run shows as a
-//! second charge. Per seed:
+//! fail or are applied and lose their reply, outcomes do not round-trip (a non-finite float) or
+//! serialize without reading back (a field skipped when empty, without `default`), and attempts
+//! go ambiguous then transient. Hosts stall for any length (SIGSTOP, a paused VM: none of their
+//! tasks is polled while time moves on and the others act), at random moments, while a body waits
+//! before sending, and while the executor waits between attempts. Each host may have its own
+//! lease (1-10 s, S23). An operator repairs records at random moments (`Records::release_key`,
+//! forced or not, and `Records::forget`).
 //!
-//! - (a) no two body runs of one key overlap in time while both holders reach the store;
+//! Three kinds of world: the provider deduplicates by key (the tool re-sends an unknown outcome
+//! with the same key); or it does not (every request that reaches its commit is an effect: an
+//! e-mail, an SMS) and the tool says `resend(false)`, with a `verify` that asks the provider by the
+//! key (answering `Applied(receipt)`, `NotApplied`, or, now and then, `Unknown`; an error when a
+//! partition cuts the lookup off), or without one.
+//!
+//! The simulation sees every body run (start, end, whether its request reached the provider and
+//! charged; a body dropped unpolled after its host stalled counts as ended where the stall
+//! began) and every verification. Per seed:
+//!
+//! - (a) no two body runs of one key overlap in time while both holders reach the store, unless
+//!   an operator removed the record in between;
 //! - (b) after a body run returned the receipt (its holder holding the lease and reaching the
-//!   store), no further body run of that operation starts;
+//!   store), no further body run of that operation starts (a holder that crashed, stalled or was
+//!   cut off before recording it, or an operator's removal, explains one);
 //! - (c) every caller ends with the outcome or a clear error (InFlight, LeaseLost, Ambiguous,
 //!   Unreplayable, store unavailable, attempts exhausted, declined, or its own cancellation or
-//!   panic), and a caller told "attempts exhausted" or "declined" (nothing happened) had no
-//!   attempt of its call charge;
+//!   panic), and truthfully: "attempts exhausted" or "declined" (nothing happened) only if no
+//!   attempt of its call charged, "kept ambiguous" only if the runtime could not know (an attempt
+//!   or a holder of the operation had an unknown outcome), "unreplayable" only if it charged;
 //! - a dropped call (cancelled, panicked) that held its claim has it ended at once (S15);
-//! - with a deduplicating provider, each operation takes effect exactly once (zero times if
-//!   declined); without one, every extra charge is explained by a holder cut from the store
-//!   (partition, crash), or by an ambiguous attempt (re-run by design with the same key); those
-//!   are counted, not failures.
+//! - effects: with a deduplicating provider, each operation takes effect exactly once (zero
+//!   times if declined). Without one, at most once: a further effect is allowed only when an
+//!   operator removed the record in between ("operator forced", issue 32's "unless an operator
+//!   forced it"), or when one request was on the wire or still in progress at the provider when
+//!   verify answered `NotApplied` and the other was sent after that answer (no lookup sees a
+//!   request that has not arrived); those are counted, not failures;
+//! - S19/S20: where the provider cannot deduplicate, an attempt whose outcome is unknown (timed
+//!   out, cut off) is never followed by another body run of its operation unless a verification
+//!   answered `NotApplied` after it (or an operator removed the record); without verify, every
+//!   operation with such an attempt ends with its record kept (never released) and its callers
+//!   may end with "kept ambiguous"; with verify, no record is left ambiguous (faults stop, so
+//!   verify can answer) and no caller ends with "kept ambiguous" unless the provider declined.
 //!
 //! - `IDEMKIT_SIM_SEED=1234`: run that one seed, printing every event (the replay command a
 //!   failure prints).
 //! - `IDEMKIT_SIM_SEEDS=20000`: run that many seeds instead of the default.
 //! - `IDEMKIT_SIM_BREAK=key-per-attempt` (or `key-per-call`, `no-takeover` for a store that
 //!   never hands a dead holder's lease over, `no-renewal`, `ambiguity-not-sticky`,
-//!   `no-drop-guard`, `no-completion-retry`): run a broken protocol, to watch the simulation catch it.
+//!   `no-drop-guard`, `no-completion-retry`, `blind-resend`, `ambiguity-dropped-on-takeover`,
+//!   `verify-ignored-at-takeover`, `stalled-polls-on`, `claimer-lease-cap`): run a broken
+//!   protocol, to watch the simulation catch it (see `Protocol` in `sim/mod.rs`).
 
 mod sim;
 
@@ -46,7 +72,8 @@ fn failures_message(failures: &[SimFailure], runs: u64) -> String {
     let mut msg = format!(
         "{} of {runs} seeds failed (seeds per check: overlapping body runs {}, re-run after a \
          success {}, caller told nothing happened {}, stale claim of a dropped call {}, unclear \
-         answer {}, duplicate charges {}, caller without its outcome {}); the first ones:\n",
+         answer {}, duplicate charges {}, unknown outcome sent again {}, left ambiguous where verify \
+         could answer {}, caller without its outcome {}); the first ones:\n",
         failures.len(),
         count(|f| f.overlap),
         count(|f| f.reran),
@@ -54,8 +81,12 @@ fn failures_message(failures: &[SimFailure], runs: u64) -> String {
         count(|f| f.stale_claim),
         count(|f| f.unclear),
         count(|f| f.duplicates),
+        count(|f| f.resent),
+        count(|f| f.unsettled),
         count(|f| f.stuck),
     );
+    let seeds: Vec<u64> = failures.iter().map(|f| f.seed).collect();
+    msg.push_str(&format!("failing seeds: {seeds:?}\n"));
     for f in failures.iter().take(5) {
         msg.push_str(&format!("{f}\n"));
     }
@@ -80,20 +111,23 @@ fn every_operation_takes_effect_exactly_once_under_faults() {
     let (total, failures, runs) = run_seeds(0..seeds, protocol);
     eprintln!(
         "{runs} seeds in {:.1?} (wall clock), {} calls returned, {} body runs ({} reached the \
-         provider), {} charges made, slowest world done after {:?} (simulated), {} seeds failed",
+         provider), {} charges made, {} verifications, slowest world done after {:?} (simulated), \
+         {} seeds failed",
         started.elapsed(),
         total.calls,
         total.body_runs,
         total.attempts_at_provider,
         total.charges,
+        total.verifications,
         total.finished_at,
         failures.len()
     );
     eprintln!("faults injected:\n{}", total.faults);
     eprintln!("consequences seen:\n{}", total.consequences);
     eprintln!(
-        "across partitions between a holder and the store, or by ambiguous attempts (not \
-         failures; a key-deduplicating provider is the fence):\n{}",
+        "explained, not failures (a holder cut from the store, whose fence is the provider's \
+         deduplication or nothing; an operator's forced repair; a request on the wire or still in \
+         progress at the provider when verify answered NotApplied):\n{}",
         total.across_partitions
     );
     assert!(failures.is_empty(), "{}", failures_message(&failures, runs));
@@ -277,5 +311,77 @@ fn the_simulation_catches_a_completion_write_that_is_not_retried() {
         &caught,
         300,
         30,
+    );
+}
+
+/// S20 broken: where the provider cannot deduplicate, an attempt whose outcome is unknown is
+/// sent again all the same (`resend(true)`, no verify): a second effect.
+#[test]
+fn the_simulation_catches_a_blind_resend_to_a_provider_that_cannot_deduplicate() {
+    let caught = seeds_caught_by(Protocol::BlindResend, 300, |f| f.duplicates || f.resent);
+    assert_caught(
+        Protocol::BlindResend,
+        "blind re-send (second effects without deduplication)",
+        &caught,
+        300,
+        30,
+    );
+}
+
+/// S14+ broken: a takeover reported as a fresh claim, so the taker sends as if nothing had run.
+#[test]
+fn the_simulation_catches_ambiguity_dropped_on_takeover() {
+    let protocol = Protocol::AmbiguityDroppedOnTakeover;
+    let caught = seeds_caught_by(protocol, 300, |f| f.duplicates || f.resent);
+    assert_caught(
+        protocol,
+        "ambiguity dropped on takeover (unknown outcomes sent again)",
+        &caught,
+        300,
+        30,
+    );
+}
+
+/// S19 broken: a call that takes a record over sends without asking verify.
+#[test]
+fn the_simulation_catches_verify_ignored_at_takeover() {
+    let protocol = Protocol::VerifyIgnoredAtTakeover;
+    let caught = seeds_caught_by(protocol, 300, |f| f.duplicates || f.resent);
+    assert_caught(
+        protocol,
+        "verify ignored at takeover (unknown outcomes sent again)",
+        &caught,
+        300,
+        15,
+    );
+}
+
+/// S22 broken: a holder resumed after a stall past its lease polls its body on although the
+/// record was taken over meanwhile: its body runs beside the new holder's (or after it).
+#[test]
+fn the_simulation_catches_a_stalled_holder_that_polls_on() {
+    let protocol = Protocol::StalledPollsOn;
+    let caught = seeds_caught_by(protocol, 1_500, |f| f.overlap || f.reran || f.duplicates);
+    assert_caught(
+        protocol,
+        "stalled holder polling on (body runs beside its taker's)",
+        &caught,
+        1_500,
+        10,
+    );
+}
+
+/// S23 broken: a claimer caps a longer lease than its own as clock skew, by its own lease, and
+/// takes the record over while its holder runs.
+#[test]
+fn the_simulation_catches_a_claimer_that_caps_a_longer_lease_by_its_own() {
+    let protocol = Protocol::ClaimerLeaseCap;
+    let caught = seeds_caught_by(protocol, 1_500, |f| f.overlap || f.reran || f.duplicates);
+    assert_caught(
+        protocol,
+        "claimer's lease cap (overlapping body runs)",
+        &caught,
+        1_500,
+        10,
     );
 }
