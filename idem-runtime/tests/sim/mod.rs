@@ -695,8 +695,9 @@ struct CallRec {
     token: Option<Uuid>,
     /// When its caller dropped it (cancelled, or its body panicked).
     dropped_at: Option<Duration>,
-    /// Its claim was applied in the shared store.
+    /// Its claim was applied in the shared store, and when.
     acquired: bool,
+    acquired_at: Option<Duration>,
     /// The first end write (complete, release, mark_ambiguous) that reached the store link.
     end_write_at: Option<Duration>,
     /// A completion write of it was stopped by the store being down or cut off.
@@ -972,6 +973,19 @@ impl World {
         self.state().removals.push((now, op, what));
     }
 
+    /// When the call of attempt `a` took the record (its attempt's start if not known): an
+    /// operator's removal from then on may let another run of the operation start.
+    fn claimed_at(st: &State, a: &Attempt) -> Duration {
+        st.calls[a.call].acquired_at.unwrap_or(a.start).min(a.start)
+    }
+
+    /// Whether an operator removed the record of body runs `a` and `b` (one operation) while
+    /// either call held it and before the later one started: the second run is then forced.
+    fn forced(&self, st: &State, a: &Attempt, b: &Attempt) -> bool {
+        let from = Self::claimed_at(st, a).min(Self::claimed_at(st, b));
+        self.removals_between(st, a.op, from, a.start.max(b.start)) > 0
+    }
+
     /// Operator removals of `op`'s record in `[from, to]`.
     fn removals_between(&self, st: &State, op: usize, from: Duration, to: Duration) -> usize {
         st.removals
@@ -1093,10 +1107,12 @@ impl World {
     /// The claim of `call` under `token` was applied in the shared store.
     pub fn token_acquired(&self, call: Option<usize>, token: Uuid) {
         let Some(call) = call else { return };
+        let now = self.now();
         let mut st = self.state();
         st.tokens.insert(token, call);
         st.calls[call].token = Some(token);
         st.calls[call].acquired = true;
+        st.calls[call].acquired_at.get_or_insert(now);
     }
 
     /// The call holding `token`, if it was dropped.
@@ -1449,7 +1465,7 @@ impl World {
                     let b_ok = self.reached_store(b.host, b.start, end_of(b).min(self.now()));
                     if !(a_ok && b_ok) {
                         across.add("body runs of one key overlapped, a holder cut from the store");
-                    } else if self.removals_between(&st, a.op, a.start, b.start) > 0 {
+                    } else if self.forced(&st, a, b) {
                         across.add("body runs of one key overlapped after an operator removed the record (operator forced)");
                     } else {
                         f.overlap = true;
@@ -1480,7 +1496,7 @@ impl World {
                     Some("re-run after a success: its holder's lease had ended (renewals failed)")
                 } else if call.completion_blocked {
                     Some("re-run after a success: the store was down for its completion writes")
-                } else if self.removals_between(&st, a.op, ok_at, b.start) > 0 {
+                } else if self.forced(&st, a, b) {
                     Some("re-run after a success: an operator removed the record (operator forced)")
                 } else {
                     None
@@ -1526,8 +1542,7 @@ impl World {
                 let b = &st.attempts[later.attempt];
                 let earlier = &made[k - 1];
                 let a = &st.attempts[earlier.attempt];
-                let (first, second) = (a.start.min(b.start), a.start.max(b.start));
-                if self.removals_between(&st, op, first, second) > 0 {
+                if self.forced(&st, a, b) {
                     across.add("second effect after an operator removed the record (operator forced)");
                     continue;
                 }
@@ -1561,7 +1576,7 @@ impl World {
                     continue;
                 };
                 let (from, to) = (a.start.min(end_of(a)), b.start);
-                if self.removals_between(&st, a.op, from, to) > 0 {
+                if self.forced(&st, a, b) {
                     across.add("unknown outcome sent again after an operator removed the record (operator forced)");
                     continue;
                 }

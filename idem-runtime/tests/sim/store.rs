@@ -299,6 +299,10 @@ impl AsyncStore for SimStore {
                 self.host,
                 "completion write failed before reaching the store",
             );
+            // If none gets through before the lease ends, the record is an expired holder's.
+            if let Some(op) = self.world.op_of_token(token.0) {
+                self.world.uncertain(op);
+            }
             return Err(StoreError::unavailable(
                 "injected: the completion write failed before reaching the store",
             ));
