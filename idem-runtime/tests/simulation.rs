@@ -224,12 +224,12 @@ fn the_simulation_catches_a_holder_that_never_renews_its_lease() {
 /// "attempts exhausted" (nothing happened) while an attempt of its own call charged.
 #[test]
 fn the_simulation_catches_ambiguity_that_is_not_sticky() {
-    let caught = seeds_caught_by(Protocol::AmbiguityNotSticky, 300, |f| f.misinformed);
+    let caught = seeds_caught_by(Protocol::AmbiguityNotSticky, 800, |f| f.misinformed);
     assert_caught(
         Protocol::AmbiguityNotSticky,
         "ambiguity not sticky (caller told nothing happened)",
         &caught,
-        300,
+        800,
         30,
     );
 }
@@ -304,12 +304,12 @@ fn the_simulation_catches_a_store_that_never_hands_over_a_dead_holders_lease() {
 /// attempt of it had its receipt.
 #[test]
 fn the_simulation_catches_a_completion_write_that_is_not_retried() {
-    let caught = seeds_caught_by(Protocol::NoCompletionRetry, 300, |f| f.reran);
+    let caught = seeds_caught_by(Protocol::NoCompletionRetry, 800, |f| f.reran);
     assert_caught(
         Protocol::NoCompletionRetry,
         "no completion retry (re-run after a success)",
         &caught,
-        300,
+        800,
         30,
     );
 }

@@ -6,7 +6,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use idem_runtime::{CallOutcome, Error, Failure, Idem, IdempotencyKey, RetryPolicy, Tool, Verified};
+use idem_runtime::{
+    CallOutcome, Error, Failure, Idem, IdempotencyKey, RetryPolicy, Tool, Verified,
+};
 use tokio::time::Sleep;
 
 use super::net::{self, PayError};
@@ -310,24 +312,33 @@ async fn call_in_task(
         let world = world.clone();
         let idem = idem.clone();
         let stalls = world.clone();
-        tokio::spawn(Stallable::new(stalls, host, CALL.scope(id, async move {
-            let mut fut = Box::pin(observed(&world, host, id, call(&world, &idem, host, op, id)));
-            let Some(after) = cancel_after else {
-                return Some(fut.await);
-            };
-            tokio::select! {
-                biased;
-                result = &mut fut => Some(result),
-                _ = tokio::time::sleep(after) => {
-                    world.call_dropped(id);
-                    world.fault(host, "caller dropped its call (cancelled)");
-                    world.saw(host, world.where_dropped(id));
-                    drop(fut);
-                    world.probe_after_drop(id);
-                    None
+        tokio::spawn(Stallable::new(
+            stalls,
+            host,
+            CALL.scope(id, async move {
+                let mut fut = Box::pin(observed(
+                    &world,
+                    host,
+                    id,
+                    call(&world, &idem, host, op, id),
+                ));
+                let Some(after) = cancel_after else {
+                    return Some(fut.await);
+                };
+                tokio::select! {
+                    biased;
+                    result = &mut fut => Some(result),
+                    _ = tokio::time::sleep(after) => {
+                        world.call_dropped(id);
+                        world.fault(host, "caller dropped its call (cancelled)");
+                        world.saw(host, world.where_dropped(id));
+                        drop(fut);
+                        world.probe_after_drop(id);
+                        None
+                    }
                 }
-            }
-        })))
+            }),
+        ))
     };
     let _abort = AbortOnDrop(task.abort_handle());
     let returned = match task.await {
@@ -372,7 +383,9 @@ async fn verify(
 ) -> Result<Verified<Receipt>, PayError> {
     if world.cfg.protocol == Protocol::VerifyIgnoredAtTakeover && world.attempts_of(call) == 0 {
         // The broken executor: at the claim, nothing is asked; it goes on as if not applied.
-        world.log(host, || "(broken) verify not asked at the takeover".to_owned());
+        world.log(host, || {
+            "(broken) verify not asked at the takeover".to_owned()
+        });
         return Ok(Verified::NotApplied);
     }
     tokio::time::sleep(world.delay(1..=40)).await;
@@ -451,8 +464,10 @@ async fn body_run(
         world.probe_after_drop(call);
         panic!("simulated panic with the answer in hand (call {call})");
     }
-    if matches!(result, Err(PayError::Unavailable | PayError::RateLimited(_)))
-        && world.fault_chance(world.cfg.p_stall * 4.0)
+    if matches!(
+        result,
+        Err(PayError::Unavailable | PayError::RateLimited(_))
+    ) && world.fault_chance(world.cfg.p_stall * 4.0)
     {
         // The executor waits before the next attempt: the host stalls in that wait.
         world.stall(host, "host stalled while waiting between attempts");
@@ -491,9 +506,8 @@ async fn call(
             .side_effect(
                 &[("customer_id", &spec.customer), ("period", &spec.period)],
                 &args,
-                |key| {
-                body(world.clone(), host, op, call, key, key.to_string())
-            })
+                |key| body(world.clone(), host, op, call, key, key.to_string()),
+            )
             .await;
     }
     match world.cfg.protocol {

@@ -151,8 +151,14 @@ impl Protocol {
             .copied()
             .find(|p| p.env_name() == Some(name.as_str()))
             .unwrap_or_else(|| {
-                let names: Vec<_> = Protocol::BROKEN.iter().filter_map(|p| p.env_name()).collect();
-                panic!("IDEMKIT_SIM_BREAK={name}: expected one of {}", names.join(", "))
+                let names: Vec<_> = Protocol::BROKEN
+                    .iter()
+                    .filter_map(|p| p.env_name())
+                    .collect();
+                panic!(
+                    "IDEMKIT_SIM_BREAK={name}: expected one of {}",
+                    names.join(", ")
+                )
             })
     }
 }
@@ -856,7 +862,13 @@ impl World {
 
     /// The start of the first stall of `host` that began in `[after, until]` (a stall drawn
     /// while the body was being polled began after that poll).
-    fn stall_began(&self, st: &State, host: usize, after: Duration, until: Duration) -> Option<Duration> {
+    fn stall_began(
+        &self,
+        st: &State,
+        host: usize,
+        after: Duration,
+        until: Duration,
+    ) -> Option<Duration> {
         st.stalls[host]
             .iter()
             .map(|w| w.0)
@@ -1447,7 +1459,8 @@ impl World {
         }
         let end_of = |a: &Attempt| a.end.unwrap_or(Duration::MAX);
         let lease_of = |host: usize| self.cfg.leases[host];
-        let unknown = |a: &Attempt| matches!(a.how, AttemptEnd::Dropped | AttemptEnd::Failed("timeout"));
+        let unknown =
+            |a: &Attempt| matches!(a.how, AttemptEnd::Dropped | AttemptEnd::Failed("timeout"));
         // (a) No two body runs of one key overlap while both holders reach the store (a body
         // dropped unpolled after its host stalled ends where the stall began), unless an
         // operator removed the record in between.
@@ -1543,7 +1556,9 @@ impl World {
                 let earlier = &made[k - 1];
                 let a = &st.attempts[earlier.attempt];
                 if self.forced(&st, a, b) {
-                    across.add("second effect after an operator removed the record (operator forced)");
+                    across.add(
+                        "second effect after an operator removed the record (operator forced)",
+                    );
                     continue;
                 }
                 // One request was sent before the answer and made its effect after it; the
@@ -1572,7 +1587,11 @@ impl World {
         // record.
         if !self.cfg.dedup() {
             for a in st.attempts.iter().filter(|a| unknown(a)) {
-                let Some(b) = st.attempts.iter().find(|b| b.op == a.op && b.start > end_of(a)) else {
+                let Some(b) = st
+                    .attempts
+                    .iter()
+                    .find(|b| b.op == a.op && b.start > end_of(a))
+                else {
                     continue;
                 };
                 let (from, to) = (a.start.min(end_of(a)), b.start);
@@ -1690,7 +1709,9 @@ impl World {
                     .crashed_during(c.host, dropped, dropped + DROP_PROBE)
                 || self.stalled_during(&st, c.host, dropped, dropped + DROP_PROBE)
             {
-                across.add("dropped call's claim left to its lease (store down, cut off or host stalled)");
+                across.add(
+                    "dropped call's claim left to its lease (store down, cut off or host stalled)",
+                );
                 continue;
             }
             f.stale_claim = true;
@@ -1738,10 +1759,11 @@ impl World {
                     continue;
                 }
                 let key = agent::key_of(self, op);
-                let state = match now_or_never(idem_runtime::Records::get(&*self.shared_store, &key)) {
-                    Some(Ok(rec)) => rec.map(|r| r.state.kind()),
-                    _ => continue,
-                };
+                let state =
+                    match now_or_never(idem_runtime::Records::get(&*self.shared_store, &key)) {
+                        Some(Ok(rec)) => rec.map(|r| r.state.kind()),
+                        _ => continue,
+                    };
                 use idem_runtime::store::StateKind;
                 let unknown_attempt = st.attempts.iter().any(|a| a.op == op && unknown(a));
                 if self.cfg.verifies() && state == Some(StateKind::Ambiguous) {
@@ -1768,7 +1790,9 @@ impl World {
         }
         faults.add(match self.cfg.mode {
             Mode::Dedup => "provider deduplicates by key (world)",
-            Mode::NoDedup { verify: true } => "provider does not deduplicate, tool verifies (world)",
+            Mode::NoDedup { verify: true } => {
+                "provider does not deduplicate, tool verifies (world)"
+            }
             Mode::NoDedup { verify: false } => {
                 "provider does not deduplicate, tool cannot verify (world)"
             }
@@ -1788,11 +1812,12 @@ impl World {
             }
         }
         let mut consequences = st.consequences.clone();
-        for (_, op, _, result) in &st.results {
+        for result in st.finals.values() {
             if matches!(result, Err(e) if e == "kept ambiguous") && no_verify {
-                consequences.add("caller kept ambiguous as its final answer (no verify: an operator settles it)");
+                consequences.add(
+                    "caller kept ambiguous as its final answer (no verify: an operator settles it)",
+                );
             }
-            let _ = op;
         }
         // Requests the provider saw from a holder cut from the store (its deduplication, or
         // nothing, is then the fence).

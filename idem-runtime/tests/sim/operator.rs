@@ -22,10 +22,9 @@ pub async fn run(world: Arc<World>) {
         let store = &*world.shared_store;
         let (what, removed) = match action.kind {
             OperatorKind::Release { force } => match store.release_key(&key, force).await {
-                Ok(Released::Released) if force => (
-                    "operator released a running record (forced)",
-                    true,
-                ),
+                Ok(Released::Released) if force => {
+                    ("operator released a running record (forced)", true)
+                }
                 Ok(Released::Released) => ("operator released a dead holder's record", true),
                 Ok(Released::LeaseLive { .. }) => (
                     "operator's release refused: the holder's lease is live",

@@ -158,35 +158,45 @@ impl SimStore {
         if *fingerprint != req.fingerprint || lease_remaining.is_zero() {
             return Ok(None);
         }
-        let remaining = match self.world
-            .capped(*req.key.as_bytes(), token.0, *lease_remaining, req.lease) {
-            Some(left) if left.is_zero() => {
-                // Past the capped end: taken over while the holder's own lease is live.
-                Records::release_key(&*self.shared, &req.key, true).await?;
-                let claim = self.shared.claim(req).await?;
-                if let Claim::Acquired { .. } = claim {
-                    self.world.saw(self.host, "lease taken over (expired holder)");
-                    self.world
-                        .token_acquired(CALL.try_with(|c| *c).ok(), req.token.0);
-                    self.world.claimed_key(req.token.0, req.key.to_string());
-                    self.held.lock().unwrap().insert(req.token.0);
-                    self.world.log(self.host, || {
-                        format!("(broken) took over {} at the claimer's capped lease end", req.key)
-                    });
+        let remaining =
+            match self
+                .world
+                .capped(*req.key.as_bytes(), token.0, *lease_remaining, req.lease)
+            {
+                Some(left) if left.is_zero() => {
+                    // Past the capped end: taken over while the holder's own lease is live.
+                    Records::release_key(&*self.shared, &req.key, true).await?;
+                    let claim = self.shared.claim(req).await?;
+                    if let Claim::Acquired { .. } = claim {
+                        self.world
+                            .saw(self.host, "lease taken over (expired holder)");
+                        self.world
+                            .token_acquired(CALL.try_with(|c| *c).ok(), req.token.0);
+                        self.world.claimed_key(req.token.0, req.key.to_string());
+                        self.held.lock().unwrap().insert(req.token.0);
+                        self.world.log(self.host, || {
+                            format!(
+                                "(broken) took over {} at the claimer's capped lease end",
+                                req.key
+                            )
+                        });
+                    }
+                    self.reply().await?;
+                    return Ok(Some(match claim {
+                        Claim::Acquired { .. } => Claim::Acquired {
+                            takeover: Some(Takeover::ExpiredHolder),
+                        },
+                        other => other,
+                    }));
                 }
-                self.reply().await?;
-                return Ok(Some(match claim {
-                    Claim::Acquired { .. } => Claim::Acquired {
-                        takeover: Some(Takeover::ExpiredHolder),
-                    },
-                    other => other,
-                }));
-            }
-            Some(left) => left,
-            None => return Ok(None),
-        };
+                Some(left) => left,
+                None => return Ok(None),
+            };
         self.world.log(self.host, || {
-            format!("(broken) capped the holder's lease ({lease_remaining:?} left) to {left:?}", left = remaining)
+            format!(
+                "(broken) capped the holder's lease ({lease_remaining:?} left) to {left:?}",
+                left = remaining
+            )
         });
         self.reply().await?;
         Ok(Some(Claim::Existing(Existing::new(
@@ -240,8 +250,9 @@ impl AsyncStore for SimStore {
             && let Claim::Acquired { takeover: Some(_) } = claim
         {
             // The broken store: a takeover reported as a fresh claim.
-            self.world
-                .log(self.host, || "(broken) takeover reported as a fresh claim".to_owned());
+            self.world.log(self.host, || {
+                "(broken) takeover reported as a fresh claim".to_owned()
+            });
             claim = Claim::Acquired { takeover: None };
         }
         let (w, h) = (&self.world, self.host);
@@ -315,10 +326,16 @@ impl AsyncStore for SimStore {
         let w = self.shared.complete(key, token, outcome, ttl).await?;
         self.world.completion_answered(self.host, token.0, w);
         let w = self.written(token, w);
-        if w == Written::Applied && self.world.fault_chance(self.world.cfg.p_complete_reply_lost) {
+        if w == Written::Applied
+            && self
+                .world
+                .fault_chance(self.world.cfg.p_complete_reply_lost)
+        {
             tokio::time::sleep(self.world.delay(1..=30)).await;
-            self.world
-                .fault(self.host, "completion reply lost after the write was applied");
+            self.world.fault(
+                self.host,
+                "completion reply lost after the write was applied",
+            );
             return Err(StoreError::unavailable(
                 "injected: the completion was applied but its reply was lost",
             ));
