@@ -1721,6 +1721,23 @@ impl World {
                 c.host, c.op, c.end_write_at
             ));
         }
+        // Issue 30 #8: a completion applied whose reply was lost, retried under its token, is
+        // applied again: the call ends Completed, not Unrecorded ("taken over").
+        for (i, c) in st.calls.iter().enumerate() {
+            let applied = c.token.is_some_and(|t| st.completed_tokens.contains(&t));
+            if !(c.unrecorded && applied) {
+                continue;
+            }
+            if completions_idempotent() {
+                f.unclear = true;
+                f.problems.push(format!(
+                    "call {i} (host {}, operation {}) ended Unrecorded although its completion was applied",
+                    c.host, c.op
+                ));
+            } else {
+                across.add("call ended Unrecorded although its completion was applied (the store's completion is not idempotent for its token: issue 30 #8)");
+            }
+        }
         let problems_before_plans = f.problems.len();
         let no_verify = self.cfg.mode == Mode::NoDedup { verify: false };
         for (host, plan) in self.cfg.plans.iter().enumerate() {
@@ -1844,6 +1861,28 @@ impl World {
         })
     }
 }
+/// Whether the memory store applies a completion sent again by the holder that completed the
+/// record (issue 30 #8: idempotent for its token). Once it does, a call whose completion was
+/// applied and whose reply was lost must not end `Unrecorded`; until then that is counted.
+fn completions_idempotent() -> bool {
+    use idem_runtime::store::{ClaimRequest, LeaseToken, Outcome, Written};
+    use idem_runtime::{Fingerprint, IdempotencyKey, MemoryStore, Store};
+    static PROBED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PROBED.get_or_init(|| {
+        let store = MemoryStore::new();
+        let key = IdempotencyKey::derive("probe", &[("n", &1u32)]);
+        let token = LeaseToken::new();
+        let fingerprint = Fingerprint::of(&()).expect("() serializes");
+        let hour = Duration::from_secs(3600);
+        let req = ClaimRequest::new(key, "probe", fingerprint, token, hour, hour);
+        let _ = now_or_never(store.claim(&req));
+        let complete = || now_or_never(store.complete(key, token, Outcome::from(&b"1"[..]), hour));
+        let first = complete();
+        let again = complete();
+        matches!(first, Some(Ok(Written::Applied))) && matches!(again, Some(Ok(Written::Applied)))
+    })
+}
+
 /// Runs the world of `seed` to its end and checks it.
 pub fn run_seed(seed: u64, protocol: Protocol, verbose: bool) -> Result<Report, SimFailure> {
     agent::quiet_simulated_panics();
