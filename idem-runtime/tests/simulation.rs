@@ -55,6 +55,9 @@
 
 mod sim;
 
+use std::future::Future;
+use std::sync::Arc;
+
 use sim::{CONSEQUENCES, FAULT_KINDS, Protocol, SimFailure, replay_command, run_seed, run_seeds};
 
 /// Seeds run by default: each is a whole world of 2–3 hosts and 3–6 operations.
@@ -383,5 +386,150 @@ fn the_simulation_catches_a_claimer_that_caps_a_longer_lease_by_its_own() {
         &caught,
         1_500,
         10,
+    );
+}
+
+/// What the simulation found on `main` (seed 1856): a call that takes over a dead holder's
+/// record (an unknown outcome, S14+/S20) and is dropped after its claim was applied but before
+/// the claim's answer reached it, releases the record (the drop guard of a call still claiming
+/// releases under its token, not knowing it took a record over): the dead holder's outcome is
+/// forgotten, and the next call of a tool that cannot re-send sends again (a second effect where
+/// the provider cannot deduplicate). This pins the hole on its own, without the world around it.
+#[tokio::test(start_paused = true)]
+async fn a_takeover_claim_dropped_before_its_answer_keeps_the_unknown_outcome() {
+    use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
+    use std::time::Duration;
+
+    use idem_runtime::store::{
+        AsyncStore, Claim, ClaimRequest, LeaseToken, OperationIds, Outcome, Written,
+    };
+    use idem_runtime::{
+        Classify, Error, Failure, Fingerprint, Idem, IdempotencyKey, MemoryStore, Records, Store,
+        StoreError, Tool,
+    };
+
+    /// A memory store whose claim is applied at once but answered a moment later (a server's
+    /// reply on its way back).
+    struct AnswerLate(Arc<MemoryStore>);
+
+    impl AsyncStore for AnswerLate {
+        async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+            let claim = self.0.claim(req).await;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            claim
+        }
+        async fn renew(
+            &self,
+            key: IdempotencyKey,
+            token: LeaseToken,
+            lease: Duration,
+        ) -> Result<Written, StoreError> {
+            self.0.renew(key, token, lease).await
+        }
+        async fn complete(
+            &self,
+            key: IdempotencyKey,
+            token: LeaseToken,
+            outcome: Outcome,
+            ttl: Duration,
+        ) -> Result<Written, StoreError> {
+            self.0.complete(key, token, outcome, ttl).await
+        }
+        async fn release(
+            &self,
+            key: IdempotencyKey,
+            token: LeaseToken,
+        ) -> Result<Written, StoreError> {
+            self.0.release(key, token).await
+        }
+        async fn mark_ambiguous(
+            &self,
+            key: IdempotencyKey,
+            token: LeaseToken,
+            note: &str,
+            ttl: Duration,
+        ) -> Result<Written, StoreError> {
+            self.0.mark_ambiguous(key, token, note, ttl).await
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl OperationIds for AnswerLate {
+        async fn operation_id(
+            &self,
+            name: &str,
+            fresh: uuid::Uuid,
+        ) -> Result<uuid::Uuid, StoreError> {
+            self.0.operation_id(name, fresh).await
+        }
+    }
+
+    #[derive(Debug)]
+    struct SendError(#[allow(dead_code)] Error);
+    impl Classify for SendError {
+        fn classify(&self) -> Failure {
+            Failure::Permanent
+        }
+    }
+    impl From<Error> for SendError {
+        fn from(e: Error) -> Self {
+            SendError(e)
+        }
+    }
+
+    let secs = Duration::from_secs;
+    let shared = Arc::new(MemoryStore::new());
+    let key = IdempotencyKey::derive("send_sms", &[("order", &1u64)]);
+    // A holder that died after its claim (and, for all anyone knows, after sending).
+    let fingerprint = Fingerprint::of(&()).unwrap();
+    let dead = ClaimRequest::new(
+        key,
+        "send_sms",
+        fingerprint,
+        LeaseToken::new(),
+        secs(1),
+        secs(3600),
+    );
+    assert!(matches!(
+        Store::claim(&*shared, &dead).await,
+        Ok(Claim::Acquired { .. })
+    ));
+    tokio::time::advance(secs(2)).await;
+
+    let idem = Idem::new(AnswerLate(shared.clone()));
+    let sent = Arc::new(AtomicU32::new(0));
+    let tool = Tool::new("send_sms").idem(&idem).resend(false);
+    let body = |sent: Arc<AtomicU32>| {
+        move |_key: IdempotencyKey| {
+            sent.fetch_add(1, SeqCst);
+            std::future::ready(Ok::<u32, SendError>(1))
+        }
+    };
+    let mut taking_over = Box::pin(tool.side_effect(&[("order", &1u64)], &(), body(sent.clone())));
+    let first =
+        std::future::poll_fn(|cx| std::task::Poll::Ready(taking_over.as_mut().poll(cx))).await;
+    assert!(
+        first.is_pending(),
+        "the claim's answer is still on its way: {first:?}"
+    );
+    // The claim took the dead holder's record over; its caller gives up before the answer.
+    drop(taking_over);
+    tokio::task::yield_now().await;
+
+    let state = Records::get(&*shared, &key)
+        .await
+        .unwrap()
+        .map(|r| r.state.kind());
+    assert!(
+        state.is_some(),
+        "the dead holder's record (its outcome unknown) was released by a dropped takeover claim"
+    );
+    let again = tool
+        .side_effect(&[("order", &1u64)], &(), body(sent.clone()))
+        .await;
+    assert_eq!(
+        sent.load(SeqCst),
+        0,
+        "sent although the dead holder may have sent: {again:?}"
     );
 }
