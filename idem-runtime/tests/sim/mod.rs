@@ -681,6 +681,8 @@ pub struct Attempt {
     pub lease_live_at_ok: bool,
     /// When its body was last polled (a body dropped unpolled after a stall did nothing since).
     pub last_poll: Duration,
+    /// When its request arrived at the provider.
+    pub arrived_at: Option<Duration>,
 }
 
 /// A verification of an operation's key, as the provider answered it.
@@ -1236,6 +1238,7 @@ impl World {
             deduplicated: false,
             lease_live_at_ok: false,
             last_poll: now,
+            arrived_at: None,
         });
         st.calls[call].attempts.push(id);
         id
@@ -1304,7 +1307,10 @@ impl World {
 
     /// A request of body run `id` reached the provider.
     pub fn reached_provider(&self, id: usize) {
-        self.state().attempts[id].reached_provider = true;
+        let now = self.now();
+        let mut st = self.state();
+        st.attempts[id].reached_provider = true;
+        st.attempts[id].arrived_at.get_or_insert(now);
     }
 
     /// The call's last attempt's error (`None` if it had none).
@@ -1563,14 +1569,28 @@ impl World {
                 }
                 // One request was sent before the answer and made its effect after it; the
                 // other was sent after the answer.
-                let on_the_wire = st.verifications.iter().any(|v| {
-                    v.op == op
-                        && v.answer == "not applied"
-                        && ((a.start <= v.at && v.at < earlier.at && v.at <= b.start)
-                            || (b.start <= v.at && v.at < later.at && v.at <= a.start))
+                let late = st.verifications.iter().find_map(|v| {
+                    let sent_before = |x: &Attempt, landed: Duration, other: &Attempt| {
+                        v.op == op
+                            && v.answer == "not applied"
+                            && x.start <= v.at
+                            && v.at < landed
+                            && v.at <= other.start
+                    };
+                    if sent_before(a, earlier.at, b) {
+                        Some((a, v.at))
+                    } else if sent_before(b, later.at, a) {
+                        Some((b, v.at))
+                    } else {
+                        None
+                    }
                 });
-                if on_the_wire {
-                    across.add("second effect: a request on the wire or in progress at the provider when verify answered NotApplied");
+                if let Some((x, asked)) = late {
+                    across.add(if x.arrived_at.is_some_and(|t| t <= asked) {
+                        "second effect: a request in progress at the provider (arrived, not yet committed) when verify answered NotApplied"
+                    } else {
+                        "second effect: a request still on the wire (not yet arrived) when verify answered NotApplied"
+                    });
                     continue;
                 }
                 f.duplicates = true;
