@@ -8,7 +8,10 @@
 //! - `#[read_only]` against the bare function, and against a read written by hand that does what a
 //!   read needs (a span, the time its retries are bounded from, a retry loop by failure kind);
 //! - 1,000 concurrent callers of one key: time until all are answered, body runs counted (exactly
-//!   one), against an in-process single-flight (`tokio::sync::OnceCell`) around the same body.
+//!   one), against an in-process single-flight (`tokio::sync::OnceCell`) around the same body;
+//! - a lost reply settled by `verify` (S19): the body answers `Ambiguous`, the verify function
+//!   answers `Applied`, the record completes with what it found; against the plain call, the
+//!   ratio is what a verification costs on top of a call.
 //!
 //! The two pairs with a goal (the side effect against the hand-written map, the read against the
 //! hand-written read) are then run in 100 interleaved rounds of a few milliseconds each, and
@@ -28,7 +31,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
-use idemkit::{Classify, Failure, Idem, IdempotencyKey, MemoryStore, read_only, side_effect};
+use idemkit::{
+    Classify, Failure, Idem, IdempotencyKey, MemoryStore, Verified, read_only, side_effect,
+};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use support::{Pair, Selected, record, summary};
@@ -37,13 +42,18 @@ use support::{Pair, Selected, record, summary};
 enum BenchError {
     KeyReuse,
     InFlight,
+    /// The provider acted, its reply was lost.
+    LostReply,
     #[allow(dead_code)]
     Idem(String),
 }
 
 impl Classify for BenchError {
     fn classify(&self) -> Failure {
-        Failure::Permanent
+        match self {
+            BenchError::LostReply => Failure::Ambiguous,
+            _ => Failure::Permanent,
+        }
     }
 }
 
@@ -78,6 +88,31 @@ async fn charge(
 ) -> Result<Receipt, BenchError> {
     let _ = customer_id;
     body(order_id, amount_cents).await
+}
+
+/// The same call to a provider that cannot deduplicate, whose reply is lost every time: settled
+/// by asking it (S19), not by sending again.
+#[side_effect(key = "customer_id, order_id", verify = was_charged)]
+async fn charge_lost_reply(
+    customer_id: &str,
+    order_id: u64,
+    amount_cents: u64,
+) -> Result<Receipt, BenchError> {
+    let _ = (customer_id, order_id, amount_cents);
+    Err(BenchError::LostReply)
+}
+
+/// "Did order `order_id` get charged?": it did.
+async fn was_charged(
+    customer_id: &str,
+    order_id: u64,
+    amount_cents: u64,
+) -> Result<Verified<Receipt>, BenchError> {
+    let _ = customer_id;
+    Ok(Verified::Applied(Receipt {
+        order_id,
+        amount_cents,
+    }))
 }
 
 /// The other arguments, as a hand-writer would fingerprint them (one field: already canonical).
@@ -270,6 +305,22 @@ const ROUNDS: usize = 100;
 
 /// `n` calls of the wrapped tool on a fresh memory store, each with a key of its own: their time,
 /// and the store, for the caller to drop outside the timing.
+/// `n` calls of [`charge_lost_reply`], each settled by its verify function.
+fn verified_calls(
+    rt: &tokio::runtime::Runtime,
+    fresh: impl Fn() -> u64,
+    n: u64,
+) -> (Duration, Idem) {
+    let idem = Idem::new(MemoryStore::new());
+    let start = Instant::now();
+    rt.block_on(idem.scope(async {
+        for _ in 0..n {
+            black_box(charge_lost_reply("cus_1", fresh(), 4200).await.unwrap());
+        }
+    }));
+    (start.elapsed(), idem)
+}
+
 fn wrapped_calls(
     rt: &tokio::runtime::Runtime,
     fresh: impl Fn() -> u64,
@@ -375,6 +426,33 @@ fn bench(c: &mut Criterion) {
     if both.all() {
         support::interleave(subject, baseline, ROUNDS, CHUNK, &ours, &by_hand);
     }
+
+    // What settling a lost reply by `verify` adds to a call.
+    rt.block_on(async {
+        let idem = Idem::new(MemoryStore::new());
+        let (result, info) =
+            idemkit::observe(idem.scope(charge_lost_reply("cus_1", 1, 4200))).await;
+        assert_eq!(result.unwrap().order_id, 1);
+        assert!(
+            info.unwrap().verified,
+            "the lost reply was settled by verify"
+        );
+    });
+    let mut group = c.benchmark_group("lost reply settled by verify, memory store");
+    let name = "#[side_effect] call, lost reply settled by verify";
+    group.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            record(
+                name,
+                iters,
+                chunked(iters, |n| verified_calls(&rt, fresh, n)),
+            )
+        })
+    });
+    group.bench_function(subject, |b| {
+        b.iter_custom(|iters| record(subject, iters, ours(iters)))
+    });
+    group.finish();
 
     #[cfg(feature = "metrics")]
     metrics_rows(c, &rt, &next);
@@ -540,6 +618,11 @@ fn main() {
                 subject: "#[side_effect] call (idemkit MemoryStore)",
                 baseline: "peer: idempotent 0.3.0 MemoryStore",
                 goal: Some(1.0),
+            },
+            Pair {
+                subject: "#[side_effect] call, lost reply settled by verify",
+                baseline: "#[side_effect] call (idemkit MemoryStore)",
+                goal: None,
             },
             Pair {
                 subject: "#[side_effect] call, metrics feature, Prometheus recorder",

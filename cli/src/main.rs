@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use idem_runtime::IdempotencyKey;
-use idem_runtime::store::{RecordFilter, Released, StateKind};
+use idem_runtime::store::{Decision, Forgot, RecordFilter, Released, Resolved, StateKind};
 
 mod key;
 mod show;
@@ -45,6 +45,10 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Live records, newest first: a table, or JSON with --json.
+    ///
+    /// `list --state ambiguous` is the queue of records waiting for an operator's decision (a
+    /// call that may have acted, whose outcome nobody knows): it says how to settle each with
+    /// `idemkit resolve`.
     List {
         /// Only this tool's records.
         #[arg(long)]
@@ -68,7 +72,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// One record: tool, state, fingerprint, lease, times, and its outcome as pretty JSON.
+    /// One record: tool, state, fingerprint, lease, times, an operator's decision (also for a
+    /// record that `resolve … not-applied` released), and its outcome as pretty JSON.
     Show {
         /// The record's key (a UUID; `idemkit key` derives it).
         #[arg(value_parser = parse_key)]
@@ -86,9 +91,48 @@ enum Command {
         force: bool,
     },
     /// Removes a record in any state: the next call runs the operation again.
+    ///
+    /// Refused while a holder's lease on the record is live (it may still be running the
+    /// operation) unless --force.
     Forget {
         #[arg(value_parser = parse_key)]
         key: IdempotencyKey,
+        /// Forget even though a holder's lease is live: only when that holder is known to be
+        /// dead. If it is alive it may still act, and the next call runs the effect alongside.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Settles a record kept as ambiguous (a call that may have acted): say whether its effect
+    /// happened.
+    ///
+    /// `idemkit resolve KEY applied --outcome JSON [--note TEXT]`: it happened; the record
+    /// completes with JSON (what a call of the tool returns), which later calls with this key
+    /// replay without running the operation.
+    ///
+    /// `idemkit resolve KEY not-applied [--note TEXT]`: it did not happen; the record is
+    /// released, and the next call with this key runs the operation (with the same key).
+    ///
+    /// Also for a running record whose holder's lease has run out (a crashed holder); refused
+    /// while the lease is live, and for a completed record. The decision, its time and the note
+    /// are kept with the record: `idemkit show KEY` prints them, also after not-applied.
+    Resolve {
+        /// The record's key (`idemkit list --state ambiguous` lists those waiting).
+        #[arg(value_parser = parse_key)]
+        key: IdempotencyKey,
+        /// applied (the effect happened) or not-applied (it did not).
+        #[arg(value_parser = parse_decision, value_name = "applied|not-applied")]
+        decision: Decision,
+        /// For applied: the outcome later calls replay, as the JSON a call of the tool returns
+        /// (checked to be JSON before anything is written).
+        #[arg(long, value_name = "JSON")]
+        outcome: Option<String>,
+        /// Who decided and why (what the provider said, a ticket); kept with the record.
+        #[arg(long, value_name = "TEXT")]
+        note: Option<String>,
+        /// How long the decision is kept, and for applied how long the outcome replays: the
+        /// tool's time-to-live (idemkit's default is 24 hours).
+        #[arg(long, value_parser = show::parse_age, default_value = "1d", value_name = "AGE")]
+        ttl: Duration,
     },
     /// Deletes expired records (live ones are never touched).
     Prune {
@@ -123,6 +167,10 @@ fn parse_key(s: &str) -> Result<IdempotencyKey, String> {
         .map_err(|_| format!("`{s}` is not a key (a UUID such as 32e00e40-1a53-8058-93c7-e9d1adc8ecaa); `idemkit key` derives one"))
 }
 
+fn parse_decision(s: &str) -> Result<Decision, String> {
+    s.parse()
+}
+
 fn parse_state(s: &str) -> Result<StateKind, String> {
     s.parse()
         .map_err(|e: idem_runtime::store::records::UnknownState| e.to_string())
@@ -141,6 +189,10 @@ fn main() -> ExitCode {
     {
         println!("{}", key::derive(tool, fields, tenant.as_deref()));
         return ExitCode::SUCCESS;
+    }
+    if let Err(why) = check_usage(&cli.command) {
+        eprintln!("idemkit: {why}");
+        return ExitCode::from(2);
     }
     let target = match Target::choose(cli.store.as_deref()) {
         Ok(t) => t,
@@ -162,6 +214,40 @@ fn main() -> ExitCode {
             eprintln!("idemkit: {why}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Refuses what no store needs to be asked about: a resolve whose outcome does not fit its
+/// decision, or is not JSON.
+fn check_usage(command: &Command) -> Result<(), String> {
+    let Command::Resolve {
+        key,
+        decision,
+        outcome,
+        ..
+    } = command
+    else {
+        return Ok(());
+    };
+    match (decision, outcome) {
+        (Decision::Applied, None) => Err(format!(
+            "resolving {key} as applied needs its outcome, the JSON a call of the tool returns, which later \
+             calls replay: `idemkit resolve {key} applied --outcome '{{\"…\": …}}'`. If the effect did not \
+             happen, `idemkit resolve {key} not-applied`"
+        )),
+        (Decision::NotApplied, Some(_)) => Err(format!(
+            "a record resolved as not applied takes no --outcome (the next call runs the operation); \
+             leave it out, or resolve {key} as applied"
+        )),
+        (_, Some(json)) => serde_json::from_str::<serde_json::Value>(json)
+            .map(drop)
+            .map_err(|e| {
+                format!(
+                    "--outcome is not JSON ({e}); give the JSON a call of the tool returns, quoted for the \
+                     shell, e.g. --outcome '{{\"charge_id\": \"ch_1\"}}'. Nothing was written"
+                )
+            }),
+        _ => Ok(()),
     }
 }
 
@@ -207,6 +293,9 @@ async fn run(cli: &Cli, target: &Target) -> Result<String, Failed> {
             if records.len() == *limit && std::io::stdout().is_terminal() {
                 out += &format!("(the first {limit}; --limit shows more)\n");
             }
+            if *state == Some(StateKind::Ambiguous) {
+                out += &show::settle_hint(&records);
+            }
             Ok(out)
         }
         Command::Show { key, json } => match store.get(key).await.map_err(failed)? {
@@ -231,6 +320,11 @@ async fn run(cli: &Cli, target: &Target) -> Result<String, Failed> {
                  time alongside it, and the holder's outcome is refused when it finishes",
                     show::span(remaining)
                 ))),
+                Released::NotRunning(StateKind::Ambiguous) => Err(Failed(format!(
+                    "{key} is ambiguous, not running: its call may have acted. Settle it: `idemkit resolve {key} \
+                     applied --outcome JSON` if the effect happened (later calls replay that outcome), \
+                     `idemkit resolve {key} not-applied` if it did not (the next call runs it)"
+                ))),
                 Released::NotRunning(state) => Err(Failed(format!(
                     "{key} is {state}, not running: nothing to release. `idemkit forget {key}` removes it, so that the \
                  next call runs the operation again"
@@ -241,15 +335,75 @@ async fn run(cli: &Cli, target: &Target) -> Result<String, Failed> {
                 other => Err(Failed(format!("{key}: {other:?}"))),
             }
         }
-        Command::Forget { key } => {
-            if store.forget(key).await.map_err(failed)? {
+        Command::Forget { key, force } => match store.forget(key, *force).await.map_err(failed)? {
+            Forgot::Forgotten => {
+                if *force {
+                    eprintln!(
+                        "idemkit: warning: forced: if a holder was still running {key}, it may still act (the \
+                         effect may happen) and its outcome will be refused; the next call runs the operation \
+                         again, perhaps alongside it"
+                    );
+                }
                 Ok(format!(
                     "forgot {key}: the next call with this key runs the operation again, whether or not it ran before\n"
                 ))
-            } else {
-                Err(Failed(format!(
-                    "no live record has the key {key} in {at}: nothing to forget"
-                )))
+            }
+            Forgot::LeaseLive { remaining } => Err(Failed(format!(
+                "refused: the lease on {key} is live for another {}, so its holder may still be running the \
+                 operation; forgetting it now lets the next call run the effect a second time alongside it. Wait \
+                 for the lease to run out, then forget it. `idemkit forget --force {key}` forgets it now: only \
+                 if you know the holder is dead, since a live one may still act",
+                show::span(remaining)
+            ))),
+            Forgot::NotFound => Err(Failed(format!(
+                "no live record has the key {key} in {at}: nothing to forget"
+            ))),
+            other => Err(Failed(format!("{key}: {other:?}"))),
+        },
+        Command::Resolve {
+            key,
+            decision,
+            outcome,
+            note,
+            ttl,
+        } => {
+            let answer = store
+                .resolve(
+                    key,
+                    *decision,
+                    outcome.as_deref().map(str::as_bytes),
+                    note.as_deref(),
+                    *ttl,
+                )
+                .await
+                .map_err(failed)?;
+            match answer {
+                Resolved::Resolved if *decision == Decision::Applied => Ok(format!(
+                    "resolved {key} as applied: it is completed with the outcome you gave, which later calls with \
+                     this key replay for {} without running the operation; the decision is kept with it \
+                     (`idemkit show {key}`)\n",
+                    show::span(*ttl)
+                )),
+                Resolved::Resolved => Ok(format!(
+                    "resolved {key} as not applied: the record is released, so the next call with this key runs the \
+                     operation (with the same key); the decision is kept for {} (`idemkit show {key}`)\n",
+                    show::span(*ttl)
+                )),
+                Resolved::LeaseLive { remaining } => Err(Failed(format!(
+                    "refused: {key} is running and its holder's lease is live for another {}: the holder may still \
+                     finish the operation, and its outcome would then be the record's. Nothing was changed; wait \
+                     for the lease to run out (`idemkit show {key}`), then resolve it if it is still unsettled",
+                    show::span(remaining)
+                ))),
+                Resolved::Completed => Err(Failed(format!(
+                    "refused: {key} is completed, so its outcome is known (`idemkit show {key}`): nothing to resolve, \
+                     nothing was changed. `idemkit forget {key}` removes it if it must run again"
+                ))),
+                Resolved::NotFound => Err(Failed(format!(
+                    "no live record has the key {key} in {at}: nothing to resolve (it expired, was forgotten, or a \
+                     not-applied decision released it already: `idemkit show {key}` prints a kept decision)"
+                ))),
+                other => Err(Failed(format!("{key}: {other:?}"))),
             }
         }
         Command::Prune { limit } => {

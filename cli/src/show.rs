@@ -2,7 +2,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use idem_runtime::store::{Count, Record, RecordState};
+use idem_runtime::store::{Count, Record, RecordState, Resolution};
 use serde_json::{Value, json};
 
 /// What the executor stores in place of an outcome that could not be serialized.
@@ -92,6 +92,8 @@ pub fn record_json(r: &Record) -> Value {
         "updated": time(r.updated),
         "expires_in_ms": r.expires_in.as_millis() as u64,
         "tenant": r.tenant,
+        "live": r.is_live(),
+        "resolution": r.resolution.as_ref().map(resolution_json),
     });
     match &r.state {
         RecordState::Running {
@@ -104,9 +106,47 @@ pub fn record_json(r: &Record) -> Value {
             })
         }
         RecordState::Completed { outcome } => v["outcome"] = outcome_json(outcome),
-        RecordState::Ambiguous { note } => v["note"] = json!(note),
+        RecordState::Ambiguous { note } => {
+            v["note"] = json!(note);
+            if r.is_live() {
+                v["settle"] = json!({
+                    "applied": format!("idemkit resolve {} applied --outcome JSON --note TEXT", r.key),
+                    "not_applied": format!("idemkit resolve {} not-applied --note TEXT", r.key),
+                });
+            }
+        }
     }
     v
+}
+
+/// An operator's decision as JSON.
+fn resolution_json(res: &Resolution) -> Value {
+    json!({
+        "decision": res.decision.as_str(),
+        "at": time(res.at),
+        "note": res.note,
+    })
+}
+
+/// Under `list --state ambiguous`: how to settle each record listed.
+pub fn settle_hint(records: &[Record]) -> String {
+    if records.is_empty() {
+        return "no record waits for a decision\n".to_owned();
+    }
+    let mut out = format!(
+        "\n{} record(s) wait for a decision: each call may have acted. Find out whether the effect \
+         happened (the provider's records, the recipient), then settle it (with the same --store):\n  \
+         it happened:      idemkit resolve KEY applied --outcome JSON --note TEXT   (later calls replay JSON)\n  \
+         it did not:       idemkit resolve KEY not-applied --note TEXT              (the next call runs it)\n",
+        records.len()
+    );
+    for r in records {
+        out += &format!(
+            "idemkit resolve {k} applied --outcome JSON --note TEXT  |  idemkit resolve {k} not-applied --note TEXT\n",
+            k = r.key
+        );
+    }
+    out
 }
 
 /// What a record's lease says, for people.
@@ -156,7 +196,10 @@ pub fn records_table(records: &[Record]) -> String {
             vec![
                 r.key.to_string(),
                 r.tool.clone(),
-                r.state.kind().to_string(),
+                match &r.resolution {
+                    Some(res) => format!("{}, resolved {}", r.state.kind(), res.decision),
+                    None => r.state.kind().to_string(),
+                },
                 time(r.created),
                 time(r.updated),
                 lease(r),
@@ -184,12 +227,31 @@ pub fn record_text(r: &Record) -> String {
     let mut field = |name: &str, value: String| out += &format!("{name:<12} {value}\n");
     field("key", r.key.to_string());
     field("tool", r.tool.clone());
-    field("state", r.state.kind().to_string());
+    if r.is_live() {
+        field("state", r.state.kind().to_string());
+    } else {
+        field(
+            "state",
+            format!(
+                "released by an operator (it was {}): no longer counts, the next call with this key runs the operation",
+                r.state.kind()
+            ),
+        );
+    }
     field("fingerprint", r.fingerprint.to_hex());
     field("made", time(r.created));
     field("changed", time(r.updated));
     if let Some(tenant) = &r.tenant {
         field("tenant", tenant.clone());
+    }
+    if let Some(res) = &r.resolution {
+        field("resolved", format!("{} at {}", res.decision, time(res.at)));
+        if let Some(note) = &res.note {
+            field("resolve note", note.clone());
+        }
+    }
+    if !r.is_live() {
+        return out;
     }
     field("expires in", span(r.expires_in));
     match &r.state {
@@ -209,6 +271,14 @@ pub fn record_text(r: &Record) -> String {
         }
         RecordState::Ambiguous { note } => {
             field("note", note.clone());
+            field(
+                "settle",
+                format!(
+                    "idemkit resolve {k} applied --outcome JSON (it happened; later calls replay JSON) or \
+                     idemkit resolve {k} not-applied (it did not; the next call runs it)",
+                    k = r.key
+                ),
+            );
         }
         RecordState::Completed { outcome } => {
             out += "outcome:\n";

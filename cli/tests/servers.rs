@@ -69,3 +69,40 @@ async fn every_subcommand_on_redis() {
         .unwrap();
     every_subcommand(store, &["--store", &url, "--redis-prefix", &prefix]).await;
 }
+
+#[tokio::test]
+async fn s24_resolve_settles_ambiguous_records_on_postgres() {
+    let Some(url) = server_url("IDEMKIT_TEST_POSTGRES_URL", "PostgreSQL") else {
+        return;
+    };
+    let table = unique("cli_");
+    let store = PostgresStore::builder(&url)
+        .schema("idemkit_test")
+        .table(&table)
+        .connect()
+        .await
+        .unwrap();
+    let at = [
+        "--store",
+        &url,
+        "--pg-schema",
+        "idemkit_test",
+        "--pg-table",
+        &table,
+    ];
+    s24_resolve_and_forget(store, &at).await;
+}
+
+#[tokio::test]
+async fn s24_resolve_settles_ambiguous_records_on_redis() {
+    let Some(url) = server_url("IDEMKIT_TEST_REDIS_URL", "Redis") else {
+        return;
+    };
+    let prefix = unique("cli:") + ":";
+    let store = RedisStore::builder(&url)
+        .prefix(&prefix)
+        .connect()
+        .await
+        .unwrap();
+    s24_resolve_and_forget(store, &["--store", &url, "--redis-prefix", &prefix]).await;
+}

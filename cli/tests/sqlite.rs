@@ -195,3 +195,13 @@ async fn list_by_tenant_shows_only_that_tenants_records() {
         "{shown}"
     );
 }
+
+/// S24 on a SQLite file: `resolve`, the queue, `show` of a decision, `forget --force`.
+#[tokio::test]
+async fn s24_resolve_settles_ambiguous_records_on_a_sqlite_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agent.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let at = format!("sqlite:{}", path.display());
+    s24_resolve_and_forget(store, &["--store", &at]).await;
+}

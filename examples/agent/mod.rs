@@ -2,6 +2,8 @@
 //! scenarios that examples and tests both run.
 #![allow(dead_code)]
 
+pub mod sms;
+
 use std::time::Duration;
 
 use fake_provider::{Client, FakeProvider, Fault, ProviderError};

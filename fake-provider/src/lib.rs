@@ -11,8 +11,12 @@
 //! - `GET /v1/balance/{customer}` reads the sum of committed charges of a customer.
 //!
 //! The counts of committed effects are what examples and tests assert on.
+//!
+//! [`sms`] is the other kind of provider: an SMS gateway that sends a message per request whatever
+//! key it carries, and can only be asked afterwards whether a message went out.
 
 pub mod model;
+pub mod sms;
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -379,7 +383,9 @@ impl Client {
         Ok(answer.body["cents"].as_u64().unwrap_or(0))
     }
 
-    async fn answer(sent: reqwest::Result<reqwest::Response>) -> Result<Answer, ProviderError> {
+    pub(crate) async fn answer(
+        sent: reqwest::Result<reqwest::Response>,
+    ) -> Result<Answer, ProviderError> {
         let response = sent.map_err(|e| {
             if e.is_timeout() {
                 ProviderError::Timeout

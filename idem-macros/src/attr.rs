@@ -8,7 +8,7 @@ use quote::ToTokens;
 use syn::ext::IdentExt;
 use syn::parse::{ParseStream, Parser};
 use syn::punctuated::Punctuated;
-use syn::{Expr, Ident, LitBool, LitInt, LitStr, Path, Token};
+use syn::{Expr, ExprPath, Ident, LitBool, LitInt, LitStr, Path, Token};
 
 use crate::ctxt::Ctxt;
 
@@ -44,6 +44,8 @@ pub(crate) const ARGUMENTS: &[&str] = &[
     "open_world",
     "json",
     "rig",
+    "verify",
+    "resend",
 ];
 
 /// The arguments of one `#[side_effect(...)]` or `#[read_only(...)]`, as written.
@@ -69,6 +71,12 @@ pub(crate) struct Args {
     /// `rig`: the attribute is on the `call` of a rig tool impl; the wrapper serves rig's
     /// `Result<ToolOutput, ToolExecutionError>`.
     pub rig: Option<Ident>,
+    /// `verify = path`: the function asked whether an attempt of unknown outcome took effect
+    /// (S19).
+    pub verify: Option<(Ident, ExprPath)>,
+    /// `resend = true | false`: whether an attempt of unknown outcome may be sent again (S20;
+    /// default: iff the tool takes the `&IdempotencyKey`).
+    pub resend: Option<(Ident, LitBool)>,
 }
 
 /// A duration written as `"30s"`, in milliseconds.
@@ -303,6 +311,18 @@ fn argument(cx: &Ctxt, args: &mut Args, ident: &Ident, input: ParseStream) -> sy
             once(args.rig.is_some());
             args.rig.get_or_insert(ident.clone());
         }
+        "verify" => {
+            once(args.verify.is_some());
+            if let Some(path) = verify_arg(cx, ident, input)? {
+                args.verify.get_or_insert((ident.clone(), path));
+            }
+        }
+        "resend" => {
+            once(args.resend.is_some());
+            if let Some(value) = resend_arg(cx, ident, input)? {
+                args.resend.get_or_insert((ident.clone(), value));
+            }
+        }
         "crate" => {
             once(args.krate.is_some());
             input.parse::<Token![=]>()?;
@@ -341,6 +361,74 @@ fn argument(cx: &Ctxt, args: &mut Args, ident: &Ident, input: ParseStream) -> sy
         }
     }
     Ok(())
+}
+
+/// `verify = path::to::check` (a function's path, `Self::was_charged` for a method). A
+/// malformed value is recorded and skipped, so the arguments after it are still read.
+fn verify_arg(cx: &Ctxt, ident: &Ident, input: ParseStream) -> syn::Result<Option<ExprPath>> {
+    const HOW: &str = "write `verify = check`, the path of an `async fn` that takes the tool's parameters and answers \
+         `Result<idemkit::Verified<T>, E>` (`verify = Self::check` for a method)";
+    if !input.peek(Token![=]) {
+        cx.error(ident.span(), format!("`verify` needs a function: {HOW}"));
+        return Ok(None);
+    }
+    input.parse::<Token![=]>()?;
+    let fork = input.fork();
+    match fork.parse::<ExprPath>() {
+        Ok(path) if fork.is_empty() || fork.peek(Token![,]) => {
+            input.parse::<ExprPath>()?;
+            Ok(Some(path))
+        }
+        _ => {
+            let value: TokenStream = skip_value(input)?;
+            let shown = value.to_string();
+            let hint = match syn::parse2::<LitStr>(value.clone()) {
+                Ok(lit) => format!("; without the quotes: `verify = {}`", lit.value()),
+                Err(_) => String::new(),
+            };
+            cx.error_spanned(
+                &value,
+                format!("cannot read `{shown}` as a function's path: {HOW}{hint}"),
+            );
+            Ok(None)
+        }
+    }
+}
+
+/// `resend = true` or `resend = false`; any other value is recorded (at it) and skipped.
+fn resend_arg(cx: &Ctxt, ident: &Ident, input: ParseStream) -> syn::Result<Option<LitBool>> {
+    const WHAT: &str = "`resend` says whether an attempt whose outcome is unknown may be sent again: \
+         `resend = true` when the provider deduplicates by the key, `resend = false` when it cannot \
+         (default: re-sent iff the tool takes the `&IdempotencyKey`)";
+    if !input.peek(Token![=]) {
+        cx.error(
+            ident.span(),
+            format!("write `resend = true` or `resend = false`; {WHAT}"),
+        );
+        return Ok(None);
+    }
+    input.parse::<Token![=]>()?;
+    let value = skip_value(input)?;
+    if let Ok(value) = syn::parse2::<LitBool>(value.clone()) {
+        return Ok(Some(value));
+    }
+    cx.error_spanned(
+        &value,
+        format!("`resend` is `true` or `false`, not `{value}`; {WHAT}"),
+    );
+    Ok(None)
+}
+
+/// The tokens up to the next comma, consumed.
+fn skip_value(input: ParseStream) -> syn::Result<TokenStream> {
+    let mut value = TokenStream::new();
+    while !input.is_empty() && !input.peek(Token![,]) {
+        value.extend([input.parse::<TokenTree>()?]);
+    }
+    if value.is_empty() {
+        return Err(input.error("a value is missing after `=`"));
+    }
+    Ok(value)
 }
 
 fn key_arg(cx: &Ctxt, ident: &Ident, input: ParseStream) -> syn::Result<KeyArg> {

@@ -1,10 +1,11 @@
 //! Every semantic check (C1, C2, C4–C7, C9 of the contract, and MCP mode's), apart from code
 //! generation: each failure is recorded in the `Ctxt`; nothing is built here (that is `lower`).
 //!
-//! C3 (a key field that is not `KeyPart`), C8 (the error or output type lacks a trait) and a
-//! misspelt field inside a struct (`args.custmer_id`) are left to rustc: the expansion touches
-//! each at the user's span, so rustc's own error, with the runtime traits'
-//! `#[diagnostic::on_unimplemented]` text, points at the right token.
+//! C3 (a key field that is not `KeyPart`), C8 (the error or output type lacks a trait), C10 (a
+//! `verify` function whose signature does not fit) and a misspelt field inside a struct
+//! (`args.custmer_id`) are left to rustc: the expansion touches each at the user's span, so
+//! rustc's own error, with the `#[diagnostic::on_unimplemented]` text of the trait it names,
+//! points at the right token.
 
 use std::collections::BTreeMap;
 
@@ -115,6 +116,21 @@ fn arguments(cx: &Ctxt, args: &Args, kind: Kind) {
                     &key.tokens,
                     "read-only tools need no key: they may run any number of times, so nothing is recorded; \
                      remove `key`, or use #[side_effect(key = ...)] if the tool acts on the world",
+                );
+            }
+            if let Some((ident, path)) = &args.verify {
+                cx.error_spanned(
+                    quote!(#ident = #path),
+                    "read-only tools need no verification: a read changes nothing, so an attempt whose answer was \
+                     lost is simply read again; remove `verify`, or use #[side_effect(key = ..., verify = ...)] if \
+                     the tool acts on the world",
+                );
+            }
+            if let Some((ident, _)) = &args.resend {
+                cx.error(
+                    ident.span(),
+                    "`resend` does not apply to #[read_only]: a read changes nothing, so it is always sent again \
+                     when its answer is lost; remove it",
                 );
             }
             for ident in [&args.lease, &args.ttl, &args.in_flight_wait]

@@ -11,7 +11,7 @@ use syn::{Attribute, FnArg, Ident, Meta, Pat};
 
 use crate::ast::{Kind, Param, Role, Tool};
 use crate::attr::{Args, Private, private};
-use crate::lower::{JsonParam, Plan};
+use crate::lower::{JsonParam, Plan, VerifyArg, VerifyPlan};
 
 /// The internal local every attempt's key arrives in; invisible to the body (mixed-site hygiene).
 fn key_local() -> Ident {
@@ -31,7 +31,15 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
     if let Some(params) = &plan.json {
         register.extend(json_entry(&private, tool, plan, params));
     }
-    let settings = settings(&private, args, &plan.name_expr);
+    let mut settings = settings(&private, args, &plan.name_expr);
+    if tool.kind == Kind::SideEffect {
+        // Always: a `Tool` built without it re-sends, and S20's default depends on the signature.
+        let resend = plan.resend;
+        settings.extend(quote!(.resend(#resend)));
+        if plan.verify.is_some() {
+            settings.extend(quote!(.with_verify()));
+        }
+    }
     let (per_attempt, attempt) = attempt(&private, tool);
     let call = Ident::new("__idemkit_call", Span::mixed_site());
     let (ok, err) = (&plan.ok, &plan.err);
@@ -78,6 +86,10 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
                 }
             });
             let args_local = Ident::new("__idemkit_args", Span::mixed_site());
+            let verify = plan
+                .verify
+                .as_ref()
+                .map(|v| verify_step(&private, v, &call, ok, err));
 
             quote! {
                 #register
@@ -92,6 +104,7 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
                 #checks
                 let mut #call = #runner.side_effect(#settings, #key, #args_local);
                 while let ::core::option::Option::Some(#key) = #call.attempt().await {
+                    #verify
                     #(#per_attempt)*
                     #call.run(#attempt).await;
                 }
@@ -326,6 +339,72 @@ fn rebind(p: &Param) -> Option<TokenStream> {
             Pat::Ident(pi) if pi.by_ref.is_none() && pi.mutability.is_none() => None,
             _ => Some(quote!(let #pat = #ident;)),
         },
+    }
+}
+
+/// S19: when the call hands out a verification rather than an attempt, the verify function is
+/// asked, with the tool's arguments as the body gets them (`self` first, the key lent, owned
+/// arguments cloned), and the loop goes on to the call's next step.
+///
+/// C10: the function is looked at through `VerifyProbe` (autoref specialization, as the runner):
+/// a `Verifier` when it is an `async fn` of the tool's parameters answering
+/// `Result<Verified<T>, E>`, else a `Misfit` that is never run. A trait of the tool's own, with
+/// the signature to write as its `on_unimplemented` message, is asserted of it at the path, so a
+/// signature that does not fit is one error there, and the call itself adds none.
+fn verify_step(
+    private: &Private,
+    verify: &VerifyPlan,
+    call: &Ident,
+    ok: &syn::Type,
+    err: &syn::Type,
+) -> TokenStream {
+    let key = key_local();
+    let path = &verify.path;
+    let span = path.span();
+    let types = &verify.types;
+    let args = verify.args.iter().map(|a| match a {
+        VerifyArg::Receiver => quote!(self),
+        VerifyArg::Key => quote!(&#key),
+        VerifyArg::Param {
+            ident, copy: true, ..
+        } => quote!(#ident),
+        VerifyArg::Param { ident, span, .. } => {
+            quote_spanned!(*span=> #private::PerAttempt::again(&#ident))
+        }
+    });
+    let message = format!("`verify` must be `{}`", verify.signature);
+    let probe = quote_spanned! {span=>
+        (&#private::VerifyProbe::<_, (#(#types,)*), #ok, #err>::new(#path)).verify_fit()
+    };
+    // The assertion's argument spans the path, first token to last, in the path's own context
+    // (a local of the expansion's context would widen it to the whole attribute), so rustc
+    // underlines the path and nothing else.
+    let last = path
+        .to_token_stream()
+        .into_iter()
+        .last()
+        .map_or(span, |t| t.span());
+    let verifier = Ident::new("__idemkit_verify", last);
+    let fits = quote_spanned!(span=> __idemkit_verify_fits(&#verifier););
+    let fits_fn = quote_spanned!(span=> fn __idemkit_verify_fits<V: __IdemkitVerifyFn>(_: &V) {});
+    quote! {
+        if #call.verifying() {
+            #[diagnostic::on_unimplemented(
+                message = #message,
+                label = "does not fit the tool's parameters and result",
+                note = "a `verify` function takes the tool's parameters, in the same order and of the same types (the `&IdempotencyKey` too where the tool takes it, `self` first for a method), and answers whether the attempt took effect: `Verified::Applied(outcome)`, `Verified::NotApplied` or `Verified::Unknown`"
+            )]
+            trait __IdemkitVerifyFn {}
+            #[diagnostic::do_not_recommend]
+            impl<F, A, T, E> __IdemkitVerifyFn for #private::Verifier<F, A, T, E> {}
+            #fits_fn
+            #[allow(unused_imports)]
+            use #private::{VerifyFits as _, VerifyMisfits as _};
+            let #verifier = #probe;
+            #fits
+            #call.verify(#verifier.call((#(#args,)*))).await;
+            continue;
+        }
     }
 }
 

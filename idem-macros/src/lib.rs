@@ -129,10 +129,71 @@ use ast::Kind;
 /// | `ttl = "24h"` | how long the outcome is kept; at least the lease (a compile error otherwise, when both are given). |
 /// | `in_flight_wait = "10s"` | how long a concurrent call of the same key waits for the outcome before `Error::InFlight` (one name for this setting everywhere: `Tool::in_flight_wait`, `IdemBuilder::in_flight_wait`). |
 /// | `idem = <expr>` | the runtime to use, e.g. `idem = self.idem` (an `Idem`, `&Idem` or `Arc<Idem>`); default: the runtime in force (`Idem::current`). |
+/// | `verify = check` | S19: an `async fn` asked, before anything is sent again, whether an attempt whose outcome is unknown took effect (see below). `verify = Self::check` for a method. |
+/// | `resend = true` / `resend = false` | S20: whether an attempt whose outcome is unknown (it answered `Ambiguous`, was cancelled or panicked, lost its lease) may be sent again under the same key. Default: `true` iff the function takes the `&IdempotencyKey` (it passes the key on, so the provider can deduplicate); otherwise the call ends in `idemkit::Error::Ambiguous` and the record is kept until a verification or an operator (`idemkit resolve`) settles it. |
+/// | `tenant_required = true` | the tool never runs without a tenant in force (S18). |
+/// | `json` | callable by name with JSON arguments (`idemkit::JsonTools`, feature `json`): a free function whose parameters each come from a JSON object's property of the same name. |
+/// | `destructive = false`, `open_world = true` | with rmcp's `#[tool]` below the attribute (feature `rmcp`): the tool's `destructiveHint` and `openWorldHint`; the other hints follow from the attribute. |
 /// | `rig` | on the `call` of a rig `PortableTool` impl (feature `rig`): the wrapper serves rig's `Result<ToolOutput, ToolExecutionError>`, the key's tool name is the impl's `NAME` (see `idemkit::rig`). |
 /// | `crate = path` | where the `idemkit` crate is, when it is renamed (default `::idemkit`). |
 ///
 /// Durations are numbers with units `ms`, `s`, `m`, `h`, `d`, combinable: `"1h30m"`.
+///
+/// # When the provider cannot deduplicate: `verify` and `resend`
+///
+/// A provider that honours the key (Stripe's `Idempotency-Key`) makes a re-send harmless; an
+/// e-mail, an SMS, a webhook or a row in the agent's own database does not. So an attempt whose
+/// outcome is unknown is sent again only when the tool takes the `&IdempotencyKey` (or says
+/// `resend = true`); otherwise the call answers `Error::Ambiguous` and later calls of the key do
+/// not run the body until the outcome is settled (S20). `verify = check` settles it by asking the
+/// provider, before anything is sent again: after an attempt whose outcome is unknown, when a call
+/// meets a record kept as ambiguous, and when it takes over a holder whose lease ran out. `check`
+/// takes the tool's parameters, in the same order and of the same types (the `&IdempotencyKey`
+/// too where the tool takes it, `&self` first for a method; owned arguments are cloned for it as
+/// for an attempt), and answers `Result<idemkit::Verified<T>, E>` with the tool's own `T` and `E`.
+/// `Applied(t)` completes the call with `t` (replayed from then on; `idemkit::observe` says
+/// `verified`), `NotApplied` lets it send again, `Unknown` (or an error) keeps it ambiguous (S19).
+/// A `check` whose signature does not fit is a compile error at its path (C10) that names the
+/// signature to write.
+///
+/// ```
+/// use idemkit::{Classify, Failure, Verified, side_effect};
+/// # use idemkit::{Idem, MemoryStore};
+/// # use std::sync::atomic::{AtomicU32, Ordering};
+/// #[derive(Debug)]
+/// enum MailError { Timeout, Idem(idemkit::Error) }
+/// impl Classify for MailError {
+///     fn classify(&self) -> Failure {
+///         match self {
+///             MailError::Timeout => Failure::Ambiguous, // may have gone out
+///             MailError::Idem(_) => Failure::Permanent,
+///         }
+///     }
+/// }
+/// impl From<idemkit::Error> for MailError {
+///     fn from(e: idemkit::Error) -> Self { MailError::Idem(e) }
+/// }
+/// # static SENT: AtomicU32 = AtomicU32::new(0);
+///
+/// /// Sends the welcome mail once; SMTP knows nothing of our key, so it takes none.
+/// #[side_effect(key = "user_id", verify = welcome_sent)]
+/// async fn send_welcome(user_id: u64, address: String) -> Result<u32, MailError> {
+///     SENT.fetch_add(1, Ordering::SeqCst);
+///     Err(MailError::Timeout) // sent, but the answer was lost
+/// }
+///
+/// /// Asked before anything is sent again: did the mail go out?
+/// async fn welcome_sent(user_id: u64, address: String) -> Result<Verified<u32>, MailError> {
+///     let _ = (user_id, address); // ask the mail provider's log
+///     Ok(Verified::Applied(1))
+/// }
+///
+/// # let run = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+/// # run.block_on(Idem::new(MemoryStore::new()).scope(async {
+/// assert_eq!(send_welcome(7, "ada@example.com".into()).await.unwrap(), 1); // verified
+/// assert_eq!(SENT.load(Ordering::SeqCst), 1, "sent once, never re-sent blindly");
+/// # }));
+/// ```
 ///
 /// # What the wrapper does
 ///
@@ -193,7 +254,9 @@ pub fn side_effect(args: TokenStream, item: TokenStream) -> TokenStream {
 /// no `Serialize` for the output.
 ///
 /// Arguments: `name = "..."`, `max_attempts = N`, `retry = <expr>`, `idem = <expr>`,
-/// `crate = path`, as for [`macro@side_effect`]. A `key` is an error: read-only tools need none.
+/// `open_world = ...`, `rig`, `json`, `crate = path`, as for [`macro@side_effect`]. A `key` is an
+/// error: read-only tools need none; so are `verify` and `resend`: a read changes nothing, so one
+/// whose answer was lost is simply read again.
 #[proc_macro_attribute]
 pub fn read_only(args: TokenStream, item: TokenStream) -> TokenStream {
     expand(Kind::ReadOnly, args.into(), item.into()).into()

@@ -30,6 +30,38 @@ pub(crate) struct Plan {
     pub err: Type,
     /// `json`: the parameters as the fields of its arguments struct, in order.
     pub json: Option<Vec<JsonParam>>,
+    /// S20: whether an attempt whose outcome is unknown may be sent again: `resend = ...` as
+    /// written, else whether the tool takes the `&IdempotencyKey` (it passes the key on).
+    pub resend: bool,
+    /// `verify = path` (S19).
+    pub verify: Option<VerifyPlan>,
+}
+
+/// How the verify function is called: with the tool's parameters, in order.
+pub(crate) struct VerifyPlan {
+    pub path: syn::ExprPath,
+    /// The types the tool's parameters have, in order (`self` first): the signature the function
+    /// must have. The key's borrow is left to inference (the key is lent per attempt), and an
+    /// `impl Trait` type is `_`.
+    pub types: Vec<TokenStream>,
+    /// What each parameter is called with.
+    pub args: Vec<VerifyArg>,
+    /// C10's message: the signature to write.
+    pub signature: String,
+}
+
+/// One argument of the verify call.
+pub(crate) enum VerifyArg {
+    /// `self`.
+    Receiver,
+    /// The attempt's key, lent.
+    Key,
+    /// A parameter: copied when `Copy` as written, else cloned per attempt (at its type's span).
+    Param {
+        ident: Ident,
+        copy: bool,
+        span: Span,
+    },
 }
 
 /// A parameter read from a JSON call.
@@ -94,7 +126,18 @@ pub(crate) fn lower(args: &Args, tool: &Tool) -> Plan {
     } else {
         quote!(#name)
     };
+    let resend = match &args.resend {
+        Some((_, value)) => value.value,
+        None => tool.injected_key().is_some(),
+    };
+    let verify = args
+        .verify
+        .as_ref()
+        .filter(|_| tool.kind == Kind::SideEffect)
+        .map(|(_, path)| verify_plan(tool, path));
     Plan {
+        resend,
+        verify,
         registered: !by_rig_name,
         name_expr,
         name,
@@ -232,4 +275,98 @@ fn fingerprint_except(tool: &Tool, args: &Args, ident: &Ident) -> Vec<String> {
         .filter(|p| p.root == *ident && p.fields.len() == 1)
         .map(|p| p.key_name())
         .collect()
+}
+
+/// How the tool's verify function is called, and the signature it must have.
+fn verify_plan(tool: &Tool, path: &syn::ExprPath) -> VerifyPlan {
+    let mut types = Vec::new();
+    let mut args = Vec::new();
+    let mut shown = Vec::new();
+    if let Some(r) = &tool.receiver {
+        types.push(r.ty.to_token_stream());
+        args.push(VerifyArg::Receiver);
+        shown.push(pretty(r));
+    }
+    for p in &tool.params {
+        let ty = &*p.arg.ty;
+        match &p.role {
+            Role::InjectedKey => {
+                let referent = ast::key_referent(ty);
+                types.push(quote!(&#referent));
+                args.push(VerifyArg::Key);
+            }
+            Role::Named(ident) | Role::Pattern { fresh: ident, .. } => {
+                types.push(match ty {
+                    Type::ImplTrait(_) => quote!(_),
+                    ty => ty.to_token_stream(),
+                });
+                args.push(VerifyArg::Param {
+                    ident: ident.clone(),
+                    copy: crate::expand::copy_as_written(ty),
+                    span: ty.span(),
+                });
+            }
+        }
+        let pat = match &*p.arg.pat {
+            syn::Pat::Ident(pi) if pi.subpat.is_none() => pi.ident.unraw().to_string(),
+            pat => pretty(pat),
+        };
+        shown.push(format!("{pat}: {}", pretty(ty)));
+    }
+    let name = path
+        .path
+        .segments
+        .last()
+        .map_or_else(|| "check".to_owned(), |s| s.ident.unraw().to_string());
+    let signature = format!(
+        "async fn {name}({}) -> {}",
+        shown.join(", "),
+        verified_output(&tool.item.sig.output)
+    );
+    VerifyPlan {
+        path: path.clone(),
+        types,
+        args,
+        signature,
+    }
+}
+
+/// The written return type with its `T` as `idemkit::Verified<T>`: `Result<Receipt, PayError>`
+/// → `Result<idemkit::Verified<Receipt>, PayError>`, `anyhow::Result<u64>` →
+/// `anyhow::Result<idemkit::Verified<u64>>`.
+fn verified_output(output: &syn::ReturnType) -> String {
+    let syn::ReturnType::Type(_, ty) = output else {
+        return "Result<idemkit::Verified<T>, E>".to_owned();
+    };
+    let mut ty = (**ty).clone();
+    if let Type::Path(p) = &mut ty
+        && let Some(last) = p.path.segments.last_mut()
+        && let syn::PathArguments::AngleBracketed(a) = &mut last.arguments
+        && let Some(syn::GenericArgument::Type(t)) = a.args.first_mut()
+    {
+        *t = syn::parse_quote!(idemkit::Verified<#t>);
+    }
+    pretty(&ty)
+}
+
+/// Tokens as a person writes them: `&str`, `Vec<u8>`, `std::string::String`.
+fn pretty(tokens: &impl ToTokens) -> String {
+    let mut s = tokens.to_token_stream().to_string();
+    for (from, to) in [
+        ("& ", "&"),
+        (" <", "<"),
+        ("< ", "<"),
+        (" >", ">"),
+        (" ,", ","),
+        (" ;", ";"),
+        (" :: ", "::"),
+        (":: ", "::"),
+        ("( ", "("),
+        (" )", ")"),
+        ("[ ", "["),
+        (" ]", "]"),
+    ] {
+        s = s.replace(from, to);
+    }
+    s
 }

@@ -77,6 +77,123 @@ fn expansion_of_a_read_only_tool() {
 }
 
 #[test]
+fn expansion_of_a_tool_with_verify() {
+    let out = crate::expand(
+        Kind::SideEffect,
+        quote!(
+            key = "customer_id, period",
+            verify = Self::was_sent,
+            resend = false
+        ),
+        quote! {
+            /// Sends a customer's invoice once per period.
+            async fn send_invoice(
+                &self,
+                key: &IdempotencyKey,
+                customer_id: &str,
+                period: &str,
+                lines: Vec<Line>,
+            ) -> Result<MessageId, MailError> {
+                self.smtp.send(key, customer_id, period, &lines).await
+            }
+        },
+    );
+    let text = pretty(out);
+    assert!(!text.contains("compile_error"), "{text}");
+    insta::assert_snapshot!(text);
+}
+
+/// S20's default: `.resend(..)` is always set, to whether the tool passes the key on, unless
+/// `resend = ...` says otherwise.
+#[test]
+fn resend_is_always_set_by_default_to_whether_the_tool_takes_the_key() {
+    let resend = |args: proc_macro2::TokenStream, item: proc_macro2::TokenStream| {
+        let text = crate::expand(Kind::SideEffect, args, item).to_string();
+        assert!(!text.contains("compile_error"), "{text}");
+        assert!(!text.contains("with_verify"), "{text}");
+        assert_eq!(text.matches(". resend (").count(), 1, "{text}");
+        text.contains(". resend (true)")
+    };
+    let with_key = quote! {
+        async fn charge(key: &IdempotencyKey, customer_id: &str) -> Result<u64, PayError> { Ok(1) }
+    };
+    let without_key = quote! {
+        async fn send(customer_id: &str) -> Result<u64, PayError> { Ok(1) }
+    };
+    assert!(resend(quote!(key = "customer_id"), with_key.clone()));
+    assert!(!resend(quote!(key = "customer_id"), without_key.clone()));
+    assert!(!resend(
+        quote!(key = "customer_id", resend = false),
+        with_key
+    ));
+    assert!(resend(
+        quote!(key = "customer_id", resend = true),
+        without_key
+    ));
+    // Read-only tools have no such setting.
+    let text = crate::expand(
+        Kind::ReadOnly,
+        quote!(),
+        quote!(
+            async fn balance(customer_id: &str) -> Result<u64, PayError> {
+                Ok(1)
+            }
+        ),
+    )
+    .to_string();
+    assert!(!text.contains("resend"), "{text}");
+}
+
+#[test]
+fn resend_and_verify_refuse_what_they_cannot_mean() {
+    let errors = |kind, args: proc_macro2::TokenStream| {
+        let text = crate::expand(
+            kind,
+            args,
+            quote!(
+                async fn send(customer_id: &str) -> Result<u64, PayError> {
+                    Ok(1)
+                }
+            ),
+        )
+        .to_string();
+        assert!(text.contains("async fn send"), "the item is kept: {text}");
+        text
+    };
+    let text = errors(
+        Kind::SideEffect,
+        quote!(key = "customer_id", resend = "yes"),
+    );
+    assert!(
+        text.contains("`resend` is `true` or `false`, not `\\\"yes\\\"`"),
+        "{text}"
+    );
+    let text = errors(
+        Kind::SideEffect,
+        quote!(key = "customer_id", resend = maybe, name = "x"),
+    );
+    assert_eq!(text.matches("compile_error").count(), 1, "{text}");
+    assert!(text.contains("not `maybe`"), "{text}");
+    let text = errors(
+        Kind::SideEffect,
+        quote!(key = "customer_id", verify = "check"),
+    );
+    assert!(
+        text.contains("without the quotes: `verify = check`"),
+        "{text}"
+    );
+    let text = errors(Kind::ReadOnly, quote!(verify = check, resend = true));
+    assert!(
+        text.contains("read-only tools need no verification"),
+        "{text}"
+    );
+    assert!(
+        text.contains("`resend` does not apply to #[read_only]"),
+        "{text}"
+    );
+}
+
+#[test]
 fn errors_keep_the_item_and_collect_every_mistake() {
     let out = crate::expand(
         Kind::SideEffect,

@@ -48,6 +48,20 @@
 //! | S9 | the store is unreachable or its data corrupt | [`Error::Store`]; the body is not run |
 //! | S10 | the record is older than its time-to-live (default 24 h) | treated as absent |
 //! | S11 | a lease holder finishes after its lease was taken over | its write is refused; the new holder's record stands |
+//! | S12 | a body runs longer than the lease | its holder renews the lease while it runs |
+//! | S13 | a holder's renewal is refused, or fails until its lease ends | no further attempt; its body stops at the next await; [`Error::LeaseLost`] |
+//! | S14 | any attempt of a call was `Ambiguous` | the call never ends in a release: the record is kept as ambiguous |
+//! | S14+ | a call takes over a record kept as ambiguous (or a dead holder's) | the ambiguity comes with it: only a `NotApplied` verification or an operator clears it |
+//! | S15 | the caller's future is dropped, or the body panics | the claim ends at once: kept as ambiguous if an attempt had started, released if not |
+//! | S16 | the outcome does not read back (or exceeds the size bound) | recorded as done but not replayable: [`Error::Unreplayable`], never a re-run |
+//! | S17 | the completion write fails | retried under the token until the lease would end |
+//! | S18 | equal key fields under two tenants | two records |
+//! | S19 | an outcome is unknown and the tool has a verify function ([`Tool::verify`]) | asked before anything is sent again: [`Verified::Applied`] completes, `NotApplied` goes on, `Unknown` keeps it ambiguous |
+//! | S20 | an outcome is unknown and the tool has no verify function | sent again only if the tool may re-send ([`Tool::resend`]); otherwise [`Error::Ambiguous`] and the record is kept |
+//! | S21 | two tools share a name | refused before any body runs |
+//! | S22 | a holder's lease end has passed by its own clock (stalled) | it polls its body no further and starts no attempt until a renewal succeeds |
+//! | S23 | a claimer caps a lease end as clock skew | by the holder's own lease length |
+//! | S24 | an operator settles a record kept as ambiguous | `idemkit resolve KEY applied --outcome JSON` / `not-applied` |
 
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]

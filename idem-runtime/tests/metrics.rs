@@ -208,3 +208,81 @@ fn a_takeover_counts_once_by_what_it_took_over() {
         "{counters:?}"
     );
 }
+
+/// S19: each answer of a verify function counts once under `idemkit_verifications_total`, and
+/// a call settled as applied ends with the outcome `verified`.
+#[test]
+fn each_verification_counts_once_by_its_answer() {
+    #[derive(Debug)]
+    struct Lost;
+    impl Classify for Lost {
+        fn classify(&self) -> Failure {
+            Failure::Ambiguous
+        }
+    }
+    impl From<Error> for Lost {
+        fn from(_: Error) -> Self {
+            Lost
+        }
+    }
+    let recorder = DebuggingRecorder::new();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    metrics::with_local_recorder(&recorder, || {
+        runtime.block_on(async {
+            let idem = Idem::new(MemoryStore::new());
+            // The reply is lost on the first attempt, the second answers.
+            let send = |order: u32, answer: idem_runtime::Verified<u32>| {
+                let mut attempts = 0;
+                Tool::new("send")
+                    .idem(&idem)
+                    .resend(false)
+                    .verify(move |_key| {
+                        let answer = answer.clone();
+                        async move { Ok(answer) }
+                    })
+                    .side_effect(&[("order", &order)], &(), move |_key| {
+                        attempts += 1;
+                        let first = attempts == 1;
+                        async move { if first { Err(Lost) } else { Ok(1u32) } }
+                    })
+            };
+            assert_eq!(
+                send(1, idem_runtime::Verified::Applied(9)).await.unwrap(),
+                9
+            );
+            assert_eq!(
+                send(2, idem_runtime::Verified::NotApplied).await.unwrap(),
+                1
+            );
+            assert!(send(3, idem_runtime::Verified::Unknown).await.is_err());
+        })
+    });
+    let (counters, _) = snapshot(&recorder);
+    let mut verifications: Vec<_> = counters
+        .iter()
+        .filter(|(name, _)| name.starts_with("idemkit_verifications_total"))
+        .map(|(name, n)| (name.as_str(), *n))
+        .collect();
+    verifications.sort();
+    assert_eq!(
+        verifications,
+        [
+            ("idemkit_verifications_total{answer=applied,tool=send}", 1),
+            (
+                "idemkit_verifications_total{answer=not_applied,tool=send}",
+                1
+            ),
+            ("idemkit_verifications_total{answer=unknown,tool=send}", 1),
+        ],
+        "{counters:?}"
+    );
+    assert_eq!(
+        counters.get("idemkit_calls_total{kind=side_effect,outcome=verified,tool=send}"),
+        Some(&1),
+        "{counters:?}"
+    );
+}

@@ -4,17 +4,22 @@
 //! the unreplayable outcome is refused as "already ran", the live running record is not taken,
 //! and the operation id is the one minted then.
 //!
-//! `IDEMKIT_WRITE_FIXTURES=1 cargo test -p idem-runtime --test record_format` writes the fixture
-//! anew; do that only for a new fixture file (name it after the version that writes it), never
-//! over an existing one: an old fixture is what proves an upgrade reads old records.
+//! A second set of fixtures (`*-s24.*`) is in the format that keeps an operator's decisions (S24,
+//! SQLite and PostgreSQL schema 4): beside the same records, one resolved as applied and one as
+//! not applied, which must read back with their decisions.
+//!
+//! `IDEMKIT_WRITE_FIXTURES=1 cargo test -p idem-runtime --test record_format` writes the newest
+//! fixtures (the `*-s24.*` ones) anew; do that only for a new fixture file (name it after the
+//! format that writes it, and point the `NEWEST_*` constants at it), never over an existing one:
+//! an old fixture is what proves an upgrade reads old records.
 
 use idem_runtime::Records;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use idem_runtime::store::{
-    Claim, ClaimRequest, ExistingState, LeaseToken, OperationIds, Outcome, RecordState, Takeover,
-    Written,
+    Claim, ClaimRequest, Decision, ExistingState, LeaseToken, OperationIds, Outcome, RecordState,
+    Resolved, Takeover, Written,
 };
 use idem_runtime::{
     CallOutcome, Classify, Error, Failure, Fingerprint, Idem, IdempotencyKey, SqliteStore, Store,
@@ -23,6 +28,8 @@ use idem_runtime::{
 
 /// The fixture written by 0.1.0.
 const FIXTURE: &str = "tests/fixtures/sqlite-0.1.0.db";
+/// The fixture in the format that keeps operators' decisions (schema 4).
+const FIXTURE_S24: &str = "tests/fixtures/sqlite-s24.db";
 /// Records that outlive every test run: 80 years.
 const FOREVER: Duration = Duration::from_secs(80 * 365 * 24 * 3600);
 
@@ -47,10 +54,17 @@ fn request(order: u64) -> ClaimRequest<'static> {
 
 const OUTCOME: &[u8] = br#"{"charge_id":"ch_1","cents":4200}"#;
 
+/// What an operator resolved order 5 as applied with.
+const RESOLVED_OUTCOME: &[u8] = br#"{"charge_id":"ch_5","cents":4200}"#;
+
 /// Writes the records of the fixture through `store`: order 1 completed, 2 ambiguous, 3 running
-/// (a lease for ever), 4 completed but not replayable (as the executor records it), and the
-/// operation id of "plan-42/step-3", which is returned.
-async fn write_records(store: impl Store + OperationIds + Records + Clone) -> String {
+/// (a lease for ever), 4 completed but not replayable (as the executor records it), with
+/// `resolved` 5 resolved as applied and 6 as not applied, and the operation id of
+/// "plan-42/step-3", which is returned.
+async fn write_records(
+    store: impl Store + OperationIds + Records + Clone,
+    resolved: bool,
+) -> String {
     for order in 1..=4 {
         let req = request(order);
         assert_eq!(
@@ -78,6 +92,24 @@ async fn write_records(store: impl Store + OperationIds + Records + Clone) -> St
         };
         assert_eq!(written.unwrap(), Written::Applied);
     }
+    let resolved_orders: &[u64] = if resolved { &[5, 6] } else { &[] };
+    for &order in resolved_orders {
+        let (req, key) = (request(order), key(order));
+        assert_eq!(
+            store.claim(&req).await.unwrap(),
+            Claim::Acquired { takeover: None }
+        );
+        let note = "1 attempt(s); the last failed and may have taken effect";
+        let marked = store.mark_ambiguous(key, req.token, note, FOREVER);
+        assert_eq!(marked.await.unwrap(), Written::Applied);
+        let (decision, outcome) = match order {
+            5 => (Decision::Applied, Some(RESOLVED_OUTCOME)),
+            _ => (Decision::NotApplied, None),
+        };
+        let note = format!("order {order}: checked with the provider");
+        let resolved = store.resolve(&key, decision, outcome, Some(&note), FOREVER);
+        assert_eq!(resolved.await.unwrap(), Resolved::Resolved);
+    }
     let id = Idem::new(store).operation("plan-42/step-3").await.unwrap();
     id.to_string()
 }
@@ -86,7 +118,7 @@ async fn write_records(store: impl Store + OperationIds + Records + Clone) -> St
 async fn write_sqlite_fixture(path: &Path) {
     let _ = std::fs::remove_file(path);
     let store = SqliteStore::open(path).unwrap();
-    let id = write_records(store.clone()).await;
+    let id = write_records(store.clone(), true).await;
     std::fs::write(path.with_extension("operation-id"), id).unwrap();
     drop(store);
     // One file, no WAL beside it: fold the WAL in.
@@ -119,8 +151,20 @@ fn manifest_path(relative: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
 }
 
-/// Reads the fixture's records back through `store` as they were meant.
-async fn check_records(store: impl Store + OperationIds + Records + Clone, operation_id: &str) {
+/// Reads the fixture's records back through `store` as they were meant (with `resolved`, the
+/// records an operator resolved too).
+async fn check_records(
+    store: impl Store + OperationIds + Records + Clone,
+    operation_id: &str,
+    resolved: bool,
+) {
+    if resolved {
+        check_resolved(&store).await;
+    } else {
+        for order in [5, 6] {
+            assert!(store.get(&key(order)).await.unwrap().is_none());
+        }
+    }
     // Completed: the stored outcome, byte for byte, and a replay through the executor.
     let record = store.get(&key(1)).await.unwrap().expect("completed record");
     assert_eq!(record.tool, "charge");
@@ -186,6 +230,55 @@ async fn check_records(store: impl Store + OperationIds + Records + Clone, opera
         idem.operation("plan-42/step-3").await.unwrap().to_string(),
         operation_id
     );
+    // A record kept as running or ambiguous had no decision.
+    let record = store.get(&key(3)).await.unwrap().expect("running record");
+    assert!(record.resolution.is_none() && record.is_live());
+}
+
+/// Order 5, resolved as applied, replays the operator's outcome; order 6, resolved as not
+/// applied, shows its decision and runs again.
+async fn check_resolved(store: &(impl Store + Records)) {
+    let record = store
+        .get(&key(5))
+        .await
+        .unwrap()
+        .expect("resolved as applied");
+    assert_eq!(
+        record.state,
+        RecordState::Completed {
+            outcome: RESOLVED_OUTCOME.to_vec()
+        }
+    );
+    let resolution = record.resolution.expect("the decision is kept");
+    assert_eq!(resolution.decision, Decision::Applied);
+    assert_eq!(
+        resolution.note.as_deref(),
+        Some("order 5: checked with the provider")
+    );
+    assert!(resolution.at > std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000));
+    match store.claim(&request(5)).await.unwrap() {
+        Claim::Existing(e) => assert_eq!(
+            e.state,
+            ExistingState::Completed {
+                outcome: Outcome::from(RESOLVED_OUTCOME)
+            }
+        ),
+        other => panic!("an applied decision replays: {other:?}"),
+    }
+
+    let record = store.get(&key(6)).await.unwrap().expect("kept to show it");
+    assert!(!record.is_live());
+    let resolution = record.resolution.expect("the decision is kept");
+    assert_eq!(resolution.decision, Decision::NotApplied);
+    assert_eq!(
+        resolution.note.as_deref(),
+        Some("order 6: checked with the provider")
+    );
+    assert_eq!(
+        store.claim(&request(6)).await.unwrap(),
+        Claim::Acquired { takeover: None },
+        "not applied: the next call runs"
+    );
 }
 
 fn writing() -> bool {
@@ -194,16 +287,26 @@ fn writing() -> bool {
 
 #[tokio::test]
 async fn a_sqlite_file_written_by_0_1_0_reads_back_as_it_was_meant() {
-    let fixture = manifest_path(FIXTURE);
+    check_sqlite(FIXTURE, false).await;
+}
+
+#[tokio::test]
+async fn s24_a_sqlite_file_with_operators_decisions_reads_back_as_it_was_meant() {
+    let fixture = manifest_path(FIXTURE_S24);
     if writing() {
         write_sqlite_fixture(&fixture).await;
     }
+    check_sqlite(FIXTURE_S24, true).await;
+}
+
+async fn check_sqlite(fixture: &str, resolved: bool) {
+    let fixture = manifest_path(fixture);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("idemkit.db");
     std::fs::copy(&fixture, &path).expect("the checked-in fixture");
     let store = SqliteStore::open(&path).unwrap();
     let id = std::fs::read_to_string(fixture.with_extension("operation-id")).unwrap();
-    check_records(store, &id).await;
+    check_records(store, &id, resolved).await;
 }
 
 mod servers;
@@ -212,24 +315,40 @@ mod servers;
 /// rows), its schema renamed `__SCHEMA__`; the operation id is in it.
 #[cfg(feature = "postgres")]
 const PG_FIXTURE: &str = "tests/fixtures/postgres-0.1.0.sql";
+/// The same in the format that keeps operators' decisions (schema 4).
+#[cfg(feature = "postgres")]
+const PG_FIXTURE_S24: &str = "tests/fixtures/postgres-s24.sql";
 
 #[cfg(feature = "postgres")]
 #[tokio::test]
 async fn a_postgres_dump_written_by_0_1_0_reads_back_as_it_was_meant() {
+    check_postgres(PG_FIXTURE, false).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn s24_a_postgres_dump_with_operators_decisions_reads_back_as_it_was_meant() {
+    check_postgres(PG_FIXTURE_S24, true).await;
+}
+
+/// Restores the dump `fixture` (written anew first when writing the newest, `resolved`, one)
+/// and checks its records.
+#[cfg(feature = "postgres")]
+async fn check_postgres(fixture: &str, resolved: bool) {
     use idem_runtime::PostgresStore;
     let Some(url) = servers::server_url("IDEMKIT_TEST_POSTGRES_URL", "PostgreSQL") else {
         return;
     };
-    let fixture = manifest_path(PG_FIXTURE);
+    let fixture = manifest_path(fixture);
     let id_file = fixture.with_extension("operation-id");
-    if writing() {
+    if writing() && resolved {
         let schema = format!("fixture_{}", uuid::Uuid::new_v4().simple());
         let store = PostgresStore::builder(&url)
             .schema(&schema)
             .connect()
             .await
             .unwrap();
-        let id = write_records(store).await;
+        let id = write_records(store, true).await;
         let dump = std::process::Command::new("pg_dump")
             .args([
                 "--schema",
@@ -270,33 +389,49 @@ async fn a_postgres_dump_written_by_0_1_0_reads_back_as_it_was_meant() {
         .connect()
         .await
         .unwrap();
-    check_records(store, &std::fs::read_to_string(&id_file).unwrap()).await;
+    check_records(store, &std::fs::read_to_string(&id_file).unwrap(), resolved).await;
 }
 
 /// The Redis fixture: every key a store with the prefix `__PREFIX__` wrote, as JSON (type,
 /// value, time to live).
 #[cfg(feature = "redis")]
 const REDIS_FIXTURE: &str = "tests/fixtures/redis-0.1.0.json";
+/// The same in the format that keeps operators' decisions.
+#[cfg(feature = "redis")]
+const REDIS_FIXTURE_S24: &str = "tests/fixtures/redis-s24.json";
 
 #[cfg(feature = "redis")]
 #[tokio::test]
 async fn a_redis_dump_written_by_0_1_0_reads_back_as_it_was_meant() {
+    check_redis(REDIS_FIXTURE, false).await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn s24_a_redis_dump_with_operators_decisions_reads_back_as_it_was_meant() {
+    check_redis(REDIS_FIXTURE_S24, true).await;
+}
+
+/// Loads the dump `fixture` (written anew first when writing the newest, `resolved`, one) and
+/// checks its records.
+#[cfg(feature = "redis")]
+async fn check_redis(fixture: &str, resolved: bool) {
     use idem_runtime::RedisStore;
     use redis::AsyncCommands;
     let Some(url) = servers::server_url("IDEMKIT_TEST_REDIS_URL", "Redis") else {
         return;
     };
-    let fixture = manifest_path(REDIS_FIXTURE);
+    let fixture = manifest_path(fixture);
     let client = redis::Client::open(url.as_str()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    if writing() {
+    if writing() && resolved {
         let prefix = format!("fixture:{}:", uuid::Uuid::new_v4().simple());
         let store = RedisStore::builder(&url)
             .prefix(&prefix)
             .connect()
             .await
             .unwrap();
-        let id = write_records(store).await;
+        let id = write_records(store, true).await;
         let keys: Vec<String> = conn.keys(format!("{prefix}*")).await.unwrap();
         let mut entries = Vec::new();
         for k in keys {
@@ -361,5 +496,5 @@ async fn a_redis_dump_written_by_0_1_0_reads_back_as_it_was_meant() {
         .connect()
         .await
         .unwrap();
-    check_records(store, dump["operation_id"].as_str().unwrap()).await;
+    check_records(store, dump["operation_id"].as_str().unwrap(), resolved).await;
 }

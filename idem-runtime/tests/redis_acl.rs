@@ -175,6 +175,9 @@ fn a_user_limited_to_the_prefix_runs_the_store_and_is_refused_outside_it() {
             contention_64_tasks_one_key,
             operation_ids_are_minted_once,
             unpolled_answers_change_nothing,
+            complete_retried_under_its_token_is_applied,
+            mark_ambiguous_retried_under_its_token_is_applied,
+            s23_a_claimer_with_a_shorter_lease_never_takes_a_renewing_holders_key,
         );
         // The operator's user: the records rows, and S10 (it prunes): list, counts and prune
         // scan the prefix.
@@ -187,6 +190,15 @@ fn a_user_limited_to_the_prefix_runs_the_store_and_is_refused_outside_it() {
             records_counts_by_tool_and_state,
             records_of_one_tenant_are_listed_apart,
             records_updated_is_the_time_of_the_last_transition,
+            s24_forget_is_refused_under_a_live_lease_unless_forced,
+            s24_resolve_applied_completes_the_record_and_repeats_replay_it,
+            s24_resolve_not_applied_releases_the_record_and_keeps_the_decision,
+            s24_resolve_is_refused_while_a_lease_is_live,
+            s24_resolve_of_an_expired_holder_fences_it,
+            s24_resolve_is_refused_on_a_completed_record,
+            s24_resolve_of_no_record_is_not_found,
+            s24_resolve_checks_the_outcome_fits_the_decision,
+            s24_a_kept_decision_outlives_a_prune_until_its_ttl,
         );
 
         block_on(async {

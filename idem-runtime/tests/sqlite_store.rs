@@ -241,18 +241,25 @@ async fn a_claim_waiting_for_another_writer_leaves_the_async_runtime_free() {
 }
 
 /// Issue 15, finding 3 (clocks): a lease end further ahead than one lease from the claimer's
-/// clock, as a holder whose clock ran an hour ahead writes it, is capped at one lease: if that
-/// holder died, its key frees within a lease here, not an hour. (Before: `InFlight` for ~1 h.)
+/// clock, as a holder whose clock ran an hour ahead writes it, is capped at one lease (the
+/// holder's own, S23): if that holder died, its key frees within a lease here, not an hour.
+/// (Before: `InFlight` for ~1 h.)
 #[tokio::test]
 async fn a_lease_end_written_by_a_clock_ahead_is_capped_at_one_lease() {
     let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(dir.path().join("idemkit.db")).unwrap();
+    let path = dir.path().join("idemkit.db");
+    let store = SqliteStore::open(&path).unwrap();
     let mut ahead = request(40, DAY);
-    ahead.lease = Duration::from_secs(3600);
+    ahead.lease = Duration::from_millis(300);
     assert_eq!(
         store.claim(&ahead).await.unwrap(),
         Claim::Acquired { takeover: None }
     );
+    // Its holder's clock was an hour ahead when it wrote its lease end.
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute("UPDATE records SET lease_until = lease_until + 3600000", [])
+        .unwrap();
     let mut here = request(40, DAY);
     here.lease = Duration::from_millis(300);
     here.token = LeaseToken::new();

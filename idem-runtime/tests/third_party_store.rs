@@ -10,9 +10,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
 use idem_runtime::store::{
-    Claim, ClaimRequest, Count, Existing, ExistingState, LeaseToken, OperationIds, Outcome, Record,
-    RecordFilter, RecordState, Records, Released, Store, StoreFuture, Takeover, Written,
-    count_records,
+    Claim, ClaimRequest, Count, Decision, Existing, ExistingState, Forgot, LeaseToken,
+    OperationIds, Outcome, Record, RecordFilter, RecordState, Records, Released, Resolution,
+    Resolved, Store, StoreFuture, Takeover, Written, check_resolution, count_records,
 };
 use idem_runtime::{Fingerprint, IdempotencyKey, StoreError};
 use uuid::Uuid;
@@ -31,24 +31,37 @@ struct Rec {
     created: SystemTime,
     updated: SystemTime,
     tenant: Option<String>,
+    /// An operator's decision, and (after not-applied) until when the record is kept to show it.
+    resolution: Option<(Resolution, Instant)>,
 }
 
+/// Completed and Ambiguous keep the token that wrote them: that holder's write sent again is
+/// applied again.
 #[derive(Clone)]
 enum State {
     Running(LeaseToken, Instant),
-    Completed(Outcome),
-    Ambiguous(String),
+    Completed(Outcome, LeaseToken),
+    Ambiguous(String, LeaseToken),
 }
 
 impl MapStore {
-    /// Runs `f` on `key`'s record if `token` holds it; fenced otherwise.
+    /// Runs `f` on `key`'s record if `token` holds it, or says it was done already if `done`
+    /// says so of the live record (the holder's write sent again); fenced otherwise.
     fn held(
         &self,
         key: IdempotencyKey,
         token: LeaseToken,
+        done: impl Fn(&State) -> bool,
         f: impl FnOnce(&mut HashMap<IdempotencyKey, Rec>, Instant),
     ) -> StoreFuture<'_, Written> {
         let (now, mut map) = (Instant::now(), self.map.lock().unwrap());
+        if map
+            .0
+            .get(&key)
+            .is_some_and(|r| r.expires > now && done(&r.state))
+        {
+            return StoreFuture::ready(Ok(Written::Applied));
+        }
         let holds = map.0.get(&key).is_some_and(|r| {
             r.expires > now && matches!(r.state, State::Running(t, _) if t == token)
         });
@@ -65,7 +78,8 @@ impl MapStore {
         }))
     }
 
-    fn live(&self) -> Vec<Record> {
+    /// Live records, and records released by an operator's not-applied still kept to show it.
+    fn shown(&self) -> Vec<Record> {
         let (now, map) = (Instant::now(), self.map.lock().unwrap());
         let view = |(key, r): (&IdempotencyKey, &Rec)| {
             let state = match &r.state {
@@ -73,21 +87,32 @@ impl MapStore {
                     token: *token,
                     lease_remaining: until.saturating_duration_since(now),
                 },
-                State::Completed(o) => RecordState::Completed {
+                State::Completed(o, _) => RecordState::Completed {
                     outcome: o.to_vec(),
                 },
-                State::Ambiguous(note) => RecordState::Ambiguous { note: note.clone() },
+                State::Ambiguous(note, _) => RecordState::Ambiguous { note: note.clone() },
             };
             let expires_in = r.expires.saturating_duration_since(now);
             Record::new(*key, r.tool.clone(), r.fingerprint, state, expires_in)
                 .with_times(r.created, r.updated)
                 .with_tenant(r.tenant.clone())
+                .with_resolution(r.resolution.as_ref().map(|(res, _)| res.clone()))
         };
         map.0
             .iter()
-            .filter(|(_, r)| r.expires > now)
+            .filter(|(_, r)| Self::kept(r, now))
             .map(view)
             .collect()
+    }
+
+    /// Live records.
+    fn live(&self) -> Vec<Record> {
+        self.shown().into_iter().filter(Record::is_live).collect()
+    }
+
+    /// Whether `r` is live, or kept to show an operator's not-applied.
+    fn kept(r: &Rec, now: Instant) -> bool {
+        r.expires > now || r.resolution.as_ref().is_some_and(|(_, until)| *until > now)
     }
 }
 
@@ -101,14 +126,14 @@ impl Store for MapStore {
             let took = match &r.state {
                 // The same operation, its holder gone or given up: take it over.
                 State::Running(_, until) if same && *until <= now => Ok(Takeover::ExpiredHolder),
-                State::Ambiguous(_) if same => Ok(Takeover::Ambiguous),
+                State::Ambiguous(..) if same => Ok(Takeover::Ambiguous),
                 State::Running(_, until) => Err(ExistingState::Running {
                     lease_remaining: until.saturating_duration_since(now),
                 }),
-                State::Completed(outcome) => Err(ExistingState::Completed {
+                State::Completed(outcome, _) => Err(ExistingState::Completed {
                     outcome: outcome.clone(),
                 }),
-                State::Ambiguous(_) => Err(ExistingState::Ambiguous),
+                State::Ambiguous(..) => Err(ExistingState::Ambiguous),
             };
             match took {
                 Ok(from) => takeover = Some(from),
@@ -126,6 +151,7 @@ impl Store for MapStore {
             created: at,
             updated: at,
             tenant: req.tenant.as_deref().map(str::to_owned),
+            resolution: None,
         };
         map.0.insert(req.key, rec);
         StoreFuture::ready(Ok(Claim::Acquired { takeover }))
@@ -137,11 +163,16 @@ impl Store for MapStore {
         token: LeaseToken,
         lease: Duration,
     ) -> StoreFuture<'_, Written> {
-        self.held(key, token, |map, now| {
-            let r = map.get_mut(&key).unwrap();
-            r.state = State::Running(token, now + lease);
-            r.expires = r.expires.max(now + lease);
-        })
+        self.held(
+            key,
+            token,
+            |_| false,
+            |map, now| {
+                let r = map.get_mut(&key).unwrap();
+                r.state = State::Running(token, now + lease);
+                r.expires = r.expires.max(now + lease);
+            },
+        )
     }
 
     fn complete(
@@ -151,16 +182,22 @@ impl Store for MapStore {
         outcome: Outcome,
         ttl: Duration,
     ) -> StoreFuture<'_, Written> {
-        self.held(key, token, |map, now| {
+        let done = move |s: &State| matches!(s, State::Completed(_, by) if *by == token);
+        self.held(key, token, done, |map, now| {
             let r = map.get_mut(&key).unwrap();
-            (r.state, r.expires) = (State::Completed(outcome), now + ttl);
+            (r.state, r.expires) = (State::Completed(outcome, token), now + ttl);
         })
     }
 
     fn release(&self, key: IdempotencyKey, token: LeaseToken) -> StoreFuture<'_, Written> {
-        self.held(key, token, |map, _| {
-            map.remove(&key);
-        })
+        self.held(
+            key,
+            token,
+            |_| false,
+            |map, _| {
+                map.remove(&key);
+            },
+        )
     }
 
     fn mark_ambiguous<'a>(
@@ -170,9 +207,10 @@ impl Store for MapStore {
         note: &'a str,
         ttl: Duration,
     ) -> StoreFuture<'a, Written> {
-        self.held(key, token, |map, now| {
+        let done = move |s: &State| matches!(s, State::Ambiguous(_, by) if *by == token);
+        self.held(key, token, done, |map, now| {
             let r = map.get_mut(&key).unwrap();
-            (r.state, r.expires) = (State::Ambiguous(note.to_owned()), now + ttl);
+            (r.state, r.expires) = (State::Ambiguous(note.to_owned(), token), now + ttl);
         })
     }
 }
@@ -193,7 +231,7 @@ impl OperationIds for MapStore {
 #[async_trait::async_trait]
 impl Records for MapStore {
     async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
-        Ok(self.live().into_iter().find(|r| r.key == *key))
+        Ok(self.shown().into_iter().find(|r| r.key == *key))
     }
 
     async fn list(&self, filter: &RecordFilter) -> Result<Vec<Record>, StoreError> {
@@ -208,7 +246,8 @@ impl Records for MapStore {
     }
 
     async fn release_key(&self, key: &IdempotencyKey, force: bool) -> Result<Released, StoreError> {
-        let answer = match self.get(key).await?.map(|r| r.state) {
+        let live = self.get(key).await?.filter(Record::is_live);
+        let answer = match live.map(|r| r.state) {
             None => return Ok(Released::NotFound),
             Some(RecordState::Running {
                 lease_remaining, ..
@@ -224,10 +263,74 @@ impl Records for MapStore {
         Ok(answer)
     }
 
-    async fn forget(&self, key: &IdempotencyKey) -> Result<bool, StoreError> {
-        let live = self.get(key).await?.is_some();
-        self.map.lock().unwrap().0.remove(key);
-        Ok(live)
+    async fn forget(&self, key: &IdempotencyKey, force: bool) -> Result<Forgot, StoreError> {
+        let (now, mut map) = (Instant::now(), self.map.lock().unwrap());
+        let live = map.0.get(key).filter(|r| r.expires > now);
+        if let Some(State::Running(_, until)) = live.map(|r| &r.state)
+            && *until > now
+            && !force
+        {
+            return Ok(Forgot::LeaseLive {
+                remaining: until.saturating_duration_since(now),
+            });
+        }
+        let was_live = live.is_some();
+        map.0.remove(key);
+        Ok(if was_live {
+            Forgot::Forgotten
+        } else {
+            Forgot::NotFound
+        })
+    }
+
+    async fn resolve(
+        &self,
+        key: &IdempotencyKey,
+        decision: Decision,
+        outcome: Option<&[u8]>,
+        note: Option<&str>,
+        ttl: Duration,
+    ) -> Result<Resolved, StoreError> {
+        check_resolution(decision, outcome)?;
+        let (now, mut map) = (Instant::now(), self.map.lock().unwrap());
+        // The same decision sent again (its reply was lost), while it stands.
+        if let Some(r) = map.0.get(key)
+            && let Some((kept, until)) = &r.resolution
+            && *until > now
+            && (kept.decision, kept.note.as_deref()) == (decision, note)
+            && match (&r.state, outcome) {
+                (State::Completed(stored, _), Some(given)) => r.expires > now && stored == given,
+                (_, None) => r.expires <= now,
+                _ => false,
+            }
+        {
+            return Ok(Resolved::Resolved);
+        }
+        let Some(r) = map.0.get_mut(key).filter(|r| r.expires > now) else {
+            return Ok(Resolved::NotFound);
+        };
+        match &r.state {
+            State::Completed(..) => return Ok(Resolved::Completed),
+            State::Running(_, until) if *until > now => {
+                return Ok(Resolved::LeaseLive {
+                    remaining: until.saturating_duration_since(now),
+                });
+            }
+            _ => {}
+        }
+        match outcome {
+            // A token no holder has: the holder that lost the record is fenced.
+            Some(o) => {
+                (r.state, r.expires) = (State::Completed(o.into(), LeaseToken::new()), now + ttl)
+            }
+            // Released: absent for every operation, kept to show the decision.
+            None => r.expires = now,
+        }
+        let at = SystemTime::now();
+        r.updated = at;
+        let resolution = Resolution::new(decision, at, note.map(str::to_owned));
+        r.resolution = Some((resolution, now + ttl));
+        Ok(Resolved::Resolved)
     }
 
     async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
@@ -235,7 +338,7 @@ impl Records for MapStore {
         let expired: Vec<_> = map
             .0
             .iter()
-            .filter(|(_, r)| r.expires <= now)
+            .filter(|(_, r)| !Self::kept(r, now))
             .map(|(k, _)| *k)
             .take(limit)
             .collect();

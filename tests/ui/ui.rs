@@ -1,7 +1,7 @@
-//! The attributes' contract at compile time (DESIGN.md "Compile errors", C1–C9): every misuse is
-//! a compile error with a message that says what is wrong and what to do, at the offending
-//! token; the `.stderr` files are the expected diagnostics. The pass cases compile *and run*:
-//! each asserts the keys its tools derive.
+//! The attributes' contract at compile time (DESIGN.md "Compile errors", C1–C9, and the third
+//! wave's C10): every misuse is a compile error with a message that says what is wrong and what
+//! to do, at the offending token; the `.stderr` files are the expected diagnostics. The pass
+//! cases compile *and run*: each asserts the keys its tools derive.
 //!
 //! This is a package of its own because trybuild builds its cases against a copy of the
 //! dependencies *and dev-dependencies* of the package under test: in the root package that copy
@@ -24,6 +24,11 @@ const FAIL: &[&str] = &[
     "c9_duplicate_key_field",
     "c9_empty_key",
     "c9_unknown_argument",
+    // C10 (issue 31): a `verify` function whose signature does not fit, at its path.
+    "c10_verify_wrong_return",
+    "c10_verify_wrong_parameters",
+    "c10_verify_not_async",
+    "c10_verify_wrong_arity",
     // Beyond the table: arguments that cannot be handed to every attempt or fingerprinted.
     "args_not_clone_or_serialize",
     // Issue 15: a ttl shorter than the lease would let a running record expire.
@@ -32,6 +37,9 @@ const FAIL: &[&str] = &[
     "key_param_not_injected",
     "key_normalize_unknown",
     "impl_trait_argument",
+    // Issue 31: `resend` is a bool; `verify` and `resend` on a read-only tool.
+    "c9_resend_not_bool",
+    "verify_on_read_only",
     // Issue 17: `json` asked for on a tool whose arguments cannot come from a JSON object.
     "json_arguments_not_from_json",
     "json_argument_not_deserialize",
@@ -58,9 +66,9 @@ const RIG_FAIL: &[&str] = &[
 /// One `TestCases` for every case: trybuild builds them in one project, and two test functions
 /// (separate processes under nextest) would race on it.
 #[test]
-fn c1_to_c9_misuse_fails_at_the_offending_token_and_accepted_forms_compile_and_run() {
+fn c1_to_c10_misuse_fails_at_the_offending_token_and_accepted_forms_compile_and_run() {
     // Every row of the table has a case.
-    for row in 1..=9 {
+    for row in 1..=10 {
         let prefix = format!("c{row}_");
         assert!(
             FAIL.iter().any(|c| c.starts_with(&prefix)),

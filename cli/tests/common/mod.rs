@@ -263,3 +263,168 @@ pub async fn every_subcommand<S: Store + OperationIds + Records + Clone>(store: 
         "{table}"
     );
 }
+
+/// An ambiguous record of `charge` for `order` (a call that may have acted), as the executor
+/// leaves it.
+pub async fn ambiguous<S: Store>(store: &S, order: u64) {
+    let token = LeaseToken::new();
+    let req = ClaimRequest::new(
+        key("charge", order),
+        "charge",
+        Fingerprint::of(&4200u64).unwrap(),
+        token,
+        Duration::from_secs(3600),
+        DAY,
+    );
+    store.claim(&req).await.unwrap();
+    let note = "1 attempt(s); the last failed and may have taken effect: timed out";
+    let marked = store.mark_ambiguous(key("charge", order), token, note, DAY);
+    assert_eq!(marked.await.unwrap(), idem_runtime::store::Written::Applied);
+}
+
+/// S24 against `store`, which `at` names: `list --state ambiguous` as the queue, `resolve`
+/// applied and not-applied (kept and shown), refused under a live lease or on a completed
+/// record, and `forget` refused under a live lease unless `--force`, which warns.
+pub async fn s24_resolve_and_forget<S: Store + OperationIds + Records + Clone>(
+    store: S,
+    at: &[&str],
+) {
+    let agent = Agent::new(store.clone());
+    let run = |args: &[&str], code: i32| {
+        let all: Vec<&str> = args.iter().chain(at).copied().collect();
+        expect(&all, code)
+    };
+    ambiguous(&store, 5).await;
+    ambiguous(&store, 6).await;
+    let (k5, k6, k7) = (
+        key("charge", 5).to_string(),
+        key("charge", 6).to_string(),
+        key("charge", 7).to_string(),
+    );
+
+    // The operator's queue, saying how to settle each.
+    let queue = stdout(&run(&["list", "--state", "ambiguous"], 0));
+    for k in [&k5, &k6] {
+        assert!(
+            queue.contains(&format!("idemkit resolve {k} applied --outcome JSON"))
+                && queue.contains(&format!("idemkit resolve {k} not-applied")),
+            "{queue}"
+        );
+    }
+    let listed: serde_json::Value = serde_json::from_str(&stdout(&run(
+        &["list", "--state", "ambiguous", "--json"],
+        0,
+    )))
+    .unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 2);
+    assert!(listed[0]["settle"]["not_applied"].is_string(), "{listed}");
+
+    // applied: the outcome is checked to be JSON before anything is written.
+    let usage = run(&["resolve", &k5, "applied"], 2);
+    assert!(stderr(&usage).contains("--outcome"), "{}", stderr(&usage));
+    let usage = run(
+        &["resolve", &k5, "applied", "--outcome", "{charge_id: ch_op"],
+        2,
+    );
+    assert!(stderr(&usage).contains("not JSON"), "{}", stderr(&usage));
+    let usage = run(&["resolve", &k6, "not-applied", "--outcome", "{}"], 2);
+    assert!(
+        stderr(&usage).contains("no --outcome"),
+        "{}",
+        stderr(&usage)
+    );
+    let record = Records::get(&store, &key("charge", 5))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        record.resolution.is_none(),
+        "nothing was written: {record:?}"
+    );
+
+    let outcome = r#"{"charge_id":"ch_op","cents":4200}"#;
+    let note = "the provider's dashboard shows ch_op";
+    let done = run(
+        &[
+            "resolve",
+            &k5,
+            "applied",
+            "--outcome",
+            outcome,
+            "--note",
+            note,
+        ],
+        0,
+    );
+    assert!(stdout(&done).contains("resolved"), "{}", stdout(&done));
+    let runs = agent.runs();
+    let (receipt, how) = agent.call("charge", 5, DAY).await;
+    assert_eq!(
+        (receipt.charge_id.as_str(), how, agent.runs()),
+        ("ch_op", CallOutcome::Replayed, runs),
+        "a repeat replays the operator's outcome"
+    );
+    let shown = stdout(&run(&["show", &k5], 0));
+    assert!(
+        shown.contains("resolved     applied at") && shown.contains(note),
+        "{shown}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&run(&["show", &k5, "--json"], 0))).unwrap();
+    assert_eq!(json["resolution"]["decision"], "applied");
+    assert_eq!(json["resolution"]["note"], note);
+    let refused = run(&["resolve", &k5, "not-applied"], 1);
+    assert!(
+        stderr(&refused).contains("completed"),
+        "{}",
+        stderr(&refused)
+    );
+
+    // not-applied: released, the decision still shown; the next call runs.
+    let note = "no such charge at the provider";
+    let done = run(&["resolve", &k6, "not-applied", "--note", note], 0);
+    assert!(stdout(&done).contains("next call"), "{}", stdout(&done));
+    let shown = stdout(&run(&["show", &k6], 0));
+    assert!(
+        shown.contains("released by an operator")
+            && shown.contains("resolved     not-applied at")
+            && shown.contains(note),
+        "{shown}"
+    );
+    let (_, how) = agent.call("charge", 6, DAY).await;
+    assert_eq!((how, agent.runs()), (CallOutcome::Completed, runs + 1));
+
+    // A live lease: resolve refused, forget refused unless --force, which warns.
+    let in_flight = ClaimRequest::new(
+        key("charge", 7),
+        "charge",
+        Fingerprint::of(&4200u64).unwrap(),
+        LeaseToken::new(),
+        Duration::from_secs(3600),
+        DAY,
+    );
+    store.claim(&in_flight).await.unwrap();
+    let refused = run(&["resolve", &k7, "not-applied"], 1);
+    assert!(stderr(&refused).contains("lease"), "{}", stderr(&refused));
+    let refused = run(&["forget", &k7], 1);
+    let why = stderr(&refused);
+    assert!(why.contains("--force") && why.contains("dead"), "{why}");
+    assert!(
+        Records::get(&store, &key("charge", 7))
+            .await
+            .unwrap()
+            .is_some()
+    );
+    let forced = run(&["forget", "--force", &k7], 0);
+    assert!(
+        stderr(&forced).contains("warning") && stderr(&forced).contains("may still act"),
+        "{}",
+        stderr(&forced)
+    );
+    assert!(
+        Records::get(&store, &key("charge", 7))
+            .await
+            .unwrap()
+            .is_none()
+    );
+}

@@ -40,8 +40,7 @@ pub async fn s12_renew_extends_a_held_lease_past_its_end_and_its_ttl(store: impl
     );
     // Past the claim's lease and its ttl: the renewed lease holds.
     tokio::time::sleep(Duration::from_millis(600)).await;
-    // Claimed with the lease the holder renews with, as callers of one tool are (the SQLite
-    // store caps a lease end further ahead than the claimer's lease, as clock skew).
+    // Claimed with the lease the holder renews with, as callers of one tool are.
     match store
         .claim(&renew_req(15, other, Duration::from_secs(5), short))
         .await

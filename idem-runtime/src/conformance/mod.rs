@@ -41,6 +41,7 @@ mod faults;
 mod happy;
 mod lease;
 mod records;
+mod resolve;
 mod takeover;
 
 pub use self::answers::*;
@@ -48,6 +49,7 @@ pub use self::faults::*;
 pub use self::happy::*;
 pub use self::lease::*;
 pub use self::records::*;
+pub use self::resolve::*;
 pub use self::takeover::*;
 
 /// What the suite tests: a [`Store`] (the claim state machine the executor drives), its
@@ -90,7 +92,10 @@ macro_rules! conformance_tests {
             s18_equal_key_fields_under_two_tenants_are_two_operations,
             contention_64_tasks_one_key,
             operation_ids_are_minted_once,
-            unpolled_answers_change_nothing
+            unpolled_answers_change_nothing,
+            complete_retried_under_its_token_is_applied,
+            mark_ambiguous_retried_under_its_token_is_applied,
+            s23_a_claimer_with_a_shorter_lease_never_takes_a_renewing_holders_key
         );
     };
     (@rows $make:path; $($row:ident),*) => {$(

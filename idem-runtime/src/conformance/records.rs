@@ -4,7 +4,7 @@
 use std::time::SystemTime;
 
 use super::*;
-use crate::store::{Count, Outcome, RecordFilter, Records, Released, StateKind, Written};
+use crate::store::{Count, Forgot, Outcome, RecordFilter, Records, Released, StateKind, Written};
 
 /// Generates one `#[test]` per row of [`Records`] for the store `make` returns (a fresh, empty
 /// store each time), beside [`conformance_tests!`](crate::conformance_tests).
@@ -18,13 +18,22 @@ macro_rules! records_conformance_tests {
             records_prune_removes_only_expired_records,
             records_counts_by_tool_and_state,
             records_of_one_tenant_are_listed_apart,
-            records_updated_is_the_time_of_the_last_transition
+            records_updated_is_the_time_of_the_last_transition,
+            s24_forget_is_refused_under_a_live_lease_unless_forced,
+            s24_resolve_applied_completes_the_record_and_repeats_replay_it,
+            s24_resolve_not_applied_releases_the_record_and_keeps_the_decision,
+            s24_resolve_is_refused_while_a_lease_is_live,
+            s24_resolve_of_an_expired_holder_fences_it,
+            s24_resolve_is_refused_on_a_completed_record,
+            s24_resolve_of_no_record_is_not_found,
+            s24_resolve_checks_the_outcome_fits_the_decision,
+            s24_a_kept_decision_outlives_a_prune_until_its_ttl
         );
     };
 }
 
 /// A raw claim of `key_of(order)` by `tool`, held for `lease`, kept for `ttl`.
-async fn claim_raw(
+pub(super) async fn claim_raw(
     store: &impl Store,
     tool: &str,
     order: u64,
@@ -40,7 +49,7 @@ async fn claim_raw(
     token
 }
 
-const HOUR: Duration = Duration::from_secs(3600);
+pub(super) const HOUR: Duration = Duration::from_secs(3600);
 
 /// Records made at distinct instants of every store's clock (millisecond ones included).
 async fn tick() {
@@ -209,15 +218,19 @@ pub async fn records_forget_makes_the_next_call_run_again<S: StoreUnderTest>(sto
         .await
         .0
         .unwrap();
-    assert!(store.forget(&key_of(1)).await.unwrap());
+    assert_eq!(
+        store.forget(&key_of(1), false).await.unwrap(),
+        Forgot::Forgotten
+    );
     assert!(Records::get(&*store, &key_of(1)).await.unwrap().is_none());
     let (again, outcome) = tool.call(charge(&idem), 1, 4200, &[], Duration::ZERO).await;
     assert_eq!(
         (tool.runs(), again.unwrap().run, outcome),
         (2, first.run + 1, CallOutcome::Completed)
     );
-    assert!(
-        !store.forget(&key_of(9)).await.unwrap(),
+    assert_eq!(
+        store.forget(&key_of(9), false).await.unwrap(),
+        Forgot::NotFound,
         "nothing to forget"
     );
 }

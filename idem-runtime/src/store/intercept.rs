@@ -7,8 +7,8 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use super::{
-    Claim, ClaimRequest, Count, LeaseToken, OperationIds, Outcome, Record, RecordFilter, Records,
-    Released, Store, StoreFuture, Written,
+    Claim, ClaimRequest, Count, Decision, Forgot, LeaseToken, OperationIds, Outcome, Record,
+    RecordFilter, Records, Released, Resolved, Store, StoreFuture, Written,
 };
 use crate::error::StoreError;
 use crate::key::IdempotencyKey;
@@ -180,8 +180,18 @@ where
     async fn release_key(&self, key: &IdempotencyKey, force: bool) -> Result<Released, StoreError> {
         self.inner.release_key(key, force).await
     }
-    async fn forget(&self, key: &IdempotencyKey) -> Result<bool, StoreError> {
-        self.inner.forget(key).await
+    async fn forget(&self, key: &IdempotencyKey, force: bool) -> Result<Forgot, StoreError> {
+        self.inner.forget(key, force).await
+    }
+    async fn resolve(
+        &self,
+        key: &IdempotencyKey,
+        decision: Decision,
+        outcome: Option<&[u8]>,
+        note: Option<&str>,
+        ttl: Duration,
+    ) -> Result<Resolved, StoreError> {
+        self.inner.resolve(key, decision, outcome, note, ttl).await
     }
     async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
         Records::prune(&self.inner, limit).await

@@ -46,6 +46,16 @@ struct Inner {
     /// Every tool and tenant name seen, shared by their records: a claim does not copy a name.
     names: Names,
     operations: HashMap<String, Uuid>,
+    /// Operators' decisions (S24), beside the records so that a record stays small: each kept
+    /// until `kept_until` or until a new claim of its key replaces the record.
+    resolutions: HashMap<[u8; 16], Kept, KeyHashing>,
+}
+
+/// An operator's decision on a record, and until when it is shown.
+#[derive(Debug, Clone)]
+struct Kept {
+    resolution: super::Resolution,
+    kept_until: Tick,
 }
 
 /// Hashes record keys for the map. Keys are UUIDs, nearly all derived by SHA-256 (the rest random
@@ -162,12 +172,10 @@ enum State {
         token: LeaseToken,
         lease_until: Tick,
     },
-    Completed {
-        outcome: Outcome,
-    },
-    Ambiguous {
-        note: Box<str>,
-    },
+    /// `by`: the holder that completed it, so that its completion sent again is applied again.
+    Completed { outcome: Outcome, by: LeaseToken },
+    /// `by`: the holder that marked it, likewise.
+    Ambiguous { note: Box<str>, by: LeaseToken },
 }
 
 impl MemoryStore {
@@ -201,6 +209,28 @@ impl MemoryStore {
 }
 
 impl MemoryStore {
+    /// Whether the live record of `key` was completed (`completed`) or marked ambiguous (not)
+    /// by `token`'s holder.
+    fn done_by(
+        inner: &Inner,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        now: Tick,
+        completed: bool,
+    ) -> bool {
+        inner
+            .records
+            .get(key.as_bytes())
+            .filter(|rec| rec.expires_at > now)
+            .is_some_and(|rec| match &rec.state {
+                State::Completed { by, .. } => completed && *by == token,
+                State::Ambiguous { by, .. } => !completed && *by == token,
+                State::Running { .. } => false,
+            })
+    }
+}
+
+impl MemoryStore {
     // Every transition answers at once (`StoreFuture::ready`): the executor neither allocates nor
     // polls for them.
     fn claim_sync(&self, req: &ClaimRequest<'_>) -> Claim {
@@ -215,6 +245,10 @@ impl MemoryStore {
         let rec = match inner.records.entry(*req.key.as_bytes()) {
             Entry::Occupied(live) if live.get().expires_at > now => live.into_mut(),
             absent_or_expired => {
+                // A decision on the record this one replaces is not this one's.
+                if !inner.resolutions.is_empty() {
+                    inner.resolutions.remove(req.key.as_bytes());
+                }
                 absent_or_expired.insert_entry(Box::new(Rec {
                     tool: inner.names.get(req.tool),
                     fingerprint: req.fingerprint,
@@ -236,7 +270,7 @@ impl MemoryStore {
             State::Running { lease_until, .. } => Ok(ExistingState::Running {
                 lease_remaining: now.until(*lease_until),
             }),
-            State::Completed { outcome } => Ok(ExistingState::Completed {
+            State::Completed { outcome, .. } => Ok(ExistingState::Completed {
                 outcome: outcome.clone(),
             }),
             State::Ambiguous { .. } => Ok(ExistingState::Ambiguous),
@@ -268,14 +302,16 @@ impl MemoryStore {
     ) -> Written {
         let now = self.clock.now();
         let mut inner = self.lock();
-        match Self::held(&mut inner, &key, token, now) {
-            Some(rec) => {
-                rec.state = State::Completed { outcome };
-                rec.expires_at = now.after(ttl);
-                rec.updated = now;
-                Written::Applied
-            }
-            None => Written::Fenced,
+        if let Some(rec) = Self::held(&mut inner, &key, token, now) {
+            rec.state = State::Completed { outcome, by: token };
+            rec.expires_at = now.after(ttl);
+            rec.updated = now;
+            return Written::Applied;
+        }
+        // This holder's completion, sent again (its reply was lost): done already.
+        match Self::done_by(&inner, &key, token, now, true) {
+            true => Written::Applied,
+            false => Written::Fenced,
         }
     }
 
@@ -316,14 +352,19 @@ impl MemoryStore {
     ) -> Written {
         let now = self.clock.now();
         let mut inner = self.lock();
-        match Self::held(&mut inner, &key, token, now) {
-            Some(rec) => {
-                rec.state = State::Ambiguous { note: note.into() };
-                rec.expires_at = now.after(ttl);
-                rec.updated = now;
-                Written::Applied
-            }
-            None => Written::Fenced,
+        if let Some(rec) = Self::held(&mut inner, &key, token, now) {
+            rec.state = State::Ambiguous {
+                note: note.into(),
+                by: token,
+            };
+            rec.expires_at = now.after(ttl);
+            rec.updated = now;
+            return Written::Applied;
+        }
+        // This holder's mark, sent again (its reply was lost): done already.
+        match Self::done_by(&inner, &key, token, now, false) {
+            true => Written::Applied,
+            false => Written::Fenced,
         }
     }
 }
@@ -382,13 +423,15 @@ impl OperationIds for MemoryStore {
 
 #[cfg(test)]
 mod tests {
-    /// A record: its times and names take no more room than before Store v2 added the times
-    /// and the tenant (104 bytes), so a claim touches no more memory; the map holds a key and a
-    /// pointer (24 bytes), so growing it moves little.
+    /// A record: its times and names took no more room than before Store v2 added the times
+    /// and the tenant (104 bytes); keeping the token of the holder that completed it (so that
+    /// its completion sent again is applied again, issue 30 #8) adds 8 (a completed record
+    /// holds its outcome and that token where a running one holds its token and lease end).
+    /// The map holds a key and a pointer (24 bytes), so growing it moves little.
     #[test]
-    fn a_record_fits_in_104_bytes_and_the_map_holds_24_per_key() {
+    fn a_record_fits_in_112_bytes_and_the_map_holds_24_per_key() {
         let record = std::mem::size_of::<super::Rec>();
-        assert!(record <= 104, "{record} bytes");
+        assert!(record <= 112, "{record} bytes");
         let entry = std::mem::size_of::<([u8; 16], super::Slot)>();
         assert_eq!(entry, 24);
     }

@@ -1,8 +1,12 @@
 //! The memory store's operator reads and repairs ([`Records`]), under the same lock as claims.
 
 use super::*;
+use crate::store::records::check_resolution;
 use crate::store::records::count_records;
-use crate::store::{Count, RecordFilter, RecordState, Records, Released, StateKind};
+use crate::store::{
+    Count, Decision, Forgot, RecordFilter, RecordState, Records, Released, Resolution, Resolved,
+    StateKind,
+};
 
 fn kind(state: &State) -> StateKind {
     match state {
@@ -13,7 +17,7 @@ fn kind(state: &State) -> StateKind {
 }
 
 impl MemoryStore {
-    fn record(&self, key: [u8; 16], rec: &Rec, now: Tick) -> Record {
+    fn record(&self, inner: &Inner, key: [u8; 16], rec: &Rec, now: Tick) -> Record {
         Record {
             key: IdempotencyKey::from_uuid(Uuid::from_bytes(key)),
             tool: rec.tool.as_str().to_owned(),
@@ -23,10 +27,10 @@ impl MemoryStore {
                     token: *token,
                     lease_remaining: now.until(*lease_until),
                 },
-                State::Completed { outcome } => RecordState::Completed {
+                State::Completed { outcome, .. } => RecordState::Completed {
                     outcome: outcome.to_vec(),
                 },
-                State::Ambiguous { note } => RecordState::Ambiguous {
+                State::Ambiguous { note, .. } => RecordState::Ambiguous {
                     note: note.to_string(),
                 },
             },
@@ -34,7 +38,22 @@ impl MemoryStore {
             created: self.clock.wall(rec.created),
             updated: self.clock.wall(rec.updated),
             tenant: rec.tenant.as_ref().map(|t| t.as_str().to_owned()),
+            resolution: Self::kept(inner, &key, now).map(|k| k.resolution.clone()),
         }
+    }
+
+    /// The decision kept for `key`, if it is still shown.
+    fn kept<'a>(inner: &'a Inner, key: &[u8; 16], now: Tick) -> Option<&'a Kept> {
+        if inner.resolutions.is_empty() {
+            return None;
+        }
+        inner.resolutions.get(key).filter(|k| k.kept_until > now)
+    }
+
+    /// Whether `rec` is shown to operators: live, or released by an operator's not-applied and
+    /// still kept to show that decision.
+    fn shown(inner: &Inner, key: &[u8; 16], rec: &Rec, now: Tick) -> bool {
+        rec.expires_at > now || Self::kept(inner, key, now).is_some()
     }
 }
 
@@ -43,11 +62,12 @@ impl MemoryStore {
     pub(super) fn live_record(&self, key: &IdempotencyKey) -> Option<Record> {
         let now = self.clock.now();
         let inner = self.lock();
+        let key = key.as_bytes();
         inner
             .records
-            .get(key.as_bytes())
-            .filter(|r| r.expires_at > now)
-            .map(|rec| self.record(*key.as_bytes(), rec, now))
+            .get(key)
+            .filter(|rec| Self::shown(&inner, key, rec, now))
+            .map(|rec| self.record(&inner, *key, rec, now))
     }
 
     /// Deletes up to `limit` expired records (for `Store::prune` and `Records::prune`).
@@ -57,13 +77,15 @@ impl MemoryStore {
         let expired: Vec<[u8; 16]> = inner
             .records
             .iter()
-            .filter(|(_, r)| r.expires_at <= now)
+            .filter(|(k, r)| !Self::shown(&inner, k, r, now))
             .map(|(k, _)| *k)
             .take(limit)
             .collect();
         for k in &expired {
             inner.records.remove(k);
+            inner.resolutions.remove(k);
         }
+        inner.resolutions.retain(|_, kept| kept.kept_until > now);
         expired.len()
     }
 }
@@ -82,7 +104,7 @@ impl Records for MemoryStore {
             .records
             .iter()
             .filter(|(_, r)| r.expires_at > now)
-            .map(|(k, r)| self.record(*k, r, now))
+            .map(|(k, r)| self.record(&inner, *k, r, now))
             .filter(|r| filter.matches(r, wall_now))
             .collect();
         filter.newest_first(&mut found);
@@ -113,10 +135,98 @@ impl Records for MemoryStore {
         }
     }
 
-    async fn forget(&self, key: &IdempotencyKey) -> Result<bool, StoreError> {
+    async fn forget(&self, key: &IdempotencyKey, force: bool) -> Result<Forgot, StoreError> {
         let now = self.clock.now();
-        let removed = self.lock().records.remove(key.as_bytes());
-        Ok(removed.is_some_and(|r| r.expires_at > now))
+        let mut inner = self.lock();
+        let key = key.as_bytes();
+        if let Some(rec) = inner.records.get(key).filter(|r| r.expires_at > now)
+            && let State::Running { lease_until, .. } = rec.state
+            && lease_until > now
+            && !force
+        {
+            return Ok(Forgot::LeaseLive {
+                remaining: now.until(lease_until),
+            });
+        }
+        inner.resolutions.remove(key);
+        Ok(match inner.records.remove(key) {
+            Some(rec) if rec.expires_at > now => Forgot::Forgotten,
+            _ => Forgot::NotFound,
+        })
+    }
+
+    async fn resolve(
+        &self,
+        key: &IdempotencyKey,
+        decision: Decision,
+        outcome: Option<&[u8]>,
+        note: Option<&str>,
+        ttl: Duration,
+    ) -> Result<Resolved, StoreError> {
+        check_resolution(decision, outcome)?;
+        let now = self.clock.now();
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        // The same decision sent again (its reply was lost): it stands.
+        if let Some(kept) = Self::kept(inner, key.as_bytes(), now)
+            && kept.resolution.decision == decision
+            && kept.resolution.note.as_deref() == note
+            && inner
+                .records
+                .get(key.as_bytes())
+                .is_some_and(|rec| match (&rec.state, outcome) {
+                    (
+                        State::Completed {
+                            outcome: stored, ..
+                        },
+                        Some(given),
+                    ) => rec.expires_at > now && stored.as_bytes() == given,
+                    (_, None) => rec.expires_at <= now,
+                    _ => false,
+                })
+        {
+            return Ok(Resolved::Resolved);
+        }
+        let Some(rec) = inner
+            .records
+            .get_mut(key.as_bytes())
+            .filter(|r| r.expires_at > now)
+        else {
+            return Ok(Resolved::NotFound);
+        };
+        match rec.state {
+            State::Completed { .. } => return Ok(Resolved::Completed),
+            State::Running { lease_until, .. } if lease_until > now => {
+                return Ok(Resolved::LeaseLive {
+                    remaining: now.until(lease_until),
+                });
+            }
+            State::Running { .. } | State::Ambiguous { .. } => {}
+        }
+        // A token no holder has: the holder that lost the record is fenced.
+        let operator = LeaseToken::new();
+        let kept_until = now.after(ttl);
+        match outcome {
+            Some(outcome) => {
+                rec.state = State::Completed {
+                    outcome: Outcome::from(outcome),
+                    by: operator,
+                };
+                rec.expires_at = kept_until;
+            }
+            // Released: absent for every operation from now; shown until `kept_until`.
+            None => rec.expires_at = now,
+        }
+        rec.updated = now;
+        let resolution = Resolution::new(decision, self.clock.wall(now), note.map(str::to_owned));
+        inner.resolutions.insert(
+            *key.as_bytes(),
+            Kept {
+                resolution,
+                kept_until,
+            },
+        );
+        Ok(Resolved::Resolved)
     }
 
     async fn prune(&self, limit: usize) -> Result<usize, StoreError> {

@@ -19,7 +19,12 @@
 //! ```
 //!
 //! A record whose time-to-live has passed is absent for every operation. A write by a holder
-//! whose token is no longer the record's is refused ([`Written::Fenced`]).
+//! whose token is no longer the record's is refused ([`Written::Fenced`]); a write the holder
+//! already made, sent again under its token (its reply was lost), is [`Written::Applied`] again.
+//!
+//! An operator (not the executor) may also settle an Ambiguous record, or a Running one whose
+//! lease ran out, with [`Records::resolve`] (S24): applied → Completed with the operator's
+//! outcome; not applied → absent.
 //!
 //! # Writing a store
 //!
@@ -69,7 +74,10 @@ pub use self::intercept::{Intercept, Step};
 pub use self::memory::MemoryStore;
 pub use self::outcome::Outcome;
 
-pub use self::records::{Count, RecordFilter, Records, Released, StateKind, count_records};
+pub use self::records::{
+    Count, Decision, Forgot, RecordFilter, Records, Released, Resolution, Resolved, StateKind,
+    check_resolution, count_records,
+};
 pub use self::redact::redacted_url;
 pub use self::token::LeaseToken;
 #[cfg_attr(not(feature = "sqlite"), allow(unused_imports))]
@@ -253,6 +261,15 @@ pub struct Record {
     /// The scope (tenant) it was made under, if any (`None` also for a record written before
     /// stores kept it: schema version 2).
     pub tenant: Option<String>,
+    /// What an operator decided about it ([`Records::resolve`], S24), if anything.
+    ///
+    /// [`Decision::Applied`]: the record is Completed with the operator's outcome.
+    /// [`Decision::NotApplied`]: the record no longer counts (a claim finds its key absent and
+    /// runs the operation); [`Records::get`] still returns it as it stood when resolved, with
+    /// [`Record::expires_in`] zero and this resolution, until the time-to-live given to
+    /// `resolve` passes or a new claim of the key replaces it ([`Record::is_live`] tells them
+    /// apart). `None` also for a record written before stores kept decisions.
+    pub resolution: Option<Resolution>,
 }
 
 impl Record {
@@ -274,7 +291,39 @@ impl Record {
             created: SystemTime::UNIX_EPOCH,
             updated: SystemTime::UNIX_EPOCH,
             tenant: None,
+            resolution: None,
         }
+    }
+
+    /// The same, with an operator's `resolution`.
+    pub fn with_resolution(mut self, resolution: Option<Resolution>) -> Self {
+        self.resolution = resolution;
+        self
+    }
+
+    /// Whether it still counts: `false` only for a record an operator resolved as not applied
+    /// (see [`Record::resolution`]), which [`Records::get`] returns for a while though a claim
+    /// finds its key absent.
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use idem_runtime::store::{Decision, Record, RecordState, Resolution};
+    /// use idem_runtime::{Fingerprint, IdempotencyKey};
+    ///
+    /// let key = IdempotencyKey::derive("charge", &[("order", &1)]);
+    /// let ambiguous = RecordState::Ambiguous { note: "timed out".into() };
+    /// let record = Record::new(key, "charge", Fingerprint::of(&1).unwrap(), ambiguous, Duration::ZERO)
+    ///     .with_resolution(Some(Resolution::new(Decision::NotApplied, SystemTime::now(), None)));
+    /// assert!(!record.is_live());
+    /// ```
+    pub fn is_live(&self) -> bool {
+        !matches!(
+            self.resolution,
+            Some(Resolution {
+                decision: Decision::NotApplied,
+                ..
+            })
+        )
     }
 
     /// The same, made under `tenant`.
@@ -349,7 +398,8 @@ pub trait Store: Send + Sync + 'static {
 
     /// **Running → Completed**: keeps `outcome` (the store owns it from now; it is cheap to keep
     /// as it is) and the record for `ttl` from now. A later claim with the same fingerprint gets
-    /// the outcome back, byte for byte.
+    /// the outcome back, byte for byte. Sent again under the same token after it applied (its
+    /// reply was lost), it answers [`Written::Applied`] again; under any other token, `Fenced`.
     fn complete(
         &self,
         key: IdempotencyKey,
@@ -363,7 +413,9 @@ pub trait Store: Send + Sync + 'static {
 
     /// **Running → Ambiguous**, kept for `ttl` from now with `note` (the last error, for
     /// operators): the operation may have happened, so the next claim with the same fingerprint
-    /// takes it over at once and runs it again with the same key (the provider deduplicates).
+    /// takes it over at once (`Takeover::Ambiguous`); the executor then verifies it, re-sends it
+    /// with the same key where the provider deduplicates, or keeps it ambiguous (S19, S20).
+    /// Sent again under the same token after it applied, it answers [`Written::Applied`] again.
     fn mark_ambiguous<'a>(
         &'a self,
         key: IdempotencyKey,

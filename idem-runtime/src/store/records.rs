@@ -217,6 +217,103 @@ pub enum Released {
     NotRunning(StateKind),
 }
 
+/// What [`Records::forget`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Forgot {
+    /// The live record is gone: the next call with its key runs the operation again.
+    Forgotten,
+    /// No live record has that key (a record an operator resolved as not applied, kept only to
+    /// show that decision, is removed too).
+    NotFound,
+    /// A holder's lease on the record is live for this much longer: nothing changed (forget
+    /// with `force` only when that holder is known to be dead; if it is alive, it may still
+    /// act, and the next call runs the effect alongside it).
+    LeaseLive {
+        /// Time until the lease runs out.
+        remaining: Duration,
+    },
+}
+
+/// What an operator decided about a record kept as ambiguous (S24): whether its effect
+/// happened.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Decision {
+    /// It happened: the record completes with the outcome the operator gives, which later
+    /// calls replay.
+    Applied,
+    /// It did not happen: the record is released, so the next call runs the operation.
+    NotApplied,
+}
+
+impl Decision {
+    /// The word the stores write and the `idemkit` command takes: `applied`, `not-applied`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Applied => "applied",
+            Decision::NotApplied => "not-applied",
+        }
+    }
+}
+
+impl fmt::Display for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Decision {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "applied" => Ok(Decision::Applied),
+            "not-applied" | "not_applied" => Ok(Decision::NotApplied),
+            other => Err(format!(
+                "`{other}` is not a decision; use applied (it happened) or not-applied (it did not)"
+            )),
+        }
+    }
+}
+
+/// A decision kept with the record ([`Record::resolution`](super::Record::resolution)): what,
+/// when (by the store's clock), and the operator's note.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolution {
+    /// What the operator decided.
+    pub decision: Decision,
+    /// When, by the store's clock.
+    pub at: SystemTime,
+    /// The operator's note (who, why, the ticket), if any.
+    pub note: Option<String>,
+}
+
+impl Resolution {
+    /// `decision`, made `at`, with `note`: for stores written outside this crate.
+    pub fn new(decision: Decision, at: SystemTime, note: Option<String>) -> Self {
+        Resolution { decision, at, note }
+    }
+}
+
+/// What [`Records::resolve`] did.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolved {
+    /// The decision is applied and kept with the record.
+    Resolved,
+    /// No live record has that key: nothing changed.
+    NotFound,
+    /// The record is running and its holder's lease is live for this much longer: nothing
+    /// changed (the holder may still finish; wait for the lease to run out).
+    LeaseLive {
+        /// Time until the lease runs out.
+        remaining: Duration,
+    },
+    /// The record completed: its outcome is known, nothing to settle, nothing changed.
+    Completed,
+}
+
 /// How many live records one tool has in one state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -261,8 +358,52 @@ pub trait Records: Send + Sync {
     async fn release_key(&self, key: &IdempotencyKey, force: bool) -> Result<Released, StoreError>;
 
     /// Any state → absent: the next call runs the operation again, whether or not it happened.
-    /// Returns whether a live record was there.
-    async fn forget(&self, key: &IdempotencyKey) -> Result<bool, StoreError>;
+    /// Refused ([`Forgot::LeaseLive`]) while a holder's lease on a running record is live,
+    /// unless `force`: forcing while the holder is alive lets a second call run the effect
+    /// alongside it (S24).
+    async fn forget(&self, key: &IdempotencyKey, force: bool) -> Result<Forgot, StoreError>;
+
+    /// An operator settles a record kept as ambiguous (S24), in one atomic step of the store.
+    ///
+    /// Allowed on an Ambiguous record, and on a Running one whose holder's lease has run out;
+    /// refused ([`Resolved::LeaseLive`]) while the lease is live, and on a Completed record
+    /// ([`Resolved::Completed`]). [`Decision::Applied`] needs `outcome` (the JSON a call of the
+    /// tool returns): the record becomes Completed with it, kept for `ttl`, and later calls
+    /// replay it byte for byte. [`Decision::NotApplied`] takes no outcome: the record is
+    /// released (a claim finds its key absent and runs the operation). Either way the holder
+    /// that lost the record is fenced, and the decision, its time by the store's clock and
+    /// `note` are kept with the record ([`Record::resolution`](super::Record::resolution)),
+    /// readable by [`Records::get`] for `ttl` (after not-applied, until a new claim of the key
+    /// replaces the record, whichever is first). The same decision sent again (same outcome and
+    /// note; its reply was lost) while it stands answers [`Resolved::Resolved`] again, changing
+    /// nothing.
+    ///
+    /// An `Err` of kind [`Other`](crate::StoreErrorKind::Other) says the arguments do not fit
+    /// the decision (applied without an outcome, not-applied with one); nothing changed.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use std::time::Duration;
+    /// use idem_runtime::store::{Decision, Records, Resolved};
+    /// use idem_runtime::{IdempotencyKey, MemoryStore};
+    ///
+    /// let store = MemoryStore::new();
+    /// let key = IdempotencyKey::derive("send_email", &[("message", &"m-1")]);
+    /// let day = Duration::from_secs(86_400);
+    /// let answer = store
+    ///     .resolve(&key, Decision::Applied, Some(br#"{"sent":true}"#), Some("seen in the outbox"), day)
+    ///     .await?;
+    /// assert_eq!(answer, Resolved::NotFound); // no record of that key here
+    /// # Ok::<_, idem_runtime::StoreError>(()) }).unwrap();
+    /// ```
+    async fn resolve(
+        &self,
+        key: &IdempotencyKey,
+        decision: Decision,
+        outcome: Option<&[u8]>,
+        note: Option<&str>,
+        ttl: Duration,
+    ) -> Result<Resolved, StoreError>;
 
     /// Deletes up to `limit` expired records (never a live one); returns how many.
     async fn prune(&self, limit: usize) -> Result<usize, StoreError>;
@@ -282,14 +423,42 @@ impl<R: Records + ?Sized> Records for Arc<R> {
     async fn release_key(&self, key: &IdempotencyKey, force: bool) -> Result<Released, StoreError> {
         (**self).release_key(key, force).await
     }
-    async fn forget(&self, key: &IdempotencyKey) -> Result<bool, StoreError> {
-        (**self).forget(key).await
+    async fn forget(&self, key: &IdempotencyKey, force: bool) -> Result<Forgot, StoreError> {
+        (**self).forget(key, force).await
+    }
+    async fn resolve(
+        &self,
+        key: &IdempotencyKey,
+        decision: Decision,
+        outcome: Option<&[u8]>,
+        note: Option<&str>,
+        ttl: Duration,
+    ) -> Result<Resolved, StoreError> {
+        (**self).resolve(key, decision, outcome, note, ttl).await
     }
     async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
         (**self).prune(limit).await
     }
     async fn counts(&self) -> Result<Vec<Count>, StoreError> {
         (**self).counts().await
+    }
+}
+
+/// Checks that `outcome` fits `decision` (applied needs one, not-applied takes none): for
+/// stores, before [`Records::resolve`] changes anything.
+pub fn check_resolution(decision: Decision, outcome: Option<&[u8]>) -> Result<(), StoreError> {
+    match (decision, outcome) {
+        (Decision::Applied, None) => Err(StoreError::new(
+            crate::error::StoreErrorKind::Other,
+            "resolving a record as applied needs its outcome (the JSON a call of the tool returns), \
+             which later calls replay; nothing was changed",
+        )),
+        (Decision::NotApplied, Some(_)) => Err(StoreError::new(
+            crate::error::StoreErrorKind::Other,
+            "a record resolved as not applied takes no outcome (the next call runs the operation); \
+             nothing was changed",
+        )),
+        _ => Ok(()),
     }
 }
 

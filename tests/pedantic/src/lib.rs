@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use anyhow::Context;
 use idemkit::{
-    Classify, Failure, Idem, IdempotencyKey, OperationId, classified_tools, read_only, side_effect,
+    Classify, Failure, Idem, IdempotencyKey, OperationId, Verified, classified_tools, read_only,
+    side_effect,
 };
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::{tool, tool_router};
@@ -149,6 +150,34 @@ pub async fn send_email(
     Ok(to.len())
 }
 
+/// Texts an order's customer once; the gateway does not deduplicate, so it is asked before
+/// anything is sent again.
+///
+/// # Errors
+///
+/// When the gateway times out.
+#[side_effect(key = "order_id", verify = sms_sent)]
+pub async fn send_sms(order_id: u64, to: String, text: &str) -> Result<u32> {
+    if to.is_empty() || text.is_empty() {
+        return Err(PayError::Timeout);
+    }
+    Ok(u32::try_from(order_id % 1000).unwrap_or(0))
+}
+
+/// Whether an order's text went out, from the gateway's log.
+///
+/// # Errors
+///
+/// When the log cannot be read.
+pub async fn sms_sent(order_id: u64, to: String, text: &str) -> Result<Verified<u32>> {
+    let logged = std::future::ready((order_id, to, text.len())).await;
+    Ok(match logged {
+        (0, ..) => Verified::NotApplied,
+        (_, to, len) if to.is_empty() || len == 0 => Verified::Unknown,
+        (order_id, ..) => Verified::Applied(u32::try_from(order_id % 1000).unwrap_or(0)),
+    })
+}
+
 /// Reads a balance, retried freely.
 ///
 /// # Errors
@@ -215,6 +244,27 @@ impl Payments {
     pub async fn refund(&self, charge_key: &str, cents: u64) -> Result<u64> {
         self.runs.fetch_add(1, Ordering::SeqCst);
         Ok(cents)
+    }
+
+    /// Voids a charge once, asking the provider first when an attempt's outcome is unknown.
+    ///
+    /// # Errors
+    ///
+    /// When idemkit refuses the call.
+    #[side_effect(key = "charge_key", idem = self.idem, resend = false, verify = Self::was_voided)]
+    pub async fn void(&self, key: &IdempotencyKey, charge_key: &str) -> Result<String> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        Ok(format!("{charge_key} voided under {key}"))
+    }
+
+    /// Whether a charge was voided.
+    async fn was_voided(&self, key: &IdempotencyKey, charge_key: &str) -> Result<Verified<String>> {
+        let runs = std::future::ready(self.runs()).await;
+        Ok(if runs == 0 {
+            Verified::NotApplied
+        } else {
+            Verified::Applied(format!("{charge_key} voided under {key}"))
+        })
     }
 
     /// How many bodies ran.

@@ -49,6 +49,11 @@ impl CallTrace<'_> {
     /// [`CallTrace::finish`], with the error that refused the call (for its metrics label).
     #[inline]
     fn finish_as(&self, attempts: u32, outcome: CallOutcome, refusal: Option<&Error>) {
+        // S19: an unknown outcome that the verify function found applied, now recorded.
+        let outcome = match outcome {
+            CallOutcome::Completed if self.verified => CallOutcome::Verified,
+            outcome => outcome,
+        };
         meters::call(
             self.metered,
             "side_effect",
@@ -60,10 +65,6 @@ impl CallTrace<'_> {
             meters::kept_ambiguous(self.metered, &self.tool);
         }
         let replayed = outcome == CallOutcome::Replayed;
-        let outcome = match outcome {
-            CallOutcome::Completed if self.verified => CallOutcome::Verified,
-            outcome => outcome,
-        };
         if self.verified {
             self.span.record("verified", true);
         }

@@ -62,9 +62,9 @@
 //! the store sends the statement again on a fresh connection, twice at most, then reports
 //! [`StoreErrorKind::Unavailable`]. That is safe because the caller's lease token makes every
 //! write repeatable: a claim that already went through finds its own token and is granted again,
-//! and a `complete` or `mark_ambiguous` repeated by the same holder writes the same thing again.
-//! (Beyond what the memory store does, then: a second `complete` with the same token is applied,
-//! not fenced.)
+//! and a `complete` or `mark_ambiguous` repeated by the same holder writes the same thing again
+//! and is applied (every store answers so); an operator's `resolve` repeated finds its decision
+//! standing and answers `Resolved` again, a `forget` repeated finds nothing (`NotFound`).
 //!
 //! # Tables
 //!
@@ -83,8 +83,8 @@ use tokio_postgres::{NoTls, Row};
 use uuid::Uuid;
 
 use super::{
-    AsyncStore, Claim, ClaimRequest, Existing, ExistingState, LeaseToken, OperationIds, Outcome,
-    Record, RecordState, Takeover, Written,
+    AsyncStore, Claim, ClaimRequest, Decision, Existing, ExistingState, LeaseToken, OperationIds,
+    Outcome, Record, RecordState, Resolution, Takeover, Written,
 };
 use crate::error::{StoreError, StoreErrorKind};
 use crate::fingerprint::Fingerprint;
@@ -99,7 +99,7 @@ use self::rows::*;
 use self::sql::*;
 
 /// The schema version this build writes and understands.
-const SCHEMA_VERSION: i32 = 3;
+const SCHEMA_VERSION: i32 = 4;
 
 /// How often an operation is sent again after the connection it ran on was lost. Every statement
 /// is safe to repeat: the caller's lease token recognises a claim or write that already applied.
@@ -352,6 +352,14 @@ impl PostgresStore {
              -- Version 3: the scope (tenant) a row was made under, for operators (NULL: none,
              -- or written before).
              ALTER TABLE {records} ADD COLUMN IF NOT EXISTS tenant text;
+             -- Version 4: an operator's decision (S24): what, when, the note; a row released
+             -- by not-applied is expired at once and kept until `kept_until` to show it.
+             ALTER TABLE {records}
+                 ADD COLUMN IF NOT EXISTS resolution text
+                     CHECK (resolution IN ('applied', 'not_applied')),
+                 ADD COLUMN IF NOT EXISTS resolved_at timestamptz,
+                 ADD COLUMN IF NOT EXISTS resolution_note text,
+                 ADD COLUMN IF NOT EXISTS kept_until timestamptz;
              INSERT INTO {version_table} (version) VALUES ({SCHEMA_VERSION})
                  ON CONFLICT (singleton) DO UPDATE SET version = EXCLUDED.version;"
         ))

@@ -3,7 +3,8 @@
 
 use super::sql::types;
 use super::*;
-use crate::store::{Count, RecordFilter, Records, Released, StateKind};
+use crate::store::records::check_resolution;
+use crate::store::{Count, Forgot, RecordFilter, Records, Released, Resolved, StateKind};
 
 const US: &str = "* interval '1 microsecond'";
 
@@ -86,10 +87,7 @@ impl Records for PostgresStore {
     async fn list(&self, filter: &RecordFilter) -> Result<Vec<Record>, StoreError> {
         let t = &self.sql.records;
         let query = format!(
-            "SELECT tool, fingerprint, state, token, outcome, note,
-                    GREATEST(EXTRACT(EPOCH FROM lease_until - now()) * 1000000, 0)::int8,
-                    GREATEST(EXTRACT(EPOCH FROM expires_at - now()) * 1000000, 0)::int8,
-                    created, updated, tenant, key
+            "SELECT {RECORD_COLUMNS}
                FROM {t}
               WHERE expires_at > now()
                 AND ($1::text IS NULL OR tool = $1)
@@ -155,19 +153,120 @@ impl Records for PostgresStore {
         })
     }
 
-    async fn forget(&self, key: &IdempotencyKey) -> Result<bool, StoreError> {
+    async fn forget(&self, key: &IdempotencyKey, force: bool) -> Result<Forgot, StoreError> {
+        let t = &self.sql.records;
+        // One statement: the row judged is locked, and deleted only if it may be.
         let query = format!(
-            "DELETE FROM {} WHERE key = $1 RETURNING expires_at > now()",
-            self.sql.records
+            "WITH r AS (
+                 SELECT expires_at > now() AS live,
+                        state = 'running' AND lease_until > now() AS held,
+                        GREATEST(EXTRACT(EPOCH FROM lease_until - now()) * 1000000, 0)::int8 AS lease_us
+                   FROM {t} WHERE key = $1 FOR UPDATE),
+             d AS (
+                 DELETE FROM {t} USING r
+                  WHERE {t}.key = $1 AND ($2 OR NOT r.live OR NOT r.held)
+                 RETURNING 1)
+             SELECT r.live, r.held, r.lease_us, EXISTS (SELECT 1 FROM d) FROM r"
         );
         let key = key.as_uuid();
         let query = &query;
         let row = self
             .run("forgetting a record", |c| async move {
-                self.row(&c, query, types::KEY, &[&key]).await
+                self.row(&c, query, types::RELEASE_KEY, &[&key, &force])
+                    .await
             })
             .await?;
-        Ok(row.is_some_and(|r| r.get::<_, bool>(0)))
+        let Some(row) = row else {
+            return Ok(Forgot::NotFound);
+        };
+        let live: bool = row.try_get(0).map_err(corrupt_row)?;
+        let lease_us: i64 = row.try_get(2).map_err(corrupt_row)?;
+        let deleted: bool = row.try_get(3).map_err(corrupt_row)?;
+        Ok(match (live, deleted) {
+            (true, true) => Forgot::Forgotten,
+            (true, false) => Forgot::LeaseLive {
+                remaining: Duration::from_micros(lease_us.max(0) as u64),
+            },
+            (false, _) => Forgot::NotFound,
+        })
+    }
+
+    async fn resolve(
+        &self,
+        key: &IdempotencyKey,
+        decision: Decision,
+        outcome: Option<&[u8]>,
+        note: Option<&str>,
+        ttl: Duration,
+    ) -> Result<Resolved, StoreError> {
+        check_resolution(decision, outcome)?;
+        let t = &self.sql.records;
+        // One statement: the row judged is locked, and changed only if it may be. Applied:
+        // completed with the outcome, kept for ttl; not applied: expired now (absent for every
+        // operation), kept for ttl to show the decision. Either way under a token no holder has,
+        // so the holder that lost the record is fenced.
+        // The same decision sent again (its reply was lost) finds it standing: `again`.
+        let query = format!(
+            "WITH r AS (
+                 SELECT state, lease_until > now() AS held, expires_at > now() AS live,
+                        GREATEST(EXTRACT(EPOCH FROM lease_until - now()) * 1000000, 0)::int8 AS lease_us,
+                        COALESCE(resolution IS NOT DISTINCT FROM $2
+                          AND resolution_note IS NOT DISTINCT FROM $4::text
+                          AND CASE WHEN $2 = 'applied'
+                                   THEN expires_at > now() AND state = 'completed'
+                                        AND outcome = $3::bytea
+                                   ELSE expires_at <= now() END, false) AS again
+                   FROM {t} WHERE key = $1 AND (expires_at > now() OR kept_until > now())
+                    FOR UPDATE),
+             u AS (
+                 UPDATE {t} SET
+                        state = CASE WHEN $2 = 'applied' THEN 'completed' ELSE {t}.state END,
+                        outcome = CASE WHEN $2 = 'applied' THEN $3::bytea ELSE {t}.outcome END,
+                        note = CASE WHEN $2 = 'applied' THEN NULL ELSE {t}.note END,
+                        token = $6::uuid,
+                        expires_at = CASE WHEN $2 = 'applied' THEN now() + $5::int8 {US} ELSE now() END,
+                        kept_until = CASE WHEN $2 = 'applied' THEN NULL ELSE now() + $5::int8 {US} END,
+                        updated = now(), resolution = $2, resolved_at = now(),
+                        resolution_note = $4::text
+                   FROM r
+                  WHERE {t}.key = $1 AND r.live
+                    AND (r.state = 'ambiguous' OR (r.state = 'running' AND NOT r.held))
+                 RETURNING 1)
+             SELECT r.state, r.lease_us, EXISTS (SELECT 1 FROM u), r.live, r.again FROM r"
+        );
+        let key = key.as_uuid();
+        let word = match decision {
+            Decision::Applied => "applied",
+            _ => "not_applied",
+        };
+        let ttl = micros(ttl);
+        let operator = Uuid::new_v4();
+        let query = &query;
+        let row = self
+            .run("resolving a record", |c| async move {
+                let params: [&(dyn ToSql + Sync); 6] =
+                    [&key, &word, &outcome, &note, &ttl, &operator];
+                self.row(&c, query, types::RESOLVE, &params).await
+            })
+            .await?;
+        let Some(row) = row else {
+            return Ok(Resolved::NotFound);
+        };
+        let state: &str = row.try_get(0).map_err(corrupt_row)?;
+        let lease_us: i64 = row.try_get(1).map_err(corrupt_row)?;
+        let changed: bool = row.try_get(2).map_err(corrupt_row)?;
+        let live: bool = row.try_get(3).map_err(corrupt_row)?;
+        let again: bool = row.try_get(4).map_err(corrupt_row)?;
+        Ok(match (state, changed) {
+            (_, true) => Resolved::Resolved,
+            _ if again => Resolved::Resolved,
+            _ if !live => Resolved::NotFound,
+            ("completed", false) => Resolved::Completed,
+            ("running", false) => Resolved::LeaseLive {
+                remaining: Duration::from_micros(lease_us.max(0) as u64),
+            },
+            (other, false) => return Err(bad_state(other)),
+        })
     }
 
     async fn prune(&self, limit: usize) -> Result<usize, StoreError> {

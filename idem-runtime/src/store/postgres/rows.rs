@@ -132,8 +132,9 @@ pub(super) fn existing_of(row: &Row) -> Result<Existing, StoreError> {
     Ok(Existing { fingerprint, state })
 }
 
-/// Reads `tool, fingerprint, state, token, outcome, note, lease_remaining_us, expires_in_us,
-/// created, updated, tenant, key`.
+/// Reads `RECORD_COLUMNS`: `tool, fingerprint, state, token, outcome, note,
+/// lease_remaining_us, expires_in_us, created, updated, tenant, key, resolution, resolved_at,
+/// resolution_note`.
 pub(super) fn record_of(row: &Row) -> Result<Record, StoreError> {
     let tool: String = row.try_get(0).map_err(corrupt_row)?;
     let fingerprint = fingerprint_of(row.try_get(1).map_err(corrupt_row)?)?;
@@ -147,6 +148,23 @@ pub(super) fn record_of(row: &Row) -> Result<Record, StoreError> {
     let updated: std::time::SystemTime = row.try_get(9).map_err(corrupt_row)?;
     let tenant: Option<String> = row.try_get(10).map_err(corrupt_row)?;
     let key: Uuid = row.try_get(11).map_err(corrupt_row)?;
+    let decision: Option<&str> = row.try_get(12).map_err(corrupt_row)?;
+    let resolved_at: Option<std::time::SystemTime> = row.try_get(13).map_err(corrupt_row)?;
+    let resolution_note: Option<String> = row.try_get(14).map_err(corrupt_row)?;
+    let resolution = match decision {
+        None => None,
+        Some(word) => Some(Resolution::new(
+            match word {
+                "applied" => Decision::Applied,
+                "not_applied" => Decision::NotApplied,
+                other => return Err(bad_state(other)),
+            },
+            resolved_at
+                .unwrap_or(std::time::UNIX_EPOCH)
+                .max(std::time::UNIX_EPOCH),
+            resolution_note,
+        )),
+    };
     let state = match (state, outcome) {
         ("running", _) => RecordState::Running {
             token: LeaseToken(token),
@@ -168,6 +186,7 @@ pub(super) fn record_of(row: &Row) -> Result<Record, StoreError> {
         created: created.max(std::time::UNIX_EPOCH),
         updated: updated.max(std::time::UNIX_EPOCH),
         tenant,
+        resolution,
     })
 }
 

@@ -33,8 +33,22 @@ pub(super) mod types {
         Type::TEXT,
     ];
     pub(in super::super) const RELEASE_KEY: &[Type] = &[Type::UUID, Type::BOOL];
+    pub(in super::super) const RESOLVE: &[Type] = &[
+        Type::UUID,
+        Type::TEXT,
+        Type::BYTEA,
+        Type::TEXT,
+        Type::INT8,
+        Type::UUID,
+    ];
     pub(in super::super) const NONE: &[Type] = &[];
 }
+
+/// The columns a record is read with (see `record_of`), in order.
+pub(super) const RECORD_COLUMNS: &str = "tool, fingerprint, state, token, outcome, note,
+    GREATEST(EXTRACT(EPOCH FROM lease_until - now()) * 1000000, 0)::int8,
+    GREATEST(EXTRACT(EPOCH FROM expires_at - now()) * 1000000, 0)::int8,
+    created, updated, tenant, key, resolution, resolved_at, resolution_note";
 
 /// The statements, with the table names filled in once.
 #[derive(Clone)]
@@ -87,7 +101,8 @@ impl Sql {
                         token = EXCLUDED.token, lease_until = EXCLUDED.lease_until,
                         expires_at = EXCLUDED.expires_at, outcome = NULL, note = NULL,
                         created = EXCLUDED.created, updated = EXCLUDED.updated,
-                        tenant = EXCLUDED.tenant
+                        tenant = EXCLUDED.tenant, resolution = NULL, resolved_at = NULL,
+                        resolution_note = NULL, kept_until = NULL
                   WHERE r.expires_at <= now()
                      OR (r.fingerprint = EXCLUDED.fingerprint
                          AND (r.state = 'ambiguous'
@@ -133,18 +148,18 @@ impl Sql {
                   WHERE key = $1 AND token = $2 AND expires_at > now()
                     AND state IN ('running', 'ambiguous')"
             ),
-            // The live record, for operators.
+            // The record, for operators: the live one, or one released by an operator's
+            // not-applied and kept to show that decision.
             get: format!(
-                "SELECT tool, fingerprint, state, token, outcome, note,
-                        GREATEST(EXTRACT(EPOCH FROM lease_until - now()) * 1000000, 0)::int8,
-                        GREATEST(EXTRACT(EPOCH FROM expires_at - now()) * 1000000, 0)::int8,
-                        created, updated, tenant, key
-                   FROM {t} WHERE key = $1 AND expires_at > now()"
+                "SELECT {RECORD_COLUMNS}
+                   FROM {t} WHERE key = $1 AND (expires_at > now() OR kept_until > now())"
             ),
-            // expired → absent, one batch; rows another pruner holds are skipped, not waited for.
+            // expired → absent, one batch; rows another pruner holds are skipped, not waited for;
+            // a row released by an operator is kept until its `kept_until`.
             prune: format!(
                 "DELETE FROM {t} WHERE key IN (
-                     SELECT key FROM {t} WHERE expires_at <= now()
+                     SELECT key FROM {t}
+                      WHERE expires_at <= now() AND (kept_until IS NULL OR kept_until <= now())
                       LIMIT $1 FOR UPDATE SKIP LOCKED)"
             ),
             // absent → `fresh`; present → unchanged. Returns the stored id either way (the no-op

@@ -59,8 +59,8 @@
 //!   [`Records::list`](crate::Records::list)/[`counts`](crate::Records::counts)/[`prune`](crate::Records::prune))
 //!   adds `+scan`: those walk the prefix with `SCAN … MATCH <prefix>rec:*`. `SCAN` is not limited
 //!   by key patterns, so such a user can see the *names* (never the values) of other keys of the
-//!   database; agents do not need it. `get`, `release` and `forget` of one key are scripts and
-//!   need nothing more.
+//!   database; agents do not need it. `get`, `release`, `forget` and `resolve` of one key are
+//!   scripts and need nothing more.
 //! - The connection sends `CLIENT SETINFO` and ignores a refusal; a URL with a database other
 //!   than 0 adds `+select`.
 //!

@@ -5,8 +5,11 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::*;
+use crate::store::records::check_resolution;
 use crate::store::records::count_records;
-use crate::store::{Count, RecordFilter, Records, Released, StateKind};
+use crate::store::{
+    Count, Decision, Forgot, RecordFilter, Records, Released, Resolution, Resolved, StateKind,
+};
 
 /// KEYS[1] record; ARGV force ('1' or '0'). Running → absent, unless its lease is live and not
 /// forced. Returns {what, lease ms left}: 'absent', 'live', 'released', or the state.
@@ -20,17 +23,63 @@ redis.call('DEL', KEYS[1])
 return {'released', 0}
 ";
 
-/// KEYS[1] record. Any state → absent; 1 if it was live.
+/// KEYS[1] record; ARGV force ('1' or '0'). Any state → absent (a released record kept to
+/// show its decision too), unless a holder's lease on it is live and not forced. Returns {what,
+/// lease ms left}: 'forgotten' (it was live), 'absent', 'live'.
 const FORGET: &str = r"
-local e = redis.call('HGET', KEYS[1], 'expires_at')
+local r = redis.call('HMGET', KEYS[1], 'state', 'lease_until', 'expires_at')
+if not r[1] then return {'absent', 0} end
+local live = tonumber(r[3]) > now
+if live and r[1] == 'running' and ARGV[1] ~= '1' then
+  local left = tonumber(r[2]) - now
+  if left > 0 then return {'live', left} end
+end
 redis.call('DEL', KEYS[1])
-if e and tonumber(e) > now then return 1 end
-return 0
+if live then return {'forgotten', 0} end
+return {'absent', 0}
+";
+
+/// KEYS[1] record; ARGV decision ('applied', 'not_applied'), outcome, note, has a note ('1' or
+/// '0'), ttl ms, grace ms, a token no holder has. An operator's decision (S24): ambiguous, or
+/// running with its lease over → applied: completed with the outcome, kept for ttl; not
+/// applied: expired now (absent for every operation), kept for ttl to show the decision. Either
+/// way under the new token, so the holder that lost the record is fenced. Returns {what, lease
+/// ms left}: 'resolved', 'absent', 'live', 'completed'.
+const RESOLVE: &str = r"
+local r = redis.call('HMGET', KEYS[1], 'state', 'lease_until', 'expires_at', 'res', 'res_note', 'outcome', 'kept_until')
+if not r[1] then return {'absent', 0} end
+local live = tonumber(r[3]) > now
+-- The same decision sent again (its reply was lost), while it stands.
+if r[4] == ARGV[1] and ((ARGV[4] == '1' and r[5] == ARGV[3]) or (ARGV[4] ~= '1' and not r[5])) then
+  if ARGV[1] == 'applied' and live and r[1] == 'completed' and r[6] == ARGV[2] then return {'resolved', 0} end
+  if ARGV[1] ~= 'applied' and not live and r[7] and tonumber(r[7]) > now then return {'resolved', 0} end
+end
+if not live then return {'absent', 0} end
+if r[1] == 'completed' then return {'completed', 0} end
+if r[1] == 'running' then
+  local left = tonumber(r[2]) - now
+  if left > 0 then return {'live', left} end
+end
+if ARGV[1] == 'applied' then
+  redis.call('HSET', KEYS[1], 'state', 'completed', 'outcome', ARGV[2], 'expires_at', ms(now + ARGV[5]))
+  redis.call('HDEL', KEYS[1], 'note', 'kept_until')
+else
+  redis.call('HSET', KEYS[1], 'expires_at', ms(now), 'kept_until', ms(now + ARGV[5]))
+end
+redis.call('HSET', KEYS[1], 'token', ARGV[7], 'updated', ms(now), 'res', ARGV[1], 'res_at', ms(now))
+if ARGV[4] == '1' then
+  redis.call('HSET', KEYS[1], 'res_note', ARGV[3])
+else
+  redis.call('HDEL', KEYS[1], 'res_note')
+end
+redis.call('PEXPIREAT', KEYS[1], ms(now + ARGV[5] + ARGV[6]))
+return {'resolved', 0}
 ";
 
 struct OperatorScripts {
     release: Script,
     forget: Script,
+    resolve: Script,
 }
 
 fn operator_scripts() -> &'static OperatorScripts {
@@ -38,6 +87,7 @@ fn operator_scripts() -> &'static OperatorScripts {
     SCRIPTS.get_or_init(|| OperatorScripts {
         release: Script::new(&[PRELUDE, RELEASE_BY_OPERATOR].concat()),
         forget: Script::new(&[PRELUDE, FORGET].concat()),
+        resolve: Script::new(&[PRELUDE, RESOLVE].concat()),
     })
 }
 
@@ -75,7 +125,10 @@ impl RedisStore {
             updated,
             now,
             tenant,
-        ] = fields::<12>(items)?;
+            decision,
+            resolved_at,
+            resolution_note,
+        ] = fields::<15>(items)?;
         let tool = String::from_utf8(bytes(tool)?).map_err(|_| corrupt_field("tool"))?;
         let state = match bytes(state)?.as_slice() {
             b"running" => RecordState::Running {
@@ -107,6 +160,27 @@ impl RedisStore {
                 .filter(|t| !t.is_empty())
                 .map(|t| String::from_utf8(t).map_err(|_| corrupt_field("tenant")))
                 .transpose()?,
+            resolution: match bytes(decision)?.as_slice() {
+                b"" => None,
+                word => Some(Resolution::new(
+                    match word {
+                        b"applied" => Decision::Applied,
+                        b"not_applied" => Decision::NotApplied,
+                        _ => return Err(corrupt_field("res")),
+                    },
+                    wall_time(&bytes(resolved_at)?),
+                    match resolution_note {
+                        Value::Array(note) => match <[Value; 1]>::try_from(note) {
+                            Ok([note]) => Some(
+                                String::from_utf8(bytes(note)?)
+                                    .map_err(|_| corrupt_field("res_note"))?,
+                            ),
+                            Err(_) => None,
+                        },
+                        other => return Err(unexpected(&other)),
+                    },
+                )),
+            },
         };
         let now = UNIX_EPOCH + Duration::from_millis(int(now)?.max(0) as u64);
         Ok(Some((record, now)))
@@ -202,7 +276,7 @@ impl Records for RedisStore {
             .all_records()
             .await?
             .into_iter()
-            .filter(|(record, now)| filter.matches(record, *now))
+            .filter(|(record, now)| record.is_live() && filter.matches(record, *now))
             .map(|(record, _)| record)
             .collect();
         filter.newest_first(&mut records);
@@ -231,16 +305,68 @@ impl Records for RedisStore {
         })
     }
 
-    async fn forget(&self, key: &IdempotencyKey) -> Result<bool, StoreError> {
-        let n: i64 = self
+    async fn forget(&self, key: &IdempotencyKey, force: bool) -> Result<Forgot, StoreError> {
+        let force: &[u8] = if force { b"1" } else { b"0" };
+        let reply: Vec<Value> = self
             .invoke(
                 "forgetting a record",
                 &operator_scripts().forget,
                 &self.record_key(key),
-                &[],
+                &[force],
             )
             .await?;
-        Ok(n == 1)
+        let [what, left] = fields::<2>(reply)?;
+        let left = Duration::from_millis(int(left)?.max(0) as u64);
+        Ok(match bytes(what)?.as_slice() {
+            b"forgotten" => Forgot::Forgotten,
+            b"absent" => Forgot::NotFound,
+            b"live" => Forgot::LeaseLive { remaining: left },
+            other => return Err(bad_state(other)),
+        })
+    }
+
+    async fn resolve(
+        &self,
+        key: &IdempotencyKey,
+        decision: Decision,
+        outcome: Option<&[u8]>,
+        note: Option<&str>,
+        ttl: Duration,
+    ) -> Result<Resolved, StoreError> {
+        check_resolution(decision, outcome)?;
+        let word: &[u8] = match decision {
+            Decision::Applied => b"applied",
+            _ => b"not_applied",
+        };
+        let has_note: &[u8] = if note.is_some() { b"1" } else { b"0" };
+        let (ttl, grace) = (ms(ttl), ms(self.grace));
+        let token = Uuid::new_v4().to_string();
+        let args: [&[u8]; 7] = [
+            word,
+            outcome.unwrap_or_default(),
+            note.unwrap_or_default().as_bytes(),
+            has_note,
+            ttl.as_bytes(),
+            grace.as_bytes(),
+            token.as_bytes(),
+        ];
+        let reply: Vec<Value> = self
+            .invoke(
+                "resolving a record",
+                &operator_scripts().resolve,
+                &self.record_key(key),
+                &args,
+            )
+            .await?;
+        let [what, left] = fields::<2>(reply)?;
+        let left = Duration::from_millis(int(left)?.max(0) as u64);
+        Ok(match bytes(what)?.as_slice() {
+            b"resolved" => Resolved::Resolved,
+            b"absent" => Resolved::NotFound,
+            b"live" => Resolved::LeaseLive { remaining: left },
+            b"completed" => Resolved::Completed,
+            other => return Err(bad_state(other)),
+        })
     }
 
     async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
@@ -252,6 +378,7 @@ impl Records for RedisStore {
         Ok(count_records(
             records
                 .iter()
+                .filter(|(r, _)| r.is_live())
                 .map(|(r, _)| (r.tool.as_str(), r.state.kind())),
         ))
     }

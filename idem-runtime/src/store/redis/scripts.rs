@@ -91,20 +91,27 @@ redis.call('PEXPIREAT', KEYS[1], ms(now + ARGV[3] + ARGV[4]))
 return 1
 ";
 
-/// KEYS[1] record. The live record, for operators (nil when absent or expired), with the
+/// KEYS[1] record. The record, for operators: the live one, or one released by an operator's
+/// not-applied and kept until `kept_until` to show that decision (nil otherwise), with the
 /// server's time; `created`/`updated`/`tenant` are '' in a record written before they were kept
-/// (and `tenant` in one made under no tenant).
+/// (and `tenant` in one made under no tenant), `res`/`res_at` '' when no operator decided, and
+/// `res_note` false when the decision has no note.
 const GET: &str = r"
-local r = redis.call('HMGET', KEYS[1], 'tool', 'fp', 'state', 'token', 'lease_until', 'expires_at', 'outcome', 'note', 'created', 'updated', 'tenant')
-if not r[1] or tonumber(r[6]) <= now then return nil end
-return {r[1], r[2], r[3], r[4], math.max(tonumber(r[5] or now) - now, 0), tonumber(r[6]) - now, r[7] or '', r[8] or '',
-  r[9] or '', r[10] or '', now, r[11] or ''}
+local r = redis.call('HMGET', KEYS[1], 'tool', 'fp', 'state', 'token', 'lease_until', 'expires_at', 'outcome', 'note', 'created', 'updated', 'tenant',
+  'res', 'res_at', 'res_note', 'kept_until')
+if not r[1] then return nil end
+if tonumber(r[6]) <= now and not (r[15] and tonumber(r[15]) > now) then return nil end
+return {r[1], r[2], r[3], r[4], math.max(tonumber(r[5] or now) - now, 0), math.max(tonumber(r[6]) - now, 0), r[7] or '', r[8] or '',
+  r[9] or '', r[10] or '', now, r[11] or '', r[12] or '', r[13] or '', r[14] and {r[14]} or {}}
 ";
 
-/// KEYS[1] record. expired → absent.
+/// KEYS[1] record. expired → absent (a record released by an operator once its `kept_until`
+/// has passed).
 const PRUNE: &str = r"
-local e = redis.call('HGET', KEYS[1], 'expires_at')
-if e and tonumber(e) <= now then redis.call('DEL', KEYS[1]) return 1 end
+local r = redis.call('HMGET', KEYS[1], 'expires_at', 'kept_until')
+if r[1] and tonumber(r[1]) <= now and not (r[2] and tonumber(r[2]) > now) then
+  redis.call('DEL', KEYS[1]) return 1
+end
 return 0
 ";
 

@@ -27,11 +27,12 @@
 //!   so processes on one machine agree either way; passing it in keeps `now` one value per
 //!   operation, visible in the statement's parameters and in its comments. What a step of a
 //!   process's clock does: a lease end written by a clock **ahead** (a holder whose clock
-//!   jumped forward, then died) is capped at one lease from the claimer's clock when a claimer
-//!   finds it ([`sql::CAP_LEASE`]), so the key frees within a lease, not after the jump; a
-//!   claimer whose clock is ahead by more than a lease takes a live holder's key over early: the
-//!   holder's next renewal (within a third of its lease) is then refused and stops it (S13),
-//!   and its late write is fenced (S11). Callers of one key are assumed to use one lease length.
+//!   jumped forward, then died) is capped at the holder's own lease (kept with the record) from
+//!   the claimer's clock when a claimer finds it ([`sql::CAP_LEASE`]), so the key frees within
+//!   that lease, not after the jump; never at the claimer's lease, so callers of one key may use
+//!   different lease lengths (S23). A claimer whose clock is ahead by more than the holder's
+//!   lease takes a live holder's key over early: the holder's next renewal (within a third of
+//!   its lease) is then refused and stops it (S13), and its late write is fenced (S11).
 //! - **After `fork()`** the child opens the file anew on first use, with its own thread; the
 //!   parent's connection is never used (nor closed) in the child.
 //! - **A deleted or replaced file** (`git clean -xdf`) is noticed by the next operation (one
@@ -68,8 +69,8 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, na
 use uuid::Uuid;
 
 use super::{
-    AsyncStore, Claim, ClaimRequest, Existing, ExistingState, LeaseToken, OperationIds, Outcome,
-    Record, RecordState, Takeover, Written,
+    AsyncStore, Claim, ClaimRequest, Decision, Existing, ExistingState, LeaseToken, OperationIds,
+    Outcome, Record, RecordState, Resolution, Takeover, Written,
 };
 use crate::error::{StoreError, StoreErrorKind};
 use crate::fingerprint::Fingerprint;

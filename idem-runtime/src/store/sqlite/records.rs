@@ -1,13 +1,17 @@
 //! The SQLite store's operator reads and repairs ([`Records`]): their statements, and each one
 //! run on the connection like the claim state machine's.
 
+use super::sql::record_columns;
 use super::*;
-use crate::store::{Count, RecordFilter, Records, Released, StateKind};
+use crate::store::records::check_resolution;
+use crate::store::{Count, Forgot, RecordFilter, Records, Released, Resolved, StateKind};
 
 /// Live records that pass the filter (each condition off when its parameter is NULL), newest
 /// first. `:made_before`/`:made_after` are unix ms, `now` minus the ages asked for.
-const LIST: &str = "
-    SELECT tool, fingerprint, state, token, lease_until, outcome, note, expires_at, created, updated, tenant, key
+const LIST: &str = concat!(
+    "SELECT ",
+    record_columns!(),
+    ", key
     FROM records
     WHERE expires_at > :now
       AND (:tool IS NULL OR tool = :tool)
@@ -16,7 +20,8 @@ const LIST: &str = "
       AND (:made_before IS NULL OR created <= :made_before)
       AND (:made_after IS NULL OR created > :made_after)
     ORDER BY created DESC, key
-    LIMIT :limit";
+    LIMIT :limit"
+);
 
 /// What an operator's release judges, read in its transaction.
 const RELEASE_CHECK: &str = "
@@ -26,7 +31,18 @@ const RELEASE_CHECK: &str = "
 const RELEASE_JUDGED: &str = "
     DELETE FROM records WHERE key = :key AND state = 'running' AND token = :token";
 
-/// any state → absent; says whether the record was live.
+/// What an operator's forget or resolve judges, read in its transaction.
+const JUDGE: &str = "
+    SELECT state, lease_until FROM records WHERE key = :key AND expires_at > :now";
+
+/// What an operator's resolve judges, read in its transaction: the record, live or kept to show
+/// a decision, and the decision kept with it (a resolve sent again finds its own).
+const RESOLVE_JUDGE: &str = "
+    SELECT state, lease_until, expires_at > :now, resolution, resolution_note, outcome
+    FROM records WHERE key = :key AND (expires_at > :now OR kept_until > :now)";
+
+/// any state → absent (a released record kept to show its decision too); says whether the
+/// record was live.
 const FORGET: &str = "
     DELETE FROM records WHERE key = :key RETURNING expires_at > :now";
 
@@ -48,7 +64,7 @@ impl SqliteStore {
         let key = *key;
         self.run(Access::Read, move |conn, path| {
             let rec = conn
-                .prepare_cached(sql::LIVE)
+                .prepare_cached(sql::SHOWN)
                 .and_then(|mut st| {
                     st.query_row(
                         named_params! { ":key": key.as_str(), ":now": now_ms() },
@@ -96,7 +112,7 @@ impl Records for SqliteStore {
                         ":tenant": filter.tenant,
                     },
                     |row| {
-                        let key: String = row.get(11)?;
+                        let key: String = row.get(15)?;
                         Ok(match key.parse::<IdempotencyKey>() {
                             Ok(key) => decode(row, &key, path),
                             Err(_) => Err(StoreError::corrupt(format!(
@@ -151,19 +167,135 @@ impl Records for SqliteStore {
         .await
     }
 
-    async fn forget(&self, key: &IdempotencyKey) -> Result<bool, StoreError> {
+    async fn forget(&self, key: &IdempotencyKey, force: bool) -> Result<Forgot, StoreError> {
         let key = *key;
         self.run(Access::Write, move |conn, path| {
-            conn.prepare_cached(FORGET)
-                .and_then(|mut st| {
-                    st.query_row(
-                        named_params! { ":key": key.as_str(), ":now": now_ms() },
-                        |row| row.get::<_, bool>(0),
-                    )
-                    .optional()
-                })
-                .map(|live| live.unwrap_or(false))
-                .map_err(|e| sql_error(path, "forget a key in", e))
+            let now = now_ms();
+            let forgot = (|| {
+                let tx = Scope::begin(conn)?;
+                let found: Option<(String, Option<i64>)> = tx
+                    .prepare_cached(JUDGE)?
+                    .query_row(named_params! { ":key": key.as_str(), ":now": now }, |row| {
+                        Ok((row.get(0)?, row.get(1)?))
+                    })
+                    .optional()?;
+                let answer = match found {
+                    Some((state, Some(until))) if state == "running" && until > now && !force => {
+                        Forgot::LeaseLive {
+                            remaining: remaining(until, now),
+                        }
+                    }
+                    _ => {
+                        let live = tx
+                            .prepare_cached(FORGET)?
+                            .query_row(named_params! { ":key": key.as_str(), ":now": now }, |row| {
+                                row.get::<_, bool>(0)
+                            })
+                            .optional()?;
+                        match live {
+                            Some(true) => Forgot::Forgotten,
+                            _ => Forgot::NotFound,
+                        }
+                    }
+                };
+                tx.commit()?;
+                Ok::<_, rusqlite::Error>(answer)
+            })();
+            forgot.map_err(|e| sql_error(path, "forget a key in", e))
+        })
+        .await
+    }
+
+    async fn resolve(
+        &self,
+        key: &IdempotencyKey,
+        decision: Decision,
+        outcome: Option<&[u8]>,
+        note: Option<&str>,
+        ttl: Duration,
+    ) -> Result<Resolved, StoreError> {
+        check_resolution(decision, outcome)?;
+        let (key, ttl) = (*key, ms(ttl));
+        let outcome = outcome.map(<[u8]>::to_vec);
+        let note = note.map(str::to_owned);
+        self.run(Access::Write, move |conn, path| {
+            let now = now_ms();
+            let resolved = (|| {
+                // The write lock first: the record judged is the one changed.
+                let tx = Scope::begin(conn)?;
+                type Judged = (
+                    String,
+                    Option<i64>,
+                    bool,
+                    Option<String>,
+                    Option<String>,
+                    Option<Vec<u8>>,
+                );
+                let found: Option<Judged> = tx
+                    .prepare_cached(RESOLVE_JUDGE)?
+                    .query_row(named_params! { ":key": key.as_str(), ":now": now }, |row| {
+                        Ok((
+                            row.get(0)?,
+                            row.get(1)?,
+                            row.get(2)?,
+                            row.get(3)?,
+                            row.get(4)?,
+                            row.get(5)?,
+                        ))
+                    })
+                    .optional()?;
+                // The same decision sent again (its reply was lost), while it stands.
+                let again = |live: bool,
+                             kept: &Option<String>,
+                             kept_note: &Option<String>,
+                             stored: &Option<Vec<u8>>| {
+                    let word = match decision {
+                        Decision::Applied => "applied",
+                        _ => "not_applied",
+                    };
+                    kept.as_deref() == Some(word)
+                        && kept_note.as_deref() == note.as_deref()
+                        && live == outcome.is_some()
+                        && (outcome.is_none() || stored == &outcome)
+                };
+                let answer = match found {
+                    None => Resolved::NotFound,
+                    Some((_, _, live, kept, kept_note, stored))
+                        if again(live, &kept, &kept_note, &stored) =>
+                    {
+                        Resolved::Resolved
+                    }
+                    Some((_, _, false, ..)) => Resolved::NotFound,
+                    Some((state, ..)) if state == "completed" => Resolved::Completed,
+                    Some((state, Some(until), ..)) if state == "running" && until > now => {
+                        Resolved::LeaseLive {
+                            remaining: remaining(until, now),
+                        }
+                    }
+                    Some(_) => {
+                        let until = now.saturating_add(ttl);
+                        match &outcome {
+                            Some(outcome) => {
+                                tx.prepare_cached(sql::RESOLVE_APPLIED)?
+                                    .execute(named_params! {
+                                        ":key": key.as_str(), ":outcome": outcome, ":now": now,
+                                        ":expires_at": until, ":note": note,
+                                    })?
+                            }
+                            None => tx.prepare_cached(sql::RESOLVE_NOT_APPLIED)?.execute(
+                                named_params! {
+                                    ":key": key.as_str(), ":now": now, ":kept_until": until,
+                                    ":note": note,
+                                },
+                            )?,
+                        };
+                        Resolved::Resolved
+                    }
+                };
+                tx.commit()?;
+                Ok::<_, rusqlite::Error>(answer)
+            })();
+            resolved.map_err(|e| sql_error(path, "resolve a key in", e))
         })
         .await
     }

@@ -39,62 +39,118 @@ pub const MIGRATIONS: &[&str] = &[
     // v2 → v3: the scope (tenant) a record was made under, for operators (NULL: none, or a
     // record written before).
     "ALTER TABLE records ADD COLUMN tenant TEXT;",
+    // v3 → v4 (S23, S24, issue 30 #8):
+    // - `lease_ms`: the holder's own lease length, by which a claimer caps a lease end that lies
+    //   further ahead as clock skew (NULL in a record written before: capped by the claimer's
+    //   lease, as before).
+    // - `token` is now also kept with a completed or ambiguous record (the holder that wrote it,
+    //   so that its write sent again is applied again; NULL in one written before, or resolved).
+    // - An operator's decision (`idemkit resolve`): `resolution` ('applied', 'not_applied'),
+    //   `resolved_at` (unix ms), `resolution_note`; `kept_until` (unix ms): a record released
+    //   by not-applied is expired at once (absent for every operation) and kept until then to
+    //   show that decision.
+    "ALTER TABLE records ADD COLUMN lease_ms INTEGER;
+    ALTER TABLE records ADD COLUMN resolution TEXT CHECK (resolution IN ('applied', 'not_applied'));
+    ALTER TABLE records ADD COLUMN resolved_at INTEGER;
+    ALTER TABLE records ADD COLUMN resolution_note TEXT;
+    ALTER TABLE records ADD COLUMN kept_until INTEGER;",
 ];
 
 /// absent (no row at all) → running: the usual claim, one statement. Returns the token only when
 /// it inserted the record; on any row of the key (live or expired) it does nothing, and the claim
 /// reads that row and runs [`CLAIM`].
 pub const INSERT_NEW: &str = "
-    INSERT INTO records (key, tool, fingerprint, state, token, lease_until, expires_at, created, updated, tenant)
-    VALUES (:key, :tool, :fingerprint, 'running', :token, :lease_until, :expires_at, :now, :now, :tenant)
+    INSERT INTO records (key, tool, fingerprint, state, token, lease_until, lease_ms, expires_at, created, updated, tenant)
+    VALUES (:key, :tool, :fingerprint, 'running', :token, :lease_until, :lease_ms, :expires_at, :now, :now, :tenant)
     ON CONFLICT (key) DO NOTHING
     RETURNING token";
 
 /// absent | expired → running (a new record);
 /// running with the lease expired | ambiguous, same fingerprint → running (takeover).
-/// Returns the token only when the caller took the record.
+/// Returns the token only when the caller took the record. An operator's decision on the row
+/// it replaces is dropped (it was that record's).
 pub const CLAIM: &str = "
-    INSERT INTO records (key, tool, fingerprint, state, token, lease_until, expires_at, created, updated, tenant)
-    VALUES (:key, :tool, :fingerprint, 'running', :token, :lease_until, :expires_at, :now, :now, :tenant)
+    INSERT INTO records (key, tool, fingerprint, state, token, lease_until, lease_ms, expires_at, created, updated, tenant)
+    VALUES (:key, :tool, :fingerprint, 'running', :token, :lease_until, :lease_ms, :expires_at, :now, :now, :tenant)
     ON CONFLICT (key) DO UPDATE SET
         tool = excluded.tool, fingerprint = excluded.fingerprint, state = 'running',
-        token = excluded.token, lease_until = excluded.lease_until,
+        token = excluded.token, lease_until = excluded.lease_until, lease_ms = excluded.lease_ms,
         outcome = NULL, note = NULL, expires_at = excluded.expires_at,
-        created = excluded.created, updated = excluded.updated, tenant = excluded.tenant
+        created = excluded.created, updated = excluded.updated, tenant = excluded.tenant,
+        resolution = NULL, resolved_at = NULL, resolution_note = NULL, kept_until = NULL
     WHERE records.expires_at <= :now
        OR (records.fingerprint = excluded.fingerprint
            AND (records.state = 'ambiguous'
                 OR (records.state = 'running' AND records.lease_until <= :now)))
     RETURNING token";
 
+/// The columns a record is read with (see `decode`), in order.
+macro_rules! record_columns {
+    () => {
+        "tool, fingerprint, state, token, lease_until, outcome, note, expires_at, created, updated, tenant,
+         resolution, resolved_at, resolution_note, lease_ms"
+    };
+}
+pub(super) use record_columns;
+
 /// The live record a claim did not take (read in the claim's transaction).
-pub const LIVE: &str = "
-    SELECT tool, fingerprint, state, token, lease_until, outcome, note, expires_at, created, updated, tenant
-    FROM records WHERE key = :key AND expires_at > :now";
+pub const LIVE: &str = concat!(
+    "SELECT ",
+    record_columns!(),
+    " FROM records WHERE key = :key AND expires_at > :now"
+);
 
-/// running, held by :token, not expired → completed.
+/// The record an operator asks for: the live one, or one released by an operator's
+/// not-applied and kept to show that decision.
+pub const SHOWN: &str = concat!(
+    "SELECT ",
+    record_columns!(),
+    " FROM records WHERE key = :key AND (expires_at > :now OR kept_until > :now)"
+);
+
+/// running, held by :token, not expired → completed; completed by :token already → the same
+/// (its completion sent again after a lost reply). The token stays, to recognise that.
 pub const COMPLETE: &str = "
-    UPDATE records SET state = 'completed', outcome = :outcome, token = NULL, lease_until = NULL,
+    UPDATE records SET state = 'completed', outcome = :outcome, lease_until = NULL,
                        expires_at = :expires_at, updated = :now
-    WHERE key = :key AND state = 'running' AND token = :token AND expires_at > :now";
+    WHERE key = :key AND state IN ('running', 'completed') AND token = :token AND expires_at > :now";
 
-/// running, held by :token, not expired → ambiguous (the next same-fingerprint claim takes it).
+/// running, held by :token, not expired → ambiguous (the next same-fingerprint claim takes it);
+/// ambiguous by :token already → the same (sent again after a lost reply).
 pub const MARK_AMBIGUOUS: &str = "
-    UPDATE records SET state = 'ambiguous', note = :note, token = NULL, lease_until = NULL,
+    UPDATE records SET state = 'ambiguous', note = :note, lease_until = NULL,
                        expires_at = :expires_at, updated = :now
-    WHERE key = :key AND state = 'running' AND token = :token AND expires_at > :now";
+    WHERE key = :key AND state IN ('running', 'ambiguous') AND token = :token AND expires_at > :now";
 
-/// running, its lease ending further ahead than :cap (now + a lease: written by a clock
-/// ahead of this one) → running, the lease ending at :cap.
+/// An operator's applied (S24): ambiguous | running (lease over) → completed with :outcome, kept
+/// until :expires_at; the token cleared, so the holder that lost it is fenced. The caller
+/// checked the state in the same transaction.
+pub const RESOLVE_APPLIED: &str = "
+    UPDATE records SET state = 'completed', outcome = :outcome, token = NULL, lease_until = NULL,
+                       note = NULL, expires_at = :expires_at, updated = :now,
+                       resolution = 'applied', resolved_at = :now, resolution_note = :note,
+                       kept_until = NULL
+    WHERE key = :key";
+
+/// An operator's not-applied (S24): ambiguous | running (lease over) → expired now (absent for
+/// every operation, its holder fenced), kept until :kept_until to show the decision.
+pub const RESOLVE_NOT_APPLIED: &str = "
+    UPDATE records SET expires_at = :now, updated = :now,
+                       resolution = 'not_applied', resolved_at = :now, resolution_note = :note,
+                       kept_until = :kept_until
+    WHERE key = :key";
+
+/// running, its lease ending further ahead than :cap (now + the holder's lease: written by a
+/// clock ahead of this one) → running, the lease ending at :cap.
 pub const CAP_LEASE: &str = "
     UPDATE records SET lease_until = :cap
     WHERE key = :key AND state = 'running' AND lease_until > :cap";
 
-/// running, held by :token, not expired → running, the lease ending at :lease_until; the
-/// expiry moved to the lease end if that is later.
+/// running, held by :token, not expired → running, the lease ending at :lease_until (the
+/// holder's lease, :lease_ms, kept); the expiry moved to the lease end if that is later.
 pub const RENEW: &str = "
-    UPDATE records SET lease_until = :lease_until, expires_at = max(expires_at, :lease_until),
-                       updated = :now
+    UPDATE records SET lease_until = :lease_until, lease_ms = :lease_ms,
+                       expires_at = max(expires_at, :lease_until), updated = :now
     WHERE key = :key AND state = 'running' AND token = :token AND expires_at > :now";
 
 /// running, held by :token, not expired → absent (it did not happen: a later call may run).
@@ -102,10 +158,13 @@ pub const RELEASE: &str = "
     DELETE FROM records
     WHERE key = :key AND state = 'running' AND token = :token AND expires_at > :now";
 
-/// expired → absent, at most :limit rows, oldest first.
+/// expired → absent, at most :limit rows, oldest first (a record released by an operator is
+/// kept until its `kept_until`).
 pub const PRUNE: &str = "
     DELETE FROM records WHERE key IN (
-        SELECT key FROM records WHERE expires_at <= :now ORDER BY expires_at LIMIT :limit)";
+        SELECT key FROM records
+        WHERE expires_at <= :now AND (kept_until IS NULL OR kept_until <= :now)
+        ORDER BY expires_at LIMIT :limit)";
 
 /// absent → :id; present → unchanged. Returns the stored id either way.
 pub const OPERATION_ID: &str = "

@@ -40,7 +40,7 @@ impl AsyncStore for SqliteStore {
         let (key, tool, fingerprint, token) =
             (req.key, req.tool.to_owned(), req.fingerprint, req.token);
         let tenant = req.tenant.clone();
-        let (lease, ttl, req_lease) = (ms(req.lease), ms(req.ttl), req.lease);
+        let (lease, ttl) = (ms(req.lease), ms(req.ttl));
         let prune =
             self.here().claims.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == PRUNE_EVERY - 1;
         // A claim that also prunes (up to `PRUNE_BATCH` rows) runs on the store's thread.
@@ -48,6 +48,8 @@ impl AsyncStore for SqliteStore {
         self.run(access, move |conn, path| {
             let now = now_ms();
             let claim = (|| {
+                // What a lease end further ahead is capped by: the holder's lease length.
+                let mut cap_by = lease;
                 // The write lock first (see `Scope`).
                 let tx = Scope::begin(conn)?;
                 let key_text = key.as_str();
@@ -55,7 +57,7 @@ impl AsyncStore for SqliteStore {
                 let claim_params = named_params! {
                     ":key": key_text, ":tool": tool, ":fingerprint": fingerprint.0,
                     ":token": token.0.as_bytes(), ":now": now,
-                    ":lease_until": lease_until, ":expires_at": expires_at,
+                    ":lease_until": lease_until, ":lease_ms": lease, ":expires_at": expires_at,
                     ":tenant": tenant.as_deref(),
                 };
                 // A key without a row (the usual claim): inserted, nothing else to read.
@@ -71,8 +73,16 @@ impl AsyncStore for SqliteStore {
                         // over when it does (SQLite's RETURNING sees only the new row).
                         let before = tx.prepare_cached(sql::LIVE)?.query_row(
                             named_params! { ":key": key.as_str(), ":now": now },
-                            |row| Ok(decode(row, &key, path)),
+                            |row| Ok(decode(row, &key, path).map(|rec| (rec, row.get::<_, Option<i64>>(14).ok().flatten()))),
                         ).optional()?;
+                        let (before, holder_lease) = match before {
+                            Some(Ok((rec, holder_lease))) => (Some(Ok(rec)), holder_lease),
+                            Some(Err(e)) => (Some(Err(e)), None),
+                            None => (None, None),
+                        };
+                        // The holder's own lease (S23): a record written before it was kept
+                        // is capped by this claimer's, as then.
+                        cap_by = holder_lease.filter(|ms| *ms > 0).unwrap_or(lease);
                         // A completed record is never taken while live (a replay): no write.
                         let replay = matches!(&before, Some(Ok(Record { state: RecordState::Completed { .. }, .. })));
                         let took: Option<Vec<u8>> = if replay {
@@ -89,16 +99,18 @@ impl AsyncStore for SqliteStore {
                     Some(_) => (None, before.and_then(|rec| taken_over(rec.ok()?.state))),
                     None => (before, None),
                 };
-                // A lease end further ahead than one lease from now was written by a clock
-                // ahead of this one: capped, so a dead holder's key frees within a lease here.
+                // A lease end further ahead than the holder's own lease from now was written by
+                // a clock ahead of this one: capped, so a dead holder's key frees within its
+                // lease here. By the holder's lease, never this claimer's (S23): a claimer with
+                // a shorter lease would take a live holder's key over while it renews.
                 if let Some(Ok(Record { state: RecordState::Running { lease_remaining, .. }, .. })) = &mut live
-                    && ms(*lease_remaining) > lease
+                    && ms(*lease_remaining) > cap_by
                 {
-                    let cap = now.saturating_add(lease);
+                    let cap = now.saturating_add(cap_by);
                     tx.prepare_cached(sql::CAP_LEASE)?
                         .execute(named_params! { ":key": key.as_str(), ":cap": cap })?;
-                    tracing::warn!(%key, ahead_ms = ms(*lease_remaining) - lease, "a lease ends further ahead than one lease from now (a clock ahead of this one?); capped");
-                    *lease_remaining = req_lease;
+                    tracing::warn!(%key, ahead_ms = ms(*lease_remaining) - cap_by, "a lease ends further ahead than the holder's lease from now (a clock ahead of this one?); capped");
+                    *lease_remaining = Duration::from_millis(u64::try_from(cap_by).unwrap_or(0));
                 }
                 tx.commit()?;
                 Ok::<_, rusqlite::Error>((took, live, takeover))
@@ -166,7 +178,7 @@ impl AsyncStore for SqliteStore {
                 .and_then(|mut st| {
                     st.execute(named_params! {
                         ":key": key.as_str(), ":token": token.0.as_bytes(), ":now": now,
-                        ":lease_until": now.saturating_add(lease),
+                        ":lease_until": now.saturating_add(lease), ":lease_ms": lease,
                     })
                 })
                 .map_err(|e| sql_error(path, "renew a lease in", e))?;
@@ -317,6 +329,29 @@ pub(super) fn decode(
         tenant: match col(10)? {
             ValueRef::Null => None,
             _ => Some(text(10, "tenant")?),
+        },
+        resolution: match col(11)? {
+            ValueRef::Null => None,
+            _ => Some(Resolution::new(
+                match text(11, "resolution")?.as_str() {
+                    "applied" => Decision::Applied,
+                    "not_applied" => Decision::NotApplied,
+                    other => {
+                        return Err(bad(
+                            "resolution",
+                            &format!("is `{other}`, not applied or not_applied"),
+                        ));
+                    }
+                },
+                match col(12)? {
+                    ValueRef::Null => UNIX_EPOCH,
+                    _ => wall_time(int(12, "resolved_at")?),
+                },
+                match col(13)? {
+                    ValueRef::Null => None,
+                    _ => Some(text(13, "resolution_note")?),
+                },
+            )),
         },
     })
 }
