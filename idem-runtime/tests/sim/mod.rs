@@ -241,8 +241,12 @@ pub struct OperatorAction {
 pub enum OperatorKind {
     /// `Records::release_key(key, force)`.
     Release { force: bool },
-    /// `Records::forget(key)` (whatever the record's state).
-    Forget,
+    /// `Records::forget(key, force)` (refused under a live lease unless forced).
+    Forget { force: bool },
+    /// `Records::resolve(key, …)` (S24) as a truthful operator decides it: `applied` with the
+    /// provider's receipt if the provider made the charge (the operator looked it up), else
+    /// `not-applied`.
+    Resolve,
 }
 
 /// A seed's world: everything drawn from the seed before the first event.
@@ -406,10 +410,12 @@ impl Config {
             .map(|_| OperatorAction {
                 at: ms(&mut rng, 0..=early),
                 op: rng.usize(..n_ops),
-                kind: match rng.u32(0..10) {
-                    0..=3 => OperatorKind::Release { force: false },
-                    4..=6 => OperatorKind::Release { force: true },
-                    _ => OperatorKind::Forget,
+                kind: match rng.u32(0..20) {
+                    0..=4 => OperatorKind::Release { force: false },
+                    5..=8 => OperatorKind::Release { force: true },
+                    9..=10 => OperatorKind::Forget { force: false },
+                    11..=13 => OperatorKind::Forget { force: true },
+                    _ => OperatorKind::Resolve,
                 },
             })
             .collect();
@@ -535,6 +541,9 @@ pub const FAULT_KINDS: &[&str] = &[
     "operator released a dead holder's record",
     "operator forgot a record",
     "operator's release refused: the holder's lease is live",
+    "operator resolved a record: applied (with the provider's receipt)",
+    "operator resolved a record: not applied",
+    "operator forgot a record (forced)",
 ];
 
 /// What the world saw happen because of the faults: evidence that the hard paths ran.
@@ -724,6 +733,8 @@ struct CallRec {
     key: Option<String>,
     /// It ended `CallOutcome::Unrecorded` (its outcome not written).
     unrecorded: bool,
+    /// Its completion was applied, and a retry of it (the reply lost) was answered `Fenced`.
+    fenced_after_applied: bool,
 }
 
 /// How long after a call is dropped its claim must be gone (S15: at once; the guard's write
@@ -981,6 +992,11 @@ impl World {
         }
     }
 
+    /// What the provider made under `key` (the operator looks it up before resolving).
+    pub fn provider_receipt(&self, key: &str) -> Option<Receipt> {
+        self.state().provider.by_key.get(key).cloned()
+    }
+
     /// An operator repair removed `op`'s record now.
     pub fn removed_by_operator(&self, op: usize, what: &'static str) {
         let now = self.now();
@@ -1013,6 +1029,12 @@ impl World {
     /// its token (issue 30 #8), or fenced.
     pub fn completion_answered(&self, host: usize, token: Uuid, w: idem_runtime::store::Written) {
         let retry = self.state().completed_tokens.contains(&token);
+        if retry && w != idem_runtime::store::Written::Applied {
+            let mut st = self.state();
+            if let Some(&call) = st.tokens.get(&token) {
+                st.calls[call].fenced_after_applied = true;
+            }
+        }
         if retry {
             self.saw(
                 host,
@@ -1748,10 +1770,15 @@ impl World {
             if !(c.unrecorded && applied) {
                 continue;
             }
-            if completions_idempotent() {
+            if !c.fenced_after_applied {
+                across.add("call ended Unrecorded: its completion was applied, but no retry's reply came back before the lease's end");
+            } else if st.removals.iter().any(|r| r.1 == c.op) {
+                across.add("call ended Unrecorded: its completion's retry fenced after an operator removed the record");
+            } else if completions_idempotent() {
                 f.unclear = true;
                 f.problems.push(format!(
-                    "call {i} (host {}, operation {}) ended Unrecorded although its completion was applied",
+                    "call {i} (host {}, operation {}) ended Unrecorded: its completion was applied, its reply lost, \
+                     and the retry under its token was refused as a takeover",
                     c.host, c.op
                 ));
             } else {
