@@ -7,8 +7,9 @@
 //! go ambiguous then transient. Hosts stall for any length (SIGSTOP, a paused VM: none of their
 //! tasks is polled while time moves on and the others act), at random moments, while a body waits
 //! before sending, and while the executor waits between attempts. Each host may have its own
-//! lease (1-10 s, S23). An operator repairs records at random moments (`Records::release_key`,
-//! forced or not, and `Records::forget`).
+//! lease (1-10 s, S23). An operator repairs records at random moments: `Records::release_key`
+//! and `Records::forget`, forced or not, and `Records::resolve` (S24) decided truthfully from the
+//! provider's record of the key (applied with its receipt, or not applied).
 //!
 //! Three kinds of world: the provider deduplicates by key (the tool re-sends an unknown outcome
 //! with the same key); or it does not (every request that reaches its commit is an effect: an
@@ -31,6 +32,9 @@
 //!   attempt of its call charged, "kept ambiguous" only if the runtime could not know (an attempt
 //!   or a holder of the operation had an unknown outcome), "unreplayable" only if it charged;
 //! - a dropped call (cancelled, panicked) that held its claim has it ended at once (S15);
+//! - a completion applied whose reply was lost is retried under its token and applied again
+//!   (issue 30 #8): its call never ends `Unrecorded` by a retry refused as a takeover (enforced
+//!   when the memory store is idempotent per token, as probed; counted otherwise);
 //! - effects: with a deduplicating provider, each operation takes effect exactly once (zero
 //!   times if declined). Without one, at most once: a further effect is allowed only when an
 //!   operator removed the record in between ("operator forced", issue 32's "unless an operator
@@ -50,7 +54,8 @@
 //! - `IDEMKIT_SIM_BREAK=key-per-attempt` (or `key-per-call`, `no-takeover` for a store that
 //!   never hands a dead holder's lease over, `no-renewal`, `ambiguity-not-sticky`,
 //!   `no-drop-guard`, `no-completion-retry`, `blind-resend`, `ambiguity-dropped-on-takeover`,
-//!   `verify-ignored-at-takeover`, `stalled-polls-on`, `claimer-lease-cap`): run a broken
+//!   `verify-ignored-at-takeover`, `stalled-polls-on`, `claimer-lease-cap`,
+//!   `completion-not-idempotent`): run a broken
 //!   protocol, to watch the simulation catch it (see `Protocol` in `sim/mod.rs`).
 
 mod sim;
@@ -386,6 +391,21 @@ fn the_simulation_catches_a_claimer_that_caps_a_longer_lease_by_its_own() {
         &caught,
         1_500,
         10,
+    );
+}
+
+/// Issue 30 #8 broken: a completion applied whose reply was lost is retried under its token and
+/// refused as a takeover; the caller's call ends `Unrecorded` though its outcome was recorded.
+#[test]
+fn the_simulation_catches_a_completion_that_is_not_idempotent_for_its_token() {
+    let protocol = Protocol::CompletionNotIdempotent;
+    let caught = seeds_caught_by(protocol, 300, |f| f.unclear);
+    assert_caught(
+        protocol,
+        "completion not idempotent (Unrecorded after an applied completion)",
+        &caught,
+        300,
+        30,
     );
 }
 

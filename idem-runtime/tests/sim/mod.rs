@@ -102,6 +102,10 @@ pub enum Protocol {
     /// hands the record over (as an expired holder's) to a claim that comes after it, unless
     /// the holder renewed in between.
     ClaimerLeaseCap,
+    /// Broken (issue 30 #8): a completion sent again by the holder that completed the record
+    /// (its reply was lost) is refused as if the record had been taken over. Emulated by a
+    /// store link that answers such a retry `Fenced`: the call ends `Unrecorded`.
+    CompletionNotIdempotent,
 }
 
 impl Protocol {
@@ -121,6 +125,7 @@ impl Protocol {
             Protocol::VerifyIgnoredAtTakeover => Some("verify-ignored-at-takeover"),
             Protocol::StalledPollsOn => Some("stalled-polls-on"),
             Protocol::ClaimerLeaseCap => Some("claimer-lease-cap"),
+            Protocol::CompletionNotIdempotent => Some("completion-not-idempotent"),
         }
     }
 
@@ -138,6 +143,7 @@ impl Protocol {
         Protocol::VerifyIgnoredAtTakeover,
         Protocol::StalledPollsOn,
         Protocol::ClaimerLeaseCap,
+        Protocol::CompletionNotIdempotent,
     ];
 
     /// The protocol named by `IDEMKIT_SIM_BREAK` (unset: the correct one).
@@ -1022,6 +1028,11 @@ impl World {
             .iter()
             .filter(|&&(at, o, _)| o == op && from <= at && at <= to)
             .count()
+    }
+
+    /// Whether a completion of `token` was applied already (a write now is a retry of it).
+    pub fn completion_was_applied(&self, token: Uuid) -> bool {
+        self.state().completed_tokens.contains(&token)
     }
 
     /// The store answered a completion write of `token` with `w`: a retry of one that was

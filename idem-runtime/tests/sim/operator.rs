@@ -50,7 +50,7 @@ pub async fn run(world: Arc<World>) {
                 Err(e) => panic!("the memory store failed an operator's forget: {e}"),
             },
             OperatorKind::Resolve => {
-                let receipt = world.provider_receipt(&key.to_string());
+                let receipt = world.provider_receipt(key.as_ref());
                 if world.cfg.ops[action.op].not_replayable() && receipt.is_some() {
                     // Its outcome would not replay: the operator leaves it to the tool's owner.
                     world.fault(usize::MAX, "operator left a record it cannot resolve");

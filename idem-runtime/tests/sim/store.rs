@@ -323,7 +323,13 @@ impl AsyncStore for SimStore {
             self.end_write_failed(token);
             return Err(e);
         }
-        let w = self.shared.complete(key, token, outcome, ttl).await?;
+        let mut w = self.shared.complete(key, token, outcome, ttl).await?;
+        if self.world.cfg.protocol == Protocol::CompletionNotIdempotent
+            && self.world.completion_was_applied(token.0)
+        {
+            // The broken store: a completion sent again is refused as a takeover.
+            w = Written::Fenced;
+        }
         self.world.completion_answered(self.host, token.0, w);
         let w = self.written(token, w);
         if w == Written::Applied
