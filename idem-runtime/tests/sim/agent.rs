@@ -331,7 +331,13 @@ async fn call_in_task(
                     _ = tokio::time::sleep(after) => {
                         world.call_dropped(id);
                         world.fault(host, "caller dropped its call (cancelled)");
-                        world.saw(host, world.where_dropped(id));
+                        let at = world.where_dropped(id);
+                        if at == "call dropped holding the key, before its first attempt" {
+                            // Its claim may have taken over a record whose outcome is unknown;
+                            // dropped before the claim's answer, the runtime cannot tell.
+                            world.uncertain(op);
+                        }
+                        world.saw(host, at);
                         drop(fut);
                         world.probe_after_drop(id);
                         None
