@@ -1,13 +1,77 @@
 //! An agent host: runs its plan of charges through idemkit, retries an operation until it has
 //! its outcome, and is crashed and restarted by its supervisor.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
-use idem_runtime::{Error, Idem, IdempotencyKey, RetryPolicy, Tool};
+use idem_runtime::{
+    CallOutcome, Error, Failure, Idem, IdempotencyKey, RetryPolicy, Tool, Verified,
+};
+use tokio::time::Sleep;
 
 use super::net::{self, PayError};
 use super::store::SimStore;
-use super::{AttemptEnd, CALL, Protocol, Receipt, World};
+use super::{AttemptEnd, CALL, Mode, Protocol, Receipt, World};
+
+/// A task of `host`: not polled while the host is stalled (SIGSTOP, a paused VM). Its timers
+/// still run out meanwhile; it is polled again when the stall ends, and finds them all due.
+pub struct Stallable<F> {
+    world: Arc<World>,
+    host: usize,
+    inner: Pin<Box<F>>,
+    resume: Option<Pin<Box<Sleep>>>,
+}
+
+impl<F> Stallable<F> {
+    pub fn new(world: Arc<World>, host: usize, inner: F) -> Self {
+        Stallable {
+            world,
+            host,
+            inner: Box::pin(inner),
+            resume: None,
+        }
+    }
+}
+
+impl<F: Future> Future for Stallable<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = &mut *self;
+        while let Some(until) = this.world.stall_end(this.host) {
+            let deadline = this.world.instant(until);
+            let resume = this
+                .resume
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+            if resume.deadline() != deadline {
+                resume.as_mut().reset(deadline);
+            }
+            if resume.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+        }
+        this.resume = None;
+        this.inner.as_mut().poll(cx)
+    }
+}
+
+/// A body run's future: notes each poll (what a stalled holder's body did, and when).
+struct Polled<'w, F> {
+    world: &'w World,
+    id: usize,
+    inner: Pin<Box<F>>,
+}
+
+impl<F: Future> Future for Polled<'_, F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        self.world.attempt_polled(self.id);
+        self.inner.as_mut().poll(cx)
+    }
+}
 
 /// How many times an agent calls one operation before it gives up on it (a liveness failure:
 /// after the world heals every operation must finish well within this).
@@ -22,7 +86,11 @@ pub async fn supervise(world: Arc<World>, host: usize) {
             host,
             world.shared_store.clone(),
         ));
-        let mut task = tokio::spawn(run_plan(world.clone(), host, store.clone()));
+        let mut task = tokio::spawn(Stallable::new(
+            world.clone(),
+            host,
+            run_plan(world.clone(), host, store.clone()),
+        ));
         let crash_at = loop {
             match crashes.next() {
                 Some(at) if at <= world.now() => continue,
@@ -46,6 +114,7 @@ pub async fn supervise(world: Arc<World>, host: usize) {
                 task.abort();
                 let _ = task.await;
                 world.fault(host, "host crash mid-plan");
+                world.host_crashed(host);
                 let keys: Vec<IdempotencyKey> = world.cfg.plans[host]
                     .iter()
                     .map(|&op| key_of(&world, op))
@@ -61,7 +130,7 @@ pub async fn supervise(world: Arc<World>, host: usize) {
 }
 
 /// The key the correct protocol derives for `op`.
-fn key_of(world: &World, op: usize) -> IdempotencyKey {
+pub fn key_of(world: &World, op: usize) -> IdempotencyKey {
     let spec = &world.cfg.ops[op];
     IdempotencyKey::derive(
         "charge",
@@ -92,7 +161,7 @@ impl Drop for AbortOnDrop {
 async fn run_plan(world: Arc<World>, host: usize, store: Arc<SimStore>) {
     let idem = Idem::builder()
         .shared_store(store)
-        .lease(world.cfg.lease)
+        .lease(world.cfg.leases[host])
         .in_flight_wait(world.cfg.in_flight_wait)
         .retry(RetryPolicy::default().with_max_attempts(world.cfg.max_attempts))
         .build()
@@ -102,6 +171,15 @@ async fn run_plan(world: Arc<World>, host: usize, store: Arc<SimStore>) {
         loop {
             round += 1;
             let (call_id, returned) = call_in_task(&world, &idem, host, op).await;
+            // Kept ambiguous, the provider having declined the last attempt: an earlier one may
+            // have taken effect, and calling again can only be declined again.
+            let declined_after_unknown = matches!(
+                returned,
+                Returned::Result(Err(PayError::Idem(Error::Ambiguous {
+                    last: Failure::Permanent,
+                    ..
+                })))
+            );
             let answer = match returned {
                 Returned::Result(result) => {
                     if let Err(e) = &result {
@@ -119,8 +197,14 @@ async fn run_plan(world: Arc<World>, host: usize, store: Arc<SimStore>) {
                     Err("its body panicked".to_owned())
                 }
             };
+            // Without a verify function, an unknown outcome is final until an operator settles
+            // it: the honest answer is "kept ambiguous", and calling again changes nothing.
+            let settled_by_operator_only = world.cfg.mode == Mode::NoDedup { verify: false }
+                && world.cfg.protocol != Protocol::BlindResend;
             let done = answer.is_ok()
                 || matches!(&answer, Err(e) if e == "declined" || e == "unreplayable")
+                || matches!(&answer, Err(e) if e == "kept ambiguous" && settled_by_operator_only)
+                || (declined_after_unknown && matches!(&answer, Err(e) if e == "kept ambiguous"))
                 || round >= MAX_ROUNDS;
             world.log(host, || {
                 format!("op {op} round {round} (call {call_id}): {answer:?}")
@@ -227,24 +311,40 @@ async fn call_in_task(
     let task = {
         let world = world.clone();
         let idem = idem.clone();
-        tokio::spawn(CALL.scope(id, async move {
-            let mut fut = Box::pin(call(&world, &idem, host, op, id));
-            let Some(after) = cancel_after else {
-                return Some(fut.await);
-            };
-            tokio::select! {
-                biased;
-                result = &mut fut => Some(result),
-                _ = tokio::time::sleep(after) => {
-                    world.call_dropped(id);
-                    world.fault(host, "caller dropped its call (cancelled)");
-                    world.saw(host, world.where_dropped(id));
-                    drop(fut);
-                    world.probe_after_drop(id);
-                    None
+        let stalls = world.clone();
+        tokio::spawn(Stallable::new(
+            stalls,
+            host,
+            CALL.scope(id, async move {
+                let mut fut = Box::pin(observed(
+                    &world,
+                    host,
+                    id,
+                    call(&world, &idem, host, op, id),
+                ));
+                let Some(after) = cancel_after else {
+                    return Some(fut.await);
+                };
+                tokio::select! {
+                    biased;
+                    result = &mut fut => Some(result),
+                    _ = tokio::time::sleep(after) => {
+                        world.call_dropped(id);
+                        world.fault(host, "caller dropped its call (cancelled)");
+                        let at = world.where_dropped(id);
+                        if at == "call dropped holding the key, before its first attempt" {
+                            // Its claim may have taken over a record whose outcome is unknown;
+                            // dropped before the claim's answer, the runtime cannot tell.
+                            world.uncertain(op);
+                        }
+                        world.saw(host, at);
+                        drop(fut);
+                        world.probe_after_drop(id);
+                        None
+                    }
                 }
-            }
-        }))
+            }),
+        ))
     };
     let _abort = AbortOnDrop(task.abort_handle());
     let returned = match task.await {
@@ -255,6 +355,54 @@ async fn call_in_task(
         Err(_) => Returned::Cancelled,
     };
     (id, returned)
+}
+
+/// Runs a call under `idem_runtime::observe`, noting what the world needs of its `CallInfo`.
+async fn observed(
+    world: &World,
+    host: usize,
+    call: usize,
+    fut: impl Future<Output = Result<Receipt, PayError>>,
+) -> Result<Receipt, PayError> {
+    let (result, info) = idem_runtime::observe(fut).await;
+    if let Some(info) = info {
+        if info.verified {
+            world.saw(host, "caller got the outcome verify found (verified)");
+        }
+        if info.outcome == CallOutcome::Unrecorded {
+            world.unrecorded(call);
+        }
+    }
+    if matches!(result, Err(PayError::Idem(Error::LeaseLost { .. }))) {
+        world.uncertain(world.op_of_call(call));
+    }
+    result
+}
+
+/// The tool's verify function (S19): asks the provider, by the key, whether the charge was
+/// made. The lookup travels like a request: a partition makes it fail (counted as `Unknown`).
+async fn verify(
+    world: Arc<World>,
+    host: usize,
+    call: usize,
+    key: IdempotencyKey,
+) -> Result<Verified<Receipt>, PayError> {
+    if world.cfg.protocol == Protocol::VerifyIgnoredAtTakeover && world.attempts_of(call) == 0 {
+        // The broken executor: at the claim, nothing is asked; it goes on as if not applied.
+        world.log(host, || {
+            "(broken) verify not asked at the takeover".to_owned()
+        });
+        return Ok(Verified::NotApplied);
+    }
+    tokio::time::sleep(world.delay(1..=40)).await;
+    if world.partitioned(host) {
+        world.fault(host, "verify lookup cut off by a partition (error)");
+        return Err(PayError::Timeout);
+    }
+    let key = key.to_string();
+    let answer = world.verify_lookup(host, call, &key);
+    tokio::time::sleep(world.delay(1..=40)).await;
+    Ok(answer)
 }
 
 /// Marks the end of a body run when it returns, or when it is dropped or unwinds.
@@ -279,11 +427,33 @@ async fn body(
     key: IdempotencyKey,
     sent_key: String,
 ) -> Result<Receipt, PayError> {
+    let id = world.attempt_begins(call, key.to_string());
+    let run = Polled {
+        world: &world,
+        id,
+        inner: Box::pin(body_run(world.clone(), host, op, call, id, sent_key)),
+    };
+    run.await
+}
+
+async fn body_run(
+    world: Arc<World>,
+    host: usize,
+    op: usize,
+    call: usize,
+    id: usize,
+    sent_key: String,
+) -> Result<Receipt, PayError> {
     let mut run = BodyRun {
         world: &world,
-        id: world.attempt_begins(call, key.to_string()),
+        id,
         how: AttemptEnd::Dropped,
     };
+    // The body prepares its request before sending it (an await: where a stall can hit it).
+    if world.fault_chance(world.cfg.p_stall) {
+        world.stall(host, "host stalled while its body waited before sending");
+    }
+    tokio::time::sleep(world.delay(1..=30)).await;
     let panic_at = world
         .fault_chance(world.cfg.p_panic)
         .then(|| world.rng(|r| r.bool()));
@@ -299,6 +469,14 @@ async fn body(
         world.call_dropped(call);
         world.probe_after_drop(call);
         panic!("simulated panic with the answer in hand (call {call})");
+    }
+    if matches!(
+        result,
+        Err(PayError::Unavailable | PayError::RateLimited(_))
+    ) && world.fault_chance(world.cfg.p_stall * 4.0)
+    {
+        // The executor waits before the next attempt: the host stalls in that wait.
+        world.stall(host, "host stalled while waiting between attempts");
     }
     run.how = match &result {
         Ok(_) => AttemptEnd::Ok,
@@ -323,6 +501,21 @@ async fn call(
     let spec = &world.cfg.ops[op];
     let args = serde_json::json!({ "amount_cents": spec.amount_cents });
     let tool = Tool::new("charge").idem(idem);
+    let tool = match world.cfg.mode {
+        Mode::Dedup => tool,
+        // S20: the provider cannot deduplicate; the broken protocol re-sends all the same.
+        Mode::NoDedup { .. } => tool.resend(world.cfg.protocol == Protocol::BlindResend),
+    };
+    if world.cfg.verifies() && world.cfg.protocol != Protocol::BlindResend {
+        return tool
+            .verify(|key| verify(world.clone(), host, call, key))
+            .side_effect(
+                &[("customer_id", &spec.customer), ("period", &spec.period)],
+                &args,
+                |key| body(world.clone(), host, op, call, key, key.to_string()),
+            )
+            .await;
+    }
     match world.cfg.protocol {
         Protocol::KeyPerAttempt => {
             tool.side_effect(

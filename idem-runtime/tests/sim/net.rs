@@ -65,7 +65,7 @@ pub async fn charge(
 ) -> Result<Receipt, PayError> {
     let mut timeout = world.cfg.client_timeout;
     if world.cfg.ops[op].slow_body {
-        timeout += world.cfg.lease * 3;
+        timeout += world.cfg.leases[host] * 3;
     }
     let deadline = Instant::now() + timeout;
     let (tx, rx) = oneshot::channel();
@@ -175,7 +175,7 @@ async fn provider(
     }
     let work = if world.cfg.ops[op].slow_body && world.faulty() {
         world.fault(host, "provider body slower than the lease");
-        world.cfg.lease.mul_f64(world.rng(|r| 1.3 + r.f64() * 1.2))
+        world.cfg.leases[host].mul_f64(world.rng(|r| 1.3 + r.f64() * 1.2))
     } else if world.fault_chance(world.cfg.p_slow_provider) {
         world.fault(host, "provider slow (1-6 s)");
         world.delay(1_000..=6_000)

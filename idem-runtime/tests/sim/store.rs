@@ -121,6 +121,92 @@ impl SimStore {
         }
     }
 
+    /// An end write of `token` was stopped: the record may stay running until its lease ends,
+    /// and the next claim then takes it over as an unknown outcome.
+    fn end_write_failed(&self, token: LeaseToken) {
+        self.world.end_write_failed(token.0);
+        if let Some(op) = self.world.op_of_token(token.0) {
+            self.world.uncertain(op);
+        }
+    }
+
+    /// `claimer-lease-cap`: the broken claimer's cap of a longer lease than its own (S23).
+    /// A claim that finds a live lease ending further ahead than one of its own leases notes the
+    /// capped end (as the SQLite store wrote it into the record) and is told the lease ends
+    /// then; a claim at or after the capped end takes the record over, unless its holder renewed
+    /// since (a renewal rewrites the lease end).
+    async fn cap_claimer_lease(
+        &self,
+        req: &ClaimRequest<'_>,
+        before: Option<&Record>,
+    ) -> Result<Option<Claim>, StoreError> {
+        if self.world.cfg.protocol != Protocol::ClaimerLeaseCap {
+            return Ok(None);
+        }
+        let Some(Record {
+            fingerprint,
+            state:
+                RecordState::Running {
+                    token,
+                    lease_remaining,
+                },
+            ..
+        }) = before
+        else {
+            return Ok(None);
+        };
+        if *fingerprint != req.fingerprint || lease_remaining.is_zero() {
+            return Ok(None);
+        }
+        let remaining =
+            match self
+                .world
+                .capped(*req.key.as_bytes(), token.0, *lease_remaining, req.lease)
+            {
+                Some(left) if left.is_zero() => {
+                    // Past the capped end: taken over while the holder's own lease is live.
+                    Records::release_key(&*self.shared, &req.key, true).await?;
+                    let claim = self.shared.claim(req).await?;
+                    if let Claim::Acquired { .. } = claim {
+                        self.world
+                            .saw(self.host, "lease taken over (expired holder)");
+                        self.world
+                            .token_acquired(CALL.try_with(|c| *c).ok(), req.token.0);
+                        self.world.claimed_key(req.token.0, req.key.to_string());
+                        self.held.lock().unwrap().insert(req.token.0);
+                        self.world.log(self.host, || {
+                            format!(
+                                "(broken) took over {} at the claimer's capped lease end",
+                                req.key
+                            )
+                        });
+                    }
+                    self.reply().await?;
+                    return Ok(Some(match claim {
+                        Claim::Acquired { .. } => Claim::Acquired {
+                            takeover: Some(Takeover::ExpiredHolder),
+                        },
+                        other => other,
+                    }));
+                }
+                Some(left) => left,
+                None => return Ok(None),
+            };
+        self.world.log(self.host, || {
+            format!(
+                "(broken) capped the holder's lease ({lease_remaining:?} left) to {left:?}",
+                left = remaining
+            )
+        });
+        self.reply().await?;
+        Ok(Some(Claim::Existing(Existing::new(
+            *fingerprint,
+            ExistingState::Running {
+                lease_remaining: remaining.min(*lease_remaining),
+            },
+        ))))
+    }
+
     fn written(&self, token: LeaseToken, w: Written) -> Written {
         self.held.lock().unwrap().remove(&token.0);
         if w == Written::Fenced {
@@ -152,11 +238,23 @@ impl AsyncStore for SimStore {
             return Ok(Claim::Existing(Existing::new(
                 fingerprint,
                 ExistingState::Running {
-                    lease_remaining: self.world.cfg.lease,
+                    lease_remaining: self.world.cfg.leases[self.host],
                 },
             )));
         }
-        let claim = self.shared.claim(req).await?;
+        if let Some(capped) = self.cap_claimer_lease(req, before.as_ref()).await? {
+            return Ok(capped);
+        }
+        let mut claim = self.shared.claim(req).await?;
+        if self.world.cfg.protocol == Protocol::AmbiguityDroppedOnTakeover
+            && let Claim::Acquired { takeover: Some(_) } = claim
+        {
+            // The broken store: a takeover reported as a fresh claim.
+            self.world.log(self.host, || {
+                "(broken) takeover reported as a fresh claim".to_owned()
+            });
+            claim = Claim::Acquired { takeover: None };
+        }
         let (w, h) = (&self.world, self.host);
         match &claim {
             Claim::Acquired {
@@ -179,7 +277,16 @@ impl AsyncStore for SimStore {
             self.held.lock().unwrap().insert(req.token.0);
             w.log(h, || format!("claimed {}", req.key));
         }
-        self.reply().await?;
+        if let Err(e) = self.reply().await {
+            if matches!(claim, Claim::Acquired { .. })
+                && let Ok(call) = CALL.try_with(|c| *c)
+            {
+                // Applied, but its caller never learns it: the record is an orphan until its
+                // lease ends, and the next claim takes it over as an unknown outcome.
+                self.world.uncertain(self.world.op_of_call(call));
+            }
+            return Err(e);
+        }
         Ok(claim)
     }
 
@@ -203,17 +310,42 @@ impl AsyncStore for SimStore {
                 self.host,
                 "completion write failed before reaching the store",
             );
+            // If none gets through before the lease ends, the record is an expired holder's.
+            if let Some(op) = self.world.op_of_token(token.0) {
+                self.world.uncertain(op);
+            }
             return Err(StoreError::unavailable(
                 "injected: the completion write failed before reaching the store",
             ));
         }
         if let Err(e) = self.reach().await {
             self.world.completion_blocked(token.0);
-            self.world.end_write_failed(token.0);
+            self.end_write_failed(token);
             return Err(e);
         }
-        let w = self.shared.complete(key, token, outcome, ttl).await?;
+        let mut w = self.shared.complete(key, token, outcome, ttl).await?;
+        if self.world.cfg.protocol == Protocol::CompletionNotIdempotent
+            && self.world.completion_was_applied(token.0)
+        {
+            // The broken store: a completion sent again is refused as a takeover.
+            w = Written::Fenced;
+        }
+        self.world.completion_answered(self.host, token.0, w);
         let w = self.written(token, w);
+        if w == Written::Applied
+            && self
+                .world
+                .fault_chance(self.world.cfg.p_complete_reply_lost)
+        {
+            tokio::time::sleep(self.world.delay(1..=30)).await;
+            self.world.fault(
+                self.host,
+                "completion reply lost after the write was applied",
+            );
+            return Err(StoreError::unavailable(
+                "injected: the completion was applied but its reply was lost",
+            ));
+        }
         self.reply().await?;
         Ok(w)
     }
@@ -229,8 +361,27 @@ impl AsyncStore for SimStore {
             return Ok(Written::Applied);
         }
         self.reach().await?;
-        let w = self.shared.renew(key, token, lease).await?;
+        let mut w = self.shared.renew(key, token, lease).await?;
+        let resumed = self
+            .world
+            .resumed_within(self.host, Duration::from_millis(100));
+        if w == Written::Fenced && resumed && self.world.cfg.protocol == Protocol::StalledPollsOn {
+            // The broken holder: resumed after a stall, it goes on as if still holding.
+            self.world.log(self.host, || {
+                "(broken) late renewal after a stall taken as applied".to_owned()
+            });
+            w = Written::Applied;
+        } else if resumed {
+            self.world.saw(
+                self.host,
+                match w {
+                    Written::Applied => "stalled holder's late renewal applied: it went on (S22)",
+                    _ => "stalled holder's late renewal refused: it stopped (S22)",
+                },
+            );
+        }
         if w == Written::Applied {
+            self.world.renewed(*key.as_bytes(), token.0);
             self.world
                 .saw(self.host, "lease renewed while the body ran");
         }
@@ -250,7 +401,7 @@ impl AsyncStore for SimStore {
         self.dead()?;
         self.world.end_write(token.0);
         if let Err(e) = self.reach().await {
-            self.world.end_write_failed(token.0);
+            self.end_write_failed(token);
             return Err(e);
         }
         let w = self.shared.release(key, token).await?;
@@ -273,7 +424,7 @@ impl AsyncStore for SimStore {
         self.dead()?;
         self.world.end_write(token.0);
         if let Err(e) = self.reach().await {
-            self.world.end_write_failed(token.0);
+            self.end_write_failed(token);
             return Err(e);
         }
         let w = if self.world.cfg.protocol == Protocol::AmbiguityNotSticky {
