@@ -54,7 +54,7 @@ impl Exec {
     pub const CODE: Exec = Exec {
         renews: true,
         gates_stalled_holder: true,
-        gates_first_poll: false,
+        gates_first_poll: true,
         renews_late: true,
         ambiguity_sticky: true,
         takeover_keeps_ambiguity: true,

@@ -149,7 +149,7 @@ pub(super) fn start(phase: &mut Phase<'_>) {
         Some(Ok(Answer::Wait(_))) | None => {}
     }
     drop(entered);
-    let on_drop = (idem.clone(), key, token);
+    let on_drop = (idem.clone(), key, token, ttl);
     *phase = Phase::Claiming(
         Box::pin(
             async move {

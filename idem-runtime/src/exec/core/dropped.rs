@@ -50,12 +50,24 @@ impl Drop for Call<'_> {
                     s.wakes.ended(&key);
                 });
             }
-            Phase::Claiming(_, (idem, key, token)) => {
-                // The claim may have been applied: release it under its token (refused if not).
+            Phase::Claiming(_, (idem, key, token, ttl)) => {
+                // The claim may have been applied, and may have taken over a record whose
+                // outcome is unknown (kept ambiguous, or a dead holder's): a release would forget
+                // that, and the next call of a tool that cannot re-send would send again (found
+                // by the simulation). So the record is kept as ambiguous under this call's token;
+                // refused (nothing changes) if the claim was not applied. A fresh claim cancelled
+                // while its answer was in flight is then kept as ambiguous although nothing ran
+                // under it: the safe side, which a verification or an operator settles.
                 in_background(async move {
                     let s = idem.settings();
-                    if let Ok(Written::Applied) =
-                        timed(s, "release", s.store.release(key, token)).await
+                    let note = "the call was dropped while its claim was in flight: nothing ran under it, \
+                                but the claim may have taken over a record whose outcome is unknown";
+                    if let Ok(Written::Applied) = timed(
+                        s,
+                        "mark_ambiguous",
+                        s.store.mark_ambiguous(key, token, note, ttl),
+                    )
+                    .await
                     {
                         s.wakes.ended(&key);
                     }

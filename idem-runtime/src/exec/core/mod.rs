@@ -133,8 +133,11 @@ enum Phase<'a> {
         key: IdempotencyKey,
         fingerprint: Result<Fingerprint, serde_json::Error>,
     },
-    /// The claim is awaited; what to release if the call is dropped meanwhile.
-    Claiming(BoxFuture<'a, Begun<'a>>, (Idem, IdempotencyKey, LeaseToken)),
+    /// The claim is awaited; what to end if the call is dropped meanwhile (its ttl too).
+    Claiming(
+        BoxFuture<'a, Begun<'a>>,
+        (Idem, IdempotencyKey, LeaseToken, Duration),
+    ),
     /// Past the claim: attempts. Changed in place between attempts (a `Run` is a few hundred
     /// bytes; moving it per step was a measurable part of a call).
     Running(Run<'a>, Between),
@@ -345,7 +348,7 @@ impl<'a> Call<'a> {
         let Phase::Running(run, _) = &mut self.phase else {
             return Poll::Ready(Ok(()));
         };
-        let why = match std::task::ready!(run.holder.poll_gate(&run.call, run.started, false, cx)) {
+        let why = match std::task::ready!(run.holder.poll_gate(&run.call, run.started, true, cx)) {
             Ok(()) => return Poll::Ready(Ok(())),
             Err(why) => why,
         };
@@ -410,17 +413,16 @@ impl<'a> Call<'a> {
             match &mut self.phase {
                 Phase::Running(run, between) => match between {
                     Between::Ready | Between::Verify(_) => {
-                        // S22: the lease is live by this process's clock before anything starts.
-                        let held = if run.attempts > 0 || run.holder.renewal.is_some() {
-                            std::task::ready!(run.holder.poll_gate(
-                                &run.call,
-                                run.started,
-                                true,
-                                cx
-                            ))
-                        } else {
-                            Ok(())
-                        };
+                        // S22: the lease is live by this process's clock before anything starts,
+                        // the first attempt too: a claim whose reply came after its lease ended
+                        // (a slow store, a stall right after the claim) may have been taken over
+                        // meanwhile (found by the model check, idem-runtime/tests/model.rs).
+                        let held = std::task::ready!(run.holder.poll_gate(
+                            &run.call,
+                            run.started,
+                            true,
+                            cx
+                        ));
                         if let Err(why) = held {
                             self.end_run(Ended::Lost {
                                 attempting: false,
