@@ -40,8 +40,13 @@ pub enum Verified<T> {
     /// The effect happened, with this result: the record completes with it (repeats replay it)
     /// and the caller gets `Ok` of it.
     Applied(T),
-    /// The effect did not happen: the unknown attempt counts as not having happened, and the
-    /// call goes on under its retry policy (it may send again).
+    /// The effect did not happen, and cannot still happen: the unknown attempt counts as not
+    /// having happened, and the call goes on under its retry policy (it may send again).
+    ///
+    /// Answer it only when no request of the operation can still land: a request still on the
+    /// wire, or accepted but not yet committed, is not seen by a look-up, and a send after a
+    /// `NotApplied` then makes two (the simulation counts such cases). Until the provider's own
+    /// time-out for a request has passed, answer [`Verified::Unknown`].
     NotApplied,
     /// The provider cannot tell (yet): the record stays ambiguous and the caller gets
     /// [`Error::Ambiguous`]; a later call asks again, or an operator settles it
