@@ -83,8 +83,8 @@ impl Sms {
     }
 }
 
-fn state(store: &MemoryStore) -> impl Future<Output = Option<RecordState>> + '_ {
-    async move { store.get(&key()).await.unwrap().map(|r| r.state) }
+async fn state(store: &MemoryStore) -> Option<RecordState> {
+    store.get(&key()).await.unwrap().map(|r| r.state)
 }
 
 fn is_ambiguous(result: &Result<u32, E>) -> bool {
