@@ -38,9 +38,10 @@
 //! - effects: with a deduplicating provider, each operation takes effect exactly once (zero
 //!   times if declined). Without one, at most once: a further effect is allowed only when an
 //!   operator removed the record in between ("operator forced", issue 32's "unless an operator
-//!   forced it"), or when one request was on the wire or still in progress at the provider when
-//!   verify answered `NotApplied` and the other was sent after that answer (no lookup sees a
-//!   request that has not arrived); those are counted, not failures;
+//!   forced it"); those are counted, not failures. The worlds' verify functions keep
+//!   `Verified::NotApplied`'s promise (the effect did not happen and cannot still happen): while
+//!   a request of the operation may still land (the network's and the provider's longest delays
+//!   after it was sent) they answer `Unknown`, and an effect after a `NotApplied` is a failure;
 //! - S19/S20: where the provider cannot deduplicate, an attempt whose outcome is unknown (timed
 //!   out, cut off) is never followed by another body run of its operation unless a verification
 //!   answered `NotApplied` after it (or an operator removed the record); without verify, every
@@ -134,8 +135,7 @@ fn every_operation_takes_effect_exactly_once_under_faults() {
     eprintln!("consequences seen:\n{}", total.consequences);
     eprintln!(
         "explained, not failures (a holder cut from the store, whose fence is the provider's \
-         deduplication or nothing; an operator's forced repair; a request on the wire or still in \
-         progress at the provider when verify answered NotApplied):\n{}",
+         deduplication or nothing; an operator's forced repair):\n{}",
         total.across_partitions
     );
     assert!(failures.is_empty(), "{}", failures_message(&failures, runs));

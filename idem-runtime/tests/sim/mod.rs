@@ -933,11 +933,26 @@ impl World {
         call: usize,
         key: &str,
     ) -> idem_runtime::Verified<Receipt> {
-        let unknown = self.fault_chance(self.cfg.p_verify_unknown);
+        let cannot_tell = self.fault_chance(self.cfg.p_verify_unknown);
         let now = self.now();
         let mut st = self.state();
         let op = st.calls[call].op;
         let found = st.provider.by_key.get(key).cloned();
+        // What `Verified::NotApplied` promises: the effect did not happen and cannot still
+        // happen. A request of this operation sent less than `may_still_land_for` ago that made no
+        // effect yet may still be on the wire or in progress at the provider: the lookup cannot
+        // see it, so a verify function that keeps the promise answers Unknown until then.
+        // How long a request may take to land: the network's longest delay (6 s), then the
+        // provider's longest work (6 s when slow, up to 2.5 leases for a slow body), and 1 s.
+        let longest_lease = self.cfg.leases.iter().copied().max().unwrap_or_default();
+        let may_still_land_for =
+            Duration::from_secs(7) + Duration::from_secs(6).max(longest_lease.mul_f64(2.5));
+        let may_still_land = found.is_none()
+            && st
+                .attempts
+                .iter()
+                .any(|a| a.op == op && !a.charged && now < a.last_poll + may_still_land_for);
+        let unknown = cannot_tell || may_still_land;
         let answer = match (&found, unknown) {
             (_, true) => "unknown",
             (Some(_), false) => "applied",
@@ -954,8 +969,12 @@ impl World {
             "not applied" => "verify answered NotApplied",
             _ => "verify answered Unknown",
         });
+        if may_still_land && !cannot_tell {
+            st.consequences
+                .add("verify answered Unknown: a request of the operation may still land");
+        }
         drop(st);
-        if unknown {
+        if cannot_tell {
             self.fault(host, "verify cannot tell (Unknown)");
         }
         self.log(host, || format!("verify op {op} key {key}: {answer}"));
@@ -1587,9 +1606,8 @@ impl World {
                 continue;
             }
             // Without deduplication every further effect must have been forced by an operator
-            // (a record removed between the two), or be a request still on the wire when a
-            // verification answered NotApplied (it landed after the answer: no lookup can see
-            // a request that has not arrived). Anything else is a duplicate.
+            // (a record removed between the two). Anything else is a duplicate (named apart
+            // when it landed after a NotApplied verification).
             for (k, later) in made.iter().enumerate().skip(1) {
                 let b = &st.attempts[later.attempt];
                 let earlier = &made[k - 1];
@@ -1618,12 +1636,22 @@ impl World {
                         None
                     }
                 });
+                // The world's verify answers Unknown while a request may still land (what
+                // `Verified::NotApplied` promises), so a request that landed after a NotApplied
+                // is a failure too: named as such.
                 if let Some((x, asked)) = late {
-                    across.add(if x.arrived_at.is_some_and(|t| t <= asked) {
-                        "second effect: a request in progress at the provider (arrived, not yet committed) when verify answered NotApplied"
-                    } else {
-                        "second effect: a request still on the wire (not yet arrived) when verify answered NotApplied"
-                    });
+                    f.duplicates = true;
+                    f.problems.push(format!(
+                        "operation {op} took effect again after verify answered NotApplied at {asked:?} while a request \
+                         of it (host {}, call {}) was {}",
+                        x.host,
+                        x.call,
+                        if x.arrived_at.is_some_and(|t| t <= asked) {
+                            "in progress at the provider"
+                        } else {
+                            "still on the wire"
+                        }
+                    ));
                     continue;
                 }
                 f.duplicates = true;
