@@ -28,6 +28,8 @@
 mod agent;
 mod net;
 mod operator;
+
+pub use operator::UNFORCED_FORGET_OF_LIVE_RECORD;
 mod store;
 
 use std::collections::{BTreeMap, HashMap};
@@ -106,6 +108,28 @@ pub enum Protocol {
     /// (its reply was lost) is refused as if the record had been taken over. Emulated by a
     /// store link that answers such a retry `Fenced`: the call ends `Unrecorded`.
     CompletionNotIdempotent,
+    /// Broken (issue 30 #4, S16): an outcome that serializes but does not read back (a field
+    /// skipped when empty, without `default`) is stored as if replayable, so every repeat gets
+    /// `Error::Store { Corrupt }` instead of `Unreplayable`. The executor now checks the
+    /// read-back and records such an outcome as unreplayable (a completion whose outcome starts
+    /// with the unreplayable marker); emulated from the store's side by a store link that
+    /// rewrites that marker, for an operation whose receipt does not read back, into the
+    /// receipt's JSON (what the old executor stored).
+    UnreadableStoredAsReplayable,
+    /// Broken (issue 30 #6, S24): an operator's `forget` without `--force` removes a record
+    /// whose holder's lease is live (the old stores did; they now answer `LeaseLive`). Emulated
+    /// by the operator's un-forced forget being sent as a forced one, while the world still
+    /// takes it for the un-forced repair it was: it does not excuse what follows it as "operator
+    /// forced" (the next call runs beside the live holder).
+    UnforcedForgetOfLiveRecord,
+    /// Broken (issue 30 #9): an executor without the marker fallback. When the store refuses a
+    /// large outcome (a full disk), the executor now writes the small unreplayable marker
+    /// half-way to the lease's end, so the operation is never run again; the old one retried
+    /// the large write until the lease ended, left the record running, and the next call after
+    /// the lease ran the body again. Emulated by a store link that, once a token's large
+    /// completion was refused, refuses its marker too while the disk is full: nothing is
+    /// written, as with the old executor (whose writes were all the refused large one).
+    NoMarkerFallback,
 }
 
 impl Protocol {
@@ -126,6 +150,9 @@ impl Protocol {
             Protocol::StalledPollsOn => Some("stalled-polls-on"),
             Protocol::ClaimerLeaseCap => Some("claimer-lease-cap"),
             Protocol::CompletionNotIdempotent => Some("completion-not-idempotent"),
+            Protocol::UnreadableStoredAsReplayable => Some("unreadable-stored-as-replayable"),
+            Protocol::UnforcedForgetOfLiveRecord => Some("unforced-forget-of-live-record"),
+            Protocol::NoMarkerFallback => Some("no-marker-fallback"),
         }
     }
 
@@ -144,6 +171,9 @@ impl Protocol {
         Protocol::StalledPollsOn,
         Protocol::ClaimerLeaseCap,
         Protocol::CompletionNotIdempotent,
+        Protocol::UnreadableStoredAsReplayable,
+        Protocol::UnforcedForgetOfLiveRecord,
+        Protocol::NoMarkerFallback,
     ];
 
     /// The protocol named by `IDEMKIT_SIM_BREAK` (unset: the correct one).
@@ -200,6 +230,9 @@ pub struct Op {
     /// Its receipt has no tags: the field is skipped when empty and has no `default`, so the
     /// outcome serializes but does not read back (issue 30 #4, S16).
     pub unreadable: bool,
+    /// Its receipt carries a long memo: its outcome is larger than the executor's small
+    /// outcomes (512 bytes), so a full disk refuses it (issue 30 #9).
+    pub large: bool,
 }
 
 impl Op {
@@ -221,6 +254,9 @@ pub struct Receipt {
     /// empty, without `#[serde(default)]` (the mistake of issue 30 #4).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<String>,
+    /// Empty, or over 512 bytes for an operation whose outcome is large.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub memo: String,
 }
 
 /// How the world's provider treats a repeated request, and how the tool is set up for it.
@@ -307,6 +343,9 @@ pub struct Config {
     /// Per completion write, the chance that it fails before reaching the store (at most twice
     /// per lease token).
     pub p_complete_fails: f64,
+    /// While faults are injected, the store's disk is full: a completion of a large outcome
+    /// (over 512 bytes) is refused, smaller writes pass (issue 30 #9).
+    pub disk_full: bool,
 }
 
 /// A window in which a host does not reach the store.
@@ -338,6 +377,7 @@ impl Config {
                 ambiguous_then_transient: false,
                 unreplayable: false,
                 unreadable: false,
+                large: false,
             })
             .collect();
         let mut plans = vec![Vec::new(); n_hosts];
@@ -360,6 +400,12 @@ impl Config {
             op.unreplayable = rng.f64() < 0.06;
             op.unreadable = !op.unreplayable && rng.f64() < 0.05;
         }
+        // Drawn apart, so that the worlds drawn before them stay as they were.
+        let mut more = fastrand::Rng::with_seed(seed ^ 0xd15c_f011_0000_0009);
+        for op in &mut ops {
+            op.large = more.f64() < 0.2;
+        }
+        let disk_full = more.f64() < 0.2;
         let heal_at = ms(&mut rng, 10_000..=60_000);
         // Most plans finish within seconds, so partitions and crashes come early to hit them.
         let early = heal_at.min(Duration::from_secs(10)).as_millis() as u64;
@@ -454,6 +500,7 @@ impl Config {
             p_cancel: rng.f64() * 0.08,
             p_panic: rng.f64() * 0.04,
             p_complete_fails: rng.f64() * 0.4,
+            disk_full,
         }
     }
 
@@ -550,6 +597,8 @@ pub const FAULT_KINDS: &[&str] = &[
     "operator resolved a record: applied (with the provider's receipt)",
     "operator resolved a record: not applied",
     "operator forgot a record (forced)",
+    "operator's forget refused: the holder's lease is live",
+    "completion of a large outcome refused (disk full)",
 ];
 
 /// What the world saw happen because of the faults: evidence that the hard paths ran.
@@ -778,6 +827,8 @@ struct State {
     completed_tokens: std::collections::HashSet<Uuid>,
     /// `claimer-lease-cap`: per key, the holder's token and the lease end a claimer capped.
     caps: HashMap<[u8; 16], (Uuid, Duration)>,
+    /// Tokens whose completion of a large outcome a full disk refused.
+    refused_large: std::collections::HashSet<Uuid>,
 }
 
 tokio::task_local! {
@@ -1047,6 +1098,30 @@ impl World {
             .iter()
             .filter(|&&(at, o, _)| o == op && from <= at && at <= to)
             .count()
+    }
+
+    /// Whether the full disk (issue 30 #9) refuses a completion of `token` of `len` bytes: one
+    /// over 512 bytes while faults are injected in a world whose disk fills; with
+    /// `no-marker-fallback`, also the small marker written after such a refusal.
+    pub fn disk_full_refuses(&self, host: usize, token: Uuid, len: usize) -> bool {
+        if !(self.cfg.disk_full && self.faulty()) {
+            return false;
+        }
+        let mut st = self.state();
+        if len > 512 {
+            st.refused_large.insert(token);
+            drop(st);
+            self.fault(host, "completion of a large outcome refused (disk full)");
+            return true;
+        }
+        if self.cfg.protocol == Protocol::NoMarkerFallback && st.refused_large.contains(&token) {
+            drop(st);
+            self.log(host, || {
+                "(broken) no marker fallback: its write refused like the large one".to_owned()
+            });
+            return true;
+        }
+        false
     }
 
     /// Whether a completion of `token` was applied already (a write now is a retry of it).
@@ -1417,6 +1492,11 @@ impl World {
                 Vec::new()
             } else {
                 vec!["card".to_owned()]
+            },
+            memo: if spec.large {
+                format!("{op}: ").repeat(200)
+            } else {
+                String::new()
             },
         };
         if spec.unreplayable {
@@ -1843,6 +1923,9 @@ impl World {
                     // S20 without verify: only an operator settles an unknown outcome.
                     Some(Err(e)) if no_verify && e == "kept ambiguous" => {}
                     Some(Err(e)) if spec.not_replayable() && e == "unreplayable" => {}
+                    // Issue 30 #9: its outcome could not be stored (a full disk); the executor
+                    // recorded that it ran instead.
+                    Some(Err(e)) if spec.large && self.cfg.disk_full && e == "unreplayable" => {}
                     Some(other) => f.problems.push(format!(
                         "host {host} ended operation {op} with {other:?} (declined: {})",
                         spec.declined

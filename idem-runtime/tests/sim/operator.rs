@@ -8,10 +8,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_runtime::Records;
-use idem_runtime::store::{Decision, Forgot, Released, Resolved};
+use idem_runtime::store::{Decision, Forgot, Record, RecordState, Released, Resolved};
 
 use super::agent::key_of;
-use super::{OperatorKind, World};
+use super::{OperatorKind, Protocol, World, now_or_never};
+
+/// What the world notes when an un-forced forget removed a record under a live lease: never,
+/// with stores that keep S24 (they answer `LeaseLive`).
+pub const UNFORCED_FORGET_OF_LIVE_RECORD: &str =
+    "operator's un-forced forget removed a live holder's record";
 
 /// How long a resolved record is kept (what `idemkit resolve` would use: a day).
 const RESOLVED_TTL: Duration = Duration::from_secs(24 * 3600);
@@ -39,16 +44,34 @@ pub async fn run(world: Arc<World>) {
                 Ok(_) => ("operator's release found no running record", false),
                 Err(e) => panic!("the memory store failed an operator's release: {e}"),
             },
-            OperatorKind::Forget { force } => match store.forget(&key, force).await {
-                Ok(Forgot::Forgotten) if force => ("operator forgot a record (forced)", true),
-                Ok(Forgot::Forgotten) => ("operator forgot a record", true),
-                Ok(Forgot::LeaseLive { .. }) => (
-                    "operator's forget refused: the holder's lease is live",
-                    false,
-                ),
-                Ok(_) => ("operator's forget found no record", false),
-                Err(e) => panic!("the memory store failed an operator's forget: {e}"),
-            },
+            OperatorKind::Forget { force } => {
+                // Whether a holder's lease is live now (the memory store answers at once, so
+                // nothing runs between this look and the forget).
+                let live = matches!(
+                    now_or_never(store.get(&key)),
+                    Some(Ok(Some(Record {
+                        state: RecordState::Running { lease_remaining, .. },
+                        ..
+                    }))) if !lease_remaining.is_zero()
+                );
+                // `unforced-forget-of-live-record`: the old stores' forget, which removed the
+                // record whatever its lease (issue 30 #6).
+                let sent_force =
+                    force || world.cfg.protocol == Protocol::UnforcedForgetOfLiveRecord;
+                match store.forget(&key, sent_force).await {
+                    Ok(Forgot::Forgotten) if force => ("operator forgot a record (forced)", true),
+                    // The operator did not force it: what follows is no operator's doing but
+                    // the store's, so it excuses nothing (S24: refused under a live lease).
+                    Ok(Forgot::Forgotten) if live => (UNFORCED_FORGET_OF_LIVE_RECORD, false),
+                    Ok(Forgot::Forgotten) => ("operator forgot a record", true),
+                    Ok(Forgot::LeaseLive { .. }) => (
+                        "operator's forget refused: the holder's lease is live",
+                        false,
+                    ),
+                    Ok(_) => ("operator's forget found no record", false),
+                    Err(e) => panic!("the memory store failed an operator's forget: {e}"),
+                }
+            }
             OperatorKind::Resolve => {
                 let receipt = world.provider_receipt(key.as_ref());
                 if world.cfg.ops[action.op].not_replayable() && receipt.is_some() {

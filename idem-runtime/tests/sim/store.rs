@@ -11,10 +11,14 @@ use idem_runtime::store::{
     AsyncStore, Claim, ClaimRequest, Existing, ExistingState, LeaseToken, OperationIds, Outcome,
     Record, RecordState, Takeover, Written,
 };
-use idem_runtime::{IdempotencyKey, MemoryStore, Records, Store, StoreError};
+use idem_runtime::{IdempotencyKey, MemoryStore, Records, Store, StoreError, StoreErrorKind};
 use uuid::Uuid;
 
-use super::{CALL, Protocol, World};
+use super::{CALL, Protocol, Receipt, World};
+
+/// What the executor's completion of an unreplayable outcome starts with (`UNREPLAYABLE` in
+/// `idem-runtime/src/exec/core/mod.rs`, private to the crate).
+pub const UNREPLAYABLE: &[u8] = b"\0idemkit:unreplayable\0";
 
 /// One incarnation's view of the shared store.
 pub struct SimStore {
@@ -207,6 +211,45 @@ impl SimStore {
         ))))
     }
 
+    /// `unreadable-stored-as-replayable`: the executor records an outcome that does not read
+    /// back as unreplayable (the marker, then the reason); the old one (issue 30 #4) checked
+    /// floats and serialization only, and stored the receipt's JSON, which does not decode.
+    fn as_the_old_executor_stored(
+        &self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        outcome: Outcome,
+    ) -> Outcome {
+        if self.world.cfg.protocol != Protocol::UnreadableStoredAsReplayable
+            || !outcome.starts_with(UNREPLAYABLE)
+        {
+            return outcome;
+        }
+        let Some(op) = self.world.op_of_token(token.0) else {
+            return outcome;
+        };
+        let spec = &self.world.cfg.ops[op];
+        if !spec.unreadable {
+            // A non-finite float: the old executor caught that one too.
+            return outcome;
+        }
+        let receipt = self
+            .world
+            .provider_receipt(key.as_ref())
+            .unwrap_or(Receipt {
+                charge_id: 0,
+                op,
+                amount_cents: spec.amount_cents,
+                fee_rate: 0.029,
+                tags: Vec::new(),
+                memo: String::new(),
+            });
+        self.world.log(self.host, || {
+            format!("(broken) stores op {op}'s unreadable receipt as if replayable")
+        });
+        Outcome::from(serde_json::to_vec(&receipt).expect("a receipt serializes"))
+    }
+
     fn written(&self, token: LeaseToken, w: Written) -> Written {
         self.held.lock().unwrap().remove(&token.0);
         if w == Written::Fenced {
@@ -323,6 +366,22 @@ impl AsyncStore for SimStore {
             self.end_write_failed(token);
             return Err(e);
         }
+        if self
+            .world
+            .disk_full_refuses(self.host, token.0, outcome.len())
+        {
+            // Refused by the store: nothing written. If no write of it gets through before the
+            // lease ends, the record is an expired holder's (its outcome unknown to a taker); a
+            // dropped call's end goes on retrying it, so its claim is left to its lease (not
+            // `completion_blocked`: that would excuse a re-run, which the marker must prevent).
+            self.end_write_failed(token);
+            self.reply().await?;
+            return Err(StoreError::new(
+                StoreErrorKind::Other,
+                "injected: database or disk is full (the outcome was not written)",
+            ));
+        }
+        let outcome = self.as_the_old_executor_stored(key, token, outcome);
         let mut w = self.shared.complete(key, token, outcome, ttl).await?;
         if self.world.cfg.protocol == Protocol::CompletionNotIdempotent
             && self.world.completion_was_applied(token.0)
