@@ -1923,9 +1923,10 @@ impl World {
                     // S20 without verify: only an operator settles an unknown outcome.
                     Some(Err(e)) if no_verify && e == "kept ambiguous" => {}
                     Some(Err(e)) if spec.not_replayable() && e == "unreplayable" => {}
-                    // Issue 30 #9: its outcome could not be stored (a full disk); the executor
-                    // recorded that it ran instead.
-                    Some(Err(e)) if spec.large && self.cfg.disk_full && e == "unreplayable" => {}
+                    // Issue 30 #9: its large outcome could not be stored half-way to the lease's
+                    // end (a full disk, or the store down or failing its writes that long); the
+                    // executor recorded that it ran instead.
+                    Some(Err(e)) if spec.large && e == "unreplayable" => {}
                     Some(other) => f.problems.push(format!(
                         "host {host} ended operation {op} with {other:?} (declined: {})",
                         spec.declined
