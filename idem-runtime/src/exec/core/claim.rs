@@ -133,7 +133,15 @@ pub(super) fn start(phase: &mut Phase<'_>) {
     });
     match answered {
         Some(Ok(Answer::Run(takeover))) => {
-            let run = Run::side_effect(call, holder(idem), policy, claimed_at, takeover, sending);
+            let run = Run::side_effect(
+                call,
+                holder(idem),
+                policy,
+                claimed_at,
+                takeover,
+                sending,
+                true,
+            );
             *phase = Phase::Running(run, Between::Ready);
             return;
         }
@@ -165,6 +173,7 @@ pub(super) fn start(phase: &mut Phase<'_>) {
                     claimed_at,
                     takeover,
                     sending,
+                    false,
                 ))
             }
             .instrument(span),

@@ -23,6 +23,9 @@ pub(super) struct Run<'a> {
     pub(super) resend: bool,
     /// S19: the call's loop answers verification steps.
     pub(super) verifies: bool,
+    /// The claim was answered at once, in the poll that hands out the first attempt (S22: no
+    /// await between them, so no clock to read before it).
+    pub(super) claimed_at_once: bool,
 }
 
 impl<'a> Run<'a> {
@@ -35,6 +38,7 @@ impl<'a> Run<'a> {
         claimed_at: Instant,
         takeover: Option<Takeover>,
         (resend, verifies): (bool, bool),
+        claimed_at_once: bool,
     ) -> Self {
         Run {
             call,
@@ -46,6 +50,7 @@ impl<'a> Run<'a> {
             ambiguous: takeover.is_some(),
             resend,
             verifies,
+            claimed_at_once,
         }
     }
 

@@ -42,8 +42,9 @@ impl Holder {
     /// attempt started. Past its end (the process stalled: `SIGSTOP`, a paused VM, a starved
     /// runtime), one renewal is sent and awaited; `Ok` if it is applied (nobody took the key
     /// over meanwhile), `Err(why)` if not: the lease is lost (S13). `unrenewed`: check a lease
-    /// that has had no renewal yet too, from the claim's sending (every caller does: a claim's
-    /// reply may come after its lease ended).
+    /// that has had no renewal yet too, from the claim's sending (before an attempt is handed out:
+    /// a claim's reply may come after its lease ended); an attempt's own polls need not, its
+    /// first following the hand-out in the same poll.
     pub(super) fn poll_gate(
         &mut self,
         call: &CallTrace<'_>,

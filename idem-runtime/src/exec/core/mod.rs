@@ -348,7 +348,7 @@ impl<'a> Call<'a> {
         let Phase::Running(run, _) = &mut self.phase else {
             return Poll::Ready(Ok(()));
         };
-        let why = match std::task::ready!(run.holder.poll_gate(&run.call, run.started, true, cx)) {
+        let why = match std::task::ready!(run.holder.poll_gate(&run.call, run.started, false, cx)) {
             Ok(()) => return Poll::Ready(Ok(())),
             Err(why) => why,
         };
@@ -414,15 +414,24 @@ impl<'a> Call<'a> {
                 Phase::Running(run, between) => match between {
                     Between::Ready | Between::Verify(_) => {
                         // S22: the lease is live by this process's clock before anything starts,
-                        // the first attempt too: a claim whose reply came after its lease ended
-                        // (a slow store, a stall right after the claim) may have been taken over
-                        // meanwhile (found by the model check, idem-runtime/tests/model.rs).
-                        let held = std::task::ready!(run.holder.poll_gate(
-                            &run.call,
-                            run.started,
-                            true,
-                            cx
-                        ));
+                        // the first attempt too when its claim was awaited: a claim whose reply
+                        // came after its lease ended (a slow store, a stall while awaiting it) may
+                        // have been taken over meanwhile (found by the model check,
+                        // idem-runtime/tests/model.rs). A claim answered at once, in this same
+                        // poll, leaves no await between it and the first attempt: no clock read.
+                        let held = if run.attempts > 0
+                            || run.holder.renewal.is_some()
+                            || !run.claimed_at_once
+                        {
+                            std::task::ready!(run.holder.poll_gate(
+                                &run.call,
+                                run.started,
+                                true,
+                                cx
+                            ))
+                        } else {
+                            Ok(())
+                        };
                         if let Err(why) = held {
                             self.end_run(Ended::Lost {
                                 attempting: false,
