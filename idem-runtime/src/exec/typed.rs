@@ -106,13 +106,9 @@ impl<'a, T: Serialize + DeserializeOwned, E: Classify + From<Error>> SideEffectC
                 self.last = Some(Ok(value));
             }
             Ok(Verified::NotApplied) => self.call.verified_not_applied(),
-            Ok(Verified::Unknown) => self
-                .call
-                .verified_unknown("the verify function could not tell"),
-            Err(e) => self.call.verified_unknown(match e.classify() {
-                crate::Failure::Permanent => "the verify function failed (permanent)",
-                _ => "the verify function failed",
-            }),
+            Ok(Verified::Unknown) => self.call.verified_unknown(false),
+            // The error itself is the verify function's to log: it is not the call's result.
+            Err(_) => self.call.verified_unknown(true),
         }
     }
 

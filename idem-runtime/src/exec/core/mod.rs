@@ -314,12 +314,13 @@ impl<'a> Call<'a> {
     }
 
     /// The verification could not tell, or failed (S19): the record stays ambiguous.
-    pub(crate) fn verified_unknown(&mut self, why: &'static str) {
-        self.verification_answered(if why.contains("failed") {
-            "error"
+    pub(crate) fn verified_unknown(&mut self, failed: bool) {
+        let (answer, why) = if failed {
+            ("error", "the verify function failed")
         } else {
-            "unknown"
-        });
+            ("unknown", "the verify function could not tell")
+        };
+        self.verification_answered(answer);
         self.end_run(Ended::Unsettled(why));
     }
 
