@@ -3,9 +3,13 @@
 
 use std::path::PathBuf;
 
+#[cfg(feature = "postgres")]
+use idem_runtime::PostgresStore;
+#[cfg(feature = "redis")]
+use idem_runtime::RedisStore;
 use idem_runtime::store::redacted_url;
 use idem_runtime::store::sqlite::default_path;
-use idem_runtime::{PostgresStore, Records, RedisStore, SqliteStore, StoreError};
+use idem_runtime::{Records, SqliteStore, StoreError};
 
 /// A store named on the command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,8 +42,9 @@ pub fn parse(spec: &str) -> Result<Target, String> {
     }
 }
 
-/// Settings of the server stores that a URL does not carry.
+/// Settings of the server stores that a URL does not carry (read only by the stores built in).
 #[derive(Debug, Clone, Default)]
+#[cfg_attr(not(all(feature = "postgres", feature = "redis")), allow(dead_code))]
 pub struct Names {
     pub pg_schema: Option<String>,
     pub pg_table: Option<String>,
@@ -69,6 +74,10 @@ impl Target {
     /// Opens the store; `read_only` for the commands that only read (SQLite and PostgreSQL then
     /// create, migrate and write nothing). A SQLite file that is not there is an error: this
     /// command never makes an empty store.
+    #[cfg_attr(
+        not(any(feature = "postgres", feature = "redis")),
+        allow(unused_variables)
+    )]
     pub async fn open(
         &self,
         names: &Names,
@@ -86,6 +95,7 @@ impl Target {
                 let store = SqliteStore::builder(path).read_only(read_only).open()?;
                 Ok(Box::new(store))
             }
+            #[cfg(feature = "postgres")]
             Target::Postgres(url) => {
                 let mut builder = PostgresStore::builder(url.as_str())
                     .read_only(read_only)
@@ -98,6 +108,7 @@ impl Target {
                 }
                 Ok(Box::new(builder.connect().await?))
             }
+            #[cfg(feature = "redis")]
             Target::Redis(url) => {
                 let mut builder = RedisStore::builder(url.as_str());
                 if let Some(prefix) = &names.redis_prefix {
@@ -105,8 +116,21 @@ impl Target {
                 }
                 Ok(Box::new(builder.connect().await?))
             }
+            #[cfg(not(feature = "postgres"))]
+            Target::Postgres(_) => Err(not_built_in("PostgreSQL", "postgres")),
+            #[cfg(not(feature = "redis"))]
+            Target::Redis(_) => Err(not_built_in("Redis", "redis")),
         }
     }
+}
+
+/// The error for a server store whose client this build of the command left out.
+#[cfg(not(all(feature = "postgres", feature = "redis")))]
+fn not_built_in(store: &str, feature: &str) -> StoreError {
+    StoreError::unavailable(format!(
+        "this `idemkit` was built without the {store} store: install it with \
+         `cargo install --path cli --features {feature}` (or `--features postgres,redis`)"
+    ))
 }
 
 #[cfg(test)]

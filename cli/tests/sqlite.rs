@@ -146,6 +146,26 @@ fn a_store_password_is_never_printed() {
     }
 }
 
+/// A server store's URL given to a build without that store's client says how to get one.
+#[test]
+fn a_server_store_left_out_of_the_build_says_which_feature_adds_it() {
+    for (url, feature, built_in) in [
+        (
+            "postgres://agent@127.0.0.1:1/agents",
+            "postgres",
+            cfg!(feature = "postgres"),
+        ),
+        ("redis://127.0.0.1:1/0", "redis", cfg!(feature = "redis")),
+    ] {
+        let out = idemkit(&["counts"], &[("IDEMKIT_STORE", url)]);
+        assert_eq!(out.status.code(), Some(1));
+        let said = stderr(&out);
+        let hint = format!("cargo install --path cli --features {feature}");
+        // Built in, the store is tried (and nothing listens on port 1); left out, the hint.
+        assert_eq!(said.contains(&hint), !built_in, "{said}");
+    }
+}
+
 /// `list --tenant` shows only that scope's records, and `show` says the tenant.
 #[tokio::test]
 async fn list_by_tenant_shows_only_that_tenants_records() {

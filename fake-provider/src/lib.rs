@@ -15,6 +15,7 @@
 //! [`sms`] is the other kind of provider: an SMS gateway that sends a message per request whatever
 //! key it carries, and can only be asked afterwards whether a message went out.
 
+mod http;
 pub mod model;
 pub mod sms;
 
@@ -337,19 +338,15 @@ pub struct Answer {
 /// A small HTTP client of the provider, with a request timeout.
 #[derive(Debug, Clone)]
 pub struct Client {
-    http: reqwest::Client,
+    http: http::Http,
     base: String,
 }
 
 impl Client {
     /// A client of the provider at `base`, giving up on a request after `timeout`.
     pub fn new(base: impl Into<String>, timeout: Duration) -> Self {
-        let http = reqwest::Client::builder()
-            .timeout(timeout)
-            .build()
-            .expect("an HTTP client");
         Client {
-            http,
+            http: http::Http::new(timeout),
             base: base.into(),
         }
     }
@@ -361,56 +358,48 @@ impl Client {
         key: Option<&str>,
         body: &Value,
     ) -> Result<Answer, ProviderError> {
-        let mut request = self
-            .http
-            .post(format!("{}/v1/{kind}", self.base))
-            .json(body);
-        if let Some(key) = key {
-            request = request.header("Idempotency-Key", key);
-        }
-        Self::answer(request.send().await).await
+        let url = format!("{}/v1/{kind}", self.base);
+        let headers: &[(&str, &str)] = match key {
+            Some(key) => &[("idempotency-key", key)],
+            None => &[],
+        };
+        let json = serde_json::to_vec(body).map_err(|_| ProviderError::Broken)?;
+        Self::answer(
+            self.http
+                .send(axum::http::Method::POST, &url, headers, Some(json))
+                .await,
+        )
     }
 
     /// `GET /v1/balance/{customer}`: the customer's charged cents.
     pub async fn balance(&self, customer: &str) -> Result<u64, ProviderError> {
+        let url = format!("{}/v1/balance/{}", self.base, http::query_value(customer));
         let answer = Self::answer(
             self.http
-                .get(format!("{}/v1/balance/{customer}", self.base))
-                .send()
+                .send(axum::http::Method::GET, &url, &[], None)
                 .await,
-        )
-        .await?;
+        )?;
         Ok(answer.body["cents"].as_u64().unwrap_or(0))
     }
 
-    pub(crate) async fn answer(
-        sent: reqwest::Result<reqwest::Response>,
+    pub(crate) fn answer(
+        sent: Result<http::Reply, ProviderError>,
     ) -> Result<Answer, ProviderError> {
-        let response = sent.map_err(|e| {
-            if e.is_timeout() {
-                ProviderError::Timeout
-            } else if e.is_connect() {
-                ProviderError::Connect
-            } else {
-                ProviderError::Broken
-            }
-        })?;
-        let status = response.status();
-        let replayed = response.headers().get("idempotent-replayed").is_some();
-        let retry_after = response
-            .headers()
+        let reply = sent?;
+        let replayed = reply.headers.get("idempotent-replayed").is_some();
+        let retry_after = reply
+            .headers
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse().ok());
-        let text = response.text().await.map_err(|_| ProviderError::Broken)?;
-        if !status.is_success() {
+        if !(200..300).contains(&reply.status) {
             return Err(ProviderError::Status {
-                code: status.as_u16(),
+                code: reply.status,
                 retry_after,
-                body: text,
+                body: String::from_utf8_lossy(&reply.body).into_owned(),
             });
         }
-        let body = serde_json::from_str(&text).map_err(|_| ProviderError::Broken)?;
+        let body = serde_json::from_slice(&reply.body).map_err(|_| ProviderError::Broken)?;
         Ok(Answer { body, replayed })
     }
 }

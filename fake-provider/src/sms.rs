@@ -308,51 +308,48 @@ async fn lookup(
 /// A small HTTP client of the gateway, with a request timeout.
 #[derive(Debug, Clone)]
 pub struct SmsClient {
-    http: reqwest::Client,
+    http: crate::http::Http,
     base: String,
 }
 
 impl SmsClient {
     /// A client of the gateway at `base`, giving up on a request after `timeout`.
     pub fn new(base: impl Into<String>, timeout: Duration) -> Self {
-        let http = reqwest::Client::builder()
-            .timeout(timeout)
-            .build()
-            .expect("an HTTP client");
         SmsClient {
-            http,
+            http: crate::http::Http::new(timeout),
             base: base.into(),
         }
     }
 
     /// `POST /v1/messages`: sends `message` (again, if it was sent before).
     pub async fn send(&self, message: &Message) -> Result<Sent, ProviderError> {
+        let url = format!("{}/v1/messages", self.base);
+        let json = serde_json::to_vec(message).map_err(|_| ProviderError::Broken)?;
         let answer = crate::Client::answer(
             self.http
-                .post(format!("{}/v1/messages", self.base))
-                .json(message)
-                .send()
+                .send(axum::http::Method::POST, &url, &[], Some(json))
                 .await,
-        )
-        .await?;
+        )?;
         serde_json::from_value(answer.body).map_err(|_| ProviderError::Broken)
     }
 
     /// `GET /v1/messages?…`: the messages sent with that id or key, oldest first (empty: none
     /// went out).
     pub async fn lookup(&self, by: Lookup<'_>) -> Result<Vec<Sent>, ProviderError> {
-        let query = match by {
-            Lookup::MessageId(id) => [("message_id", id)],
-            Lookup::IdempotencyKey(key) => [("idempotency_key", key)],
+        let (name, value) = match by {
+            Lookup::MessageId(id) => ("message_id", id),
+            Lookup::IdempotencyKey(key) => ("idempotency_key", key),
         };
+        let url = format!(
+            "{}/v1/messages?{name}={}",
+            self.base,
+            crate::http::query_value(value)
+        );
         let answer = crate::Client::answer(
             self.http
-                .get(format!("{}/v1/messages", self.base))
-                .query(&query)
-                .send()
+                .send(axum::http::Method::GET, &url, &[], None)
                 .await,
-        )
-        .await?;
+        )?;
         serde_json::from_value(answer.body["messages"].clone()).map_err(|_| ProviderError::Broken)
     }
 }
