@@ -42,6 +42,20 @@
 //! ```
 //!
 //! Without the attribute, [`Tool`] runs the same protocol by hand.
+//!
+//! The README's quick start is a whole program to paste into a new crate; the guide below (built
+//! with the features its examples use: `anyhow`, `json`, `postgres`, `rig`, `rmcp`, as on docs.rs)
+//! goes through the rest.
+#![cfg_attr(
+    all(
+        feature = "anyhow",
+        feature = "json",
+        feature = "postgres",
+        feature = "rig",
+        feature = "rmcp"
+    ),
+    doc = include_str!("../docs/guide.md")
+)]
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
