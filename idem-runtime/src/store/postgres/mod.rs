@@ -93,7 +93,7 @@ use crate::key::IdempotencyKey;
 mod records;
 mod rows;
 mod sql;
-mod store;
+mod transitions;
 
 use self::rows::*;
 use self::sql::*;

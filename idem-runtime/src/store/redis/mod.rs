@@ -98,7 +98,7 @@ use crate::key::IdempotencyKey;
 
 mod records;
 mod scripts;
-mod store;
+mod transitions;
 mod values;
 
 use self::scripts::*;

@@ -83,7 +83,7 @@ mod open;
 mod options;
 mod records;
 pub mod sql;
-mod store;
+mod transitions;
 #[cfg(test)]
 mod tests;
 mod wal;
@@ -93,7 +93,7 @@ use self::group::*;
 use self::inline::*;
 use self::open::*;
 pub use self::options::{SqliteStoreBuilder, Synchronous};
-use self::store::*;
+use self::transitions::*;
 use self::wal::*;
 
 /// The environment variable that overrides where the default store lives.

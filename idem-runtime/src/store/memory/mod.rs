@@ -19,11 +19,9 @@ use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
 
 // Operator reads (`Records`), beside the claim state machine.
-#[path = "memory_records.rs"]
 mod records;
 
 // The store's clock: ticks from its origin.
-#[path = "memory_clock.rs"]
 mod clock;
 use clock::{Origin, Tick};
 
