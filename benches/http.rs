@@ -28,7 +28,10 @@ const BODY: &str = r#"{"customer":"cus_1","amount_cents":4200}"#;
 async fn charge(body: Bytes) -> ([(&'static str, &'static str); 1], String) {
     (
         [("content-type", "application/json")],
-        format!(r#"{{"id":"ch_1","request":{}}}"#, String::from_utf8_lossy(&body)),
+        format!(
+            r#"{{"id":"ch_1","request":{}}}"#,
+            String::from_utf8_lossy(&body)
+        ),
     )
 }
 
@@ -59,7 +62,11 @@ fn requests(
     rt.block_on(async {
         for _ in 0..n {
             let response = app.clone().oneshot(request(key())).await.unwrap();
-            black_box(axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap());
+            black_box(
+                axum::body::to_bytes(response.into_body(), usize::MAX)
+                    .await
+                    .unwrap(),
+            );
         }
     });
     start.elapsed()
@@ -86,7 +93,13 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("http request");
     let bare = app(None);
     g.bench_function("handler without the layer", |b| {
-        b.iter_custom(|iters| record("handler without the layer", iters, requests(&rt, &bare, || None, iters)))
+        b.iter_custom(|iters| {
+            record(
+                "handler without the layer",
+                iters,
+                requests(&rt, &bare, || None, iters),
+            )
+        })
     });
     for (store, idem) in &stores {
         let layered = app(Some(IdempotencyLayer::new(idem.clone())));
@@ -99,7 +112,13 @@ fn bench(c: &mut Criterion) {
         requests(&rt, &layered, || Some(replayed), 1);
         let replay = format!("through the layer, {store} store, replay");
         g.bench_function(&replay, |b| {
-            b.iter_custom(|iters| record(&replay, iters, requests(&rt, &layered, || Some(replayed), iters)))
+            b.iter_custom(|iters| {
+                record(
+                    &replay,
+                    iters,
+                    requests(&rt, &layered, || Some(replayed), iters),
+                )
+            })
         });
     }
     g.finish();

@@ -131,7 +131,11 @@ impl FakeProvider {
     /// Forgets every effect, key and queued fault.
     pub async fn reset(&self) {
         *self.lock() = Inner::default();
-        let records = self.keys.list(&RecordFilter::new()).await.unwrap_or_default();
+        let records = self
+            .keys
+            .list(&RecordFilter::new())
+            .await
+            .unwrap_or_default();
         for record in records {
             let _ = self.keys.forget(&record.key, true).await;
         }
@@ -146,7 +150,11 @@ impl FakeProvider {
 /// front end would: a failure before commit answers before any key is looked at; a response lost
 /// after commit is lost after the layer stored it; latency is the effect's own (the key is held
 /// meanwhile).
-async fn faults(State(inner): State<Arc<Mutex<Inner>>>, mut request: Request, next: Next) -> Response {
+async fn faults(
+    State(inner): State<Arc<Mutex<Inner>>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     let (fault, latency) = {
         let mut state = inner.lock().unwrap();
         (state.faults.pop_front(), state.latency)

@@ -32,7 +32,8 @@ async fn status(
         .get("idempotency-key")
         .map(|v| v.to_str().unwrap().to_owned());
     seen.lock().unwrap().push(key.clone());
-    let mut response = (StatusCode::from_u16(code).unwrap(), key.unwrap_or_default()).into_response();
+    let mut response =
+        (StatusCode::from_u16(code).unwrap(), key.unwrap_or_default()).into_response();
     if let Some(after) = answer.retry_after {
         response
             .headers_mut()
@@ -49,7 +50,12 @@ async fn flaky(State(seen): State<Seen>, headers: HeaderMap) -> Response {
     let mut seen = seen.lock().unwrap();
     seen.push(key);
     if seen.len() == 1 {
-        return (StatusCode::SERVICE_UNAVAILABLE, [("retry-after", "0")], "busy").into_response();
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [("retry-after", "0")],
+            "busy",
+        )
+            .into_response();
     }
     (StatusCode::OK, "done").into_response()
 }
@@ -66,7 +72,9 @@ async fn server() -> Server {
         .route("/flaky", post(flaky))
         .route("/hang", post(|| std::future::pending::<()>()))
         .with_state(seen.clone());
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     Server { base, seen }
@@ -226,12 +234,21 @@ async fn each_status_is_classified_as_the_draft_and_stripe_say() {
     let server = server().await;
     let http = reqwest::Client::new();
     let cases: &[(&str, Failure)] = &[
-        ("429?retry_after=3", Failure::RetryAfter(Duration::from_secs(3))),
+        (
+            "429?retry_after=3",
+            Failure::RetryAfter(Duration::from_secs(3)),
+        ),
         ("429", Failure::Transient),
-        ("503?retry_after=2", Failure::RetryAfter(Duration::from_secs(2))),
+        (
+            "503?retry_after=2",
+            Failure::RetryAfter(Duration::from_secs(2)),
+        ),
         ("503", Failure::Transient),
         ("409", Failure::Ambiguous),
-        ("409?retry_after=1", Failure::RetryAfter(Duration::from_secs(1))),
+        (
+            "409?retry_after=1",
+            Failure::RetryAfter(Duration::from_secs(1)),
+        ),
         ("422", Failure::Permanent),
         ("400", Failure::Permanent),
         ("404", Failure::Permanent),
@@ -256,7 +273,10 @@ async fn a_422_is_surfaced_as_key_reuse() {
     let HttpError::KeyReuse { key, .. } = &err else {
         panic!("expected KeyReuse, got {err:?}")
     };
-    assert_eq!(*key, IdempotencyKey::derive("send", &[("url", &url.as_str())]));
+    assert_eq!(
+        *key,
+        IdempotencyKey::derive("send", &[("url", &url.as_str())])
+    );
     assert!(err.to_string().contains("another payload"), "{err}");
 }
 
@@ -277,7 +297,10 @@ async fn a_503_with_retry_after_is_retried_with_the_same_key_and_succeeds() {
     assert_eq!(result.unwrap(), "done");
     let seen = server.seen.lock().unwrap().clone();
     let key = IdempotencyKey::derive("flaky", &[("n", &1u8)]);
-    assert_eq!(seen, [Some(format!("\"{key}\"")), Some(format!("\"{key}\""))]);
+    assert_eq!(
+        seen,
+        [Some(format!("\"{key}\"")), Some(format!("\"{key}\""))]
+    );
 }
 
 #[tokio::test]
@@ -288,5 +311,8 @@ async fn a_boxed_error_holding_an_http_error_classifies_as_it() {
         panic!("expected a 503")
     };
     let boxed: Box<dyn std::error::Error + Send + Sync> = Box::new(err);
-    assert_eq!(boxed.classify(), Failure::RetryAfter(Duration::from_secs(4)));
+    assert_eq!(
+        boxed.classify(),
+        Failure::RetryAfter(Duration::from_secs(4))
+    );
 }

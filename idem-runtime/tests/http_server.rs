@@ -50,7 +50,9 @@ async fn charge(
     body: Bytes,
 ) -> Response {
     let n = h.runs.fetch_add(1, SeqCst) + 1;
-    let key = key.map(|Extension(key)| key.to_string()).unwrap_or_default();
+    let key = key
+        .map(|Extension(key)| key.to_string())
+        .unwrap_or_default();
     let body = format!(
         r#"{{"charge":{n},"key":"{key}","request":{}}}"#,
         String::from_utf8_lossy(&body)
@@ -109,7 +111,9 @@ async fn serve(configure: impl FnOnce(IdempotencyLayer) -> IdempotencyLayer) -> 
     let store = Arc::new(MemoryStore::new());
     let handler = Shared::default();
     let app = app(configure(layer_on(&store)), &handler);
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     Served {
@@ -122,7 +126,10 @@ async fn serve(configure: impl FnOnce(IdempotencyLayer) -> IdempotencyLayer) -> 
 
 impl Served {
     async fn post(&self, path: &str, key: Option<&str>, body: &str) -> reqwest::Response {
-        let mut request = self.http.post(format!("{}{path}", self.base)).body(body.to_owned());
+        let mut request = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .body(body.to_owned());
         if let Some(key) = key {
             request = request.header("Idempotency-Key", key);
         }
@@ -135,13 +142,18 @@ impl Served {
 }
 
 fn replayed(response: &reqwest::Response) -> bool {
-    response.headers().get(REPLAYED).is_some_and(|v| v == "true")
+    response
+        .headers()
+        .get(REPLAYED)
+        .is_some_and(|v| v == "true")
 }
 
 #[tokio::test]
 async fn draft_first_request_runs_the_handler_and_its_response_goes_out_whole() {
     let s = serve(|l| l).await;
-    let first = s.post("/v1/charges", Some(r#""k-1""#), r#"{"cents":42}"#).await;
+    let first = s
+        .post("/v1/charges", Some(r#""k-1""#), r#"{"cents":42}"#)
+        .await;
     assert_eq!(first.status(), StatusCode::CREATED);
     assert!(!replayed(&first));
     assert_eq!(first.headers()["location"], "/v1/charges/ch_1");
@@ -157,15 +169,22 @@ async fn draft_first_request_runs_the_handler_and_its_response_goes_out_whole() 
 #[tokio::test]
 async fn draft_a_repeat_gets_the_stored_response_marked_as_a_replay() {
     let s = serve(|l| l).await;
-    let first = s.post("/v1/charges", Some(r#""k-1""#), r#"{"cents":42}"#).await;
+    let first = s
+        .post("/v1/charges", Some(r#""k-1""#), r#"{"cents":42}"#)
+        .await;
     let first_body = first.text().await.unwrap();
     for _ in 0..2 {
-        let again = s.post("/v1/charges", Some(r#""k-1""#), r#"{"cents":42}"#).await;
+        let again = s
+            .post("/v1/charges", Some(r#""k-1""#), r#"{"cents":42}"#)
+            .await;
         assert_eq!(again.status(), StatusCode::CREATED);
         assert!(replayed(&again));
         assert_eq!(again.headers()["content-type"], "application/json");
         assert_eq!(again.headers()["location"], "/v1/charges/ch_1");
-        assert!(again.headers().get("x-per-response").is_none(), "only chosen headers are stored");
+        assert!(
+            again.headers().get("x-per-response").is_none(),
+            "only chosen headers are stored"
+        );
         assert_eq!(again.text().await.unwrap(), first_body);
     }
     assert_eq!(s.runs(), 1);
@@ -183,10 +202,18 @@ async fn draft_a_bare_token_key_works_like_its_quoted_form() {
 #[tokio::test]
 async fn draft_the_same_key_with_another_payload_is_422() {
     let s = serve(|l| l).await;
-    s.post("/v1/charges", Some(r#""k-1""#), r#"{"cents":42}"#).await;
-    for (path, body) in [("/v1/charges", r#"{"cents":43}"#), ("/v1/refunds", r#"{"cents":42}"#)] {
+    s.post("/v1/charges", Some(r#""k-1""#), r#"{"cents":42}"#)
+        .await;
+    for (path, body) in [
+        ("/v1/charges", r#"{"cents":43}"#),
+        ("/v1/refunds", r#"{"cents":42}"#),
+    ] {
         let reused = s.post(path, Some(r#""k-1""#), body).await;
-        assert_eq!(reused.status(), StatusCode::UNPROCESSABLE_ENTITY, "{path} {body}");
+        assert_eq!(
+            reused.status(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{path} {body}"
+        );
         assert_eq!(reused.headers()["content-type"], "application/problem+json");
         assert!(!replayed(&reused));
     }
@@ -198,7 +225,12 @@ async fn draft_the_same_key_while_the_first_is_in_flight_is_409() {
     let s = serve(|l| l).await;
     let first = {
         let (http, url) = (s.http.clone(), format!("{}/slow", s.base));
-        tokio::spawn(async move { http.post(url).header("Idempotency-Key", "\"k\"").send().await })
+        tokio::spawn(async move {
+            http.post(url)
+                .header("Idempotency-Key", "\"k\"")
+                .send()
+                .await
+        })
     };
     s.handler.entered.notified().await;
     let second = s.post("/slow", Some("\"k\""), "").await;
@@ -218,12 +250,22 @@ async fn with_an_in_flight_wait_a_repeat_waits_for_the_first_and_gets_its_respon
     let s = serve(|l| l.in_flight_wait(Duration::from_secs(60))).await;
     let first = {
         let (http, url) = (s.http.clone(), format!("{}/slow", s.base));
-        tokio::spawn(async move { http.post(url).header("Idempotency-Key", "\"k\"").send().await })
+        tokio::spawn(async move {
+            http.post(url)
+                .header("Idempotency-Key", "\"k\"")
+                .send()
+                .await
+        })
     };
     s.handler.entered.notified().await;
     let second = {
         let (http, url) = (s.http.clone(), format!("{}/slow", s.base));
-        tokio::spawn(async move { http.post(url).header("Idempotency-Key", "\"k\"").send().await })
+        tokio::spawn(async move {
+            http.post(url)
+                .header("Idempotency-Key", "\"k\"")
+                .send()
+                .await
+        })
     };
     // The second is waiting (not refused): the first ends only when released.
     s.handler.release.send_replace(true);
@@ -240,7 +282,13 @@ async fn draft_a_missing_key_is_400_where_required_and_let_through_where_not() {
     let required = serve(|l| l.require_key(true)).await;
     let missing = required.post("/v1/charges", None, "{}").await;
     assert_eq!(missing.status(), StatusCode::BAD_REQUEST);
-    assert!(missing.text().await.unwrap().contains("Idempotency-Key is missing"));
+    assert!(
+        missing
+            .text()
+            .await
+            .unwrap()
+            .contains("Idempotency-Key is missing")
+    );
     assert_eq!(required.runs(), 0);
 
     let optional = serve(|l| l).await;
@@ -304,7 +352,10 @@ async fn s18_keys_of_two_scopes_never_meet() {
     };
     let acme = post(Some("acme"), r#"{"cents":1}"#).await.unwrap();
     let globex = post(Some("globex"), r#"{"cents":2}"#).await.unwrap();
-    assert_eq!((acme.status(), globex.status()), (StatusCode::CREATED, StatusCode::CREATED));
+    assert_eq!(
+        (acme.status(), globex.status()),
+        (StatusCode::CREATED, StatusCode::CREATED)
+    );
     assert!(!replayed(&globex), "another scope's record is not replayed");
     assert!(globex.text().await.unwrap().contains(r#""cents":2"#));
     let acme_again = post(Some("acme"), r#"{"cents":1}"#).await.unwrap();
@@ -337,15 +388,28 @@ async fn records_are_the_operators_like_a_tool_calls() {
     let s = serve(|l| l.name("payments.charges")).await;
     s.post("/v1/charges", Some("\"k-9\""), "{}").await;
     let key = IdempotencyKey::derive("payments.charges", &[("idempotency_key", &"k-9")]);
-    let record = s.store.get(&key).await.unwrap().expect("the request's record");
+    let record = s
+        .store
+        .get(&key)
+        .await
+        .unwrap()
+        .expect("the request's record");
     assert_eq!(record.tool, "payments.charges");
     let RecordState::Completed { outcome } = &record.state else {
         panic!("{:?}", record.state)
     };
     let stored: serde_json::Value = serde_json::from_slice(outcome).unwrap();
     assert_eq!(stored["status"], 201);
-    assert_eq!(stored["headers"][1], serde_json::json!(["location", "/v1/charges/ch_1"]));
-    assert!(stored["body"]["text"].as_str().unwrap().starts_with(r#"{"charge":1"#));
+    assert_eq!(
+        stored["headers"][1],
+        serde_json::json!(["location", "/v1/charges/ch_1"])
+    );
+    assert!(
+        stored["body"]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with(r#"{"charge":1"#)
+    );
     // Forgotten by the operator (`idemkit forget`), the key runs again.
     s.store.forget(&key, false).await.unwrap();
     let after = s.post("/v1/charges", Some("\"k-9\""), "{}").await;
@@ -403,5 +467,9 @@ async fn s8_a_crashed_handlers_key_is_taken_over_once_its_lease_ends() {
     assert!(after.headers().get(REPLAYED).is_none());
     let replay = app.oneshot(keyed("/slow")).await.unwrap();
     assert_eq!(replay.headers()[REPLAYED], "true");
-    assert_eq!(handler.runs.load(SeqCst), 1, "the crashed run never finished");
+    assert_eq!(
+        handler.runs.load(SeqCst),
+        1,
+        "the crashed run never finished"
+    );
 }

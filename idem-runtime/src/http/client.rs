@@ -94,6 +94,9 @@ pub trait IdempotentRequest: sealed::Sealed + Sized {
     /// The key is read when this is called, which must be inside a side effect's body (the
     /// closure `Tool::side_effect` runs, or a `#[side_effect]` function): called anywhere else it
     /// sends nothing and answers [`HttpError::NoCall`].
+    ///
+    /// A `#[side_effect]` tool that sends this way without taking the `&IdempotencyKey` says
+    /// `resend = true`: the provider deduplicates, which the attribute cannot see (S20).
     fn send_idempotent(self) -> impl Future<Output = Result<Response, HttpError>> + Send;
 }
 

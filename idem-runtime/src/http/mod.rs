@@ -104,7 +104,10 @@ mod tests {
             Some(r#""a\"b\\c""#),
             "quotes and backslashes are escaped"
         );
-        assert_eq!(parse_sf_string(br#""a\"b\\c""#).as_deref(), Some(r#"a"b\c"#));
+        assert_eq!(
+            parse_sf_string(br#""a\"b\\c""#).as_deref(),
+            Some(r#"a"b\c"#)
+        );
         assert_eq!(sf_string("caf\u{e9}"), None);
     }
 
@@ -120,7 +123,12 @@ mod tests {
             b"a,b",
             b"\"tab\there\"",
         ] {
-            assert_eq!(parse_sf_string(bad), None, "{:?}", String::from_utf8_lossy(bad));
+            assert_eq!(
+                parse_sf_string(bad),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 }

@@ -148,7 +148,8 @@ impl IdempotencyLayer {
     }
 
     fn with(mut self, f: impl FnOnce(&mut Config)) -> Self {
-        let config = Arc::get_mut(&mut self.config).expect("idemkit: a layer being configured is not shared");
+        let config = Arc::get_mut(&mut self.config)
+            .expect("idemkit: a layer being configured is not shared");
         f(config);
         self
     }
@@ -331,7 +332,9 @@ impl Stored {
             StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let headers = response.headers_mut();
         for (name, value) in self.headers {
-            if let (Ok(name), Ok(value)) = (HeaderName::try_from(name), HeaderValue::try_from(value)) {
+            if let (Ok(name), Ok(value)) =
+                (HeaderName::try_from(name), HeaderValue::try_from(value))
+            {
                 headers.append(name, value);
             }
         }
@@ -381,7 +384,12 @@ impl<E> From<Error> for Served<E> {
 fn fingerprint(parts: &Parts, body: &[u8]) -> Fingerprint {
     let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let mut hasher = Sha256::new();
-    for part in [b"idemkit:http:v1".as_slice(), parts.method.as_str().as_bytes(), target.as_bytes(), body] {
+    for part in [
+        b"idemkit:http:v1".as_slice(),
+        parts.method.as_str().as_bytes(),
+        target.as_bytes(),
+        body,
+    ] {
         hasher.update((part.len() as u64).to_be_bytes());
         hasher.update(part);
     }
@@ -412,9 +420,10 @@ fn problem<B>(status: StatusCode, title: &str, detail: &str) -> Response<Respons
     });
     let mut response = Response::new(Either::Left(Full::new(Bytes::from(body.to_string()))));
     *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
     response
 }
 
@@ -448,7 +457,11 @@ where
             ));
         }
         Err(why) => {
-            return Ok(problem(StatusCode::BAD_REQUEST, "Idempotency-Key is malformed", why));
+            return Ok(problem(
+                StatusCode::BAD_REQUEST,
+                "Idempotency-Key is malformed",
+                why,
+            ));
         }
     };
     let (parts, body) = req.into_parts();
@@ -469,7 +482,10 @@ where
         problem(
             StatusCode::PAYLOAD_TOO_LARGE,
             "Request body too large",
-            &format!("a keyed request's body may be at most {} bytes", config.max_body),
+            &format!(
+                "a keyed request's body may be at most {} bytes",
+                config.max_body
+            ),
         )
     };
     let declared = parts
@@ -547,7 +563,9 @@ where
             Some((head, body)) => Response::from_parts(head, Either::Left(Full::new(body))),
             None => stored.replay(),
         }),
-        Err(Served::NotStored(head, body)) => Ok(Response::from_parts(head, Either::Left(Full::new(body)))),
+        Err(Served::NotStored(head, body)) => {
+            Ok(Response::from_parts(head, Either::Left(Full::new(body))))
+        }
         Err(Served::Inner(e)) => Err(e),
         Err(Served::Body(e)) => Ok(problem(
             StatusCode::INTERNAL_SERVER_ERROR,
