@@ -83,6 +83,7 @@ pub struct IdempotencyLayer {
     config: Arc<Config>,
 }
 
+#[derive(Clone)]
 struct Config {
     idem: Idem,
     name: String,
@@ -148,9 +149,8 @@ impl IdempotencyLayer {
     }
 
     fn with(mut self, f: impl FnOnce(&mut Config)) -> Self {
-        let config = Arc::get_mut(&mut self.config)
-            .expect("idemkit: a layer being configured is not shared");
-        f(config);
+        // A layer configured after it was cloned gets a copy of its own.
+        f(Arc::make_mut(&mut self.config));
         self
     }
 
