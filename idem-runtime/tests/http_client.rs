@@ -70,7 +70,7 @@ async fn server() -> Server {
     let app = Router::new()
         .route("/status/{code}", any(status))
         .route("/flaky", post(flaky))
-        .route("/hang", post(|| std::future::pending::<()>()))
+        .route("/hang", post(std::future::pending::<()>))
         .with_state(seen.clone());
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
         .await
