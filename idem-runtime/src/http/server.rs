@@ -64,6 +64,9 @@ type Scope = dyn Fn(&Parts) -> Option<String> + Send + Sync;
 /// with the key runs the handler again, with the same key (S8), which the handler finds in the
 /// request's extensions as an [`IdempotencyKey`].
 ///
+/// It wraps any tower service of `http::Request<B>` whose body `B` can be made from `Bytes`
+/// (axum's `Body`, http-body-util's `Full`): a keyed body is read whole, then handed on.
+///
 /// ```
 /// use axum::{Router, routing::post};
 /// use idem_runtime::http::IdempotencyLayer;
