@@ -86,12 +86,19 @@ async fn flaky(State(h): State<Shared>) -> Response {
     format!("flaky {n}").into_response()
 }
 
+/// A body that is not UTF-8 (stored as hex).
+async fn binary(State(h): State<Shared>) -> Vec<u8> {
+    let n = h.runs.fetch_add(1, SeqCst) as u8;
+    vec![0xff, 0x00, 0xfe, n]
+}
+
 fn app(layer: IdempotencyLayer, h: &Shared) -> Router {
     Router::new()
         .route("/v1/charges", post(charge))
         .route("/v1/refunds", post(charge))
         .route("/slow", post(slow))
         .route("/flaky", post(flaky))
+        .route("/binary", post(binary))
         .layer(layer)
         .with_state(h.clone())
 }
@@ -197,6 +204,21 @@ async fn draft_a_bare_token_key_works_like_its_quoted_form() {
     let again = s.post("/v1/charges", Some(r#""k-1""#), "{}").await;
     assert!(replayed(&again));
     assert_eq!(s.runs(), 1);
+}
+
+#[tokio::test]
+async fn a_body_that_is_not_utf8_is_replayed_byte_for_byte() {
+    let s = serve(|l| l).await;
+    let first = s
+        .post("/binary", Some("\"b\""), "")
+        .await
+        .bytes()
+        .await
+        .unwrap();
+    let again = s.post("/binary", Some("\"b\""), "").await;
+    assert!(replayed(&again));
+    assert_eq!(first.as_ref(), [0xff, 0x00, 0xfe, 0x00]);
+    assert_eq!(again.bytes().await.unwrap(), first);
 }
 
 #[tokio::test]
