@@ -41,6 +41,8 @@ awk -F'\t' '
     END { if (off != "" && on != "") printf "RESULT\t#[side_effect] call, metrics feature, no recorder\t%s\tthe same call, built without the feature\t%s\t%.2f\t—\t\n", on, off, ns(on) / ns(off) }
 ' "$out" >> "$out"
 bench -p idem-runtime --features sqlite --bench sqlite_store
+# A request through the tower layer against the same handler without it (docs/http.md).
+bench --bench http --features tower
 # The servers start only now: a fresh PostgreSQL's start-up work (checkpoints, autovacuum's
 # launcher) swung the first benchmarks' figures by 15% when they started at the top.
 if [[ -z "${IDEMKIT_TEST_POSTGRES_URL:-}" && -z "${IDEMKIT_TEST_REDIS_URL:-}" ]]; then

@@ -95,6 +95,9 @@ pub use idem_runtime::{SqliteStore, SqliteStoreBuilder, Synchronous};
 
 #[cfg(any(feature = "rmcp", feature = "rig"))]
 mod explain;
+#[cfg(any(feature = "reqwest", feature = "tower"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "reqwest", feature = "tower"))))]
+pub use idem_runtime::http;
 #[cfg(feature = "rmcp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rmcp")))]
 pub mod mcp;

@@ -6,8 +6,10 @@
 //!   effect of that kind and answers `200` with `{"id": "...", "kind": ..., "request": ...}`.
 //! - With an `Idempotency-Key` header, the first request's status and body are stored under the
 //!   key; a later request with the same key and the same body gets them back with
-//!   `Idempotent-Replayed: true` and commits nothing; the same key with another body gets `400`
-//!   `idempotency_error`; the same key while the first is still executing gets `409`.
+//!   `Idempotent-Replayed: true` and commits nothing; the same key with another body gets `422`;
+//!   the same key while the first is still executing gets `409`. All of this is idemkit's own
+//!   tower layer (`idem_runtime::http::IdempotencyLayer`) over a memory store, not a map of the
+//!   provider's: the provider dogfoods the server side of idemkit's HTTP support.
 //! - `GET /v1/balance/{customer}` reads the sum of committed charges of a customer.
 //!
 //! The counts of committed effects are what examples and tests assert on.
@@ -25,12 +27,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::extract::{Extension, Path, Request, State};
+use axum::http::{HeaderValue, StatusCode};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use idem_runtime::http::IdempotencyLayer;
+use idem_runtime::store::RecordFilter;
+use idem_runtime::{Idem, MemoryStore, Records};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 /// One failure to inject into the next request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,28 +59,17 @@ struct Inner {
     faults: VecDeque<Fault>,
     /// Committed effects by kind.
     effects: HashMap<String, Vec<Value>>,
-    /// Idempotency records by key.
-    keys: HashMap<String, KeyRecord>,
     next_id: u64,
     /// How long every effect takes to execute.
     latency: Duration,
-}
-
-enum KeyRecord {
-    Executing {
-        request_hash: [u8; 32],
-    },
-    Done {
-        request_hash: [u8; 32],
-        status: u16,
-        body: Value,
-    },
 }
 
 /// A running fake provider. Dropping it stops the server.
 pub struct FakeProvider {
     addr: SocketAddr,
     inner: Arc<Mutex<Inner>>,
+    /// Where the idempotency layer keeps its records.
+    keys: Arc<MemoryStore>,
     server: tokio::task::JoinHandle<()>,
 }
 
@@ -89,9 +83,18 @@ impl FakeProvider {
     /// Starts a provider on an ephemeral loopback port.
     pub async fn start() -> std::io::Result<Self> {
         let inner = Arc::new(Mutex::new(Inner::default()));
+        let keys = Arc::new(MemoryStore::new());
+        let idem = Idem::builder()
+            .shared_store(keys.clone())
+            .build()
+            .expect("the default settings");
+        // Outermost first: faults, then Stripe's idempotency (idemkit's layer), then the effect.
+        let create = post(create)
+            .layer(IdempotencyLayer::new(idem).name("fake-provider"))
+            .layer(axum::middleware::from_fn_with_state(inner.clone(), faults));
         let app = Router::new()
             .route("/v1/balance/{customer}", get(balance))
-            .route("/v1/{kind}", post(create))
+            .route("/v1/{kind}", create)
             .with_state(inner.clone());
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
@@ -101,6 +104,7 @@ impl FakeProvider {
         Ok(FakeProvider {
             addr,
             inner,
+            keys,
             server,
         })
     }
@@ -126,8 +130,16 @@ impl FakeProvider {
     }
 
     /// Forgets every effect, key and queued fault.
-    pub fn reset(&self) {
+    pub async fn reset(&self) {
         *self.lock() = Inner::default();
+        let records = self
+            .keys
+            .list(&RecordFilter::new())
+            .await
+            .unwrap_or_default();
+        for record in records {
+            let _ = self.keys.forget(&record.key, true).await;
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -135,21 +147,15 @@ impl FakeProvider {
     }
 }
 
-fn hash(body: &Value) -> [u8; 32] {
-    Sha256::digest(body.to_string().as_bytes()).into()
-}
-
-async fn create(
+/// Applies the next queued fault around the idempotency layer, as the network and the provider's
+/// front end would: a failure before commit answers before any key is looked at; a response lost
+/// after commit is lost after the layer stored it; latency is the effect's own (the key is held
+/// meanwhile).
+async fn faults(
     State(inner): State<Arc<Mutex<Inner>>>,
-    Path(kind): Path<String>,
-    headers: HeaderMap,
-    axum::Json(request): axum::Json<Value>,
+    mut request: Request,
+    next: Next,
 ) -> Response {
-    let key = headers
-        .get("idempotency-key")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let request_hash = hash(&request);
     let (fault, latency) = {
         let mut state = inner.lock().unwrap();
         (state.faults.pop_front(), state.latency)
@@ -175,63 +181,35 @@ async fn create(
         }
         _ => {}
     }
-
-    // The idempotency layer, as Stripe's: replay, conflict, or reserve the key.
-    if let Some(key) = &key {
-        let mut state = inner.lock().unwrap();
-        match state.keys.get(key) {
-            Some(
-                KeyRecord::Done {
-                    request_hash: h, ..
-                }
-                | KeyRecord::Executing { request_hash: h },
-            ) if *h != request_hash => {
-                let body = json!({"error": {"type": "idempotency_error",
-                    "message": "Keys for idempotent requests can only be used with the same parameters they were first used with."}});
-                return (StatusCode::BAD_REQUEST, axum::Json(body)).into_response();
-            }
-            Some(KeyRecord::Executing { .. }) => {
-                return (
-                    StatusCode::CONFLICT,
-                    axum::Json(json!({"error": "request in progress"})),
-                )
-                    .into_response();
-            }
-            Some(KeyRecord::Done { status, body, .. }) => {
-                let mut response = (
-                    StatusCode::from_u16(*status).unwrap(),
-                    axum::Json(body.clone()),
-                )
-                    .into_response();
-                response
-                    .headers_mut()
-                    .insert("idempotent-replayed", HeaderValue::from_static("true"));
-                return response;
-            }
-            None => {
-                state
-                    .keys
-                    .insert(key.clone(), KeyRecord::Executing { request_hash });
-            }
-        }
-    }
-    // If the client goes away before the commit, the server drops this future: free the key,
-    // as a provider whose transaction rolled back would.
-    let mut reservation = Reservation {
-        inner: &inner,
-        key: key.as_deref(),
-    };
-
     let extra = match fault {
         Some(Fault::Latency(d)) => d,
         _ => Duration::ZERO,
     };
-    if !(latency + extra).is_zero() {
-        // Executing: a request with the same key meanwhile gets 409.
-        tokio::time::sleep(latency + extra).await;
+    request.extensions_mut().insert(Executing(latency + extra));
+    let response = next.run(request).await;
+    if fault == Some(Fault::DropAfterCommit) {
+        // Committed (and stored under its key), but the response never arrives: the client
+        // times out.
+        std::future::pending::<()>().await;
     }
+    response
+}
 
-    // Commit the effect.
+/// How long the effect takes to execute.
+#[derive(Clone, Copy)]
+struct Executing(Duration);
+
+/// Commits one effect of `kind`.
+async fn create(
+    State(inner): State<Arc<Mutex<Inner>>>,
+    Path(kind): Path<String>,
+    Extension(Executing(latency)): Extension<Executing>,
+    axum::Json(request): axum::Json<Value>,
+) -> Response {
+    if !latency.is_zero() {
+        // Executing: a request with the same key meanwhile gets 409.
+        tokio::time::sleep(latency).await;
+    }
     let body = {
         let mut state = inner.lock().unwrap();
         state.next_id += 1;
@@ -241,41 +219,9 @@ async fn create(
             .entry(kind.clone())
             .or_default()
             .push(body.clone());
-        if let Some(key) = &key {
-            state.keys.insert(
-                key.clone(),
-                KeyRecord::Done {
-                    request_hash,
-                    status: 200,
-                    body: body.clone(),
-                },
-            );
-        }
         body
     };
-    reservation.key = None;
-
-    if fault == Some(Fault::DropAfterCommit) {
-        // Committed, but the response never arrives: the client times out.
-        std::future::pending::<()>().await;
-    }
     (StatusCode::OK, axum::Json(body)).into_response()
-}
-
-struct Reservation<'a> {
-    inner: &'a Mutex<Inner>,
-    key: Option<&'a str>,
-}
-
-impl Drop for Reservation<'_> {
-    fn drop(&mut self) {
-        if let Some(key) = self.key {
-            let mut state = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-            if matches!(state.keys.get(key), Some(KeyRecord::Executing { .. })) {
-                state.keys.remove(key);
-            }
-        }
-    }
 }
 
 async fn balance(State(inner): State<Arc<Mutex<Inner>>>, Path(customer): Path<String>) -> Response {

@@ -24,7 +24,7 @@ async fn same_key_same_body_replays_the_first_response_without_committing() {
 }
 
 #[tokio::test]
-async fn same_key_other_body_is_an_idempotency_error() {
+async fn same_key_other_body_is_422_as_the_draft_has_it() {
     let (provider, client) = setup().await;
     client
         .post("charges", Some("k1"), &json!({"amount_cents": 1}))
@@ -37,8 +37,8 @@ async fn same_key_other_body_is_an_idempotency_error() {
     let ProviderError::Status { code, body, .. } = err else {
         panic!("{err:?}")
     };
-    assert_eq!(code, 400);
-    assert!(body.contains("idempotency_error"));
+    assert_eq!(code, 422);
+    assert!(body.contains("Idempotency-Key is already used"), "{body}");
     assert_eq!(provider.count("charges"), 1);
 }
 

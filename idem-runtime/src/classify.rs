@@ -11,6 +11,7 @@
 //! | --- | --- |
 //! | a `Failure` attached (`.context(Failure::Transient)`, `Failure::Transient.to(err)`) | that one |
 //! | an `idemkit::Error` (key reuse, in flight, store…) | `Permanent` |
+//! | an `idemkit::http::HttpError` (feature `reqwest`) | as it classifies itself (its docs' table) |
 //! | `std::io::Error` refused / not connected / address unavailable | `Transient` |
 //! | `std::io::Error` timed out / reset / aborted / broken pipe / unexpected EOF | `Ambiguous` |
 //! | anything else | `Ambiguous` |
@@ -96,6 +97,10 @@ pub fn classify_chain(error: &(dyn StdError + 'static)) -> Failure {
         }
         if e.downcast_ref::<Error>().is_some() {
             return Failure::Permanent;
+        }
+        #[cfg(feature = "reqwest")]
+        if let Some(http) = e.downcast_ref::<crate::http::HttpError>() {
+            return http.classify();
         }
         if let Some(io) = e.downcast_ref::<std::io::Error>() {
             return match io.kind() {

@@ -71,6 +71,9 @@ mod error;
 mod exec;
 mod explain;
 mod fingerprint;
+#[cfg(any(feature = "reqwest", feature = "tower"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "reqwest", feature = "tower"))))]
+pub mod http;
 mod idem;
 #[cfg(feature = "json")]
 #[cfg_attr(docsrs, doc(cfg(feature = "json")))]

@@ -293,7 +293,16 @@ impl<'a> Tool<'a> {
         let mut attempt = attempt;
         async move {
             while let Some(key) = call.attempt().await {
-                call.run(attempt(key)).await;
+                // The key is current while the closure makes the attempt, too (`Attempt` makes it
+                // current while the attempt is polled): a request it sends is keyed.
+                #[cfg(feature = "reqwest")]
+                let made = {
+                    let _current = crate::http::client::CurrentKey::enter(Some(key));
+                    attempt(key)
+                };
+                #[cfg(not(feature = "reqwest"))]
+                let made = attempt(key);
+                call.run(made).await;
             }
             call.end()
         }

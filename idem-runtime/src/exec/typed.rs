@@ -163,6 +163,10 @@ where
         if std::task::ready!(this.call.call.poll_gate(cx)).is_err() {
             return Poll::Ready(());
         }
+        // The attempt's key is the current one while its body is polled: requests it sends
+        // carry it without the tool writing it (`http::IdempotentRequest`).
+        #[cfg(feature = "reqwest")]
+        let _current = crate::http::client::CurrentKey::enter(this.call.call.attempt_key());
         match this.attempt.poll(cx) {
             Poll::Ready(result) => {
                 this.call.ended(result);

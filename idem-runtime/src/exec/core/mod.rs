@@ -274,6 +274,15 @@ impl<'a> Call<'a> {
         })
     }
 
+    /// The key of the attempt running now, if one is (what its body was handed).
+    #[cfg(feature = "reqwest")]
+    pub(crate) fn attempt_key(&self) -> Option<IdempotencyKey> {
+        match &self.phase {
+            Phase::Running(run, Between::Attempting) => Some(run.call.key),
+            _ => None,
+        }
+    }
+
     /// Whether the step handed out last is a verification (S19).
     pub(crate) fn verifying(&self) -> bool {
         matches!(self.phase, Phase::Running(_, Between::Verifying(_)))

@@ -1,0 +1,281 @@
+//! The client side: a reqwest request sent inside a side effect carries the call's key, and what
+//! comes back is classified for the retry policy.
+//!
+//! An extension trait on `reqwest::RequestBuilder`, not `reqwest-middleware`: the key is the
+//! attempt's, known where the request is sent (inside the body), so nothing needs to sit in a
+//! client's stack; the tool keeps its plain `reqwest::Client` (any builder, any TLS), nothing new
+//! is compiled (reqwest-middleware brings its own crate, `anyhow` and a boxed middleware chain per
+//! request), and a request sent outside any call fails where it is written, with
+//! [`HttpError::NoCall`], instead of a middleware silently sending it unkeyed.
+
+use std::cell::Cell;
+use std::future::Future;
+use std::time::{Duration, SystemTime};
+
+use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
+use reqwest::{RequestBuilder, Response, StatusCode};
+
+use super::{IDEMPOTENCY_KEY, sf_string};
+use crate::key::IdempotencyKey;
+use crate::retry::{Classify, Failure};
+
+thread_local! {
+    /// The key of the attempt whose body is being polled on this thread, if any.
+    static CURRENT: Cell<Option<IdempotencyKey>> = const { Cell::new(None) };
+}
+
+/// Makes an attempt's key the current one while its body is polled (the executor's one hook),
+/// and puts back the one before (an attempt of a tool called inside another's body) when dropped,
+/// also when the body panics.
+pub(crate) struct CurrentKey(Option<IdempotencyKey>);
+
+impl CurrentKey {
+    pub(crate) fn enter(key: Option<IdempotencyKey>) -> CurrentKey {
+        CurrentKey(CURRENT.with(|current| current.replace(key)))
+    }
+}
+
+impl Drop for CurrentKey {
+    fn drop(&mut self) {
+        CURRENT.with(|current| current.set(self.0));
+    }
+}
+
+/// The key of the side-effect attempt whose body is running here, or `None` outside any: what
+/// [`IdempotentRequest::send_idempotent`] sends.
+///
+/// Set by the executor while it polls an attempt's body, on that thread: a task the body spawns
+/// does not see it (pass the key on, or send from the body itself).
+pub fn current_key() -> Option<IdempotencyKey> {
+    CURRENT.with(Cell::get)
+}
+
+/// Sends a reqwest request with an idempotency key, and classifies what comes back.
+///
+/// ```no_run
+/// use idem_runtime::http::{HttpError, IdempotentRequest};
+/// use idem_runtime::{Classify, Failure, Idem, MemoryStore, Tool};
+///
+/// #[derive(Debug)]
+/// enum PayError { Http(HttpError), Idem(idem_runtime::Error) }
+/// impl From<HttpError> for PayError { fn from(e: HttpError) -> Self { PayError::Http(e) } }
+/// impl From<idem_runtime::Error> for PayError { fn from(e: idem_runtime::Error) -> Self { PayError::Idem(e) } }
+/// impl Classify for PayError {
+///     fn classify(&self) -> Failure {
+///         match self {
+///             PayError::Http(e) => e.classify(), // 409, 422, 429, 5xx, timeouts: as the draft says
+///             PayError::Idem(_) => Failure::Permanent,
+///         }
+///     }
+/// }
+///
+/// # async fn run() -> Result<(), PayError> {
+/// let http = reqwest::Client::new();
+/// let idem = Idem::new(MemoryStore::new());
+/// let receipt: Result<String, PayError> = Tool::new("charge")
+///     .idem(&idem)
+///     .side_effect(&[("customer_id", &"cus_1")], &4200u64, |_key| {
+///         // `Idempotency-Key: "<the call's key>"` is added here; the tool writes nothing.
+///         let sent = http.post("https://api.example.com/v1/charges").send_idempotent();
+///         async move { Ok(sent.await?.text().await.map_err(HttpError::from)?) }
+///     })
+///     .await;
+/// # Ok(()) }
+/// ```
+pub trait IdempotentRequest: sealed::Sealed + Sized {
+    /// This request with `Idempotency-Key: "<key>"` (draft-09: an sf-string), replacing any
+    /// such header already set.
+    fn idempotency_key(self, key: &IdempotencyKey) -> RequestBuilder;
+
+    /// Sends this request with the current attempt's key ([`current_key`]) as its
+    /// `Idempotency-Key`, and answers the response if its status is a success, else an
+    /// [`HttpError`] classified for the retry policy.
+    ///
+    /// The key is read when this is called, which must be inside a side effect's body (the
+    /// closure `Tool::side_effect` runs, or a `#[side_effect]` function): called anywhere else it
+    /// sends nothing and answers [`HttpError::NoCall`].
+    ///
+    /// A `#[side_effect]` tool that sends this way without taking the `&IdempotencyKey` says
+    /// `resend = true`: the provider deduplicates, which the attribute cannot see (S20).
+    fn send_idempotent(self) -> impl Future<Output = Result<Response, HttpError>> + Send;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for reqwest::RequestBuilder {}
+}
+
+impl IdempotentRequest for RequestBuilder {
+    fn idempotency_key(self, key: &IdempotencyKey) -> RequestBuilder {
+        // `headers` replaces a header of the same name (`header` would add a second one).
+        let mut header = HeaderMap::with_capacity(1);
+        header.insert(IDEMPOTENCY_KEY, header_value(key));
+        self.headers(header)
+    }
+
+    fn send_idempotent(self) -> impl Future<Output = Result<Response, HttpError>> + Send {
+        let keyed = current_key().map(|key| (key, self.idempotency_key(&key)));
+        async move {
+            let Some((key, request)) = keyed else {
+                return Err(HttpError::NoCall);
+            };
+            let response = request.send().await.map_err(HttpError::Transport)?;
+            check(key, response).await
+        }
+    }
+}
+
+fn header_value(key: &IdempotencyKey) -> HeaderValue {
+    let quoted = sf_string(key.as_str()).expect("idemkit: a key is 36 ASCII characters");
+    HeaderValue::try_from(quoted).expect("idemkit: a quoted key is a valid header value")
+}
+
+/// The response, or what its status means.
+async fn check(key: IdempotencyKey, response: Response) -> Result<Response, HttpError> {
+    let status = response.status();
+    if status.is_success() {
+        return Ok(response);
+    }
+    let retry_after = retry_after(response.headers(), SystemTime::now());
+    // The body says what the server objected to; a body that breaks off is reported as far as
+    // it came (the status decides the failure, not the body).
+    let body = response.text().await.unwrap_or_default();
+    if status == StatusCode::UNPROCESSABLE_ENTITY {
+        return Err(HttpError::KeyReuse { key, body });
+    }
+    Err(HttpError::Status {
+        status,
+        retry_after,
+        body,
+    })
+}
+
+/// `Retry-After` (RFC 9110 §10.2.3): delay-seconds, or an HTTP-date taken relative to `now` (a
+/// date already past is no wait).
+fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// Why an idempotent request did not succeed, classified for the retry policy
+/// ([`Classify`]):
+///
+/// | what | failure |
+/// | --- | --- |
+/// | [`NoCall`](HttpError::NoCall): sent outside a side effect | `Permanent` (nothing sent) |
+/// | no connection made (refused, DNS, connect timeout, TLS) | `Transient` (nothing sent) |
+/// | the request could not be built (bad URL, header) | `Permanent` (nothing sent) |
+/// | a timeout, reset or broken body after the request went out | `Ambiguous` |
+/// | 429 or 503 with `Retry-After` | `RetryAfter(it)` |
+/// | 429 or 503 without | `Transient` |
+/// | 409: the first request of this key is still in flight | `RetryAfter(it)` if given, else `Ambiguous` (wait, then ask again with the same key) |
+/// | 422: the key was used with another payload ([`KeyReuse`](HttpError::KeyReuse)) | `Permanent` |
+/// | 501, 505: the server cannot do this at all | `Permanent` |
+/// | any other 5xx (500, 502, 504, …) | `Ambiguous`: it may have happened; the key makes the retry safe |
+/// | any other 4xx, a 3xx not followed | `Permanent` |
+///
+/// 409 is ambiguous, not transient: the server is executing a request of this key, so the effect
+/// may happen, and a call whose attempts run out must keep its record (S6, S14), not release it.
+/// 5xx follows Stripe's practice (its SDKs retry 500, 502, 503, 504 with the same key; the draft
+/// is silent on 5xx): only 503 says the request was not executed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HttpError {
+    /// Sent outside any side effect: there is no key to send, and the request was not sent.
+    #[error(
+        "idemkit: an idempotent request was sent outside any side effect, so there is no key to send with it; it was \
+         not sent. Send it from inside a `#[side_effect]` function's body (or `Tool::side_effect`'s closure), or set \
+         the key yourself with `.idempotency_key(&key)`"
+    )]
+    NoCall,
+    /// reqwest failed: no response came (see the table for which failures these are).
+    #[error("idemkit: the request failed: {0}")]
+    Transport(#[source] reqwest::Error),
+    /// 422: the server saw this key before with another payload (Stripe's `idempotency_error`,
+    /// draft-09 §2.7); the request was not executed.
+    #[error(
+        "idemkit: the server refused key {key} (422): an earlier request with this key had another payload; it was \
+         not executed. A key names one operation: if this is a new operation, add the field that tells it apart to \
+         the tool's key; if it is a retry, send the same request. The server said: {body}"
+    )]
+    KeyReuse {
+        /// The key sent.
+        key: IdempotencyKey,
+        /// The response body.
+        body: String,
+    },
+    /// Any other status that is not a success.
+    #[error("idemkit: the server answered {status}: {body}")]
+    Status {
+        /// The status.
+        status: StatusCode,
+        /// The `Retry-After` it gave, as a wait from when it came.
+        retry_after: Option<Duration>,
+        /// The response body.
+        body: String,
+    },
+}
+
+impl From<reqwest::Error> for HttpError {
+    /// A reqwest error met after the response came (reading its body): classified like one
+    /// from sending.
+    fn from(e: reqwest::Error) -> Self {
+        HttpError::Transport(e)
+    }
+}
+
+impl Classify for HttpError {
+    fn classify(&self) -> Failure {
+        match self {
+            HttpError::NoCall | HttpError::KeyReuse { .. } => Failure::Permanent,
+            HttpError::Transport(e) if e.is_connect() => Failure::Transient,
+            HttpError::Transport(e) if e.is_builder() => Failure::Permanent,
+            HttpError::Transport(_) => Failure::Ambiguous,
+            HttpError::Status {
+                status,
+                retry_after,
+                ..
+            } => match (*status, *retry_after) {
+                (StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE, Some(d)) => {
+                    Failure::RetryAfter(d)
+                }
+                (StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE, None) => {
+                    Failure::Transient
+                }
+                (StatusCode::CONFLICT, Some(d)) => Failure::RetryAfter(d),
+                (StatusCode::CONFLICT, None) => Failure::Ambiguous,
+                (StatusCode::NOT_IMPLEMENTED | StatusCode::HTTP_VERSION_NOT_SUPPORTED, _) => {
+                    Failure::Permanent
+                }
+                (s, _) if s.is_server_error() => Failure::Ambiguous,
+                _ => Failure::Permanent,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Duration, HeaderMap, HeaderValue, RETRY_AFTER, SystemTime, retry_after};
+
+    #[test]
+    fn retry_after_reads_seconds_and_http_dates() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let mut headers = HeaderMap::new();
+        assert_eq!(retry_after(&headers, now), None);
+        headers.insert(RETRY_AFTER, HeaderValue::from_static("7"));
+        assert_eq!(retry_after(&headers, now), Some(Duration::from_secs(7)));
+        let later = httpdate::fmt_http_date(now + Duration::from_secs(30));
+        headers.insert(RETRY_AFTER, HeaderValue::try_from(later).unwrap());
+        assert_eq!(retry_after(&headers, now), Some(Duration::from_secs(30)));
+        let past = httpdate::fmt_http_date(now - Duration::from_secs(30));
+        headers.insert(RETRY_AFTER, HeaderValue::try_from(past).unwrap());
+        assert_eq!(retry_after(&headers, now), Some(Duration::ZERO));
+        headers.insert(RETRY_AFTER, HeaderValue::from_static("soon"));
+        assert_eq!(retry_after(&headers, now), None);
+    }
+}

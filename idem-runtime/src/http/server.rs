@@ -1,0 +1,611 @@
+//! The server side: a tower layer that gives an API the Idempotency-Key draft's semantics, run as
+//! a side effect on idemkit's executor, so a keyed request is claimed, leased, renewed, fenced and
+//! recorded exactly as a tool call is (and listed by `idemkit list`, shown by `idemkit show`).
+//!
+//! A keyed request is one call of a tool named by [`IdempotencyLayer::name`] (default `http`),
+//! whose one key field is the client's key (`idempotency_key`, text) and whose fingerprint is the
+//! request's method, path and query, and body (SHA-256). Its scope, when
+//! [`IdempotencyLayer::scope`] gives one, is the call's tenant (S18): the record's key is the
+//! tenant's own, and the handler runs under [`as_tenant`], so tools it calls are scoped too.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderName, HeaderValue};
+use http::request::Parts;
+use http::{Method, Request, Response, StatusCode, response};
+use http_body::Body;
+use http_body_util::{BodyExt, Either, Full, LengthLimitError, Limited};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::{IDEMPOTENCY_KEY, REPLAYED, parse_sf_string};
+use crate::error::Error;
+use crate::exec::Tool;
+use crate::fingerprint::Fingerprint;
+use crate::idem::{Idem, as_tenant};
+use crate::key::IdempotencyKey;
+use crate::retry::{Classify, Failure};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The body of a response through the layer: what the layer made or replayed (`Left`: the first
+/// response, collected to be stored, a replay, or the layer's own 4xx), or the handler's own,
+/// untouched, for a request the layer lets through (`Right`).
+pub type ResponseBody<B> = Either<Full<Bytes>, B>;
+
+type Scope = dyn Fn(&Parts) -> Option<String> + Send + Sync;
+
+/// A tower [`Layer`](tower_layer::Layer) implementing the server side of the Idempotency-Key
+/// draft (draft-ietf-httpapi-idempotency-key-header-09) on idemkit's stores.
+///
+/// For a request whose method is one of [`methods`](IdempotencyLayer::methods) (default `POST`
+/// and `PATCH`):
+///
+/// | request | answer |
+/// | --- | --- |
+/// | the first with its key | the handler's response; its status, [chosen headers](IdempotencyLayer::store_headers) and body are stored under the key and scope |
+/// | the same key and payload again | the stored response, marked `Idempotent-Replayed: true`; the handler does not run |
+/// | the same key, another method, path, query or body | `422`, the handler does not run |
+/// | the same key while the first is running | `409` (or, with [`in_flight_wait`](IdempotencyLayer::in_flight_wait), the first's response once it is stored) |
+/// | no key, where [required](IdempotencyLayer::require_key) | `400`; otherwise let through, not recorded |
+/// | a key that is not an sf-string (nor a bare token), or given twice | `400` |
+/// | a body over [`max_body_bytes`](IdempotencyLayer::max_body_bytes) | `413` |
+/// | the store fails | `503`, the handler does not run (fail closed) |
+///
+/// The handler's response is not stored when its status is one that says nothing was done
+/// (default: `429` and `503`, see [`stores`](IdempotencyLayer::stores)): it goes out as it is
+/// and the key is released. While the handler runs its lease is renewed (S12); a handler whose
+/// process dies leaves its record to be taken over once the lease ends, and the next request
+/// with the key runs the handler again, with the same key (S8), which the handler finds in the
+/// request's extensions as an [`IdempotencyKey`].
+///
+/// It wraps any tower service of `http::Request<B>` whose body `B` can be made from `Bytes`
+/// (axum's `Body`, http-body-util's `Full`): a keyed body is read whole, then handed on.
+///
+/// ```
+/// use axum::{Router, routing::post};
+/// use idem_runtime::http::IdempotencyLayer;
+/// use idem_runtime::{Idem, MemoryStore};
+///
+/// let layer = IdempotencyLayer::new(Idem::new(MemoryStore::new()))
+///     .name("payments.charges")
+///     .require_key(true)
+///     // The authenticated principal, set by an auth layer outside this one.
+///     .scope(|parts| parts.headers.get("x-account").and_then(|v| v.to_str().ok()).map(str::to_owned));
+/// let app: Router = Router::new().route("/v1/charges", post(|| async { "charged" })).layer(layer);
+/// # let _ = app;
+/// ```
+#[derive(Clone)]
+#[must_use]
+pub struct IdempotencyLayer {
+    config: Arc<Config>,
+}
+
+#[derive(Clone)]
+struct Config {
+    idem: Idem,
+    name: String,
+    required: bool,
+    methods: Vec<Method>,
+    max_body: usize,
+    max_response: usize,
+    in_flight_wait: Duration,
+    lease: Option<Duration>,
+    ttl: Option<Duration>,
+    stored_headers: Vec<HeaderName>,
+    stores: fn(StatusCode) -> bool,
+    scope: Option<Arc<Scope>>,
+}
+
+impl std::fmt::Debug for IdempotencyLayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let c = &self.config;
+        f.debug_struct("IdempotencyLayer")
+            .field("name", &c.name)
+            .field("required", &c.required)
+            .field("methods", &c.methods)
+            .field("max_body", &c.max_body)
+            .field("in_flight_wait", &c.in_flight_wait)
+            .field("scoped", &c.scope.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The default of [`IdempotencyLayer::stores`]: every status but `429` and `503`, which say the
+/// request was not executed (Stripe saves no result for a request that did not start executing).
+fn stored_unless_refused(status: StatusCode) -> bool {
+    !matches!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+    )
+}
+
+impl IdempotencyLayer {
+    /// The layer, recording in `idem`'s store with its lease and ttl.
+    pub fn new(idem: Idem) -> Self {
+        IdempotencyLayer {
+            config: Arc::new(Config {
+                idem,
+                name: "http".to_owned(),
+                required: false,
+                methods: vec![Method::POST, Method::PATCH],
+                max_body: 1024 * 1024,
+                max_response: 1024 * 1024,
+                in_flight_wait: Duration::ZERO,
+                lease: None,
+                ttl: None,
+                stored_headers: vec![
+                    CONTENT_TYPE,
+                    http::header::CONTENT_LANGUAGE,
+                    http::header::LOCATION,
+                    http::header::ETAG,
+                ],
+                stores: stored_unless_refused,
+                scope: None,
+            }),
+        }
+    }
+
+    fn with(mut self, f: impl FnOnce(&mut Config)) -> Self {
+        // A layer configured after it was cloned gets a copy of its own.
+        f(Arc::make_mut(&mut self.config));
+        self
+    }
+
+    /// The tool name its records are kept under (default `http`): part of every key, and what
+    /// `idemkit list --tool` filters by. The key of a request is then
+    /// `idemkit key NAME idempotency_key=<the client's key>` (unscoped).
+    pub fn name(self, name: impl Into<String>) -> Self {
+        let name = name.into();
+        self.with(|c| c.name = name)
+    }
+
+    /// Whether a request of these methods without a key is refused with `400` (`true`) or let
+    /// through unrecorded (`false`, the default).
+    pub fn require_key(self, required: bool) -> Self {
+        self.with(|c| c.required = required)
+    }
+
+    /// The methods keys apply to (default `POST` and `PATCH`, the draft's non-idempotent ones);
+    /// other requests pass through untouched.
+    pub fn methods(self, methods: impl IntoIterator<Item = Method>) -> Self {
+        let methods = methods.into_iter().collect();
+        self.with(|c| c.methods = methods)
+    }
+
+    /// The scope of a request's key (S18), e.g. the authenticated principal: keys of two scopes
+    /// never meet. A keyed request for which it answers `None` is refused with `401`.
+    pub fn scope(self, scope: impl Fn(&Parts) -> Option<String> + Send + Sync + 'static) -> Self {
+        self.with(|c| c.scope = Some(Arc::new(scope)))
+    }
+
+    /// Request bodies longer than this are refused with `413` (default 1 MiB): a keyed body is
+    /// read whole, to fingerprint it, before the handler runs.
+    pub fn max_body_bytes(self, bytes: usize) -> Self {
+        self.with(|c| c.max_body = bytes)
+    }
+
+    /// Responses longer than this (as stored) are not stored to be replayed (default 1 MiB): the
+    /// first request still gets its response; repeats get `500` saying the request was executed
+    /// (S16).
+    pub fn max_response_bytes(self, bytes: usize) -> Self {
+        self.with(|c| c.max_response = bytes)
+    }
+
+    /// How long a repeat waits for the first request of its key to finish before `409` (default
+    /// zero: `409` at once, as the draft has it); a repeat whose first finishes meanwhile gets its
+    /// response.
+    pub fn in_flight_wait(self, wait: Duration) -> Self {
+        self.with(|c| c.in_flight_wait = wait)
+    }
+
+    /// How long a running request holds its key before another may take it over (default: the
+    /// runtime's); renewed while the handler runs.
+    pub fn lease(self, lease: Duration) -> Self {
+        self.with(|c| c.lease = Some(lease))
+    }
+
+    /// How long responses are kept (default: the runtime's, 24 h): the key's expiry the draft
+    /// asks a server to publish.
+    pub fn ttl(self, ttl: Duration) -> Self {
+        self.with(|c| c.ttl = Some(ttl))
+    }
+
+    /// The response headers stored with status and body, and replayed (default `Content-Type`,
+    /// `Content-Language`, `Location`, `ETag`). Only values of visible ASCII are stored.
+    pub fn store_headers(self, names: impl IntoIterator<Item = HeaderName>) -> Self {
+        let names = names.into_iter().collect();
+        self.with(|c| c.stored_headers = names)
+    }
+
+    /// Which of the handler's statuses are stored and replayed (default: all but `429` and
+    /// `503`). A response not stored goes out as it is and releases the key, so a retry runs the
+    /// handler again.
+    pub fn stores(self, stores: fn(StatusCode) -> bool) -> Self {
+        self.with(|c| c.stores = stores)
+    }
+}
+
+impl<S> tower_layer::Layer<S> for IdempotencyLayer {
+    type Service = IdempotencyService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        IdempotencyService {
+            inner,
+            config: self.config.clone(),
+        }
+    }
+}
+
+/// The service [`IdempotencyLayer`] wraps a handler in.
+#[derive(Clone)]
+pub struct IdempotencyService<S> {
+    inner: S,
+    config: Arc<Config>,
+}
+
+impl<S> std::fmt::Debug for IdempotencyService<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdempotencyService")
+            .field("name", &self.config.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, ReqBody, ResBody> tower_service::Service<Request<ReqBody>> for IdempotencyService<S>
+where
+    S: tower_service::Service<Request<ReqBody>, Response = Response<ResBody>>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+    S::Error: Send + 'static,
+    ReqBody: Body + From<Bytes> + Send + 'static,
+    ReqBody::Data: Send,
+    ReqBody::Error: Into<BoxError>,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    type Response = Response<ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        // The clone made ready by `poll_ready` serves this request; its twin the next one.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        Box::pin(serve(self.config.clone(), inner, req))
+    }
+}
+
+/// A response as stored: status, the chosen headers, the body.
+#[derive(Serialize, Deserialize)]
+struct Stored {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: StoredBody,
+}
+
+/// A body as stored: as text when it is UTF-8 (JSON APIs: readable in `idemkit show`), else hex.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum StoredBody {
+    Text(String),
+    Hex(String),
+}
+
+impl Stored {
+    fn of(parts: &response::Parts, names: &[HeaderName], body: &Bytes) -> Stored {
+        let headers = names
+            .iter()
+            .flat_map(|name| {
+                parts.headers.get_all(name).iter().filter_map(move |value| {
+                    Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned()))
+                })
+            })
+            .collect();
+        let body = match std::str::from_utf8(body) {
+            Ok(text) => StoredBody::Text(text.to_owned()),
+            Err(_) => StoredBody::Hex(hex(body)),
+        };
+        Stored {
+            status: parts.status.as_u16(),
+            headers,
+            body,
+        }
+    }
+
+    /// The stored response, marked as a replay.
+    fn replay<B>(self) -> Response<ResponseBody<B>> {
+        let body = match self.body {
+            StoredBody::Text(text) => Bytes::from(text),
+            StoredBody::Hex(hex) => Bytes::from(unhex(&hex)),
+        };
+        let mut response = Response::new(Either::Left(Full::new(body)));
+        *response.status_mut() =
+            StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let headers = response.headers_mut();
+        for (name, value) in self.headers {
+            if let (Ok(name), Ok(value)) =
+                (HeaderName::try_from(name), HeaderValue::try_from(value))
+            {
+                headers.append(name, value);
+            }
+        }
+        headers.insert(REPLAYED, HeaderValue::from_static("true"));
+        response
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
+fn unhex(hex: &str) -> Vec<u8> {
+    (0..hex.len() / 2)
+        .filter_map(|i| u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok())
+        .collect()
+}
+
+/// What a handler's run came to when it is not a response to store.
+enum Served<E> {
+    /// A response the handler says did nothing (`stores` refused its status): released.
+    NotStored(response::Parts, Bytes),
+    /// The handler failed without a response: it may have done anything.
+    Inner(E),
+    /// The handler's response body broke off: it ran, and may have done anything.
+    Body(BoxError),
+    /// idemkit refused or ended the call.
+    Idem(Error),
+}
+
+impl<E> Classify for Served<E> {
+    fn classify(&self) -> Failure {
+        match self {
+            Served::NotStored(..) | Served::Idem(_) => Failure::Permanent,
+            Served::Inner(_) | Served::Body(_) => Failure::Ambiguous,
+        }
+    }
+}
+
+impl<E> From<Error> for Served<E> {
+    fn from(e: Error) -> Self {
+        Served::Idem(e)
+    }
+}
+
+/// The request's fingerprint: method, path and query, body.
+fn fingerprint(parts: &Parts, body: &[u8]) -> Fingerprint {
+    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let mut hasher = Sha256::new();
+    for part in [
+        b"idemkit:http:v1".as_slice(),
+        parts.method.as_str().as_bytes(),
+        target.as_bytes(),
+        body,
+    ] {
+        hasher.update((part.len() as u64).to_be_bytes());
+        hasher.update(part);
+    }
+    Fingerprint(hasher.finalize().into())
+}
+
+/// The client's key, `None` if the request has none, or why the header is unusable.
+fn client_key(headers: &http::HeaderMap) -> Result<Option<String>, &'static str> {
+    let mut values = headers.get_all(IDEMPOTENCY_KEY).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err("the request has more than one Idempotency-Key header");
+    }
+    parse_sf_string(value.as_bytes())
+        .map(Some)
+        .ok_or("the Idempotency-Key header is not a structured-field string (a quoted key of printable ASCII)")
+}
+
+/// A response the layer makes itself (RFC 9457 problem details, as the draft's examples).
+fn problem<B>(status: StatusCode, title: &str, detail: &str) -> Response<ResponseBody<B>> {
+    let body = serde_json::json!({
+        "type": "about:blank",
+        "title": title,
+        "status": status.as_u16(),
+        "detail": detail,
+    });
+    let mut response = Response::new(Either::Left(Full::new(Bytes::from(body.to_string()))));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    response
+}
+
+async fn serve<S, ReqBody, ResBody>(
+    config: Arc<Config>,
+    mut inner: S,
+    req: Request<ReqBody>,
+) -> Result<Response<ResponseBody<ResBody>>, S::Error>
+where
+    S: tower_service::Service<Request<ReqBody>, Response = Response<ResBody>> + Send,
+    S::Future: Send,
+    S::Error: Send,
+    ReqBody: Body + From<Bytes> + Send,
+    ReqBody::Data: Send,
+    ReqBody::Error: Into<BoxError>,
+    ResBody: Body<Data = Bytes> + Send,
+    ResBody::Error: Into<BoxError>,
+{
+    let through = |response: Response<ResBody>| response.map(Either::Right);
+    if !config.methods.contains(req.method()) {
+        return inner.call(req).await.map(through);
+    }
+    let client_key = match client_key(req.headers()) {
+        Ok(Some(key)) => key,
+        Ok(None) if !config.required => return inner.call(req).await.map(through),
+        Ok(None) => {
+            return Ok(problem(
+                StatusCode::BAD_REQUEST,
+                "Idempotency-Key is missing",
+                "this operation is idempotent and requires an Idempotency-Key header",
+            ));
+        }
+        Err(why) => {
+            return Ok(problem(
+                StatusCode::BAD_REQUEST,
+                "Idempotency-Key is malformed",
+                why,
+            ));
+        }
+    };
+    let (parts, body) = req.into_parts();
+    let scope = match &config.scope {
+        None => None,
+        Some(scope) => match scope(&parts) {
+            Some(scope) => Some(scope),
+            None => {
+                return Ok(problem(
+                    StatusCode::UNAUTHORIZED,
+                    "No scope for the Idempotency-Key",
+                    "keys are kept per principal, and this request has none",
+                ));
+            }
+        },
+    };
+    let too_large = || {
+        problem(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "Request body too large",
+            &format!(
+                "a keyed request's body may be at most {} bytes",
+                config.max_body
+            ),
+        )
+    };
+    let declared = parts
+        .headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > config.max_body as u64) {
+        return Ok(too_large());
+    }
+    let body = match Limited::new(body, config.max_body).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => return Ok(too_large()),
+        Err(_) => {
+            return Ok(problem(
+                StatusCode::BAD_REQUEST,
+                "Request body unreadable",
+                "the request's body broke off before its end",
+            ));
+        }
+    };
+    let fingerprint = fingerprint(&parts, &body);
+    let key = IdempotencyKey::derive(&config.name, &[("idempotency_key", &client_key.as_str())]);
+
+    // The handler's own response head, when it ran in this request (absent: a replay).
+    let first: Mutex<Option<(response::Parts, Bytes)>> = Mutex::new(None);
+    let mut request = Some((parts, body, inner));
+    let config_ref = &*config;
+    let first_ref = &first;
+    let attempt = move |key: IdempotencyKey| {
+        let taken = request.take();
+        async move {
+            let Some((mut parts, body, mut inner)) = taken else {
+                unreachable!("idemkit: the layer runs a handler once per request")
+            };
+            // The handler may key what it does itself (a unique constraint on it).
+            parts.extensions.insert(key);
+            let response = inner
+                .call(Request::from_parts(parts, ReqBody::from(body)))
+                .await
+                .map_err(Served::Inner)?;
+            let (head, body) = response.into_parts();
+            let body = body
+                .collect()
+                .await
+                .map_err(|e| Served::Body(e.into()))?
+                .to_bytes();
+            if !(config_ref.stores)(head.status) {
+                return Err(Served::NotStored(head, body));
+            }
+            let stored = Stored::of(&head, &config_ref.stored_headers, &body);
+            *first_ref.lock().unwrap_or_else(|p| p.into_inner()) = Some((head, body));
+            Ok(stored)
+        }
+    };
+    let mut tool = Tool::new(&config.name)
+        .idem(&config.idem)
+        .max_attempts(1)
+        .resend(true)
+        .in_flight_wait(config.in_flight_wait)
+        .max_outcome_bytes(config.max_response);
+    if let Some(lease) = config.lease {
+        tool = tool.lease(lease);
+    }
+    if let Some(ttl) = config.ttl {
+        tool = tool.ttl(ttl);
+    }
+    let call = tool.run_keyed(key, fingerprint, attempt);
+    let result: Result<Stored, Served<S::Error>> = match scope {
+        Some(scope) => as_tenant(scope, call).await,
+        None => call.await,
+    };
+    let first = first.into_inner().unwrap_or_else(|p| p.into_inner());
+    match result {
+        Ok(stored) => Ok(match first {
+            Some((head, body)) => Response::from_parts(head, Either::Left(Full::new(body))),
+            None => stored.replay(),
+        }),
+        Err(Served::NotStored(head, body)) => {
+            Ok(Response::from_parts(head, Either::Left(Full::new(body))))
+        }
+        Err(Served::Inner(e)) => Err(e),
+        Err(Served::Body(e)) => Ok(problem(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Response broke off",
+            &format!(
+                "the request was executed but its response broke off ({e}); retry with the same Idempotency-Key"
+            ),
+        )),
+        Err(Served::Idem(e)) => Ok(refusal(&e)),
+    }
+}
+
+/// What idemkit's refusal of a keyed request says to its client.
+fn refusal<B>(e: &Error) -> Response<ResponseBody<B>> {
+    let (status, title) = match e {
+        Error::KeyReuse { .. } => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Idempotency-Key is already used with another payload",
+        ),
+        Error::InFlight { .. } => (
+            StatusCode::CONFLICT,
+            "A request with this Idempotency-Key is being processed",
+        ),
+        // Fail closed: nothing ran; a retry may find the store back.
+        Error::Store { .. } => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "The idempotency store is unavailable",
+        ),
+        _ => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "The request's outcome under this Idempotency-Key cannot be given",
+        ),
+    };
+    problem(status, title, &e.to_string())
+}

@@ -1,0 +1,497 @@
+//! The tower side of `http`: an axum app behind `IdempotencyLayer`, driven by a real HTTP client
+//! (reqwest) through each case of the Idempotency-Key draft (draft-09), and in process (tower's
+//! `oneshot`, tokio's clock paused) through the lease cases: a slow handler keeps its key, a
+//! crashed one's key is taken over once its lease ends.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Extension, State};
+use axum::http::{Request, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use idem_runtime::http::{IdempotencyLayer, REPLAYED};
+use idem_runtime::store::RecordState;
+use idem_runtime::{Idem, IdempotencyKey, MemoryStore, Records};
+use tokio::sync::{Notify, watch};
+use tower::ServiceExt;
+
+/// The handler's side: how many times it ran, and gates for the slow route.
+struct Handler {
+    runs: AtomicU32,
+    /// Notified when the slow route has started.
+    entered: Notify,
+    /// The slow route answers once this is true (every run waiting, a crashed one's too, sees it).
+    release: watch::Sender<bool>,
+    /// The route `/flaky` answers 503 while this is above zero.
+    unavailable: AtomicU32,
+}
+
+impl Default for Handler {
+    fn default() -> Self {
+        Handler {
+            runs: AtomicU32::new(0),
+            entered: Notify::new(),
+            release: watch::channel(false).0,
+            unavailable: AtomicU32::new(0),
+        }
+    }
+}
+
+type Shared = Arc<Handler>;
+
+/// `201`, `Location`, an unstored header, and the request echoed with the run's number.
+async fn charge(
+    State(h): State<Shared>,
+    key: Option<Extension<IdempotencyKey>>,
+    body: Bytes,
+) -> Response {
+    let n = h.runs.fetch_add(1, SeqCst) + 1;
+    let key = key
+        .map(|Extension(key)| key.to_string())
+        .unwrap_or_default();
+    let body = format!(
+        r#"{{"charge":{n},"key":"{key}","request":{}}}"#,
+        String::from_utf8_lossy(&body)
+    );
+    (
+        StatusCode::CREATED,
+        [
+            ("content-type", "application/json"),
+            ("location", "/v1/charges/ch_1"),
+            ("x-per-response", "not stored"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+async fn slow(State(h): State<Shared>) -> Response {
+    let mut released = h.release.subscribe();
+    h.entered.notify_one();
+    released.wait_for(|r| *r).await.unwrap();
+    let n = h.runs.fetch_add(1, SeqCst) + 1;
+    format!("slow {n}").into_response()
+}
+
+async fn flaky(State(h): State<Shared>) -> Response {
+    if h.unavailable.load(SeqCst) > 0 {
+        h.unavailable.fetch_sub(1, SeqCst);
+        return (StatusCode::SERVICE_UNAVAILABLE, "try again").into_response();
+    }
+    let n = h.runs.fetch_add(1, SeqCst) + 1;
+    format!("flaky {n}").into_response()
+}
+
+/// A body that is not UTF-8 (stored as hex).
+async fn binary(State(h): State<Shared>) -> Vec<u8> {
+    let n = h.runs.fetch_add(1, SeqCst) as u8;
+    vec![0xff, 0x00, 0xfe, n]
+}
+
+fn app(layer: IdempotencyLayer, h: &Shared) -> Router {
+    Router::new()
+        .route("/v1/charges", post(charge))
+        .route("/v1/refunds", post(charge))
+        .route("/slow", post(slow))
+        .route("/flaky", post(flaky))
+        .route("/binary", post(binary))
+        .layer(layer)
+        .with_state(h.clone())
+}
+
+struct Served {
+    base: String,
+    handler: Shared,
+    store: Arc<MemoryStore>,
+    http: reqwest::Client,
+}
+
+fn layer_on(store: &Arc<MemoryStore>) -> IdempotencyLayer {
+    IdempotencyLayer::new(Idem::builder().shared_store(store.clone()).build().unwrap())
+}
+
+async fn serve(configure: impl FnOnce(IdempotencyLayer) -> IdempotencyLayer) -> Served {
+    let store = Arc::new(MemoryStore::new());
+    let handler = Shared::default();
+    let app = app(configure(layer_on(&store)), &handler);
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    Served {
+        base,
+        handler,
+        store,
+        http: reqwest::Client::new(),
+    }
+}
+
+impl Served {
+    async fn post(&self, path: &str, key: Option<&str>, body: &str) -> reqwest::Response {
+        let mut request = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .body(body.to_owned());
+        if let Some(key) = key {
+            request = request.header("Idempotency-Key", key);
+        }
+        request.send().await.unwrap()
+    }
+
+    fn runs(&self) -> u32 {
+        self.handler.runs.load(SeqCst)
+    }
+}
+
+fn replayed(response: &reqwest::Response) -> bool {
+    response
+        .headers()
+        .get(REPLAYED)
+        .is_some_and(|v| v == "true")
+}
+
+#[tokio::test]
+async fn draft_first_request_runs_the_handler_and_its_response_goes_out_whole() {
+    let s = serve(|l| l).await;
+    let first = s
+        .post("/v1/charges", Some(r#""k-1""#), r#"{"cents":42}"#)
+        .await;
+    assert_eq!(first.status(), StatusCode::CREATED);
+    assert!(!replayed(&first));
+    assert_eq!(first.headers()["location"], "/v1/charges/ch_1");
+    assert_eq!(first.headers()["x-per-response"], "not stored");
+    let key = IdempotencyKey::derive("http", &[("idempotency_key", &"k-1")]);
+    assert_eq!(
+        first.text().await.unwrap(),
+        format!(r#"{{"charge":1,"key":"{key}","request":{{"cents":42}}}}"#)
+    );
+    assert_eq!(s.runs(), 1);
+}
+
+#[tokio::test]
+async fn draft_a_repeat_gets_the_stored_response_marked_as_a_replay() {
+    let s = serve(|l| l).await;
+    let first = s
+        .post("/v1/charges", Some(r#""k-1""#), r#"{"cents":42}"#)
+        .await;
+    let first_body = first.text().await.unwrap();
+    for _ in 0..2 {
+        let again = s
+            .post("/v1/charges", Some(r#""k-1""#), r#"{"cents":42}"#)
+            .await;
+        assert_eq!(again.status(), StatusCode::CREATED);
+        assert!(replayed(&again));
+        assert_eq!(again.headers()["content-type"], "application/json");
+        assert_eq!(again.headers()["location"], "/v1/charges/ch_1");
+        assert!(
+            again.headers().get("x-per-response").is_none(),
+            "only chosen headers are stored"
+        );
+        assert_eq!(again.text().await.unwrap(), first_body);
+    }
+    assert_eq!(s.runs(), 1);
+}
+
+#[tokio::test]
+async fn draft_a_bare_token_key_works_like_its_quoted_form() {
+    let s = serve(|l| l).await;
+    s.post("/v1/charges", Some("k-1"), "{}").await;
+    let again = s.post("/v1/charges", Some(r#""k-1""#), "{}").await;
+    assert!(replayed(&again));
+    assert_eq!(s.runs(), 1);
+}
+
+#[tokio::test]
+async fn a_body_that_is_not_utf8_is_replayed_byte_for_byte() {
+    let s = serve(|l| l).await;
+    let first = s
+        .post("/binary", Some("\"b\""), "")
+        .await
+        .bytes()
+        .await
+        .unwrap();
+    let again = s.post("/binary", Some("\"b\""), "").await;
+    assert!(replayed(&again));
+    assert_eq!(first.as_ref(), [0xff, 0x00, 0xfe, 0x00]);
+    assert_eq!(again.bytes().await.unwrap(), first);
+}
+
+#[tokio::test]
+async fn draft_the_same_key_with_another_payload_is_422() {
+    let s = serve(|l| l).await;
+    s.post("/v1/charges", Some(r#""k-1""#), r#"{"cents":42}"#)
+        .await;
+    for (path, body) in [
+        ("/v1/charges", r#"{"cents":43}"#),
+        ("/v1/refunds", r#"{"cents":42}"#),
+    ] {
+        let reused = s.post(path, Some(r#""k-1""#), body).await;
+        assert_eq!(
+            reused.status(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{path} {body}"
+        );
+        assert_eq!(reused.headers()["content-type"], "application/problem+json");
+        assert!(!replayed(&reused));
+    }
+    assert_eq!(s.runs(), 1);
+}
+
+#[tokio::test]
+async fn draft_the_same_key_while_the_first_is_in_flight_is_409() {
+    let s = serve(|l| l).await;
+    let first = {
+        let (http, url) = (s.http.clone(), format!("{}/slow", s.base));
+        tokio::spawn(async move {
+            http.post(url)
+                .header("Idempotency-Key", "\"k\"")
+                .send()
+                .await
+        })
+    };
+    s.handler.entered.notified().await;
+    let second = s.post("/slow", Some("\"k\""), "").await;
+    assert_eq!(second.status(), StatusCode::CONFLICT);
+    assert_eq!(second.headers()["content-type"], "application/problem+json");
+    s.handler.release.send_replace(true);
+    let first = first.await.unwrap().unwrap();
+    assert_eq!(first.text().await.unwrap(), "slow 1");
+    let third = s.post("/slow", Some("\"k\""), "").await;
+    assert!(replayed(&third));
+    assert_eq!(third.text().await.unwrap(), "slow 1");
+    assert_eq!(s.runs(), 1);
+}
+
+#[tokio::test]
+async fn with_an_in_flight_wait_a_repeat_waits_for_the_first_and_gets_its_response() {
+    let s = serve(|l| l.in_flight_wait(Duration::from_secs(60))).await;
+    let first = {
+        let (http, url) = (s.http.clone(), format!("{}/slow", s.base));
+        tokio::spawn(async move {
+            http.post(url)
+                .header("Idempotency-Key", "\"k\"")
+                .send()
+                .await
+        })
+    };
+    s.handler.entered.notified().await;
+    let second = {
+        let (http, url) = (s.http.clone(), format!("{}/slow", s.base));
+        tokio::spawn(async move {
+            http.post(url)
+                .header("Idempotency-Key", "\"k\"")
+                .send()
+                .await
+        })
+    };
+    // The second is waiting (not refused): the first ends only when released.
+    s.handler.release.send_replace(true);
+    let first = first.await.unwrap().unwrap();
+    let second = second.await.unwrap().unwrap();
+    assert!(!replayed(&first));
+    assert!(replayed(&second));
+    assert_eq!(second.text().await.unwrap(), "slow 1");
+    assert_eq!(s.runs(), 1);
+}
+
+#[tokio::test]
+async fn draft_a_missing_key_is_400_where_required_and_let_through_where_not() {
+    let required = serve(|l| l.require_key(true)).await;
+    let missing = required.post("/v1/charges", None, "{}").await;
+    assert_eq!(missing.status(), StatusCode::BAD_REQUEST);
+    assert!(
+        missing
+            .text()
+            .await
+            .unwrap()
+            .contains("Idempotency-Key is missing")
+    );
+    assert_eq!(required.runs(), 0);
+
+    let optional = serve(|l| l).await;
+    for _ in 0..2 {
+        let through = optional.post("/v1/charges", None, "{}").await;
+        assert_eq!(through.status(), StatusCode::CREATED);
+        assert!(!replayed(&through));
+    }
+    assert_eq!(optional.runs(), 2, "unkeyed requests are not recorded");
+}
+
+#[tokio::test]
+async fn draft_a_malformed_or_repeated_key_header_is_400() {
+    let s = serve(|l| l).await;
+    let malformed = s.post("/v1/charges", Some("\"open"), "{}").await;
+    assert_eq!(malformed.status(), StatusCode::BAD_REQUEST);
+    let twice = s
+        .http
+        .post(format!("{}/v1/charges", s.base))
+        .header("Idempotency-Key", "\"a\"")
+        .header("Idempotency-Key", "\"b\"")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(twice.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(s.runs(), 0);
+}
+
+#[tokio::test]
+async fn a_body_over_the_bound_is_413_and_the_handler_does_not_run() {
+    let s = serve(|l| l.max_body_bytes(16)).await;
+    let large = s.post("/v1/charges", Some("\"k\""), &"x".repeat(17)).await;
+    assert_eq!(large.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let small = s.post("/v1/charges", Some("\"k\""), &"x".repeat(16)).await;
+    assert_eq!(small.status(), StatusCode::CREATED);
+    assert_eq!(s.runs(), 1);
+}
+
+#[tokio::test]
+async fn s18_keys_of_two_scopes_never_meet() {
+    let s = serve(|l| {
+        l.scope(|parts| {
+            parts
+                .headers
+                .get("x-account")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        })
+    })
+    .await;
+    let post = |account: Option<&'static str>, body: &'static str| {
+        let mut request = s
+            .http
+            .post(format!("{}/v1/charges", s.base))
+            .header("Idempotency-Key", "\"same\"")
+            .body(body);
+        if let Some(account) = account {
+            request = request.header("x-account", account);
+        }
+        request.send()
+    };
+    let acme = post(Some("acme"), r#"{"cents":1}"#).await.unwrap();
+    let globex = post(Some("globex"), r#"{"cents":2}"#).await.unwrap();
+    assert_eq!(
+        (acme.status(), globex.status()),
+        (StatusCode::CREATED, StatusCode::CREATED)
+    );
+    assert!(!replayed(&globex), "another scope's record is not replayed");
+    assert!(globex.text().await.unwrap().contains(r#""cents":2"#));
+    let acme_again = post(Some("acme"), r#"{"cents":1}"#).await.unwrap();
+    assert!(replayed(&acme_again));
+    let nobody = post(None, r#"{"cents":1}"#).await.unwrap();
+    assert_eq!(nobody.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(s.runs(), 2);
+    let key = IdempotencyKey::derive("http", &[("idempotency_key", &"same")]);
+    let acme_record = s.store.get(&key.for_tenant("acme")).await.unwrap().unwrap();
+    assert_eq!(acme_record.tenant.as_deref(), Some("acme"));
+}
+
+#[tokio::test]
+async fn a_response_saying_nothing_was_done_is_not_stored_and_the_key_is_released() {
+    let s = serve(|l| l).await;
+    s.handler.unavailable.store(1, SeqCst);
+    let busy = s.post("/flaky", Some("\"k\""), "").await;
+    assert_eq!(busy.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(!replayed(&busy));
+    assert_eq!(busy.text().await.unwrap(), "try again");
+    let retry = s.post("/flaky", Some("\"k\""), "").await;
+    assert_eq!((retry.status(), replayed(&retry)), (StatusCode::OK, false));
+    let again = s.post("/flaky", Some("\"k\""), "").await;
+    assert!(replayed(&again));
+    assert_eq!(again.text().await.unwrap(), "flaky 1");
+}
+
+#[tokio::test]
+async fn records_are_the_operators_like_a_tool_calls() {
+    let s = serve(|l| l.name("payments.charges")).await;
+    s.post("/v1/charges", Some("\"k-9\""), "{}").await;
+    let key = IdempotencyKey::derive("payments.charges", &[("idempotency_key", &"k-9")]);
+    let record = s
+        .store
+        .get(&key)
+        .await
+        .unwrap()
+        .expect("the request's record");
+    assert_eq!(record.tool, "payments.charges");
+    let RecordState::Completed { outcome } = &record.state else {
+        panic!("{:?}", record.state)
+    };
+    let stored: serde_json::Value = serde_json::from_slice(outcome).unwrap();
+    assert_eq!(stored["status"], 201);
+    assert_eq!(
+        stored["headers"][1],
+        serde_json::json!(["location", "/v1/charges/ch_1"])
+    );
+    assert!(
+        stored["body"]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with(r#"{"charge":1"#)
+    );
+    // Forgotten by the operator (`idemkit forget`), the key runs again.
+    s.store.forget(&key, false).await.unwrap();
+    let after = s.post("/v1/charges", Some("\"k-9\""), "{}").await;
+    assert!(!replayed(&after));
+    assert_eq!(s.runs(), 2);
+}
+
+fn keyed(path: &str) -> Request<Body> {
+    Request::post(path)
+        .header("idempotency-key", "\"lease\"")
+        .body(Body::empty())
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn s12_a_handler_slower_than_its_lease_keeps_its_key() {
+    let store = Arc::new(MemoryStore::new());
+    let handler = Shared::default();
+    let app = app(layer_on(&store).lease(Duration::from_secs(1)), &handler);
+    let first = tokio::spawn(app.clone().oneshot(keyed("/slow")));
+    handler.entered.notified().await;
+    // Ten leases later, renewed all along: a repeat finds it running.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let second = app.clone().oneshot(keyed("/slow")).await.unwrap();
+    assert_eq!(second.status(), StatusCode::CONFLICT);
+    handler.release.send_replace(true);
+    let first = first.await.unwrap().unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    let third = app.oneshot(keyed("/slow")).await.unwrap();
+    assert_eq!(third.headers()[REPLAYED], "true");
+    assert_eq!(handler.runs.load(SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn s8_a_crashed_handlers_key_is_taken_over_once_its_lease_ends() {
+    let store = Arc::new(MemoryStore::new());
+    let handler = Shared::default();
+    let app = app(layer_on(&store).lease(Duration::from_secs(2)), &handler);
+    // The first request's process dies inside the handler: its future is never polled again,
+    // nor dropped (no clean-up runs), so its record stays running until the lease ends.
+    let mut crashed = Box::pin(app.clone().oneshot(keyed("/slow")));
+    tokio::select! {
+        _ = &mut crashed => panic!("the slow handler answered before it was released"),
+        _ = handler.entered.notified() => {}
+    }
+    std::mem::forget(crashed);
+    let during = app.clone().oneshot(keyed("/slow")).await.unwrap();
+    assert_eq!(during.status(), StatusCode::CONFLICT);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = tokio::spawn(app.clone().oneshot(keyed("/slow")));
+    handler.entered.notified().await;
+    handler.release.send_replace(true);
+    let after = after.await.unwrap().unwrap();
+    assert_eq!(after.status(), StatusCode::OK);
+    assert!(after.headers().get(REPLAYED).is_none());
+    let replay = app.oneshot(keyed("/slow")).await.unwrap();
+    assert_eq!(replay.headers()[REPLAYED], "true");
+    assert_eq!(
+        handler.runs.load(SeqCst),
+        1,
+        "the crashed run never finished"
+    );
+}
