@@ -1,7 +1,20 @@
 //! A call past its claim: its attempts' bookkeeping (`Run`), and the end it records in the
 //! store (complete, keep as ambiguous, release), retried under the lease (S14, S16, S17).
 
-use super::*;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::claim::timed;
+use super::lease::Holder;
+use super::trace::CallTrace;
+use super::{BoxFuture, Ended, UNREPLAYABLE};
+use crate::error::{Error, StoreError};
+use crate::idem::Settings;
+use crate::observe::CallOutcome;
+use crate::retry::{Failure, RetryPolicy, Schedule};
+use crate::store::{LeaseToken, Outcome, Takeover, Written};
 
 /// A call past its claim: the attempts so far, and what the end must record.
 pub(super) struct Run<'a> {

@@ -14,28 +14,21 @@
 //! attempts' bookkeeping and the end written to the store), `dropped` (a call dropped before its
 //! end), `trace` (what logs and `CallInfo` name); and `read`, a read-only call's own small loop.
 
-use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::time::{Instant, Sleep};
-use tracing::Instrument;
-use tracing::field::Empty;
+use tokio::time::Sleep;
 
 use super::Tool;
 use crate::error::{Error, StoreError};
 use crate::fingerprint::Fingerprint;
-use crate::idem::{Idem, Settings};
+use crate::idem::Idem;
 use crate::key::IdempotencyKey;
-use crate::observe::{CallInfo, CallOutcome, report};
-use crate::retry::{Failure, RetryPolicy, Schedule};
-use crate::store::{
-    Claim, ClaimRequest, Existing, ExistingState, LeaseToken, Outcome, Store, Takeover, Written,
-};
-use crate::wake::Waiting;
+use crate::observe::CallOutcome;
+use crate::retry::Failure;
+use crate::store::{LeaseToken, Outcome};
 
 mod claim;
 mod dropped;
@@ -47,10 +40,9 @@ mod trace;
 pub(crate) use self::read::Read;
 pub use self::read::ReadNext;
 
-use self::claim::*;
-use self::end::*;
-use self::lease::*;
-use self::trace::*;
+use self::claim::{Begun, start};
+use self::end::Run;
+use self::trace::CallTrace;
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
