@@ -59,22 +59,14 @@
 
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{self, Sender};
+use std::time::Duration;
 
-use rusqlite::types::ValueRef;
-use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, named_params};
-use uuid::Uuid;
+use rusqlite::Connection;
 
-use super::{
-    AsyncStore, Claim, ClaimRequest, Decision, Existing, ExistingState, LeaseToken, OperationIds,
-    Outcome, Record, RecordState, Resolution, Takeover, Written,
-};
 use crate::error::{StoreError, StoreErrorKind};
-use crate::fingerprint::Fingerprint;
-use crate::key::IdempotencyKey;
 
 mod conn;
 mod group;
@@ -83,18 +75,15 @@ mod open;
 mod options;
 mod records;
 pub mod sql;
-mod transitions;
 #[cfg(test)]
 mod tests;
+mod transitions;
 mod wal;
 
-use self::conn::*;
-use self::group::*;
-use self::inline::*;
-use self::open::*;
+use self::conn::{Db, Shared};
+use self::group::{Job, Reply, Slot, again, serve};
+use self::inline::{Access, Inline};
 pub use self::options::{SqliteStoreBuilder, Synchronous};
-use self::transitions::*;
-use self::wal::*;
 
 /// The environment variable that overrides where the default store lives.
 pub const DEFAULT_PATH_ENV: &str = "IDEMKIT_DB";

@@ -1,8 +1,15 @@
 //! The operations that run on callers' threads (`synchronous=NORMAL`, reads): the suite, a
 //! write lock held by another connection, the busy timeout, the store's own checkpoints.
 
+use uuid::Uuid;
+
+use super::inline::CHECKPOINT_PAGES;
 use super::*;
-use crate::store::Records;
+use crate::store::{
+    AsyncStore, Claim, ClaimRequest, Existing, ExistingState, LeaseToken, OperationIds, Outcome,
+    Records, Written,
+};
+use crate::{Fingerprint, IdempotencyKey};
 
 fn request(n: u128, ttl: Duration) -> ClaimRequest<'static> {
     ClaimRequest::new(
