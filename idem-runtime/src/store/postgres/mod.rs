@@ -76,27 +76,19 @@ use std::future::Future;
 use std::str::FromStr;
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod};
-use tokio_postgres::error::SqlState;
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{NoTls, Row};
-use uuid::Uuid;
 
-use super::{
-    AsyncStore, Claim, ClaimRequest, Decision, Existing, ExistingState, LeaseToken, OperationIds,
-    Outcome, Record, RecordState, Resolution, Takeover, Written,
-};
 use crate::error::{StoreError, StoreErrorKind};
-use crate::fingerprint::Fingerprint;
-use crate::key::IdempotencyKey;
 
 mod records;
 mod rows;
 mod sql;
 mod transitions;
 
-use self::rows::*;
-use self::sql::*;
+use self::rows::{Failed, Migration, pg_error, pool_error, quote};
+use self::sql::Sql;
 
 /// The schema version this build writes and understands.
 const SCHEMA_VERSION: i32 = 4;
