@@ -85,15 +85,9 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{ErrorKind, RedisError, Script, Value};
-use uuid::Uuid;
+use redis::{ErrorKind, RedisError, Script};
 
-use super::{
-    AsyncStore, Claim, ClaimRequest, Existing, ExistingState, LeaseToken, OperationIds, Outcome,
-    Record, RecordState, Takeover, Written,
-};
 use crate::error::{StoreError, StoreErrorKind};
-use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
 
 mod records;
@@ -101,8 +95,8 @@ mod scripts;
 mod transitions;
 mod values;
 
-use self::scripts::*;
-use self::values::*;
+use self::scripts::{Scripts, scripts};
+use self::values::{connection_lost, redis_error};
 
 /// How often an operation is sent again after its connection was lost. Every script is safe to
 /// repeat: the caller's lease token recognises a claim or write that already applied.
