@@ -1,14 +1,13 @@
 //! The PostgreSQL store's operator reads and repairs ([`Records`]): each one statement, by the
 //! server's clock.
 
-use super::sql::types;
 use std::time::Duration;
 
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
 use super::rows::{bad_state, corrupt_row, micros, record_of};
-use super::sql::RECORD_COLUMNS;
+use super::sql::{RECORD_COLUMNS, types};
 use super::{PRUNE_BATCH, PostgresStore, SCHEMA_VERSION};
 use crate::error::{StoreError, StoreErrorKind};
 use crate::key::IdempotencyKey;

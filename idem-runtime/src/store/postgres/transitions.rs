@@ -1,7 +1,6 @@
 //! The `Store` implementation: each operation one statement of `Sql`, sent again on a lost
 //! connection or a serialization failure where repeating it is safe.
 
-use super::sql::types;
 use std::time::Duration;
 
 use tokio_postgres::types::ToSql;
@@ -9,6 +8,7 @@ use uuid::Uuid;
 
 use super::PostgresStore;
 use super::rows::{corrupt_row, existing_of, micros};
+use super::sql::types;
 use crate::error::{StoreError, StoreErrorKind};
 use crate::key::IdempotencyKey;
 use crate::store::{

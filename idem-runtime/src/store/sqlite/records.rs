@@ -1,13 +1,13 @@
 //! The SQLite store's operator reads and repairs ([`Records`]): their statements, and each one
 //! run on the connection like the claim state machine's.
 
-use super::sql::record_columns;
 use std::time::Duration;
 
 use rusqlite::{OptionalExtension, named_params};
 
 use super::group::Scope;
 use super::inline::Access;
+use super::sql::record_columns;
 use super::transitions::{decode, ms, now_ms, prune_expired, remaining, sql_error};
 use super::{SqliteStore, sql};
 use crate::error::StoreError;
