@@ -19,20 +19,20 @@
 //!
 //! # How it keeps the contract
 //!
-//! - **One statement per transition** (see [`sql`]): a claim is one `INSERT … ON CONFLICT DO
+//! - **One statement per transition** (in `sql.rs`): a claim is one `INSERT … ON CONFLICT DO
 //!   UPDATE … WHERE … RETURNING`, so two processes racing for a key cannot both take it; every
 //!   holder's write names its lease token, so a holder whose lease was taken over changes nothing.
-//! - **The clock** is the process's wall clock ([`SystemTime`]), passed into every statement as
-//!   unix milliseconds. SQLite's own `unixepoch('subsec')` reads the same operating-system clock,
-//!   so processes on one machine agree either way; passing it in keeps `now` one value per
-//!   operation, visible in the statement's parameters and in its comments. What a step of a
-//!   process's clock does: a lease end written by a clock **ahead** (a holder whose clock
-//!   jumped forward, then died) is capped at the holder's own lease (kept with the record) from
-//!   the claimer's clock when a claimer finds it ([`sql::CAP_LEASE`]), so the key frees within
-//!   that lease, not after the jump; never at the claimer's lease, so callers of one key may use
-//!   different lease lengths (S23). A claimer whose clock is ahead by more than the holder's
-//!   lease takes a live holder's key over early: the holder's next renewal (within a third of
-//!   its lease) is then refused and stops it (S13), and its late write is fenced (S11).
+//! - **The clock** is the process's wall clock ([`std::time::SystemTime`]), passed into every
+//!   statement as unix milliseconds. SQLite's own `unixepoch('subsec')` reads the same
+//!   operating-system clock, so processes on one machine agree either way; passing it in keeps
+//!   `now` one value per operation, visible in the statement's parameters and in its comments. What
+//!   a step of a process's clock does: a lease end written by a clock **ahead** (a holder whose
+//!   clock jumped forward, then died) is capped at the holder's own lease (kept with the record)
+//!   from the claimer's clock when a claimer finds it (`CAP_LEASE` in `sql.rs`), so the key frees
+//!   within that lease, not after the jump; never at the claimer's lease, so callers of one key may
+//!   use different lease lengths (S23). A claimer whose clock is ahead by more than the holder's
+//!   lease takes a live holder's key over early: the holder's next renewal (within a third of its
+//!   lease) is then refused and stops it (S13), and its late write is fenced (S11).
 //! - **After `fork()`** the child opens the file anew on first use, with its own thread; the
 //!   parent's connection is never used (nor closed) in the child.
 //! - **A deleted or replaced file** (`git clean -xdf`) is noticed by the next operation (one
@@ -54,7 +54,7 @@
 //!   alone (a claim is a savepoint inside the group), and a commit that fails fails every write
 //!   of the group.
 //! - **Schema version** in `PRAGMA user_version`, the file marked as idemkit's by
-//!   `PRAGMA application_id`; [`sql::MIGRATIONS`] brings an older file up to date in one
+//!   `PRAGMA application_id`; `MIGRATIONS` (in `sql.rs`) brings an older file up to date in one
 //!   transaction, and a file from a newer idemkit is refused, not touched.
 
 use std::panic::AssertUnwindSafe;
@@ -74,7 +74,7 @@ mod inline;
 mod open;
 mod options;
 mod records;
-pub mod sql;
+mod sql;
 #[cfg(test)]
 mod tests;
 mod transitions;
@@ -114,7 +114,7 @@ pub fn default_path() -> Result<PathBuf, StoreError> {
 /// Keeps records in one SQLite file, shared safely by the processes of one machine.
 ///
 /// Cheap to clone; clones share one connection. See the [module docs](self) for how it keeps
-/// the store contract, and [`sql`] for every statement it runs.
+/// the store contract, and its source (`sql.rs`) for every statement it runs.
 #[derive(Clone)]
 pub struct SqliteStore {
     shared: Arc<Shared>,

@@ -50,7 +50,7 @@ fn taken_over(before: RecordState) -> Option<Takeover> {
     }
 }
 
-/// The transitions, each one statement of [`sql`] on the connection (on the caller's thread
+/// The transitions, each one statement of `sql.rs` on the connection (on the caller's thread
 /// when it can, else on the store's); [`AsyncStore`] makes them a [`Store`](crate::Store).
 impl AsyncStore for SqliteStore {
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
