@@ -46,10 +46,6 @@ use self::trace::CallTrace;
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// How an outcome that cannot be replayed is stored (S16): a completed record whose outcome
-/// starts with a NUL byte, which no JSON text does, followed by why. Part of the record format.
-pub(crate) const UNREPLAYABLE: &[u8] = b"\0idemkit:unreplayable\0";
-
 /// Runs `f` on this thread's empty scratch buffer: an outcome is serialized there, then copied
 /// once into the [`Outcome`] the store keeps (one allocation, the count beside the bytes),
 /// instead of into a vector of its own that the outcome would then wrap (two).
@@ -381,7 +377,7 @@ impl<'a> Call<'a> {
         }
         match std::mem::replace(&mut self.phase, Phase::Taken) {
             Phase::Finished => End::LastAttempt,
-            Phase::Replayed(record, outcome) => match outcome.strip_prefix(UNREPLAYABLE) {
+            Phase::Replayed(record, outcome) => match Outcome::unreplayable_reason(&outcome) {
                 Some(reason) => {
                     let _span = record.span.enter();
                     let err = Error::Unreplayable {
