@@ -7,9 +7,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use idemkit::store::{RecordState, Records};
+use idemkit::store::RecordState;
 use idemkit::{
-    Classify, Failure, Idem, IdempotencyKey, MemoryStore, ToolKind, observe, read_only, side_effect,
+    Classify, Failure, Idem, IdempotencyKey, MemoryStore, Records, ToolKind, observe, read_only,
+    side_effect,
 };
 use serde::{Deserialize, Serialize};
 

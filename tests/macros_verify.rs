@@ -8,9 +8,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use idemkit::store::{RecordState, Records};
+use idemkit::store::RecordState;
 use idemkit::{
-    Classify, Failure, Idem, IdempotencyKey, MemoryStore, Verified, observe, side_effect,
+    Classify, Failure, Idem, IdempotencyKey, MemoryStore, Records, Verified, observe, side_effect,
 };
 use serde::{Deserialize, Serialize};
 

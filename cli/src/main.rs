@@ -173,7 +173,7 @@ fn parse_decision(s: &str) -> Result<Decision, String> {
 
 fn parse_state(s: &str) -> Result<StateKind, String> {
     s.parse()
-        .map_err(|e: idem_runtime::store::records::UnknownState| e.to_string())
+        .map_err(|e: idem_runtime::store::UnknownState| e.to_string())
 }
 
 /// What went wrong: said on stderr, with the exit status it gives.

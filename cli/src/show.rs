@@ -2,11 +2,8 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use idem_runtime::store::{Count, Record, RecordState, Resolution};
+use idem_runtime::store::{Count, Outcome, Record, RecordState, Resolution};
 use serde_json::{Value, json};
-
-/// What the executor stores in place of an outcome that could not be serialized.
-const UNREPLAYABLE: &[u8] = b"\0idemkit:unreplayable\0";
 
 /// `t` as RFC 3339 in UTC, to the millisecond; `-` when the store does not know it (a record
 /// written before stores kept times).
@@ -74,7 +71,7 @@ pub fn parse_age(s: &str) -> Result<Duration, String> {
 
 /// The stored outcome: its JSON, or what it is when it is not JSON.
 fn outcome_json(outcome: &[u8]) -> Value {
-    if let Some(why) = outcome.strip_prefix(UNREPLAYABLE) {
+    if let Some(why) = Outcome::unreplayable_reason(outcome) {
         return json!({ "unreplayable": String::from_utf8_lossy(why) });
     }
     serde_json::from_slice(outcome)

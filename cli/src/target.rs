@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use idem_runtime::PostgresStore;
 #[cfg(feature = "redis")]
 use idem_runtime::RedisStore;
+use idem_runtime::store::default_path;
 use idem_runtime::store::redacted_url;
-use idem_runtime::store::sqlite::default_path;
 use idem_runtime::{Records, SqliteStore, StoreError};
 
 /// A store named on the command line.

@@ -20,6 +20,10 @@
 //! Run: `cargo bench -p idem-runtime --features sqlite --bench sqlite_store`
 //! (prints criterion's figures, then a summary with the ratios).
 
+/// The store's own statements (not public API): the baseline runs exactly what the store runs.
+#[path = "../src/store/sqlite/sql.rs"]
+#[allow(dead_code, unused_imports)]
+mod sql;
 #[path = "../../benches/support/mod.rs"]
 mod support;
 
@@ -29,7 +33,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use criterion::{Criterion, SamplingMode, Throughput};
-use idem_runtime::store::sqlite::sql;
 use idem_runtime::store::{Claim, ClaimRequest, LeaseToken, Outcome, Written};
 use idem_runtime::{Fingerprint, IdempotencyKey, SqliteStore, Store, Synchronous};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, named_params};

@@ -98,9 +98,6 @@ pub use exec::{Tool, Verified, Verifying};
 pub use explain::Explanation;
 pub use fingerprint::{Fingerprint, Fingerprinter};
 pub use idem::{AlreadyInstalled, BuildError, Idem, IdemBuilder, as_tenant, operation};
-#[cfg(feature = "json")]
-#[cfg_attr(docsrs, doc(cfg(feature = "json")))]
-pub use json::{JsonCallError, JsonReply, JsonTools, ToolDefinition};
 pub use key::normalize;
 pub use key::{IdempotencyKey, KeyField, KeyHasher, KeyPart, KeyValue, OperationId};
 pub use observe::{CallInfo, CallOutcome, observe};
@@ -110,13 +107,14 @@ pub use store::memory::MemoryStore;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use store::postgres::{PostgresStore, PostgresStoreBuilder};
+pub use store::records::Records;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use store::redis::{RedisStore, RedisStoreBuilder};
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use store::sqlite::{SqliteStore, SqliteStoreBuilder, Synchronous};
-pub use store::{Records, Store};
+pub use store::transitions::Store;
 
 /// What generated code reaches, and nothing else should: the paths are not a stable API.
 #[doc(hidden)]

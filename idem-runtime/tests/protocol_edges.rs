@@ -10,10 +10,10 @@ use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use idem_runtime::store::{Intercept, OperationIds, RecordState, Records, Step};
+use idem_runtime::store::{Intercept, OperationIds, RecordState, Step};
 use idem_runtime::{
-    BuildError, CallOutcome, Classify, Error, Failure, Idem, IdempotencyKey, MemoryStore, Store,
-    StoreError, Tool, observe,
+    BuildError, CallOutcome, Classify, Error, Failure, Idem, IdempotencyKey, MemoryStore, Records,
+    Store, StoreError, Tool, observe,
 };
 use tokio::time::Instant;
 

@@ -10,7 +10,6 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use idem_runtime::store::sqlite::sql::SCHEMA_VERSION;
 use idem_runtime::{Error, Idem, SqliteStore, StoreErrorKind, Tool};
 use support::{Hang, Reported, ShipError, body_log, child_command, reported};
 
@@ -165,11 +164,13 @@ async fn a_database_from_a_newer_schema_version_is_refused_and_not_changed() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("idemkit.db");
     drop(SqliteStore::open(&path).unwrap());
-    let newer = SCHEMA_VERSION + 1;
-    rusqlite::Connection::open(&path)
-        .unwrap()
-        .pragma_update(None, "user_version", newer)
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let current: i64 = conn
+        .pragma_query_value(None, "user_version", |row| row.get(0))
         .unwrap();
+    let newer = current + 1;
+    conn.pragma_update(None, "user_version", newer).unwrap();
+    drop(conn);
     let runs = AtomicU32::new(0);
 
     let (kind, message) = refused(ship(&path, &runs).await);

@@ -3,8 +3,8 @@
 //! and `NORMAL` (they run on the caller's thread): each row gets a new file in a temporary
 //! directory.
 
-use idem_runtime::store::{Intercept, OperationIds, Records};
-use idem_runtime::{SqliteStore, Store, Synchronous};
+use idem_runtime::store::{Intercept, OperationIds};
+use idem_runtime::{Records, SqliteStore, Store, Synchronous};
 
 /// A `SqliteStore` on a new file, in a temporary directory that is deleted when the row's store
 /// is dropped (the hook, which forwards everything, owns it).

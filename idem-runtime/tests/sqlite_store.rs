@@ -5,7 +5,6 @@
 use idem_runtime::Records;
 use std::time::Duration;
 
-use idem_runtime::store::sqlite::sql::{APPLICATION_ID, SCHEMA_VERSION};
 use idem_runtime::store::{
     Claim, ClaimRequest, LeaseToken, OperationIds, Outcome, RecordState, Takeover, Written,
 };
@@ -53,10 +52,13 @@ async fn a_new_store_creates_its_directory_and_a_wal_file_marked_with_idemkits_s
         .unwrap()
     };
     assert_eq!(pragma("journal_mode"), "Text(\"wal\")");
-    assert_eq!(pragma("user_version"), format!("Integer({SCHEMA_VERSION})"));
+    // That it is this build's schema version exactly is checked inside the crate
+    // (`store/sqlite/tests.rs`): the statements are not public.
+    assert_ne!(pragma("user_version"), "Integer(0)");
+    // "idkt", the mark of an idemkit file: part of the file format.
     assert_eq!(
         pragma("application_id"),
-        format!("Integer({APPLICATION_ID})")
+        format!("Integer({})", 0x6964_6b74)
     );
 }
 

@@ -11,10 +11,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use idem_runtime::store::{
     Claim, ClaimRequest, Count, Decision, Existing, ExistingState, Forgot, LeaseToken,
-    OperationIds, Outcome, Record, RecordFilter, RecordState, Records, Released, Resolution,
-    Resolved, Store, StoreFuture, Takeover, Written, check_resolution, count_records,
+    OperationIds, Outcome, Record, RecordFilter, RecordState, Released, Resolution, Resolved,
+    StoreFuture, Takeover, Written, check_resolution, count_records,
 };
-use idem_runtime::{Fingerprint, IdempotencyKey, StoreError};
+use idem_runtime::{Fingerprint, IdempotencyKey, Records, Store, StoreError};
 use uuid::Uuid;
 
 #[derive(Default)]

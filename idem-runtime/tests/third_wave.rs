@@ -13,11 +13,11 @@ use std::task::Poll;
 use std::time::Duration;
 
 use idem_runtime::store::{
-    Claim, ClaimRequest, LeaseToken, Outcome, RecordState, Records, StoreFuture, Written,
+    Claim, ClaimRequest, LeaseToken, Outcome, RecordState, StoreFuture, Written,
 };
 use idem_runtime::{
-    CallOutcome, Classify, Error, Failure, Fingerprint, Idem, IdempotencyKey, MemoryStore, Store,
-    StoreError, Tool, Verified, observe,
+    CallOutcome, Classify, Error, Failure, Fingerprint, Idem, IdempotencyKey, MemoryStore, Records,
+    Store, StoreError, Tool, Verified, observe,
 };
 
 #[derive(Debug)]

@@ -7,9 +7,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use idem_runtime::store::{ClaimRequest, LeaseToken, OperationIds, Records};
+use idem_runtime::store::{ClaimRequest, LeaseToken, OperationIds};
 use idem_runtime::{
-    CallOutcome, Classify, Error, Failure, Fingerprint, Idem, IdempotencyKey, Store, Tool, observe,
+    CallOutcome, Classify, Error, Failure, Fingerprint, Idem, IdempotencyKey, Records, Store, Tool,
+    observe,
 };
 
 /// Runs `idemkit args…` with `env` set (and `IDEMKIT_STORE`/`IDEMKIT_DB` unset unless given).

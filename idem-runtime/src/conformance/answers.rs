@@ -1,6 +1,9 @@
 //! Store v2's rule for answers: one that is not ready does nothing until it is polled.
 
-use super::*;
+use std::time::Duration;
+
+use super::{LEASE, StoreUnderTest, fingerprint_of, key_of};
+use crate::store::{Claim, ClaimRequest, LeaseToken, Outcome, RecordState, Written};
 
 /// An answer that is not ready (a boxed [`StoreFuture`](crate::store::StoreFuture)) does
 /// nothing until it is first polled: the executor drops one that it cannot await where it asked

@@ -1,6 +1,14 @@
 //! Rows S8–S11 and operation ids: dead holders, unreachable and corrupt stores, expiry, fencing.
 
-use super::*;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::{
+    Counted, LEASE, Receipt, StoreUnderTest, TestError, charge, fingerprint_of, key_of, runtime,
+};
+use crate::store::{Claim, ClaimRequest, Intercept, LeaseToken, RecordState, Takeover, Written};
+use crate::{CallOutcome, StoreError, StoreErrorKind, observe};
 
 /// S8: a holder that died leaves a lease that expires; the next call takes over with the same key.
 pub async fn s8_a_dead_holders_lease_expires_and_is_taken_over(store: impl StoreUnderTest) {

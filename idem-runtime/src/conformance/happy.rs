@@ -1,7 +1,12 @@
 //! Rows S1–S7: a call runs once, repeats replay, key reuse is refused, retries keep the key,
 //! failures release or keep, concurrent callers run one body.
 
-use super::*;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Counted, Receipt, StoreUnderTest, TestError, charge, fingerprint_of, key_of, runtime};
+use crate::store::RecordState;
+use crate::{CallOutcome, Failure};
 
 /// S1: the body runs once; the outcome is stored as completed and returned.
 pub async fn s1_first_call_runs_once_and_is_stored(store: impl StoreUnderTest) {

@@ -1,7 +1,15 @@
 //! Rows S12–S13: `renew` on the store, and the executor renewing while a body runs or stopping
 //! when it cannot.
 
-use super::*;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Counted, LEASE, StoreUnderTest, TestError, charge, fingerprint_of, key_of, runtime};
+use crate::store::{
+    Claim, ClaimRequest, Existing, ExistingState, Intercept, LeaseToken, RecordState, Step,
+    Takeover, Written,
+};
+use crate::{CallOutcome, StoreError};
 
 pub(super) fn renew_req(
     order: u64,

@@ -27,13 +27,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::store::{
-    Claim, ClaimRequest, Existing, ExistingState, Intercept, LeaseToken, OperationIds, Outcome,
-    RecordState, Records, Step, Takeover, Written,
-};
+use crate::store::{OperationIds, Records};
 use crate::{
     CallOutcome, Classify, Error, Failure, Fingerprint, Idem, IdempotencyKey, RetryPolicy, Store,
-    StoreError, StoreErrorKind, Tool, observe,
+    StoreErrorKind, Tool, observe,
 };
 
 mod answers;
@@ -44,13 +41,52 @@ mod records;
 mod resolve;
 mod takeover;
 
-pub use self::answers::*;
-pub use self::faults::*;
-pub use self::happy::*;
-pub use self::lease::*;
-pub use self::records::*;
-pub use self::resolve::*;
-pub use self::takeover::*;
+pub use self::answers::unpolled_answers_change_nothing;
+pub use self::faults::{
+    operation_ids_are_minted_once, s8_a_dead_holders_lease_expires_and_is_taken_over,
+    s9_corrupt_outcome_fails_closed, s9_unreachable_store_fails_closed,
+    s10_records_past_their_ttl_are_absent, s11_a_slow_holder_cannot_overwrite_the_new_record,
+    s11_late_writes_of_a_taken_over_lease_are_fenced,
+};
+pub use self::happy::{
+    contention_64_tasks_one_key, s1_first_call_runs_once_and_is_stored,
+    s2_repeat_returns_the_stored_outcome, s3_same_key_other_arguments_is_key_reuse,
+    s4_retryable_failures_retry_with_the_identical_key,
+    s5_permanent_failure_is_not_retried_and_released,
+    s6_exhausted_ambiguous_is_kept_and_taken_over, s6_exhausted_transient_is_released,
+    s7_a_caller_that_waits_too_long_gets_in_flight, s7_concurrent_calls_run_the_body_once,
+};
+pub use self::lease::{
+    s12_a_body_longer_than_its_lease_runs_once,
+    s12_renew_after_the_lease_ran_out_untaken_still_holds,
+    s12_renew_extends_a_held_lease_past_its_end_and_its_ttl,
+    s12_renew_is_refused_to_a_stale_token_and_to_ended_records,
+    s13_a_holder_whose_renewals_fail_stops_and_is_taken_over,
+    s18_equal_key_fields_under_two_tenants_are_two_operations,
+};
+pub use self::records::{
+    records_counts_by_tool_and_state, records_forget_makes_the_next_call_run_again,
+    records_list_newest_first_and_filtered, records_of_one_tenant_are_listed_apart,
+    records_prune_removes_only_expired_records,
+    records_release_is_refused_under_a_live_lease_and_applied_with_force,
+    records_updated_is_the_time_of_the_last_transition,
+};
+pub use self::resolve::{
+    complete_retried_under_its_token_is_applied, mark_ambiguous_retried_under_its_token_is_applied,
+    s23_a_claimer_with_a_shorter_lease_never_takes_a_renewing_holders_key,
+    s24_a_kept_decision_outlives_a_prune_until_its_ttl,
+    s24_forget_is_refused_under_a_live_lease_unless_forced,
+    s24_resolve_applied_completes_the_record_and_repeats_replay_it,
+    s24_resolve_checks_the_outcome_fits_the_decision, s24_resolve_is_refused_on_a_completed_record,
+    s24_resolve_is_refused_while_a_lease_is_live,
+    s24_resolve_not_applied_releases_the_record_and_keeps_the_decision,
+    s24_resolve_of_an_expired_holder_fences_it, s24_resolve_of_no_record_is_not_found,
+};
+pub use self::takeover::{
+    s6_a_claim_of_an_ambiguous_record_is_a_takeover_from_ambiguity,
+    s8_a_claim_past_a_holders_lease_is_a_takeover_from_an_expired_holder,
+    s10_claims_of_absent_or_expired_records_are_not_takeovers,
+};
 
 /// What the suite tests: a [`Store`] (the claim state machine the executor drives), its
 /// [`OperationIds`], and its operator [`Records`] (the rows read what the calls left behind

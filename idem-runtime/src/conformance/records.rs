@@ -1,10 +1,15 @@
 //! Rows of the operator trait [`Records`]: lists newest first and filtered, a release refused
 //! under a live lease and applied with force, forget, prune of expired records only, counts.
 
-use std::time::SystemTime;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
-use super::*;
-use crate::store::{Count, Forgot, Outcome, RecordFilter, Records, Released, StateKind, Written};
+use super::{Counted, Receipt, StoreUnderTest, charge, fingerprint_of, key_of, runtime};
+use crate::store::{
+    Claim, ClaimRequest, Count, Forgot, LeaseToken, Outcome, RecordFilter, RecordState, Records,
+    Released, StateKind, Written,
+};
+use crate::{CallOutcome, IdempotencyKey, Store};
 
 /// Generates one `#[test]` per row of [`Records`] for the store `make` returns (a fresh, empty
 /// store each time), beside [`conformance_tests!`](crate::conformance_tests).

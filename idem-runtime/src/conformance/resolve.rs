@@ -1,12 +1,16 @@
 //! Rows of a holder's write sent again (issue 30 #8), mixed lease lengths (S23), and an
 //! operator's decisions (S24): `resolve` and `forget` refused under a live lease.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use super::lease::renew_req;
 use super::records::{HOUR, claim_raw};
-use super::*;
-use crate::store::{Decision, Forgot, RecordFilter, Resolved, StateKind};
+use super::{StoreUnderTest, fingerprint_of, key_of};
+use crate::StoreErrorKind;
+use crate::store::{
+    Claim, ClaimRequest, Decision, Existing, ExistingState, Forgot, LeaseToken, Outcome,
+    RecordFilter, RecordState, Records, Resolved, StateKind, Written,
+};
 
 /// What an operator's applied stores: the JSON a call of the tool returns.
 const RESOLVED_OUTCOME: &[u8] = br#"{"run":0,"key":"settled by an operator"}"#;

@@ -1,7 +1,12 @@
 //! What a claim says it took over (`Claim::Acquired { takeover }`): nothing for a new record,
 //! the kind of live record otherwise (S6, S8, S10). Operators count takeovers by it.
 
-use super::*;
+use std::time::Duration;
+
+use super::{LEASE, StoreUnderTest, fingerprint_of, key_of};
+use crate::store::{
+    Claim, ClaimRequest, Existing, ExistingState, LeaseToken, Outcome, Takeover, Written,
+};
 
 fn req(
     order: u64,

@@ -1,7 +1,12 @@
 //! `KeyHasher`: encoding v1 streamed into SHA-256's compression function over a buffer on the
 //! stack (the one `unsafe` cast of the crate's key path lives here, with the padding).
 
-use super::*;
+use sha2::digest::generic_array::GenericArray;
+use sha2::digest::typenum::U64;
+use uuid::Uuid;
+
+use super::part::{KeyPart, KeyValue};
+use super::{DOMAIN, IdempotencyKey};
 
 /// The SHA-256 block: the compression function takes 64 bytes at a time.
 pub(super) const BLOCK: usize = 64;

@@ -14,12 +14,8 @@
 
 use std::borrow::Cow;
 use std::fmt;
-use std::rc::Rc;
 use std::str::FromStr;
-use std::sync::Arc;
 
-use sha2::digest::generic_array::GenericArray;
-use sha2::digest::typenum::U64;
 use uuid::Uuid;
 
 mod hasher;

@@ -1,6 +1,8 @@
 //! `OperationId`: the key field of an operation with no natural identity.
 
-use super::*;
+use std::fmt;
+
+use uuid::Uuid;
 
 /// The identity of an operation that has no natural one: a UUID v4 minted once per name,
 /// persisted in the store before it is first returned, and returned unchanged ever after

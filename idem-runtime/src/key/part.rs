@@ -1,7 +1,14 @@
 //! What can be a key field: `KeyPart`, the value it encodes as (`KeyValue`, the tags of
 //! encoding v1), and the implementations for text, integers, bools, bytes and UUIDs.
 
-use super::*;
+use std::borrow::Cow;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use uuid::Uuid;
+
+use super::IdempotencyKey;
+use super::operation::OperationId;
 
 /// One key field: its name and its value. The value is `Sync` so that a call's future stays
 /// `Send` while the field list is borrowed.

@@ -38,8 +38,8 @@ pub enum Step {
 ///
 /// ```
 /// use std::sync::atomic::{AtomicU32, Ordering};
-/// use idem_runtime::store::{Intercept, MemoryStore, Step};
-/// use idem_runtime::StoreError;
+/// use idem_runtime::store::{Intercept, Step};
+/// use idem_runtime::{MemoryStore, StoreError};
 ///
 /// // The first two completion writes fail, as with a database that is locked for a while.
 /// let failures = AtomicU32::new(2);

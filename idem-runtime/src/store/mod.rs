@@ -51,37 +51,40 @@ use crate::error::StoreError;
 use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
 
-pub mod memory;
+pub(crate) mod memory;
 #[cfg(feature = "postgres")]
-#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub mod postgres;
-pub mod records;
+pub(crate) mod postgres;
+pub(crate) mod records;
 #[cfg(feature = "redis")]
-#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub mod redis;
+pub(crate) mod redis;
 #[cfg(feature = "sqlite")]
-#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
-pub mod sqlite;
+pub(crate) mod sqlite;
 
 mod future;
 mod intercept;
 mod outcome;
 mod redact;
 mod token;
+pub(crate) mod transitions;
 
+// The types of the store implementer's API have their one public path here; `Store`,
+// `Records` and the stores themselves have theirs at the crate's top level.
 pub use self::future::StoreFuture;
 pub use self::intercept::{Intercept, Step};
-pub use self::memory::MemoryStore;
 pub use self::outcome::Outcome;
-
+pub(crate) use self::records::Records;
 pub use self::records::{
-    Count, Decision, Forgot, RecordFilter, Records, Released, Resolution, Resolved, StateKind,
+    Count, Decision, Forgot, RecordFilter, Released, Resolution, Resolved, StateKind, UnknownState,
     check_resolution, count_records,
 };
 pub use self::redact::redacted_url;
+#[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+pub use self::sqlite::{DEFAULT_PATH_ENV, default_path};
 pub use self::token::LeaseToken;
 #[cfg_attr(not(feature = "sqlite"), allow(unused_imports))]
 pub(crate) use self::token::fork_generation;
+pub(crate) use self::transitions::Store;
 
 /// What a claim asks of the store.
 #[non_exhaustive]
@@ -360,69 +363,6 @@ pub enum RecordState {
         /// The last error, as the executor wrote it.
         note: String,
     },
-}
-
-/// The claim state machine: where claims and outcomes are kept. One method per transition; see
-/// the module docs for the diagram every implementation obeys, and `idem_runtime::conformance`
-/// for the suite that proves it.
-///
-/// Every method returns a [`StoreFuture`]: ready when the store answers at once (the executor
-/// then neither allocates nor polls), boxed when it must wait; a boxed answer does nothing until
-/// it is polled (the conformance row `unpolled_answers_change_nothing`). A store that always
-/// waits implements [`AsyncStore`] instead, and is a `Store` through it. A write by a holder (`renew`,
-/// `complete`, `release`, `mark_ambiguous`) is guarded by the holder's `token`: when the record
-/// is no longer Running under that token (taken over, expired, gone) nothing changes and the
-/// answer is [`Written::Fenced`]. An `Err` means the store could not answer (it may or may not
-/// have applied the write: the executor retries under the same token, which is safe because
-/// every write is idempotent for its token).
-pub trait Store: Send + Sync + 'static {
-    /// **absent / expired → Running**, or a **takeover** (same fingerprint, and the lease
-    /// expired or the record is Ambiguous → Running under `req.token`), atomically; otherwise
-    /// nothing changes and the answer is the live record ([`Claim::Existing`]). The new record
-    /// expires `req.ttl` from now, its lease `req.lease` from now. The answer says which:
-    /// `Claim::Acquired { takeover: None }` for a new record (a record past its time-to-live
-    /// counts as absent), `Some(`[`Takeover`]`)` for the kind of live record replaced.
-    fn claim<'a>(&'a self, req: &'a ClaimRequest<'_>) -> StoreFuture<'a, Claim>;
-
-    /// **Running → Running** with a later lease end: the lease `token` holds now ends `lease`
-    /// from now (by the store's clock); the record's expiry moves to the new lease end if it was
-    /// sooner, so a running record never expires before its lease. Applied also when the lease
-    /// ran out but nobody took it over (the token is still the record's, so nobody else runs).
-    /// The executor renews while a body runs (S12); a refused renewal stops the holder (S13).
-    fn renew(
-        &self,
-        key: IdempotencyKey,
-        token: LeaseToken,
-        lease: Duration,
-    ) -> StoreFuture<'_, Written>;
-
-    /// **Running → Completed**: keeps `outcome` (the store owns it from now; it is cheap to keep
-    /// as it is) and the record for `ttl` from now. A later claim with the same fingerprint gets
-    /// the outcome back, byte for byte. Sent again under the same token after it applied (its
-    /// reply was lost), it answers [`Written::Applied`] again; under any other token, `Fenced`.
-    fn complete(
-        &self,
-        key: IdempotencyKey,
-        token: LeaseToken,
-        outcome: Outcome,
-        ttl: Duration,
-    ) -> StoreFuture<'_, Written>;
-
-    /// **Running → absent**: the operation did not happen, so a later call may run it again.
-    fn release(&self, key: IdempotencyKey, token: LeaseToken) -> StoreFuture<'_, Written>;
-
-    /// **Running → Ambiguous**, kept for `ttl` from now with `note` (the last error, for
-    /// operators): the operation may have happened, so the next claim with the same fingerprint
-    /// takes it over at once (`Takeover::Ambiguous`); the executor then verifies it, re-sends it
-    /// with the same key where the provider deduplicates, or keeps it ambiguous (S19, S20).
-    /// Sent again under the same token after it applied, it answers [`Written::Applied`] again.
-    fn mark_ambiguous<'a>(
-        &'a self,
-        key: IdempotencyKey,
-        token: LeaseToken,
-        note: &'a str,
-        ttl: Duration,
-    ) -> StoreFuture<'a, Written>;
 }
 
 /// [`Store`] for a store that always waits for its answers (a server, a connection thread):

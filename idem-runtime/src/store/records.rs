@@ -384,8 +384,8 @@ pub trait Records: Send + Sync {
     /// ```
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
     /// use std::time::Duration;
-    /// use idem_runtime::store::{Decision, Records, Resolved};
-    /// use idem_runtime::{IdempotencyKey, MemoryStore};
+    /// use idem_runtime::store::{Decision, Resolved};
+    /// use idem_runtime::{IdempotencyKey, MemoryStore, Records};
     ///
     /// let store = MemoryStore::new();
     /// let key = IdempotencyKey::derive("send_email", &[("message", &"m-1")]);

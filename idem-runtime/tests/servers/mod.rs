@@ -9,10 +9,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use idem_runtime::store::{
-    Claim, ClaimRequest, LeaseToken, OperationIds, Outcome, RecordState, Records, Takeover, Written,
+    Claim, ClaimRequest, LeaseToken, OperationIds, Outcome, RecordState, Takeover, Written,
 };
 use idem_runtime::{
-    CallOutcome, Classify, Error, Failure, Fingerprint, Idem, IdempotencyKey, Store,
+    CallOutcome, Classify, Error, Failure, Fingerprint, Idem, IdempotencyKey, Records, Store,
     StoreErrorKind, Tool, observe,
 };
 

@@ -1,7 +1,22 @@
 //! Everything before the first attempt: the span, the runtime in force, the claim and the
 //! bounded wait for another holder (S2, S3, S7).
 
-use super::*;
+use std::borrow::Cow;
+use std::task::Poll;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+use tracing::field::Empty;
+
+use super::end::Run;
+use super::lease::Holder;
+use super::trace::CallTrace;
+use super::{Between, Phase};
+use crate::error::{Error, StoreError};
+use crate::idem::Settings;
+use crate::store::{Claim, ClaimRequest, Existing, ExistingState, LeaseToken, Outcome, Takeover};
+use crate::wake::Waiting;
 
 // Short-lived (the claim's result, moved once into the phase): boxing `Run` would cost an
 // allocation per call to save a copy.

@@ -1,6 +1,12 @@
 //! What a dropped call leaves behind (S15): its claim ended at once, in the background.
 
-use super::*;
+use std::task::Context;
+
+use super::claim::timed;
+use super::end::write;
+use super::lease::Holder;
+use super::{Between, Call, Phase};
+use crate::store::Written;
 
 /// S15: a call dropped before its end (its caller's future was dropped: a timeout, a `select!`,
 /// a cancelled task; or its body panicked) ends its claim at once, in the background: kept as

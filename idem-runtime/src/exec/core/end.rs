@@ -1,7 +1,20 @@
 //! A call past its claim: its attempts' bookkeeping (`Run`), and the end it records in the
 //! store (complete, keep as ambiguous, release), retried under the lease (S14, S16, S17).
 
-use super::*;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::claim::timed;
+use super::lease::Holder;
+use super::trace::CallTrace;
+use super::{BoxFuture, Ended};
+use crate::error::{Error, StoreError};
+use crate::idem::Settings;
+use crate::observe::CallOutcome;
+use crate::retry::{Failure, RetryPolicy, Schedule};
+use crate::store::{LeaseToken, Outcome, Takeover, Written};
 
 /// A call past its claim: the attempts so far, and what the end must record.
 pub(super) struct Run<'a> {
@@ -136,9 +149,7 @@ impl<'a> Run<'a> {
                     }
                     Ended::Unreplayable(reason) => {
                         tracing::error!(%reason, "the outcome cannot be replayed; recording that the operation ran");
-                        let mut bytes = UNREPLAYABLE.to_vec();
-                        bytes.extend_from_slice(reason.as_bytes());
-                        let outcome = Outcome::from(bytes);
+                        let outcome = Outcome::unreplayable(&reason);
                         let op = || s.store.complete(key, token, outcome.clone(), ttl);
                         match write(s, &call, "complete", until, op).await {
                             true => (CallOutcome::Completed, None),
@@ -245,15 +256,10 @@ async fn complete(
             bytes = outcome.len(),
             "the outcome could not be stored; recording that the operation ran instead (repeats will be told so, not run)"
         );
-        let mut bytes = UNREPLAYABLE.to_vec();
-        bytes.extend_from_slice(
-            format!(
-                "the outcome ({} bytes) could not be stored ({error})",
-                outcome.len()
-            )
-            .as_bytes(),
-        );
-        let marker = Outcome::from(bytes);
+        let marker = Outcome::unreplayable(&format!(
+            "the outcome ({} bytes) could not be stored ({error})",
+            outcome.len()
+        ));
         let op = || s.store.complete(key, token, marker.clone(), ttl);
         return write(s, call, "complete", until, op).await;
     }

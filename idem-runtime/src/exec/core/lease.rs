@@ -1,6 +1,17 @@
 //! A held lease and its renewals while the call runs (S12, S13).
 
-use super::*;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::time::{Instant, Sleep};
+
+use super::BoxFuture;
+use super::trace::CallTrace;
+use crate::error::StoreError;
+use crate::idem::Idem;
+use crate::store::{LeaseToken, Store, Written};
 
 /// What a side effect's holder needs to keep its lease and write its end.
 pub(super) struct Holder {

@@ -14,28 +14,21 @@
 //! attempts' bookkeeping and the end written to the store), `dropped` (a call dropped before its
 //! end), `trace` (what logs and `CallInfo` name); and `read`, a read-only call's own small loop.
 
-use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::time::{Instant, Sleep};
-use tracing::Instrument;
-use tracing::field::Empty;
+use tokio::time::Sleep;
 
 use super::Tool;
 use crate::error::{Error, StoreError};
 use crate::fingerprint::Fingerprint;
-use crate::idem::{Idem, Settings};
+use crate::idem::Idem;
 use crate::key::IdempotencyKey;
-use crate::observe::{CallInfo, CallOutcome, report};
-use crate::retry::{Failure, RetryPolicy, Schedule};
-use crate::store::{
-    Claim, ClaimRequest, Existing, ExistingState, LeaseToken, Outcome, Store, Takeover, Written,
-};
-use crate::wake::Waiting;
+use crate::observe::CallOutcome;
+use crate::retry::Failure;
+use crate::store::{LeaseToken, Outcome};
 
 mod claim;
 mod dropped;
@@ -47,16 +40,11 @@ mod trace;
 pub(crate) use self::read::Read;
 pub use self::read::ReadNext;
 
-use self::claim::*;
-use self::end::*;
-use self::lease::*;
-use self::trace::*;
+use self::claim::{Begun, start};
+use self::end::Run;
+use self::trace::CallTrace;
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// How an outcome that cannot be replayed is stored (S16): a completed record whose outcome
-/// starts with a NUL byte, which no JSON text does, followed by why. Part of the record format.
-pub(crate) const UNREPLAYABLE: &[u8] = b"\0idemkit:unreplayable\0";
 
 /// Runs `f` on this thread's empty scratch buffer: an outcome is serialized there, then copied
 /// once into the [`Outcome`] the store keeps (one allocation, the count beside the bytes),
@@ -398,7 +386,7 @@ impl<'a> Call<'a> {
         }
         match std::mem::replace(&mut self.phase, Phase::Taken) {
             Phase::Finished => End::LastAttempt,
-            Phase::Replayed(record, outcome) => match outcome.strip_prefix(UNREPLAYABLE) {
+            Phase::Replayed(record, outcome) => match Outcome::unreplayable_reason(&outcome) {
                 Some(reason) => {
                     let _span = record.span.enter();
                     let err = Error::Unreplayable {

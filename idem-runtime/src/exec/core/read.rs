@@ -6,7 +6,19 @@
 //! policy, the schedule, the timer) is made at the first failure; a read that answers at once,
 //! most of them, never looks the runtime up.
 
-use super::*;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::time::{Instant, Sleep};
+use tracing::field::Empty;
+
+use super::trace::finish_read;
+use crate::exec::Tool;
+use crate::idem::Idem;
+use crate::key::IdempotencyKey;
+use crate::observe::CallOutcome;
+use crate::retry::{Failure, RetryPolicy, Schedule};
 
 /// The protocol of one read, driven by a loop in the caller like [`Call`]'s:
 ///

@@ -1,7 +1,12 @@
 //! The tool, key and span of one call: what every log line and `CallInfo` names.
 
-use super::*;
+use std::borrow::Cow;
+
+use crate::error::{Error, StoreError};
+use crate::key::IdempotencyKey;
 use crate::meters;
+use crate::observe::{CallInfo, CallOutcome, report};
+use crate::retry::Failure;
 
 /// The tool, key and span of one call: what every log line and [`CallInfo`] names.
 pub(super) struct CallTrace<'a> {

@@ -11,7 +11,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use super::{
-    Claim, ClaimRequest, Existing, ExistingState, LeaseToken, OperationIds, Outcome, Record, Store,
+    Claim, ClaimRequest, Existing, ExistingState, LeaseToken, OperationIds, Outcome, Store,
     StoreFuture, Takeover, Written,
 };
 use crate::error::StoreError;

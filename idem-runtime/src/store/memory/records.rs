@@ -1,11 +1,18 @@
 //! The memory store's operator reads and repairs ([`Records`]), under the same lock as claims.
 
-use super::*;
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use super::clock::Tick;
+use super::{Inner, Kept, MemoryStore, Rec, State};
+use crate::error::StoreError;
+use crate::key::IdempotencyKey;
 use crate::store::records::check_resolution;
 use crate::store::records::count_records;
 use crate::store::{
-    Count, Decision, Forgot, RecordFilter, RecordState, Records, Released, Resolution, Resolved,
-    StateKind,
+    Count, Decision, Forgot, LeaseToken, Outcome, Record, RecordFilter, RecordState, Records,
+    Released, Resolution, Resolved, StateKind,
 };
 
 fn kind(state: &State) -> StateKind {

@@ -1,102 +1,22 @@
 //! The PostgreSQL store: many agent workers on many machines share one table.
-//!
-//! Each operation is one short statement on a pooled connection (tokio-postgres +
-//! deadpool-postgres). The server's `now()` is the only clock, so workers' clocks may drift
-//! freely; the row's lease token is the fence, so a holder whose lease was taken over cannot
-//! write; no advisory locks, session settings or transactions spanning statements are used.
-//!
-//! ```no_run
-//! # async fn demo() -> Result<(), idem_runtime::StoreError> {
-//! use idem_runtime::{Idem, PostgresStore};
-//!
-//! let store = PostgresStore::builder("postgres://app@db.internal/app")
-//!     .schema("idemkit") // optional: a schema of its own (created if missing)
-//!     .table("records") // optional: the table's name; tenants may each have their own
-//!     .max_connections(8)
-//!     .connect()
-//!     .await?;
-//! let idem = Idem::new(store);
-//! # let _ = idem; Ok(()) }
-//! ```
-//!
-//! `connect` creates the tables on first use and migrates them forward (a version table records
-//! where the schema stands); a build that finds a newer schema refuses to run rather than guess.
-//!
-//! No TLS is compiled in. For a server off the machine, build a `deadpool_postgres::Pool` with
-//! the TLS connector you trust (`tokio-postgres-rustls`, `postgres-native-tls`) and pass it to
-//! [`PostgresStore::from_pool`].
-//!
-//! # SERIALIZABLE
-//!
-//! The store works under any default isolation level, `serializable` included
-//! (`default_transaction_isolation` set for the role, the database or the connection). Each
-//! statement is a transaction of its own, so a serialization failure (SQLSTATE `40001`, or a
-//! deadlock, `40P01`) rolled back all of it: the store sends it again at once, up to
-//! 8 times, then reports [`StoreErrorKind::Unavailable`] (calling again is safe).
-//!
-//! # PgBouncer
-//!
-//! - **Session mode**: works as with a direct connection.
-//! - **Transaction mode, PgBouncer 1.21 or newer with `max_prepared_statements` > 0** (PgBouncer
-//!   then tracks protocol-level prepared statements across server connections): works as is.
-//! - **Transaction mode otherwise** (older PgBouncer, `max_prepared_statements = 0`, other
-//!   poolers that hand a client's statements to any server connection): build the store with
-//!   [`prepared_statements(false)`](PostgresStoreBuilder::prepared_statements). By default the
-//!   store prepares each statement once per connection under a name, and such a pooler sends the
-//!   name's use to a server connection that never saw it (`prepared statement "s0" does not
-//!   exist`) or that has another client's statement of that name (`… already exists`). Without
-//!   prepared statements each statement goes unnamed with its parameter types, parse and execute
-//!   in one round trip, which any pooler forwards to one server connection.
-//! - **Statement mode**: works too with `prepared_statements(false)` (each statement is a
-//!   transaction of its own); creating or migrating the tables needs a transaction, so run the
-//!   first `connect` (or the upgrade) through a direct or session-mode connection.
-//!
-//! Nothing else of the session is relied on: no `SET`, no advisory lock, no `LISTEN`. The test
-//! suite runs the conformance rows through PgBouncer in transaction mode
-//! (`tests/postgres_pgbouncer.rs`) and under `default_transaction_isolation = serializable`
-//! (`tests/postgres_serializable.rs`).
-//!
-//! # A lost connection
-//!
-//! When the connection dies under a statement (a terminated backend, a failover, a reset socket),
-//! the store sends the statement again on a fresh connection, twice at most, then reports
-//! [`StoreErrorKind::Unavailable`]. That is safe because the caller's lease token makes every
-//! write repeatable: a claim that already went through finds its own token and is granted again,
-//! and a `complete` or `mark_ambiguous` repeated by the same holder writes the same thing again
-//! and is applied (every store answers so); an operator's `resolve` repeated finds its decision
-//! standing and answers `Resolved` again, a `forget` repeated finds nothing (`NotFound`).
-//!
-//! # Tables
-//!
-//! With the default name `idemkit`: `idemkit` (one row per key), `idemkit_operations` (operation
-//! ids) and `idemkit_schema` (the schema version). Expired rows are invisible at once and
-//! deleted by [`Records::prune`](crate::Records::prune), which a program calls now and then.
 
 use std::future::Future;
 use std::str::FromStr;
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod};
-use tokio_postgres::error::SqlState;
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{NoTls, Row};
-use uuid::Uuid;
 
-use super::{
-    AsyncStore, Claim, ClaimRequest, Decision, Existing, ExistingState, LeaseToken, OperationIds,
-    Outcome, Record, RecordState, Resolution, Takeover, Written,
-};
 use crate::error::{StoreError, StoreErrorKind};
-use crate::fingerprint::Fingerprint;
-use crate::key::IdempotencyKey;
 
 mod records;
 mod rows;
 mod sql;
 mod transitions;
 
-use self::rows::*;
-use self::sql::*;
+use self::rows::{Failed, Migration, pg_error, pool_error, quote};
+use self::sql::Sql;
 
 /// The schema version this build writes and understands.
 const SCHEMA_VERSION: i32 = 4;
@@ -112,7 +32,79 @@ const RETRIES_ON_CONFLICT: u32 = 8;
 /// How many expired rows one prune statement deletes.
 const PRUNE_BATCH: i64 = 1000;
 
-/// Records claims and outcomes in a PostgreSQL table. See the [module docs](self).
+/// Records claims and outcomes in a PostgreSQL table.
+///
+/// Each operation is one short statement on a pooled connection (tokio-postgres +
+/// deadpool-postgres). The server's `now()` is the only clock, so workers' clocks may drift
+/// freely; the row's lease token is the fence, so a holder whose lease was taken over cannot
+/// write; no advisory locks, session settings or transactions spanning statements are used.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), idem_runtime::StoreError> {
+/// use idem_runtime::{Idem, PostgresStore};
+///
+/// let store = PostgresStore::builder("postgres://app@db.internal/app")
+///     .schema("idemkit") // optional: a schema of its own (created if missing)
+///     .table("records") // optional: the table's name; tenants may each have their own
+///     .max_connections(8)
+///     .connect()
+///     .await?;
+/// let idem = Idem::new(store);
+/// # let _ = idem; Ok(()) }
+/// ```
+///
+/// `connect` creates the tables on first use and migrates them forward (a version table records
+/// where the schema stands); a build that finds a newer schema refuses to run rather than guess.
+///
+/// No TLS is compiled in. For a server off the machine, build a `deadpool_postgres::Pool` with
+/// the TLS connector you trust (`tokio-postgres-rustls`, `postgres-native-tls`) and pass it to
+/// [`PostgresStore::from_pool`].
+///
+/// # SERIALIZABLE
+///
+/// The store works under any default isolation level, `serializable` included
+/// (`default_transaction_isolation` set for the role, the database or the connection). Each
+/// statement is a transaction of its own, so a serialization failure (SQLSTATE `40001`, or a
+/// deadlock, `40P01`) rolled back all of it: the store sends it again at once, up to
+/// 8 times, then reports [`StoreErrorKind::Unavailable`] (calling again is safe).
+///
+/// # PgBouncer
+///
+/// - **Session mode**: works as with a direct connection.
+/// - **Transaction mode, PgBouncer 1.21 or newer with `max_prepared_statements` > 0** (PgBouncer
+///   then tracks protocol-level prepared statements across server connections): works as is.
+/// - **Transaction mode otherwise** (older PgBouncer, `max_prepared_statements = 0`, other
+///   poolers that hand a client's statements to any server connection): build the store with
+///   [`prepared_statements(false)`](PostgresStoreBuilder::prepared_statements). By default the
+///   store prepares each statement once per connection under a name, and such a pooler sends the
+///   name's use to a server connection that never saw it (`prepared statement "s0" does not
+///   exist`) or that has another client's statement of that name (`… already exists`). Without
+///   prepared statements each statement goes unnamed with its parameter types, parse and execute
+///   in one round trip, which any pooler forwards to one server connection.
+/// - **Statement mode**: works too with `prepared_statements(false)` (each statement is a
+///   transaction of its own); creating or migrating the tables needs a transaction, so run the
+///   first `connect` (or the upgrade) through a direct or session-mode connection.
+///
+/// Nothing else of the session is relied on: no `SET`, no advisory lock, no `LISTEN`. The test
+/// suite runs the conformance rows through PgBouncer in transaction mode
+/// (`tests/postgres_pgbouncer.rs`) and under `default_transaction_isolation = serializable`
+/// (`tests/postgres_serializable.rs`).
+///
+/// # A lost connection
+///
+/// When the connection dies under a statement (a terminated backend, a failover, a reset socket),
+/// the store sends the statement again on a fresh connection, twice at most, then reports
+/// [`StoreErrorKind::Unavailable`]. That is safe because the caller's lease token makes every
+/// write repeatable: a claim that already went through finds its own token and is granted again,
+/// and a `complete` or `mark_ambiguous` repeated by the same holder writes the same thing again
+/// and is applied (every store answers so); an operator's `resolve` repeated finds its decision
+/// standing and answers `Resolved` again, a `forget` repeated finds nothing (`NotFound`).
+///
+/// # Tables
+///
+/// With the default name `idemkit`: `idemkit` (one row per key), `idemkit_operations` (operation
+/// ids) and `idemkit_schema` (the schema version). Expired rows are invisible at once and
+/// deleted by [`Records::prune`](crate::Records::prune), which a program calls now and then.
 #[derive(Clone)]
 pub struct PostgresStore {
     pool: Pool,
@@ -196,8 +188,8 @@ impl PostgresStore {
 
     /// Whether statements are prepared once per connection under a name (`true`, the default)
     /// or sent unnamed each time (`false`: behind PgBouncer in transaction mode older than 1.21,
-    /// see the [module docs](self#pgbouncer)). Creating and migrating the tables never uses
-    /// named statements, so a store made by [`from_pool`](Self::from_pool) may switch after.
+    /// see [`PostgresStore`](PostgresStore#pgbouncer)). Creating and migrating the tables never
+    /// uses named statements, so a store made by [`from_pool`](Self::from_pool) may switch after.
     #[must_use]
     pub fn with_prepared_statements(mut self, prepared: bool) -> Self {
         self.prepared = prepared;

@@ -1,10 +1,19 @@
 //! The PostgreSQL store's operator reads and repairs ([`Records`]): each one statement, by the
 //! server's clock.
 
-use super::sql::types;
-use super::*;
+use std::time::Duration;
+
+use tokio_postgres::types::ToSql;
+use uuid::Uuid;
+
+use super::rows::{bad_state, corrupt_row, micros, record_of};
+use super::sql::{RECORD_COLUMNS, types};
+use super::{PRUNE_BATCH, PostgresStore, SCHEMA_VERSION};
+use crate::error::{StoreError, StoreErrorKind};
+use crate::key::IdempotencyKey;
 use crate::store::records::check_resolution;
 use crate::store::{Count, Forgot, RecordFilter, Records, Released, Resolved, StateKind};
+use crate::store::{Decision, Record};
 
 const US: &str = "* interval '1 microsecond'";
 

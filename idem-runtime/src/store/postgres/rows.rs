@@ -1,6 +1,18 @@
 //! Rows decoded into records, PostgreSQL's errors said as store errors, identifiers checked and quoted.
 
-use super::*;
+use std::time::Duration;
+
+use deadpool_postgres::PoolError;
+use tokio_postgres::Row;
+use tokio_postgres::error::SqlState;
+use uuid::Uuid;
+
+use crate::error::{StoreError, StoreErrorKind};
+use crate::fingerprint::Fingerprint;
+use crate::key::IdempotencyKey;
+use crate::store::{
+    Decision, Existing, ExistingState, LeaseToken, Record, RecordState, Resolution,
+};
 
 pub(super) enum Migration {
     Store(StoreError),

@@ -1,6 +1,7 @@
 //! The statements, each one state transition, for a table named by the store's settings.
 
-use super::*;
+use super::rows::{identifier, quote};
+use crate::error::StoreError;
 
 /// The PostgreSQL types of each statement's parameters, in order (for unnamed statements).
 pub(super) mod types {

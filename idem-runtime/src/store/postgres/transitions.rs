@@ -1,8 +1,20 @@
 //! The `Store` implementation: each operation one statement of `Sql`, sent again on a lost
 //! connection or a serialization failure where repeating it is safe.
 
+use std::time::Duration;
+
+use tokio_postgres::types::ToSql;
+use uuid::Uuid;
+
+use super::PostgresStore;
+use super::rows::{corrupt_row, existing_of, micros};
 use super::sql::types;
-use super::*;
+use crate::error::{StoreError, StoreErrorKind};
+use crate::key::IdempotencyKey;
+use crate::store::{
+    AsyncStore, Claim, ClaimRequest, ExistingState, LeaseToken, OperationIds, Outcome, Takeover,
+    Written,
+};
 
 /// The transitions, each as the store runs it; [`AsyncStore`] makes them a [`Store`](crate::Store).
 impl AsyncStore for PostgresStore {

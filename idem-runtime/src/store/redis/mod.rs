@@ -1,99 +1,12 @@
 //! The Redis store: one Lua script per operation, the server's `TIME` as the clock.
-//!
-//! Each record is one hash (`<prefix>rec:<key>`) and each script touches that one key only, so
-//! the scripts are valid on Redis Cluster (every key is its own slot). A script runs atomically,
-//! which is what makes a claim a claim: no other command sees a record half-changed.
-//!
-//! ```no_run
-//! # async fn demo() -> Result<(), idem_runtime::StoreError> {
-//! use idem_runtime::{Idem, RedisStore};
-//!
-//! let store = RedisStore::builder("redis://cache.internal:6379/0")
-//!     .prefix("billing:idemkit:") // optional: one namespace per tenant or environment
-//!     .connect()
-//!     .await?;
-//! let idem = Idem::new(store);
-//! # let _ = idem; Ok(()) }
-//! ```
-//!
-//! # Durability: when to choose PostgreSQL instead
-//!
-//! Redis acknowledges a write before it is safe on disk or on a replica:
-//!
-//! - **Replication is asynchronous.** If the primary fails over after acknowledging a claim or a
-//!   completion but before a replica received it, the new primary has never seen it: the next
-//!   call finds no record and runs the operation again (with the same key, so a provider that
-//!   honours idempotency keys still dedupes it). `WAIT` narrows this window but does not close it.
-//! - **AOF with `appendfsync everysec`** (the usual setting) can lose the last second of writes
-//!   on a crash of the machine; with no persistence a restart loses every record.
-//! - **Eviction.** Under `maxmemory` with an `allkeys-*` policy Redis may evict live records;
-//!   give idemkit a `noeviction` (or `volatile-*` with headroom) instance.
-//!
-//! So Redis suits effects that the downstream API also dedupes by key, and short time-to-lives.
-//! When a lost record means money moved twice and the provider has no idempotency of its own,
-//! use [`PostgresStore`](crate::PostgresStore) (synchronous commit, synchronous replication if
-//! you need failover without loss).
-//!
-//! # Expiry
-//!
-//! A record stops counting at its time-to-live (the scripts compare with `TIME`) and Redis
-//! deletes it by itself a grace period later (`PEXPIREAT`, default one minute); within the grace
-//! [`Records::prune`](crate::Records::prune) removes expired records eagerly (it `SCAN`s this store's
-//! prefix on the connected node). Nothing needs to call `prune` for memory to be reclaimed.
-//!
-//! # ACL: a user limited to the store's prefix
-//!
-//! The store needs these commands, and keys under its prefix only. For the prefix `billing:`:
-//!
-//! ```text
-//! ACL SETUSER idemkit-agent on >PASSWORD resetkeys ~billing:* resetchannels -@all
-//!     +evalsha +script|load +time +hget +hmget +hset +hdel +del +pexpireat +get +set
-//! ```
-//!
-//! - `EVALSHA` runs each operation's script; `SCRIPT LOAD` loads it when the server does not
-//!   have it (a restart, `SCRIPT FLUSH`). `EVAL` is not needed.
-//! - The scripts call `TIME` (the clock), `HGET`/`HMGET`/`HSET`/`HDEL`/`DEL`/`PEXPIREAT` on the
-//!   record's hash (`<prefix>rec:<key>`) and `GET`/`SET` on operation ids (`<prefix>op:<name>`);
-//!   Redis checks every command a script calls, and every key it touches, against the user.
-//! - An operator's user (the `idemkit` command's `list`, `counts` and `prune`, and
-//!   [`Records::list`](crate::Records::list)/[`counts`](crate::Records::counts)/[`prune`](crate::Records::prune))
-//!   adds `+scan`: those walk the prefix with `SCAN … MATCH <prefix>rec:*`. `SCAN` is not limited
-//!   by key patterns, so such a user can see the *names* (never the values) of other keys of the
-//!   database; agents do not need it. `get`, `release`, `forget` and `resolve` of one key are
-//!   scripts and need nothing more.
-//! - The connection sends `CLIENT SETINFO` and ignores a refusal; a URL with a database other
-//!   than 0 adds `+select`.
-//!
-//! A prefix with glob characters (`*?[]\`) must be escaped in `~…` as in `KEYS`. Anything outside
-//! the prefix is refused (`NOPERM`, or "can't access at least one of the keys" for a script), and
-//! the store reports that as a store error naming the missing permission: a store configured
-//! with a prefix the user may not touch fails closed, its tools never run. The test
-//! `tests/redis_acl.rs` makes such users and runs the conformance rows through them.
-//!
-//! # A lost connection
-//!
-//! A script whose connection dies (`CLIENT KILL`, a restart, a reset socket) is sent again once
-//! the connection is back, twice at most, then reported as
-//! [`StoreErrorKind::Unavailable`]. The caller's lease token
-//! makes that safe: a claim that already went through finds its own token and is granted again;
-//! a repeated `complete` or `mark_ambiguous` by the same holder writes the same thing again.
-//!
-//! This store's connection is a single-node, self-reconnecting one (redis-rs's
-//! `ConnectionManager`); operation ids (`<prefix>op:<name>`) never expire.
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{ErrorKind, RedisError, Script, Value};
-use uuid::Uuid;
+use redis::{ErrorKind, RedisError, Script};
 
-use super::{
-    AsyncStore, Claim, ClaimRequest, Existing, ExistingState, LeaseToken, OperationIds, Outcome,
-    Record, RecordState, Takeover, Written,
-};
 use crate::error::{StoreError, StoreErrorKind};
-use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
 
 mod records;
@@ -101,15 +14,95 @@ mod scripts;
 mod transitions;
 mod values;
 
-use self::scripts::*;
-use self::values::*;
+use self::scripts::{Scripts, scripts};
+use self::values::{connection_lost, redis_error};
 
 /// How often an operation is sent again after its connection was lost. Every script is safe to
 /// repeat: the caller's lease token recognises a claim or write that already applied.
 const RETRIES_ON_LOST_CONNECTION: u32 = 2;
 
-/// Records claims and outcomes in Redis. See the [module docs](self), including its durability
-/// limits.
+/// Records claims and outcomes in Redis; its durability limits are below.
+///
+/// Each record is one hash (`<prefix>rec:<key>`) and each script touches that one key only, so
+/// the scripts are valid on Redis Cluster (every key is its own slot). A script runs atomically,
+/// which is what makes a claim a claim: no other command sees a record half-changed.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), idem_runtime::StoreError> {
+/// use idem_runtime::{Idem, RedisStore};
+///
+/// let store = RedisStore::builder("redis://cache.internal:6379/0")
+///     .prefix("billing:idemkit:") // optional: one namespace per tenant or environment
+///     .connect()
+///     .await?;
+/// let idem = Idem::new(store);
+/// # let _ = idem; Ok(()) }
+/// ```
+///
+/// # Durability: when to choose PostgreSQL instead
+///
+/// Redis acknowledges a write before it is safe on disk or on a replica:
+///
+/// - **Replication is asynchronous.** If the primary fails over after acknowledging a claim or a
+///   completion but before a replica received it, the new primary has never seen it: the next
+///   call finds no record and runs the operation again (with the same key, so a provider that
+///   honours idempotency keys still dedupes it). `WAIT` narrows this window but does not close it.
+/// - **AOF with `appendfsync everysec`** (the usual setting) can lose the last second of writes
+///   on a crash of the machine; with no persistence a restart loses every record.
+/// - **Eviction.** Under `maxmemory` with an `allkeys-*` policy Redis may evict live records;
+///   give idemkit a `noeviction` (or `volatile-*` with headroom) instance.
+///
+/// So Redis suits effects that the downstream API also dedupes by key, and short time-to-lives.
+/// When a lost record means money moved twice and the provider has no idempotency of its own,
+/// use [`PostgresStore`](crate::PostgresStore) (synchronous commit, synchronous replication if
+/// you need failover without loss).
+///
+/// # Expiry
+///
+/// A record stops counting at its time-to-live (the scripts compare with `TIME`) and Redis
+/// deletes it by itself a grace period later (`PEXPIREAT`, default one minute); within the grace
+/// [`Records::prune`](crate::Records::prune) removes expired records eagerly (it `SCAN`s this store's
+/// prefix on the connected node). Nothing needs to call `prune` for memory to be reclaimed.
+///
+/// # ACL: a user limited to the store's prefix
+///
+/// The store needs these commands, and keys under its prefix only. For the prefix `billing:`:
+///
+/// ```text
+/// ACL SETUSER idemkit-agent on >PASSWORD resetkeys ~billing:* resetchannels -@all
+///     +evalsha +script|load +time +hget +hmget +hset +hdel +del +pexpireat +get +set
+/// ```
+///
+/// - `EVALSHA` runs each operation's script; `SCRIPT LOAD` loads it when the server does not
+///   have it (a restart, `SCRIPT FLUSH`). `EVAL` is not needed.
+/// - The scripts call `TIME` (the clock), `HGET`/`HMGET`/`HSET`/`HDEL`/`DEL`/`PEXPIREAT` on the
+///   record's hash (`<prefix>rec:<key>`) and `GET`/`SET` on operation ids (`<prefix>op:<name>`);
+///   Redis checks every command a script calls, and every key it touches, against the user.
+/// - An operator's user (the `idemkit` command's `list`, `counts` and `prune`, and
+///   [`Records::list`](crate::Records::list)/[`counts`](crate::Records::counts)/[`prune`](crate::Records::prune))
+///   adds `+scan`: those walk the prefix with `SCAN … MATCH <prefix>rec:*`. `SCAN` is not limited
+///   by key patterns, so such a user can see the *names* (never the values) of other keys of the
+///   database; agents do not need it. `get`, `release`, `forget` and `resolve` of one key are
+///   scripts and need nothing more.
+/// - The connection sends `CLIENT SETINFO` and ignores a refusal; a URL with a database other
+///   than 0 adds `+select`.
+///
+/// A prefix with glob characters (`*?[]\`) must be escaped in `~…` as in `KEYS`. Anything outside
+/// the prefix is refused (`NOPERM`, or "can't access at least one of the keys" for a script), and
+/// the store reports that as a store error naming the missing permission: a store configured
+/// with a prefix the user may not touch fails closed, its tools never run. The test
+/// `tests/redis_acl.rs` makes such users and runs the conformance rows through them.
+///
+/// # A lost connection
+///
+/// A script whose connection dies (`CLIENT KILL`, a restart, a reset socket) is sent again once
+/// the connection is back, twice at most, then reported as
+/// [`StoreErrorKind::Unavailable`]. The caller's lease token
+/// makes that safe: a claim that already went through finds its own token and is granted again;
+/// a repeated `complete` or `mark_ambiguous` by the same holder writes the same thing again.
+///
+/// This store's connection is a single-node, self-reconnecting one (redis-rs's
+/// `ConnectionManager`); operation ids (`<prefix>op:<name>`) never expire.
 #[derive(Clone)]
 pub struct RedisStore {
     conn: Arc<Connection>,

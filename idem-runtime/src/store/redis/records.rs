@@ -4,12 +4,25 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::*;
+use std::time::Duration;
+
+use redis::{Script, Value};
+use uuid::Uuid;
+
+use super::RedisStore;
+use super::scripts::PRELUDE;
+use super::values::{
+    bad_state, bytes, corrupt_field, fields, fingerprint_of, glob_escape, int, ms, redis_error,
+    unexpected,
+};
+use crate::error::StoreError;
+use crate::key::IdempotencyKey;
 use crate::store::records::check_resolution;
 use crate::store::records::count_records;
 use crate::store::{
     Count, Decision, Forgot, RecordFilter, Records, Released, Resolution, Resolved, StateKind,
 };
+use crate::store::{LeaseToken, Record, RecordState};
 
 /// KEYS[1] record; ARGV force ('1' or '0'). Running → absent, unless its lease is live and not
 /// forced. Returns {what, lease ms left}: 'absent', 'live', 'released', or the state.

@@ -1,6 +1,6 @@
 //! The Lua scripts, one per state transition, each touching one key (so Redis Cluster works).
 
-use super::*;
+use redis::Script;
 
 /// The server's clock in milliseconds, and a formatter that keeps them integral in the hash.
 pub(super) const PRELUDE: &str = r"

@@ -1,7 +1,19 @@
 //! The `Store` implementation: each operation one script, retried on a lost connection where
 //! repeating it is safe.
 
-use super::*;
+use std::time::Duration;
+
+use redis::Value;
+use uuid::Uuid;
+
+use super::RedisStore;
+use super::values::{bad_state, bytes, corrupt_field, fields, fingerprint_of, int, ms, unexpected};
+use crate::error::StoreError;
+use crate::key::IdempotencyKey;
+use crate::store::{
+    AsyncStore, Claim, ClaimRequest, Existing, ExistingState, LeaseToken, OperationIds, Outcome,
+    Takeover, Written,
+};
 
 /// The transitions, each as the store runs it; [`AsyncStore`] makes them a [`Store`](crate::Store).
 impl AsyncStore for RedisStore {

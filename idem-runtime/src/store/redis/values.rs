@@ -1,6 +1,11 @@
 //! Redis replies decoded into records, Redis errors said as store errors.
 
-use super::*;
+use std::time::Duration;
+
+use redis::{RedisError, Value};
+
+use crate::error::{StoreError, StoreErrorKind};
+use crate::fingerprint::Fingerprint;
 
 pub(super) fn connection_lost(e: &RedisError) -> bool {
     e.is_connection_dropped() || e.is_io_error() || e.is_unrecoverable_error()

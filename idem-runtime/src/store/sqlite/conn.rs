@@ -1,7 +1,19 @@
 //! The connection and what shares it: the store's state per process (`Shared`), the
 //! connection behind its mutex (`Db`), and an open connection (`Open`).
 
-use super::*;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use rusqlite::Connection;
+
+use super::group::Job;
+use super::inline::CHECKPOINT_PAGES;
+use super::open::file_id;
+use super::options::{SqliteStoreBuilder, Synchronous};
+use super::wal::count_wal_frames;
+use crate::error::StoreError;
 
 pub(super) struct Shared {
     /// The fork generation (see [`super::fork_generation`]) this connection and thread belong to.

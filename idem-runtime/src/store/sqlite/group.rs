@@ -1,7 +1,18 @@
 //! The connection thread and group commit: jobs handed to the thread, run in order, the writes
 //! that queued up meanwhile as one transaction with one commit.
 
-use super::*;
+use std::path::Path;
+use std::sync::MutexGuard;
+use std::sync::mpsc::Receiver;
+
+use rusqlite::{Connection, TransactionBehavior};
+
+use super::conn::{Db, Open};
+use super::inline::Access;
+use super::open::open_connection;
+use super::options::Synchronous;
+use super::transitions::sql_error;
+use crate::error::StoreError;
 
 /// An operation handed to the connection thread.
 pub(super) struct Job {
@@ -169,7 +180,8 @@ impl Db {
             }
         } else if failed.is_none() {
             #[cfg(test)]
-            self.grouped.fetch_add(count, Ordering::Relaxed);
+            self.grouped
+                .fetch_add(count, std::sync::atomic::Ordering::Relaxed);
         }
         (replies, failed)
     }

@@ -1,7 +1,16 @@
 //! Operations on callers' threads: what may run there without making them wait, and how a
 //! caller waits for the connection without blocking.
 
-use super::*;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::{MutexGuard, TryLockError};
+use std::time::Duration;
+
+use rusqlite::Connection;
+
+use super::conn::{Db, Open};
+use super::open::is_busy;
+use crate::error::StoreError;
 
 /// What an operation does to the file, which decides where it may run (see [`Db::try_inline`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

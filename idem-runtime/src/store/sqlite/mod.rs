@@ -1,80 +1,16 @@
 //! The embedded default store: one SQLite file, shared by the processes of one machine, that
 //! keeps every claim and outcome across a crash (`kill -9`) and a restart.
-//!
-//! ```no_run
-//! # fn main() -> Result<(), idem_runtime::StoreError> {
-//! use idem_runtime::Idem;
-//! use idem_runtime::store::sqlite::{SqliteStore, Synchronous};
-//! use std::time::Duration;
-//!
-//! let store = SqliteStore::builder("/var/lib/my-agent/idemkit.db")
-//!     .synchronous(Synchronous::Full)            // the default: an outcome survives power loss
-//!     .busy_timeout(Duration::from_secs(5))
-//!     .open()?;
-//! Idem::new(store).install().expect("installed once, at start-up");
-//! # Ok(()) }
-//! ```
-//!
-//! With no runtime installed, the first side-effect call opens [`default_path`] instead.
-//!
-//! # How it keeps the contract
-//!
-//! - **One statement per transition** (see [`sql`]): a claim is one `INSERT … ON CONFLICT DO
-//!   UPDATE … WHERE … RETURNING`, so two processes racing for a key cannot both take it; every
-//!   holder's write names its lease token, so a holder whose lease was taken over changes nothing.
-//! - **The clock** is the process's wall clock ([`SystemTime`]), passed into every statement as
-//!   unix milliseconds. SQLite's own `unixepoch('subsec')` reads the same operating-system clock,
-//!   so processes on one machine agree either way; passing it in keeps `now` one value per
-//!   operation, visible in the statement's parameters and in its comments. What a step of a
-//!   process's clock does: a lease end written by a clock **ahead** (a holder whose clock
-//!   jumped forward, then died) is capped at the holder's own lease (kept with the record) from
-//!   the claimer's clock when a claimer finds it ([`sql::CAP_LEASE`]), so the key frees within
-//!   that lease, not after the jump; never at the claimer's lease, so callers of one key may use
-//!   different lease lengths (S23). A claimer whose clock is ahead by more than the holder's
-//!   lease takes a live holder's key over early: the holder's next renewal (within a third of
-//!   its lease) is then refused and stops it (S13), and its late write is fenced (S11).
-//! - **After `fork()`** the child opens the file anew on first use, with its own thread; the
-//!   parent's connection is never used (nor closed) in the child.
-//! - **A deleted or replaced file** (`git clean -xdf`) is noticed by the next operation (one
-//!   `stat` each), which fails closed saying so, rather than record into an unlinked file.
-//! - **Durability**: WAL with `synchronous=FULL` by default, so a completed outcome is on disk
-//!   before `complete` returns; `Synchronous::Normal` may lose the last commits on power loss
-//!   (not on a process crash) and is faster.
-//! - **Async callers never block**: one connection per store, and a thread of the store's own
-//!   for what may wait: a commit under `synchronous=FULL` (an fsync), a wait for another
-//!   process's write lock (up to the busy timeout), opening the file, a checkpoint. What cannot
-//!   wait runs at once on the caller's thread, with no busy wait: a read, and under
-//!   `synchronous=NORMAL` a write (no fsync at commit); if another process holds the write
-//!   lock, it goes to the thread. SQLite lets one writer in at a time anyway, and a mutex hands
-//!   the connection over at once where a second connection would wait in SQLite's busy handler,
-//!   which sleeps in steps of milliseconds.
-//! - **Group commit**: writes that queue up for the thread while it is busy (many callers under
-//!   `synchronous=FULL`) run as one transaction with one commit, so one fsync serves them all.
-//!   Each caller is answered only once that commit is on disk; a write that fails is undone
-//!   alone (a claim is a savepoint inside the group), and a commit that fails fails every write
-//!   of the group.
-//! - **Schema version** in `PRAGMA user_version`, the file marked as idemkit's by
-//!   `PRAGMA application_id`; [`sql::MIGRATIONS`] brings an older file up to date in one
-//!   transaction, and a file from a newer idemkit is refused, not touched.
 
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{self, Sender};
+use std::time::Duration;
 
-use rusqlite::types::ValueRef;
-use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, named_params};
-use uuid::Uuid;
+use rusqlite::Connection;
 
-use super::{
-    AsyncStore, Claim, ClaimRequest, Decision, Existing, ExistingState, LeaseToken, OperationIds,
-    Outcome, Record, RecordState, Resolution, Takeover, Written,
-};
 use crate::error::{StoreError, StoreErrorKind};
-use crate::fingerprint::Fingerprint;
-use crate::key::IdempotencyKey;
 
 mod conn;
 mod group;
@@ -82,19 +18,16 @@ mod inline;
 mod open;
 mod options;
 mod records;
-pub mod sql;
-mod transitions;
+mod sql;
 #[cfg(test)]
 mod tests;
+mod transitions;
 mod wal;
 
-use self::conn::*;
-use self::group::*;
-use self::inline::*;
-use self::open::*;
+use self::conn::{Db, Shared};
+use self::group::{Job, Reply, Slot, again, serve};
+use self::inline::{Access, Inline};
 pub use self::options::{SqliteStoreBuilder, Synchronous};
-use self::transitions::*;
-use self::wal::*;
 
 /// The environment variable that overrides where the default store lives.
 pub const DEFAULT_PATH_ENV: &str = "IDEMKIT_DB";
@@ -124,8 +57,63 @@ pub fn default_path() -> Result<PathBuf, StoreError> {
 
 /// Keeps records in one SQLite file, shared safely by the processes of one machine.
 ///
-/// Cheap to clone; clones share one connection. See the [module docs](self) for how it keeps
-/// the store contract, and [`sql`] for every statement it runs.
+/// Cheap to clone; clones share one connection. Its source (`sql.rs`) has every statement it
+/// runs.
+///
+/// ```no_run
+/// # fn main() -> Result<(), idem_runtime::StoreError> {
+/// use idem_runtime::{Idem, SqliteStore, Synchronous};
+/// use std::time::Duration;
+///
+/// let store = SqliteStore::builder("/var/lib/my-agent/idemkit.db")
+///     .synchronous(Synchronous::Full)            // the default: an outcome survives power loss
+///     .busy_timeout(Duration::from_secs(5))
+///     .open()?;
+/// Idem::new(store).install().expect("installed once, at start-up");
+/// # Ok(()) }
+/// ```
+///
+/// With no runtime installed, the first side-effect call opens [`default_path`] instead.
+///
+/// # How it keeps the contract
+///
+/// - **One statement per transition** (in `sql.rs`): a claim is one `INSERT … ON CONFLICT DO
+///   UPDATE … WHERE … RETURNING`, so two processes racing for a key cannot both take it; every
+///   holder's write names its lease token, so a holder whose lease was taken over changes nothing.
+/// - **The clock** is the process's wall clock ([`std::time::SystemTime`]), passed into every
+///   statement as unix milliseconds. SQLite's own `unixepoch('subsec')` reads the same
+///   operating-system clock, so processes on one machine agree either way; passing it in keeps
+///   `now` one value per operation, visible in the statement's parameters and in its comments. What
+///   a step of a process's clock does: a lease end written by a clock **ahead** (a holder whose
+///   clock jumped forward, then died) is capped at the holder's own lease (kept with the record)
+///   from the claimer's clock when a claimer finds it (`CAP_LEASE` in `sql.rs`), so the key frees
+///   within that lease, not after the jump; never at the claimer's lease, so callers of one key may
+///   use different lease lengths (S23). A claimer whose clock is ahead by more than the holder's
+///   lease takes a live holder's key over early: the holder's next renewal (within a third of its
+///   lease) is then refused and stops it (S13), and its late write is fenced (S11).
+/// - **After `fork()`** the child opens the file anew on first use, with its own thread; the
+///   parent's connection is never used (nor closed) in the child.
+/// - **A deleted or replaced file** (`git clean -xdf`) is noticed by the next operation (one
+///   `stat` each), which fails closed saying so, rather than record into an unlinked file.
+/// - **Durability**: WAL with `synchronous=FULL` by default, so a completed outcome is on disk
+///   before `complete` returns; `Synchronous::Normal` may lose the last commits on power loss
+///   (not on a process crash) and is faster.
+/// - **Async callers never block**: one connection per store, and a thread of the store's own
+///   for what may wait: a commit under `synchronous=FULL` (an fsync), a wait for another
+///   process's write lock (up to the busy timeout), opening the file, a checkpoint. What cannot
+///   wait runs at once on the caller's thread, with no busy wait: a read, and under
+///   `synchronous=NORMAL` a write (no fsync at commit); if another process holds the write
+///   lock, it goes to the thread. SQLite lets one writer in at a time anyway, and a mutex hands
+///   the connection over at once where a second connection would wait in SQLite's busy handler,
+///   which sleeps in steps of milliseconds.
+/// - **Group commit**: writes that queue up for the thread while it is busy (many callers under
+///   `synchronous=FULL`) run as one transaction with one commit, so one fsync serves them all.
+///   Each caller is answered only once that commit is on disk; a write that fails is undone
+///   alone (a claim is a savepoint inside the group), and a commit that fails fails every write
+///   of the group.
+/// - **Schema version** in `PRAGMA user_version`, the file marked as idemkit's by
+///   `PRAGMA application_id`; `MIGRATIONS` (in `sql.rs`) brings an older file up to date in one
+///   transaction, and a file from a newer idemkit is refused, not touched.
 #[derive(Clone)]
 pub struct SqliteStore {
     shared: Arc<Shared>,

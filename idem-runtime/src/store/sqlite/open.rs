@@ -1,7 +1,16 @@
 //! Opening the file: its directory, that it is ours, WAL and `synchronous`, migrations; and
 //! noticing it deleted or replaced later.
 
-use super::*;
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::{Connection, ErrorCode};
+
+use super::conn::Open;
+use super::options::SqliteStoreBuilder;
+use super::transitions::sql_error;
+use super::{DEFAULT_PATH_ENV, sql};
+use crate::error::{StoreError, StoreErrorKind};
 
 /// The device and inode of the file at `path` (`None` where there is none, or off Unix).
 pub(super) fn file_id(path: &Path) -> Option<(u64, u64)> {

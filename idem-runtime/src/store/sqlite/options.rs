@@ -1,6 +1,13 @@
 //! A store's settings: `Synchronous` and the builder that opens a store.
 
-use super::*;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::SqliteStore;
+use super::conn::Shared;
+use super::open::open_connection;
+use crate::error::StoreError;
 
 /// SQLite's `synchronous` setting: how hard each commit waits for the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -1,10 +1,20 @@
 //! The SQLite store's operator reads and repairs ([`Records`]): their statements, and each one
 //! run on the connection like the claim state machine's.
 
+use std::time::Duration;
+
+use rusqlite::{OptionalExtension, named_params};
+
+use super::group::Scope;
+use super::inline::Access;
 use super::sql::record_columns;
-use super::*;
+use super::transitions::{decode, ms, now_ms, prune_expired, remaining, sql_error};
+use super::{SqliteStore, sql};
+use crate::error::StoreError;
+use crate::key::IdempotencyKey;
 use crate::store::records::check_resolution;
 use crate::store::{Count, Forgot, RecordFilter, Records, Released, Resolved, StateKind};
+use crate::store::{Decision, Record};
 
 /// Live records that pass the filter (each condition off when its parameter is NULL), newest
 /// first. `:made_before`/`:made_after` are unix ms, `now` minus the ages asked for.

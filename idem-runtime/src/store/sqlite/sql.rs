@@ -4,14 +4,14 @@
 //! `:now` plus the lease and the time-to-live, computed (saturating) by the caller.
 
 /// `application_id` of an idemkit file ("idkt"): a file with another one is not ours.
-pub const APPLICATION_ID: i64 = 0x6964_6b74;
+pub(super) const APPLICATION_ID: i64 = 0x6964_6b74;
 
 /// The schema this build writes; `MIGRATIONS[v]` brings version `v` to `v + 1`.
-pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+pub(super) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 /// Migrations, in order; each runs in the transaction that also sets `user_version`. Never
 /// edit a released one: add the next.
-pub const MIGRATIONS: &[&str] = &[
+pub(super) const MIGRATIONS: &[&str] = &[
     // v0 → v1: the records and the operation ids.
     "CREATE TABLE records (
         key         TEXT    NOT NULL PRIMARY KEY,                        -- the idempotency key (UUID text)
@@ -59,7 +59,7 @@ pub const MIGRATIONS: &[&str] = &[
 /// absent (no row at all) → running: the usual claim, one statement. Returns the token only when
 /// it inserted the record; on any row of the key (live or expired) it does nothing, and the claim
 /// reads that row and runs [`CLAIM`].
-pub const INSERT_NEW: &str = "
+pub(super) const INSERT_NEW: &str = "
     INSERT INTO records (key, tool, fingerprint, state, token, lease_until, lease_ms, expires_at, created, updated, tenant)
     VALUES (:key, :tool, :fingerprint, 'running', :token, :lease_until, :lease_ms, :expires_at, :now, :now, :tenant)
     ON CONFLICT (key) DO NOTHING
@@ -69,7 +69,7 @@ pub const INSERT_NEW: &str = "
 /// running with the lease expired | ambiguous, same fingerprint → running (takeover).
 /// Returns the token only when the caller took the record. An operator's decision on the row
 /// it replaces is dropped (it was that record's).
-pub const CLAIM: &str = "
+pub(super) const CLAIM: &str = "
     INSERT INTO records (key, tool, fingerprint, state, token, lease_until, lease_ms, expires_at, created, updated, tenant)
     VALUES (:key, :tool, :fingerprint, 'running', :token, :lease_until, :lease_ms, :expires_at, :now, :now, :tenant)
     ON CONFLICT (key) DO UPDATE SET
@@ -94,7 +94,7 @@ macro_rules! record_columns {
 pub(super) use record_columns;
 
 /// The live record a claim did not take (read in the claim's transaction).
-pub const LIVE: &str = concat!(
+pub(super) const LIVE: &str = concat!(
     "SELECT ",
     record_columns!(),
     " FROM records WHERE key = :key AND expires_at > :now"
@@ -102,7 +102,7 @@ pub const LIVE: &str = concat!(
 
 /// The record an operator asks for: the live one, or one released by an operator's
 /// not-applied and kept to show that decision.
-pub const SHOWN: &str = concat!(
+pub(super) const SHOWN: &str = concat!(
     "SELECT ",
     record_columns!(),
     " FROM records WHERE key = :key AND (expires_at > :now OR kept_until > :now)"
@@ -110,14 +110,14 @@ pub const SHOWN: &str = concat!(
 
 /// running, held by :token, not expired → completed; completed by :token already → the same
 /// (its completion sent again after a lost reply). The token stays, to recognise that.
-pub const COMPLETE: &str = "
+pub(super) const COMPLETE: &str = "
     UPDATE records SET state = 'completed', outcome = :outcome, lease_until = NULL,
                        expires_at = :expires_at, updated = :now
     WHERE key = :key AND state IN ('running', 'completed') AND token = :token AND expires_at > :now";
 
 /// running, held by :token, not expired → ambiguous (the next same-fingerprint claim takes it);
 /// ambiguous by :token already → the same (sent again after a lost reply).
-pub const MARK_AMBIGUOUS: &str = "
+pub(super) const MARK_AMBIGUOUS: &str = "
     UPDATE records SET state = 'ambiguous', note = :note, lease_until = NULL,
                        expires_at = :expires_at, updated = :now
     WHERE key = :key AND state IN ('running', 'ambiguous') AND token = :token AND expires_at > :now";
@@ -125,7 +125,7 @@ pub const MARK_AMBIGUOUS: &str = "
 /// An operator's applied (S24): ambiguous | running (lease over) → completed with :outcome, kept
 /// until :expires_at; the token cleared, so the holder that lost it is fenced. The caller
 /// checked the state in the same transaction.
-pub const RESOLVE_APPLIED: &str = "
+pub(super) const RESOLVE_APPLIED: &str = "
     UPDATE records SET state = 'completed', outcome = :outcome, token = NULL, lease_until = NULL,
                        note = NULL, expires_at = :expires_at, updated = :now,
                        resolution = 'applied', resolved_at = :now, resolution_note = :note,
@@ -134,7 +134,7 @@ pub const RESOLVE_APPLIED: &str = "
 
 /// An operator's not-applied (S24): ambiguous | running (lease over) → expired now (absent for
 /// every operation, its holder fenced), kept until :kept_until to show the decision.
-pub const RESOLVE_NOT_APPLIED: &str = "
+pub(super) const RESOLVE_NOT_APPLIED: &str = "
     UPDATE records SET expires_at = :now, updated = :now,
                        resolution = 'not_applied', resolved_at = :now, resolution_note = :note,
                        kept_until = :kept_until
@@ -142,32 +142,32 @@ pub const RESOLVE_NOT_APPLIED: &str = "
 
 /// running, its lease ending further ahead than :cap (now + the holder's lease: written by a
 /// clock ahead of this one) → running, the lease ending at :cap.
-pub const CAP_LEASE: &str = "
+pub(super) const CAP_LEASE: &str = "
     UPDATE records SET lease_until = :cap
     WHERE key = :key AND state = 'running' AND lease_until > :cap";
 
 /// running, held by :token, not expired → running, the lease ending at :lease_until (the
 /// holder's lease, :lease_ms, kept); the expiry moved to the lease end if that is later.
-pub const RENEW: &str = "
+pub(super) const RENEW: &str = "
     UPDATE records SET lease_until = :lease_until, lease_ms = :lease_ms,
                        expires_at = max(expires_at, :lease_until), updated = :now
     WHERE key = :key AND state = 'running' AND token = :token AND expires_at > :now";
 
 /// running, held by :token, not expired → absent (it did not happen: a later call may run).
-pub const RELEASE: &str = "
+pub(super) const RELEASE: &str = "
     DELETE FROM records
     WHERE key = :key AND state = 'running' AND token = :token AND expires_at > :now";
 
 /// expired → absent, at most :limit rows, oldest first (a record released by an operator is
 /// kept until its `kept_until`).
-pub const PRUNE: &str = "
+pub(super) const PRUNE: &str = "
     DELETE FROM records WHERE key IN (
         SELECT key FROM records
         WHERE expires_at <= :now AND (kept_until IS NULL OR kept_until <= :now)
         ORDER BY expires_at LIMIT :limit)";
 
 /// absent → :id; present → unchanged. Returns the stored id either way.
-pub const OPERATION_ID: &str = "
+pub(super) const OPERATION_ID: &str = "
     INSERT INTO operations (name, id) VALUES (:name, :id)
     ON CONFLICT (name) DO UPDATE SET name = excluded.name
     RETURNING id";

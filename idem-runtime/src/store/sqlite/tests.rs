@@ -1,8 +1,15 @@
 //! The operations that run on callers' threads (`synchronous=NORMAL`, reads): the suite, a
 //! write lock held by another connection, the busy timeout, the store's own checkpoints.
 
+use uuid::Uuid;
+
+use super::inline::CHECKPOINT_PAGES;
 use super::*;
-use crate::store::Records;
+use crate::store::{
+    AsyncStore, Claim, ClaimRequest, Existing, ExistingState, LeaseToken, OperationIds, Outcome,
+    Records, Written,
+};
+use crate::{Fingerprint, IdempotencyKey};
 
 fn request(n: u128, ttl: Duration) -> ClaimRequest<'static> {
     ClaimRequest::new(
@@ -323,4 +330,20 @@ async fn sixteen_callers_under_normal_each_get_their_own_records() {
     }
     let completed = "SELECT count(*) FROM records WHERE state = 'completed'";
     assert_eq!(rows(&store, completed), 16 * 200);
+}
+
+/// A new file is at this build's schema version and carries idemkit's mark (moved here from
+/// `tests/sqlite_store.rs` when the statements stopped being public).
+#[test]
+fn a_new_file_is_at_this_builds_schema_version_and_marked_as_idemkits() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = normal(&dir, Duration::from_secs(1));
+    let pragma = |name: &str| -> i64 {
+        Connection::open(store.path())
+            .unwrap()
+            .pragma_query_value(None, name, |row| row.get(0))
+            .unwrap()
+    };
+    assert_eq!(pragma("user_version"), super::sql::SCHEMA_VERSION);
+    assert_eq!(pragma("application_id"), super::sql::APPLICATION_ID);
 }

@@ -1,7 +1,24 @@
 //! The `Store` implementation: each operation one statement of [`sql`] on the connection, the
 //! rows decoded, SQLite's errors said as store errors.
 
-use super::*;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rusqlite::types::ValueRef;
+use rusqlite::{Connection, ErrorCode, OptionalExtension, named_params};
+use uuid::Uuid;
+
+use super::group::Scope;
+use super::inline::Access;
+use super::{DEFAULT_PATH_ENV, PRUNE_BATCH, PRUNE_EVERY, SqliteStore, sql};
+use crate::error::{StoreError, StoreErrorKind};
+use crate::fingerprint::Fingerprint;
+use crate::key::IdempotencyKey;
+use crate::store::{
+    AsyncStore, Claim, ClaimRequest, Decision, Existing, ExistingState, LeaseToken, OperationIds,
+    Outcome, Record, RecordState, Resolution, Takeover, Written,
+};
 
 pub(super) fn now_ms() -> i64 {
     let since = SystemTime::now()
@@ -33,7 +50,7 @@ fn taken_over(before: RecordState) -> Option<Takeover> {
     }
 }
 
-/// The transitions, each one statement of [`sql`] on the connection (on the caller's thread
+/// The transitions, each one statement of `sql.rs` on the connection (on the caller's thread
 /// when it can, else on the store's); [`AsyncStore`] makes them a [`Store`](crate::Store).
 impl AsyncStore for SqliteStore {
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {

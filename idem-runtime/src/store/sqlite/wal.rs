@@ -1,7 +1,7 @@
 //! The WAL hook (FFI): under `synchronous=NORMAL` the store counts the WAL's frames itself and
 //! checkpoints on its own thread (see `Db::try_inline`).
 
-use super::*;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// SQLite's WAL hook, called after each commit of the connection with the frames in the WAL.
 pub(super) unsafe extern "C" fn count_wal_frames(
