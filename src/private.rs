@@ -74,6 +74,7 @@ impl<T, E> ToolResult for Result<T, E> {
 pub use idem_runtime::{
     Classify, Error, Fingerprint, Fingerprinter, IdempotencyKey, KeyHasher, KeyPart, Next,
     ReadCall, ReadNext, SideEffectCall, Tool, ToolInfo, ToolKind, Verified, normalize,
+    scoped_operation,
 };
 
 use idem_runtime::__private::serde::Serialize;

@@ -147,6 +147,17 @@ pub(crate) fn is_key_type(ty: &Type) -> bool {
     }
 }
 
+/// `OperationId` or `&OperationId` (any path ending so): in a tool a model calls (`json`), the
+/// operation the host names (`idemkit::operation_scope`), never a property the model sends.
+pub(crate) fn is_operation_type(ty: &Type) -> bool {
+    let ty = match peel(ty) {
+        Type::Reference(r) if r.mutability.is_none() => peel(&r.elem),
+        other => other,
+    };
+    matches!(ty, Type::Path(p) if p.qself.is_none()
+        && p.path.segments.last().is_some_and(|s| s.ident == "OperationId" && s.arguments.is_empty()))
+}
+
 /// The written key type without its reference (`&'a IdempotencyKey` → `IdempotencyKey`): the
 /// wrapper binds the key with the user's own path, so their import of it stays used.
 pub(crate) fn key_referent(ty: &Type) -> &Type {

@@ -22,6 +22,12 @@ use crate::suggest::closest;
 
 /// Runs every check, recording each failure in `cx`.
 pub(crate) fn check(cx: &Ctxt, args: &Args, tool: &Tool) {
+    if tool.item.sig.asyncness.is_none() && boxed_by_tool(&tool.item.sig) {
+        // Below rmcp's `#[tool]`: every other check would misread rmcp's output (no `#[tool]` to
+        // take `destructive`, a boxed future for a result), so the order is the one error.
+        signature(cx, tool);
+        return;
+    }
     arguments(cx, args, tool.kind);
     mcp(cx, args, tool);
     signature(cx, tool);

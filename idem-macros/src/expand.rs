@@ -7,7 +7,7 @@
 use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{Attribute, FnArg, Ident, Meta, Pat};
+use syn::{Attribute, FnArg, Ident, Pat};
 
 use crate::ast::{Kind, Param, Role, Tool};
 use crate::attr::{Args, Private, private};
@@ -449,7 +449,7 @@ fn registration(private: &Private, tool: &Tool, plan: &Plan) -> TokenStream {
         Kind::ReadOnly => quote!(ReadOnly),
     };
     let key_fields = plan.keys.iter().map(|k| &k.name);
-    let description = description(&tool.item.attrs);
+    let description = crate::describe::description(&tool.item.attrs);
     quote! {
         #private::inventory::submit! {
             #private::ToolInfo {
@@ -472,11 +472,25 @@ fn json_entry(private: &Private, tool: &Tool, plan: &Plan, params: &[JsonParam])
     let args = Ident::new("__IdemkitJsonArgs", Span::call_site());
     let serde_crate = format!("{}::serde", private).replace(' ', "");
     let schemars_crate = format!("{}::schemars", private).replace(' ', "");
-    let fields = params.iter().map(|p| {
+    let from_json = || params.iter().filter(|p| !p.host);
+    let fields = from_json().map(|p| {
         let (ident, held) = (&p.ident, &p.held);
         quote!(#ident: #held)
     });
-    let idents: Vec<&Ident> = params.iter().map(|p| &p.ident).collect();
+    let idents: Vec<&Ident> = from_json().map(|p| &p.ident).collect();
+    let (ok, err, name) = (&plan.ok, &plan.err, &plan.name);
+    // The host's operation, looked up before the call; refused (as the tool's error) without one.
+    let host = params.iter().filter(|p| p.host).map(|p| {
+        let ident = &p.ident;
+        quote! {
+            let #ident = match #private::scoped_operation(#name).await {
+                ::core::result::Result::Ok(id) => id,
+                ::core::result::Result::Err(e) => {
+                    return ::core::result::Result::Err(::core::convert::From::from(e));
+                }
+            };
+        }
+    });
     let pass = params.iter().map(|p| {
         let ident = &p.ident;
         if p.lent {
@@ -486,7 +500,11 @@ fn json_entry(private: &Private, tool: &Tool, plan: &Plan, params: &[JsonParam])
         }
     });
     let function = &tool.item.sig.ident;
-    let (ok, err, name) = (&plan.ok, &plan.err, &plan.name);
+    let kind = match tool.kind {
+        Kind::SideEffect => quote!(SideEffect),
+        Kind::ReadOnly => quote!(ReadOnly),
+    };
+    let description = crate::describe::description(&tool.item.attrs);
     quote! {
         #[derive(#private::serde::Deserialize, #private::schemars::JsonSchema)]
         #[serde(crate = #serde_crate, deny_unknown_fields)]
@@ -499,7 +517,10 @@ fn json_entry(private: &Private, tool: &Tool, plan: &Plan, params: &[JsonParam])
                 Output = ::core::result::Result<Self::Ok, Self::Err>,
             > + ::core::marker::Send {
                 let #args { #(#idents),* } = self;
-                async move { #function(#(#pass),*).await }
+                async move {
+                    #(#host)*
+                    #function(#(#pass),*).await
+                }
             }
             fn describe(err: &Self::Err) -> ::std::string::String {
                 #[allow(unused_imports)]
@@ -508,33 +529,9 @@ fn json_entry(private: &Private, tool: &Tool, plan: &Plan, params: &[JsonParam])
             }
         }
         #private::inventory::submit! {
-            #private::json::JsonEntry::new::<#args>(#name)
+            #private::json::JsonEntry::new::<#args>(#name, #private::ToolKind::#kind, #description)
         }
     }
-}
-
-/// The doc comment, lines joined, the one space after `///` dropped.
-fn description(attrs: &[Attribute]) -> String {
-    let lines: Vec<String> = attrs
-        .iter()
-        .filter(|a| a.path().is_ident("doc"))
-        .filter_map(|a| match &a.meta {
-            Meta::NameValue(nv) => match &nv.value {
-                syn::Expr::Lit(syn::ExprLit {
-                    lit: syn::Lit::Str(s),
-                    ..
-                }) => Some(s.value()),
-                _ => None,
-            },
-            _ => None,
-        })
-        .flat_map(|doc| {
-            doc.lines()
-                .map(|l| l.strip_prefix(' ').unwrap_or(l).trim_end().to_owned())
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    lines.join("\n").trim().to_owned()
 }
 
 /// C8: `T` and `E` named at the user's spans, so an unmet bound is reported there, once, with

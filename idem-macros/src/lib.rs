@@ -16,6 +16,7 @@ mod attr;
 mod check;
 mod classified;
 mod ctxt;
+mod describe;
 mod expand;
 mod fallback;
 mod lower;

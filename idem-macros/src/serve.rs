@@ -29,7 +29,11 @@ fn tool_attr(kind: Kind, args: &Args, tool: &Tool, mcp: &McpTool) -> TokenStream
         }
     }
     let others = &mcp.others;
-    quote!(#[#path(#(#others,)* annotations(#(#entries),*))])
+    // rmcp would send the whole doc comment; the model gets it without rustdoc's sections.
+    let text = crate::describe::description(&tool.item.attrs);
+    let written = mcp.others.iter().any(|m| m.path().is_ident("description"));
+    let description = (!written && !text.is_empty()).then(|| quote!(description = #text,));
+    quote!(#[#path(#(#others,)* #description annotations(#(#entries),*))])
 }
 
 /// `#[tool(...)]` as written, minus the annotation entries idemkit reported as unknown (rmcp

@@ -57,6 +57,10 @@ type Run = Pin<Box<dyn Future<Output = (Ended, Option<CallInfo>)> + Send>>;
 #[doc(hidden)]
 pub struct JsonEntry {
     name: &'static str,
+    /// Its kind and model-facing description, the tool's own (not looked up by name: an MCP
+    /// method of the same name has its own registration).
+    kind: ToolKind,
+    description: &'static str,
     parameters: fn() -> Value,
     /// Reads the arguments (refusing them runs nothing), then the call to await; the tool's
     /// registration, when found, names its kind and key fields for the explanation of a failure.
@@ -70,9 +74,15 @@ inventory::collect!(JsonEntry);
 
 impl JsonEntry {
     /// The entry of the tool `name` whose arguments are `A`.
-    pub const fn new<A: JsonArgs>(name: &'static str) -> Self {
+    pub const fn new<A: JsonArgs>(
+        name: &'static str,
+        kind: ToolKind,
+        description: &'static str,
+    ) -> Self {
         JsonEntry {
             name,
+            kind,
+            description,
             parameters: parameters_of::<A>,
             prepare: prepare::<A>,
             type_name: std::any::type_name::<A>,
@@ -527,8 +537,8 @@ impl JsonTools {
             .iter()
             .map(|(name, entry)| ToolDefinition {
                 name,
-                description: entry.info.map_or("", |i| i.description),
-                kind: entry.info.map_or(ToolKind::SideEffect, |i| i.kind),
+                description: entry.json.description,
+                kind: entry.json.kind,
                 parameters: (entry.json.parameters)(),
             })
             .collect()

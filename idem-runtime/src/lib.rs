@@ -94,7 +94,10 @@ pub use exec::{Attempt, Next, ReadCall, ReadNext, SideEffectCall, VerifyStep};
 pub use exec::{Tool, Verified, Verifying};
 pub use explain::Explanation;
 pub use fingerprint::{Fingerprint, Fingerprinter};
-pub use idem::{AlreadyInstalled, BuildError, Idem, IdemBuilder, as_tenant, operation};
+pub use idem::{
+    AlreadyInstalled, BuildError, Idem, IdemBuilder, as_tenant, operation, operation_name,
+    operation_scope, scoped_operation,
+};
 #[cfg(feature = "json")]
 #[cfg_attr(docsrs, doc(cfg(feature = "json")))]
 pub use json::{JsonCallError, JsonReply, JsonTools, ToolDefinition};
