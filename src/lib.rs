@@ -79,8 +79,6 @@ pub use idem_runtime::{RedisStore, RedisStoreBuilder};
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use idem_runtime::{SqliteStore, SqliteStoreBuilder, Synchronous};
 
-#[cfg(any(feature = "rmcp", feature = "rig"))]
-mod explain;
 #[cfg(feature = "rmcp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rmcp")))]
 pub mod mcp;

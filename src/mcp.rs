@@ -93,10 +93,9 @@ use std::borrow::Cow;
 use std::error::Error as StdError;
 use std::sync::Arc;
 
-use crate::explain::explain;
 use idem_runtime::__private::serde::Serialize;
 use idem_runtime::__private::serde_json::{self, Value, json};
-use idem_runtime::{CallInfo, Classify, ToolKind};
+use idem_runtime::{CallInfo, Classify, Explanation, Failure, ToolKind};
 use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ContentBlock, ProtocolVersion};
 use rmcp::service::{NotificationContext, RequestContext, RoleServer, Service, ServiceRole};
@@ -115,6 +114,21 @@ pub fn side_effect_output<T, E>(
 where
     T: Serialize,
     E: StdError + Classify + 'static,
+{
+    side_effect_output_as(result, info, key_fields, |e| e)
+}
+
+/// [`side_effect_output`] for an error type seen as a `std::error::Error` through `as_error`
+/// (`anyhow::Error`, `Box<dyn Error + Send + Sync>`, which are not one themselves).
+pub(crate) fn side_effect_output_as<T, E>(
+    result: Result<T, E>,
+    info: Option<CallInfo>,
+    key_fields: &[&str],
+    as_error: fn(&E) -> &(dyn StdError + 'static),
+) -> ToolOutput
+where
+    T: Serialize,
+    E: Classify,
 {
     let key = info
         .as_ref()
@@ -140,7 +154,8 @@ where
             Ok(out)
         }
         Err(e) => Ok(failure(
-            &e,
+            as_error(&e),
+            e.classify(),
             ToolKind::SideEffect,
             info.as_ref(),
             key,
@@ -155,11 +170,30 @@ where
     T: Serialize,
     E: StdError + Classify + 'static,
 {
+    read_only_output_as(result, |e| e)
+}
+
+/// [`read_only_output`] for an error type seen as a `std::error::Error` through `as_error`.
+pub(crate) fn read_only_output_as<T, E>(
+    result: Result<T, E>,
+    as_error: fn(&E) -> &(dyn StdError + 'static),
+) -> ToolOutput
+where
+    T: Serialize,
+    E: Classify,
+{
     match result {
         Ok(value) => Ok(CallToolResult::structured(
             json!({ "result": to_value(&value)? }),
         )),
-        Err(e) => Ok(failure(&e, ToolKind::ReadOnly, None, None, &[])),
+        Err(e) => Ok(failure(
+            as_error(&e),
+            e.classify(),
+            ToolKind::ReadOnly,
+            None,
+            None,
+            &[],
+        )),
     }
 }
 
@@ -171,17 +205,15 @@ fn to_value<T: Serialize>(value: &T) -> Result<Value, ErrorData> {
 
 /// A tool error: why, in words a model can act on, then the error itself, its reason (a stable
 /// word, see [`Explanation`](crate::Explanation)) and whether calling again can help.
-fn failure<E>(
-    e: &E,
+fn failure(
+    e: &(dyn StdError + 'static),
+    failure: Failure,
     kind: ToolKind,
     info: Option<&CallInfo>,
     key: Option<String>,
     key_fields: &[&str],
-) -> CallToolResult
-where
-    E: StdError + Classify + 'static,
-{
-    let told = explain(e, kind, info, key_fields);
+) -> CallToolResult {
+    let told = Explanation::of(e, failure, kind, info, key_fields);
     let mut out = CallToolResult::structured_error(json!({
         "error": e.to_string(),
         "reason": told.reason,

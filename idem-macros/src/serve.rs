@@ -65,19 +65,28 @@ pub(crate) fn serve(
     body: TokenStream,
 ) -> (TokenStream, TokenStream) {
     let output = quote!(#private::mcp::ToolOutput);
-    let check = quote_spanned!(err.span()=> #private::mcp::assert_tool_error::<#err>(););
+    // How the error is seen as a `std::error::Error` (anyhow's and boxed errors are not one),
+    // picked where `E` is concrete; at `E`'s span, so an error type that fits none is reported there.
+    let as_error = Ident::new("__idemkit_as_error", Span::mixed_site());
+    let check = quote_spanned! {err.span()=>
+        let #as_error = {
+            #[allow(unused_imports)]
+            use #private::mcp::{ViaAnyhow as _, ViaBoxed as _, ViaError as _, ViaMissing as _};
+            (&&#private::mcp::ErrorProbe::<#err>::new()).as_error()
+        };
+    };
     let result = Ident::new("__idemkit_result", Span::mixed_site());
     let info = Ident::new("__idemkit_info", Span::mixed_site());
     let body = match tool.kind {
         Kind::SideEffect => quote! {
             #check
             let (#result, #info) = #private::mcp::observe(async { #body }).await;
-            #private::mcp::side_effect_output::<#ok, #err>(#result, #info, &[#(#key_fields),*])
+            #private::mcp::side_effect_output::<#ok, #err>(#result, #info, &[#(#key_fields),*], #as_error)
         },
         Kind::ReadOnly => quote! {
             #check
             let #result = { #body };
-            #private::mcp::read_only_output::<#ok, #err>(#result)
+            #private::mcp::read_only_output::<#ok, #err>(#result, #as_error)
         },
     };
     (output, body)
@@ -100,7 +109,14 @@ pub(crate) fn serve_rig(
         syn::ReturnType::Type(_, ty) => spanning(quote!(#private::rig::RigOutput), ty),
         syn::ReturnType::Default => quote!(#private::rig::RigOutput),
     };
-    let check = quote_spanned!(err.span()=> #private::rig::assert_tool_error::<#err>(););
+    let fail = Ident::new("__idemkit_fail_with", Span::mixed_site());
+    let check = quote_spanned! {err.span()=>
+        let #fail = {
+            #[allow(unused_imports)]
+            use #private::rig::{ViaAnyhow as _, ViaBoxed as _, ViaError as _, ViaMissing as _};
+            (&&#private::rig::ErrorProbe::<#err>::new()).fail_with()
+        };
+    };
     // The impl's declared types, named at the return type: a wrong one says what to declare.
     let envelope = spanning(
         quote!(#private::rig::assert_envelope::<
@@ -137,14 +153,14 @@ pub(crate) fn serve_rig(
             #envelope
             #same_name
             let (#result, #info) = #private::rig::observe(async { #body }).await;
-            #private::rig::side_effect_output::<#ok, #err>(#result, #info, &[#(#key_fields),*])
+            #private::rig::side_effect_output::<#ok, #err>(#result, #info, &[#(#key_fields),*], #fail)
         },
         Kind::ReadOnly => quote! {
             #check
             #envelope
             #same_name
             let #result = { #body };
-            #private::rig::read_only_output::<#ok, #err>(#result)
+            #private::rig::read_only_output::<#ok, #err>(#result, #fail)
         },
     };
     (output, body)
