@@ -454,7 +454,9 @@ verify_arity!(
 /// `JsonEntry` is submitted to the registry.
 #[cfg(feature = "json")]
 pub mod json {
-    pub use idem_runtime::json::{Describe, DescribeDebug, DescribeDisplay, JsonArgs, JsonEntry};
+    pub use idem_runtime::json::{
+        Describe, DescribeChain, DescribeDebug, DescribeDisplay, JsonArgs, JsonEntry,
+    };
 }
 
 #[cfg(feature = "rmcp")]
@@ -623,7 +625,7 @@ pub mod rig {
         for &ErrorProbe<idem_runtime::__private::anyhow::Error>
     {
         fn fail_with(&self) -> FailWith<idem_runtime::__private::anyhow::Error> {
-            crate::rig::fail_boxed
+            crate::rig::fail_anyhow
         }
     }
 

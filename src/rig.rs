@@ -164,7 +164,8 @@ where
     E: StdError + Classify + Send + Sync + 'static,
 {
     let failure = e.classify();
-    envelope(e, failure, kind, info, key_fields)
+    let told = Explanation::of(&e, failure, kind, info, key_fields);
+    envelope(e, told, failure, info)
 }
 
 /// `anyhow::Error` or `Box<dyn Error + Send + Sync>`, not an `Error` of their own: kept boxed.
@@ -178,7 +179,22 @@ where
     E: Classify + Into<Box<dyn StdError + Send + Sync + 'static>>,
 {
     let failure = e.classify();
-    envelope(ToolFailure(e.into()), failure, kind, info, key_fields)
+    let boxed = e.into();
+    let told = Explanation::of(&*boxed, failure, kind, info, key_fields);
+    envelope(ToolFailure(boxed), told, failure, info)
+}
+
+/// `anyhow::Error`: explained by the error it holds (its boxed form hides the head's type).
+#[cfg(feature = "anyhow")]
+pub(crate) fn fail_anyhow(
+    e: idem_runtime::__private::anyhow::Error,
+    kind: ToolKind,
+    info: Option<&CallInfo>,
+    key_fields: &[&str],
+) -> ToolExecutionError {
+    let failure = e.classify();
+    let told = Explanation::of(e.as_ref(), failure, kind, info, key_fields);
+    envelope(ToolFailure(e.into()), told, failure, info)
 }
 
 /// A boxed error as an `Error` of its own (rig keeps a sized one as the source): its text and
@@ -223,17 +239,17 @@ where
     fail_std(e, ToolKind::SideEffect, info, key_fields)
 }
 
+/// `e` in rig's envelope, with what the model is told of it (`told`, from the error as the tool
+/// returned it: a boxed one is searched before it is wrapped).
 fn envelope<S>(
     e: S,
+    told: Explanation,
     failure: Failure,
-    kind: ToolKind,
     info: Option<&CallInfo>,
-    key_fields: &[&str],
 ) -> ToolExecutionError
 where
     S: StdError + Send + Sync + 'static,
 {
-    let told = Explanation::of(&e, failure, kind, info, key_fields);
     let key = info.and_then(|i| i.key.as_ref()).map(|k| k.to_string());
     let kind = match (told.reason, failure) {
         ("key_reuse", _) => ToolErrorKind::InvalidArgs,

@@ -242,7 +242,8 @@ fn rig(cx: &Ctxt, args: &Args, tool: &Tool) {
 /// MCP mode: the knobs that need it, and hand-written hints that contradict the attribute.
 fn mcp(cx: &Ctxt, args: &Args, tool: &Tool) {
     for (ident, _) in [&args.destructive, &args.open_world].into_iter().flatten() {
-        if tool.mcp.is_none() {
+        // A `json` tool is served to MCP by `idemkit::mcp::JsonToolsServer`, with these hints.
+        if tool.mcp.is_none() && args.json.is_none() {
             let hint = if ident == "destructive" {
                 "destructiveHint"
             } else {
@@ -252,7 +253,7 @@ fn mcp(cx: &Ctxt, args: &Args, tool: &Tool) {
                 ident.span(),
                 format!(
                     "`{ident}` sets an MCP tool's `{hint}`: it applies with rmcp's `#[tool]` written below this \
-                     attribute; remove it"
+                     attribute, or with `json` (served by `idemkit::mcp::JsonToolsServer`); remove it"
                 ),
             );
         } else if tool.kind == Kind::ReadOnly && ident == "destructive" {

@@ -29,7 +29,7 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
         TokenStream::new()
     };
     if let Some(params) = &plan.json {
-        register.extend(json_entry(&private, tool, plan, params));
+        register.extend(json_entry(&private, args, tool, plan, params));
     }
     let mut settings = settings(&private, args, &plan.name_expr);
     if tool.kind == Kind::SideEffect {
@@ -468,7 +468,13 @@ fn registration(private: &Private, tool: &Tool, plan: &Plan) -> TokenStream {
 /// `json`: the arguments struct a JSON call is read into (its schema derived), the call of this
 /// very function with its fields, and the entry `JsonTools` finds it by. The dispatch itself is the
 /// runtime's (`idem_runtime::json`).
-fn json_entry(private: &Private, tool: &Tool, plan: &Plan, params: &[JsonParam]) -> TokenStream {
+fn json_entry(
+    private: &Private,
+    args_of: &Args,
+    tool: &Tool,
+    plan: &Plan,
+    params: &[JsonParam],
+) -> TokenStream {
     let args = Ident::new("__IdemkitJsonArgs", Span::call_site());
     let serde_crate = format!("{}::serde", private).replace(' ', "");
     let schemars_crate = format!("{}::schemars", private).replace(' ', "");
@@ -505,6 +511,11 @@ fn json_entry(private: &Private, tool: &Tool, plan: &Plan, params: &[JsonParam])
         Kind::ReadOnly => quote!(ReadOnly),
     };
     let description = crate::describe::description(&tool.item.attrs);
+    let hint = |flag: &Option<(Ident, syn::LitBool)>| match flag {
+        Some((_, b)) => quote!(::core::option::Option::Some(#b)),
+        None => quote!(::core::option::Option::None),
+    };
+    let (destructive, open_world) = (hint(&args_of.destructive), hint(&args_of.open_world));
     quote! {
         #[derive(#private::serde::Deserialize, #private::schemars::JsonSchema)]
         #[serde(crate = #serde_crate, deny_unknown_fields)]
@@ -524,12 +535,14 @@ fn json_entry(private: &Private, tool: &Tool, plan: &Plan, params: &[JsonParam])
             }
             fn describe(err: &Self::Err) -> ::std::string::String {
                 #[allow(unused_imports)]
-                use #private::json::{DescribeDebug as _, DescribeDisplay as _};
+                use #private::json::{DescribeChain as _, DescribeDebug as _, DescribeDisplay as _};
                 (&&#private::json::Describe(err)).describe()
             }
         }
         #private::inventory::submit! {
-            #private::json::JsonEntry::new::<#args>(#name, #private::ToolKind::#kind, #description)
+            #private::json::JsonEntry::new::<#args>(
+                #name, #private::ToolKind::#kind, #description, #destructive, #open_world,
+            )
         }
     }
 }

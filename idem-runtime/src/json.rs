@@ -61,6 +61,9 @@ pub struct JsonEntry {
     /// method of the same name has its own registration).
     kind: ToolKind,
     description: &'static str,
+    /// `destructive = ..`, `open_world = ..` on the attribute: MCP's hints, when served there.
+    destructive: Option<bool>,
+    open_world: Option<bool>,
     parameters: fn() -> Value,
     /// Reads the arguments (refusing them runs nothing), then the call to await; the tool's
     /// registration, when found, names its kind and key fields for the explanation of a failure.
@@ -78,11 +81,15 @@ impl JsonEntry {
         name: &'static str,
         kind: ToolKind,
         description: &'static str,
+        destructive: Option<bool>,
+        open_world: Option<bool>,
     ) -> Self {
         JsonEntry {
             name,
             kind,
             description,
+            destructive,
+            open_world,
             parameters: parameters_of::<A>,
             prepare: prepare::<A>,
             type_name: std::any::type_name::<A>,
@@ -222,22 +229,48 @@ pub trait DescribeDisplay {
 
 impl<E: StdError + 'static> DescribeDisplay for &Describe<'_, E> {
     fn describe(&self) -> String {
-        EXPLAINING.with(|slot| {
-            if let Some(explaining) = slot.borrow_mut().as_mut() {
-                let failure = match explaining.info.as_ref().map(|i| i.outcome) {
-                    Some(CallOutcome::Failed(failure)) => failure,
-                    _ => Failure::Permanent,
-                };
-                explaining.told = Some(Explanation::of(
-                    self.0,
-                    failure,
-                    explaining.kind,
-                    explaining.info.as_ref(),
-                    explaining.key_fields,
-                ));
-            }
-        });
-        self.0.to_string()
+        describe_error(self.0)
+    }
+}
+
+/// The text of an error seen as a `std::error::Error`, explained by idemkit's own error in its
+/// chain when [`explaining`] asks.
+fn describe_error(error: &(dyn StdError + 'static)) -> String {
+    EXPLAINING.with(|slot| {
+        if let Some(explaining) = slot.borrow_mut().as_mut() {
+            let failure = match explaining.info.as_ref().map(|i| i.outcome) {
+                Some(CallOutcome::Failed(failure)) => failure,
+                _ => Failure::Permanent,
+            };
+            explaining.told = Some(Explanation::of(
+                error,
+                failure,
+                explaining.kind,
+                explaining.info.as_ref(),
+                explaining.key_fields,
+            ));
+        }
+    });
+    error.to_string()
+}
+
+/// `anyhow::Error` and `Box<dyn Error + Send + Sync>`, not `std::error::Error`s themselves: seen
+/// through what they hold, so idemkit's own error in their chain explains them too.
+#[doc(hidden)]
+pub trait DescribeChain {
+    fn describe(&self) -> String;
+}
+
+impl DescribeChain for &Describe<'_, Box<dyn StdError + Send + Sync>> {
+    fn describe(&self) -> String {
+        describe_error(&**self.0)
+    }
+}
+
+#[cfg(feature = "anyhow")]
+impl DescribeChain for &Describe<'_, anyhow::Error> {
+    fn describe(&self) -> String {
+        describe_error(self.0.as_ref())
     }
 }
 
@@ -271,6 +304,10 @@ pub struct ToolDefinition {
     /// The JSON Schema of its arguments: an object with `properties` and `required`, unknown
     /// properties refused (`additionalProperties: false`).
     pub parameters: Value,
+    /// `destructive = ..` on the attribute (MCP's `destructiveHint`, when served there).
+    pub destructive: Option<bool>,
+    /// `open_world = ..` on the attribute (MCP's `openWorldHint`, when served there).
+    pub open_world: Option<bool>,
 }
 
 impl ToolDefinition {
@@ -540,6 +577,8 @@ impl JsonTools {
                 description: entry.json.description,
                 kind: entry.json.kind,
                 parameters: (entry.json.parameters)(),
+                destructive: entry.json.destructive,
+                open_world: entry.json.open_world,
             })
             .collect()
     }
