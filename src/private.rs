@@ -491,7 +491,7 @@ pub mod mcp {
     pub type AsError<E> = fn(&E) -> &(dyn StdError + 'static);
 
     /// Picks [`AsError`] for `E` by autoref specialisation, where `E` is concrete:
-    /// `(&&ErrorProbe::<E>::new()).as_error()`: `anyhow::Error` and `Box<dyn Error + Send + Sync>`
+    /// `(&&ErrorProbe::<E>::new()).error_view()`: `anyhow::Error` and `Box<dyn Error + Send + Sync>`
     /// (not `Error`s themselves) first, then any `std::error::Error`, else a compile error
     /// saying what an MCP tool's error must be.
     pub struct ErrorProbe<E>(PhantomData<fn() -> E>);
@@ -511,45 +511,45 @@ pub mod mcp {
 
     /// `anyhow::Error`, through its `AsRef<dyn Error>` (feature `anyhow`).
     pub trait ViaAnyhow<E> {
-        fn as_error(&self) -> AsError<E>;
+        fn error_view(&self) -> AsError<E>;
     }
     #[cfg(feature = "anyhow")]
     impl ViaAnyhow<idem_runtime::__private::anyhow::Error>
         for &ErrorProbe<idem_runtime::__private::anyhow::Error>
     {
-        fn as_error(&self) -> AsError<idem_runtime::__private::anyhow::Error> {
+        fn error_view(&self) -> AsError<idem_runtime::__private::anyhow::Error> {
             |e| e.as_ref()
         }
     }
 
     /// `Box<dyn Error + Send + Sync>`, through its referent.
     pub trait ViaBoxed<E> {
-        fn as_error(&self) -> AsError<E>;
+        fn error_view(&self) -> AsError<E>;
     }
     impl ViaBoxed<Box<dyn StdError + Send + Sync>> for &ErrorProbe<Box<dyn StdError + Send + Sync>> {
-        fn as_error(&self) -> AsError<Box<dyn StdError + Send + Sync>> {
+        fn error_view(&self) -> AsError<Box<dyn StdError + Send + Sync>> {
             |e| &**e
         }
     }
 
     /// Any `std::error::Error`, as itself.
     pub trait ViaError<E> {
-        fn as_error(&self) -> AsError<E>;
+        fn error_view(&self) -> AsError<E>;
     }
     impl<E: StdError + 'static> ViaError<E> for ErrorProbe<E> {
-        fn as_error(&self) -> AsError<E> {
+        fn error_view(&self) -> AsError<E> {
             |e| e
         }
     }
 
     /// Anything else: the compile error of [`ToolError`].
     pub trait ViaMissing<E> {
-        fn as_error(self) -> AsError<E>
+        fn error_view(self) -> AsError<E>
         where
             E: ToolError;
     }
     impl<E> ViaMissing<E> for ErrorProbe<E> {
-        fn as_error(self) -> AsError<E>
+        fn error_view(self) -> AsError<E>
         where
             E: ToolError,
         {

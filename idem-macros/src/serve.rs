@@ -72,7 +72,7 @@ pub(crate) fn serve(
         let #as_error = {
             #[allow(unused_imports)]
             use #private::mcp::{ViaAnyhow as _, ViaBoxed as _, ViaError as _, ViaMissing as _};
-            (&&#private::mcp::ErrorProbe::<#err>::new()).as_error()
+            (&&#private::mcp::ErrorProbe::<#err>::new()).error_view()
         };
     };
     let result = Ident::new("__idemkit_result", Span::mixed_site());
