@@ -489,7 +489,15 @@ impl fmt::Debug for JsonTools {
 }
 
 impl JsonTools {
-    /// Every tool of this program marked `json`, each described by its own doc comment.
+    /// Every tool of this program marked `json`, each described by its own doc comment (its
+    /// summary and body; rustdoc's `# Errors`, `# Panics`, `# Examples` and `# Safety` sections
+    /// and link syntax are left out).
+    ///
+    /// A tool is marked `json` in its attribute, with the `json` feature of `idemkit` on:
+    /// `#[side_effect(key = "order_id", json)]` or `#[read_only(json)]` on a free `async fn`
+    /// whose parameters are the JSON object's properties (`idemkit = { version = "...",
+    /// features = ["json"] }`). An `OperationId` parameter is not a property: it is the
+    /// operation the host put in force with `idemkit::operation_scope`.
     ///
     /// A name two of them share is neither listed nor called: a call of it is refused with
     /// [`JsonCallError::DuplicateTool`], naming both places (side-effect tools of one name are
