@@ -65,7 +65,7 @@ pub use idem_runtime::{
     Error, Failure, Fingerprint, Idem, IdemBuilder, IdempotencyKey, KeyHasher, KeyPart, KeyValue,
     MemoryStore, OperationId, Records, RetryPolicy, Store, StoreError, StoreErrorKind, Tool,
     ToolInfo, ToolKind, Verified, as_tenant, check_unique_tool_names, normalize, observe,
-    operation, operation_name, operation_scope, scoped_operation, store, tools,
+    operation, operation_name, operation_scope, scoped_operation, store, tools, tools_manifest,
 };
 // What a model is told of a failed call (MCP, rig, JSON): kept apart from the list above.
 pub use idem_runtime::Explanation;

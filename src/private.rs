@@ -53,6 +53,13 @@ impl<T: KeyText + ?Sized> KeyText for &T {
     }
 }
 
+/// The type name of what `field` reads from an `A` (a key field of a parameter of type `A`),
+/// for the manifest; `field` is never called.
+pub fn key_type<A: ?Sized, R: ?Sized>(field: for<'x> fn(&'x A) -> &'x R) -> &'static str {
+    let _ = field;
+    std::any::type_name::<R>()
+}
+
 /// What a tool's return type is made of, so that a one-argument alias (`anyhow::Result<T>`, a
 /// crate's own `Result<T>`) names its error type through the compiler, not through syntax.
 #[diagnostic::on_unimplemented(

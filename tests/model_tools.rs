@@ -427,7 +427,7 @@ struct CancelArgs {
 }
 
 impl PortableTool for Cancel {
-    const NAME: &'static str = "cancel";
+    const NAME: &'static str = "cancel_order";
     type Args = CancelArgs;
     type Output = ToolOutput;
     type Error = ToolExecutionError;
@@ -505,4 +505,32 @@ fn issue33_4_idemkit_error_is_under_result_large_errs_threshold() {
         "{}",
         std::mem::size_of::<Error>()
     );
+}
+
+/// Issue 33 #8: the manifest `idemkit key --check` reads: each tool's key fields in key order,
+/// with their Rust types and the kinds the key encodes them as.
+#[test]
+fn issue33_8_the_tools_manifest_names_each_key_field_in_order_with_its_type() {
+    let manifest: Value = serde_json::from_str(&idemkit::tools_manifest()).unwrap();
+    assert_eq!(manifest["version"], 1);
+    let tool = |name: &str| -> Value {
+        manifest["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("{name} in {manifest}"))
+            .clone()
+    };
+    assert_eq!(
+        tool("send_apology")["key_fields"],
+        json!([{"name": "step", "type": "idem_runtime::key::operation::OperationId", "kind": "uuid"}])
+    );
+    assert_eq!(
+        tool("support.refund")["key_fields"],
+        json!([{"name": "order_id", "type": "alloc::string::String", "kind": "text"}])
+    );
+    // A field of an MCP request, read through rmcp's `Parameters`.
+    assert_eq!(tool("cancel")["key_fields"][0]["kind"], "text");
+    assert_eq!(tool("order_status")["kind"], "read_only");
 }

@@ -449,6 +449,7 @@ fn registration(private: &Private, tool: &Tool, plan: &Plan) -> TokenStream {
         Kind::ReadOnly => quote!(ReadOnly),
     };
     let key_fields = plan.keys.iter().map(|k| &k.name);
+    let key_types = plan.keys.iter().map(|k| key_type(private, tool, k));
     let description = crate::describe::description(&tool.item.attrs);
     quote! {
         #private::inventory::submit! {
@@ -456,6 +457,7 @@ fn registration(private: &Private, tool: &Tool, plan: &Plan) -> TokenStream {
                 name: #name,
                 kind: #private::ToolKind::#kind,
                 key_fields: &[#(#key_fields),*],
+                key_types: &[#(#key_types),*],
                 description: #description,
                 module_path: ::core::module_path!(),
                 file: ::core::file!(),
@@ -463,6 +465,75 @@ fn registration(private: &Private, tool: &Tool, plan: &Plan) -> TokenStream {
             }
         }
     }
+}
+
+/// A key field's type name, for the manifest (`idemkit::tools_manifest`): a function that names
+/// it through the compiler (`type_name` of the field read from the parameter's type), or `"?"`
+/// where the registration, a `static`, cannot name the parameter's type (it mentions the
+/// function's generics, a named lifetime, `Self` or `impl Trait`; a destructured binding, `self`).
+fn key_type(private: &Private, tool: &Tool, field: &crate::lower::KeyField) -> TokenStream {
+    let unknown = quote!((|| "?") as fn() -> &'static str);
+    if field.normalize.is_some() {
+        return quote!((|| "str") as fn() -> &'static str);
+    }
+    let mut tokens = field.path.clone().into_iter();
+    let Some(proc_macro2::TokenTree::Ident(root)) = tokens.next() else {
+        return unknown;
+    };
+    let rest: TokenStream = tokens.collect();
+    let Some(param) = tool
+        .params
+        .iter()
+        .find(|p| matches!(&p.role, Role::Named(i) if *i == root))
+    else {
+        return unknown;
+    };
+    if !nameable_in_static(&param.arg.ty, &tool.item.sig.generics) {
+        return unknown;
+    }
+    let ty = &param.arg.ty;
+    let v = Ident::new("__idemkit_v", Span::mixed_site());
+    let read = if rest.is_empty() {
+        quote!(#v)
+    } else {
+        quote!(&#v #rest)
+    };
+    quote!((|| #private::key_type::<#ty, _>(|#v| #read)) as fn() -> &'static str)
+}
+
+/// Whether `ty` can be named in an item nested in the function (a `static`).
+fn nameable_in_static(ty: &syn::Type, generics: &syn::Generics) -> bool {
+    use syn::visit::Visit;
+    struct Nameable<'g> {
+        ok: bool,
+        generics: &'g syn::Generics,
+    }
+    impl<'ast> Visit<'ast> for Nameable<'_> {
+        fn visit_lifetime(&mut self, l: &'ast syn::Lifetime) {
+            if l.ident != "static" && l.ident != "_" {
+                self.ok = false;
+            }
+        }
+        fn visit_type_impl_trait(&mut self, _: &'ast syn::TypeImplTrait) {
+            self.ok = false;
+        }
+        fn visit_type_macro(&mut self, _: &'ast syn::TypeMacro) {
+            self.ok = false;
+        }
+        fn visit_ident(&mut self, i: &'ast Ident) {
+            let generic = self.generics.params.iter().any(|p| match p {
+                syn::GenericParam::Type(t) => t.ident == *i,
+                syn::GenericParam::Const(c) => c.ident == *i,
+                syn::GenericParam::Lifetime(_) => false,
+            });
+            if generic || i == "Self" {
+                self.ok = false;
+            }
+        }
+    }
+    let mut v = Nameable { ok: true, generics };
+    v.visit_type(ty);
+    v.ok
 }
 
 /// `json`: the arguments struct a JSON call is read into (its schema derived), the call of this

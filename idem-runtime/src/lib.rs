@@ -104,7 +104,9 @@ pub use json::{JsonCallError, JsonReply, JsonTools, ToolDefinition};
 pub use key::normalize;
 pub use key::{IdempotencyKey, KeyField, KeyHasher, KeyPart, KeyValue, OperationId};
 pub use observe::{CallInfo, CallOutcome, observe};
-pub use registry::{DuplicateTools, ToolInfo, ToolKind, check_unique_tool_names, tools};
+pub use registry::{
+    DuplicateTools, ToolInfo, ToolKind, check_unique_tool_names, tools, tools_manifest,
+};
 pub use retry::{Classify, Failure, RetryPolicy, Schedule};
 pub use store::memory::MemoryStore;
 #[cfg(feature = "postgres")]
