@@ -521,10 +521,8 @@ pub mod mcp {
         fn error_view(&self) -> AsError<E>;
     }
     #[cfg(feature = "anyhow")]
-    impl ViaAnyhow<idem_runtime::__private::anyhow::Error>
-        for &ErrorProbe<idem_runtime::__private::anyhow::Error>
-    {
-        fn error_view(&self) -> AsError<idem_runtime::__private::anyhow::Error> {
+    impl ViaAnyhow<anyhow::Error> for &ErrorProbe<anyhow::Error> {
+        fn error_view(&self) -> AsError<anyhow::Error> {
             |e| e.as_ref()
         }
     }
@@ -628,10 +626,8 @@ pub mod rig {
         fn fail_with(&self) -> FailWith<E>;
     }
     #[cfg(feature = "anyhow")]
-    impl ViaAnyhow<idem_runtime::__private::anyhow::Error>
-        for &ErrorProbe<idem_runtime::__private::anyhow::Error>
-    {
-        fn fail_with(&self) -> FailWith<idem_runtime::__private::anyhow::Error> {
+    impl ViaAnyhow<anyhow::Error> for &ErrorProbe<anyhow::Error> {
+        fn fail_with(&self) -> FailWith<anyhow::Error> {
             crate::rig::fail_anyhow
         }
     }

@@ -187,7 +187,7 @@ where
 /// `anyhow::Error`: explained by the error it holds (its boxed form hides the head's type).
 #[cfg(feature = "anyhow")]
 pub(crate) fn fail_anyhow(
-    e: idem_runtime::__private::anyhow::Error,
+    e: anyhow::Error,
     kind: ToolKind,
     info: Option<&CallInfo>,
     key_fields: &[&str],

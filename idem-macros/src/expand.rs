@@ -493,10 +493,12 @@ fn key_type(private: &Private, tool: &Tool, field: &crate::lower::KeyField) -> T
     }
     let ty = &param.arg.ty;
     let v = Ident::new("__idemkit_v", Span::mixed_site());
+    // `(*v).field`: a field that does not exist is the same error as the key's own (the
+    // same type and span), which rustc reports once.
     let read = if rest.is_empty() {
         quote!(#v)
     } else {
-        quote!(&#v #rest)
+        quote!(&(*#v) #rest)
     };
     quote!((|| #private::key_type::<#ty, _>(|#v| #read)) as fn() -> &'static str)
 }

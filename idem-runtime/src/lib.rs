@@ -124,8 +124,6 @@ pub use store::{Records, Store};
 #[doc(hidden)]
 pub mod __private {
     pub use crate::fingerprint::sorted::SortedArgs;
-    #[cfg(feature = "anyhow")]
-    pub use anyhow;
     pub use inventory;
     #[cfg(feature = "json")]
     pub use schemars;
