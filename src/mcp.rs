@@ -78,8 +78,18 @@
 //!   said only of a call refused before any attempt; when the outcome is unknown
 //!   ([`Error::Ambiguous`](crate::Error::Ambiguous), [`Error::LeaseLost`](crate::Error::LeaseLost))
 //!   the model is told the effect may have happened, that calling again will not do it twice, and
-//!   what settles it (the tool's `verify`, or an operator's `idemkit resolve`). The tool's error type must implement `std::error::Error` (its `source()` chain is
-//!   searched for idemkit's own error, to name the reason).
+//!   what settles it (the tool's `verify`, or an operator's `idemkit resolve`).
+//! - **Operations the host names**: a tool with no natural key takes an
+//!   [`OperationId`](crate::OperationId) parameter, which rmcp's router never sees; serve the
+//!   handler in [`Operations`], and each request runs as the operation its `_meta` names
+//!   (`{"idemkit/operation": "plan-42/step-3"}`, [`OPERATION_META`]): the client (the agent's
+//!   host) names it from its own durable state, never the model.
+//! - **One definition for JSON and MCP**: a free function marked `json` is served over MCP by
+//!   [`JsonToolsServer`] with the name, description and record it has in
+//!   [`JsonTools`](crate::JsonTools) (feature `json`).
+//! - **Errors**: the tool's error type is a `std::error::Error`, `anyhow::Error` (feature
+//!   `anyhow`) or `Box<dyn Error + Send + Sync>`; the error it holds is searched for idemkit's
+//!   own, to name the reason.
 //! - **`#[classified_tools]`** on the impl block fails the build for a `#[tool]` method that is
 //!   neither `#[side_effect]` nor `#[read_only]`.
 //! - **Tenants**: a server that knows its client wraps its handler in [`Tenanted`], which runs
@@ -342,6 +352,76 @@ where
 /// takes an [`OperationId`](crate::OperationId) is called as that operation
 /// ([`operation_scope`](crate::operation_scope)), named by the host, never by the model.
 pub const OPERATION_META: &str = "idemkit/operation";
+
+/// An rmcp server whose requests each run as the operation the client named in the request's
+/// `_meta` ([`OPERATION_META`]): a `#[side_effect]` `#[tool]` method with an
+/// [`OperationId`](crate::OperationId) parameter gets that operation's id
+/// ([`operation_scope`](crate::operation_scope)); rmcp's router never sees the parameter, and
+/// the model never names it. A request without one runs as it would (such a tool then answers
+/// a tool error, reason `no_operation`).
+///
+/// ```
+/// use idemkit::mcp::Operations;
+/// # use rmcp::ServerHandler;
+/// # struct Support;
+/// # impl ServerHandler for Support {}
+/// let server = Operations::new(Support);
+/// // Served like the handler itself: `server.serve(transport).await?`. A client calls
+/// // `tools/call` with `"_meta": {"idemkit/operation": "ticket-7"}`.
+/// # let _ = server;
+/// ```
+#[derive(Debug)]
+pub struct Operations<S> {
+    inner: S,
+}
+
+impl<S> Operations<S> {
+    /// `inner`, each request run as the operation its `_meta` names.
+    pub const fn new(inner: S) -> Self {
+        Operations { inner }
+    }
+
+    /// The wrapped server.
+    pub const fn inner(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S: Service<RoleServer>> Service<RoleServer> for Operations<S> {
+    async fn handle_request(
+        &self,
+        request: <RoleServer as ServiceRole>::PeerReq,
+        context: RequestContext<RoleServer>,
+    ) -> Result<<RoleServer as ServiceRole>::Resp, ErrorData> {
+        let named = context
+            .meta
+            .get(OPERATION_META)
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        match named {
+            Some(op) if idem_runtime::operation_name().is_none() => {
+                idem_runtime::operation_scope(op, self.inner.handle_request(request, context)).await
+            }
+            _ => self.inner.handle_request(request, context).await,
+        }
+    }
+
+    async fn handle_notification(
+        &self,
+        notification: <RoleServer as ServiceRole>::PeerNot,
+        context: NotificationContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.inner.handle_notification(notification, context).await
+    }
+
+    fn get_info(&self) -> <RoleServer as ServiceRole>::Info {
+        self.inner.get_info()
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        self.inner.supported_protocol_versions()
+    }
+}
 
 /// Every tool marked `json` ([`JsonTools`](crate::JsonTools)) served as MCP tools (features `rmcp`
 /// and `json`): one annotated function is a JSON function-calling tool and an MCP tool, with one

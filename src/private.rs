@@ -79,7 +79,7 @@ impl<T, E> ToolResult for Result<T, E> {
     type Err = E;
 }
 pub use idem_runtime::{
-    Classify, Error, Fingerprint, Fingerprinter, IdempotencyKey, KeyHasher, KeyPart, Next,
+    Classify, Error, Fingerprint, Fingerprinter, Idem, IdempotencyKey, KeyHasher, KeyPart, Next,
     ReadCall, ReadNext, SideEffectCall, Tool, ToolInfo, ToolKind, Verified, normalize,
     scoped_operation,
 };

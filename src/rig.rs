@@ -60,6 +60,14 @@
 //!   feedback saying whether calling again with the same arguments is safe. rig's agent loop
 //!   does not retry a tool by itself; the hint is for hooks, and the feedback for the model,
 //!   which decides to call again. The error keeps the tool's own error as its source.
+//! - **Error types**: a `std::error::Error + Send + Sync` (kept as the source as it is, so
+//!   `downcast_ref` finds it), `anyhow::Error` (feature `anyhow`) or
+//!   `Box<dyn Error + Send + Sync>` (kept boxed; the error they hold is searched for idemkit's
+//!   own, to name the reason).
+//! - **No natural key**: `call` has rig's signature, so it cannot take an
+//!   [`OperationId`](crate::OperationId); key it on a field of the tool
+//!   (`key = "self.step, args.to"`) that the host fills from
+//!   [`Idem::operation`](crate::Idem::operation) when it builds the tool for that step.
 //! - The context-free [`PortableTool`](rig_core::tool::PortableTool) is supported (rig's
 //!   `Tool` follows from it); a `call` taking rig's `&mut ToolContext` is not, since each attempt
 //!   gets its arguments anew and a `&mut` cannot be handed to several.

@@ -149,7 +149,9 @@ async fn issue33_1_a_retried_model_turn_sends_once_and_after_a_restart_of_the_ag
 }
 
 /// A client of `server`, in this process (over an in-memory pipe).
-async fn client_of<S: ServerHandler>(server: S) -> RunningService<RoleClient, ()> {
+async fn client_of<S: rmcp::Service<rmcp::RoleServer>>(
+    server: S,
+) -> RunningService<RoleClient, ()> {
     let (client_io, server_io) = tokio::io::duplex(64 * 1024);
     tokio::spawn(async move {
         if let Ok(running) = server.serve(server_io).await {
@@ -533,4 +535,82 @@ fn issue33_8_the_tools_manifest_names_each_key_field_in_order_with_its_type() {
     // A field of an MCP request, read through rmcp's `Parameters`.
     assert_eq!(tool("cancel")["key_fields"][0]["kind"], "text");
     assert_eq!(tool("order_status")["kind"], "read_only");
+}
+
+/// An rmcp tool method keyed on the operation the host names.
+struct Mailer {
+    idem: Idem,
+    sent: AtomicU32,
+}
+
+/// Where a follow-up goes.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+struct FollowUp {
+    /// The customer's address.
+    to: String,
+}
+
+#[classified_tools]
+#[tool_router]
+impl Mailer {
+    /// Sends the customer one follow-up for the ticket being worked on.
+    #[side_effect(key = "ticket", idem = self.idem)]
+    #[tool]
+    async fn follow_up(
+        &self,
+        ticket: OperationId,
+        req: Parameters<FollowUp>,
+    ) -> anyhow::Result<u32> {
+        let _ = (ticket, req);
+        Ok(self.sent.fetch_add(1, Ordering::SeqCst) + 1)
+    }
+}
+
+#[tool_handler]
+impl ServerHandler for Mailer {}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue33_1_an_mcp_tool_method_keyed_on_the_hosts_operation_acts_once_per_operation() {
+    let idem = Idem::new(MemoryStore::new());
+    let client = client_of(idemkit::mcp::Operations::new(Mailer {
+        idem: idem.clone(),
+        sent: AtomicU32::new(0),
+    }))
+    .await;
+    let listed = client.list_all_tools().await.unwrap();
+    let schema = serde_json::to_value(&listed[0].input_schema).unwrap();
+    assert!(schema["properties"].get("ticket").is_none(), "{schema}");
+    assert_eq!(schema["required"], json!(["to"]));
+
+    let args = json!({"to": "ada@example.com"});
+    let first = client
+        .call_tool(mcp_call("follow_up", args.clone(), Some("ticket-7")))
+        .await
+        .unwrap();
+    // The model's turn again (a new request, the same ticket): replayed, not sent again.
+    let again = client
+        .call_tool(mcp_call("follow_up", args.clone(), Some("ticket-7")))
+        .await
+        .unwrap();
+    assert_eq!(structured(&first)["result"], 1, "{first:?}");
+    assert_eq!(structured(&again)["replayed"], true, "{again:?}");
+    let ticket = idem.operation("ticket-7").await.unwrap();
+    let key = idemkit::IdempotencyKey::derive("follow_up", &[("ticket", &ticket)]);
+    assert_eq!(structured(&again)["idempotencyKey"], key.as_str());
+    let other = client
+        .call_tool(mcp_call("follow_up", args.clone(), Some("ticket-8")))
+        .await
+        .unwrap();
+    assert_eq!(structured(&other)["result"], 2);
+    let unnamed = client
+        .call_tool(mcp_call("follow_up", args, None))
+        .await
+        .unwrap();
+    assert_eq!(
+        structured(&unnamed)["reason"],
+        "no_operation",
+        "{unnamed:?}"
+    );
+    client.cancel().await.unwrap();
 }

@@ -218,7 +218,7 @@ fn article(kind: &str) -> String {
     match kind {
         "int" => "an int".to_owned(),
         "uuid" => "a uuid".to_owned(),
-        other => format!("{other}"),
+        other => other.to_owned(),
     }
 }
 

@@ -125,6 +125,17 @@ impl Tool {
         }
     }
 
+    /// Whether `p` is the operation the host names (an MCP tool method's `OperationId`
+    /// parameter): not in the signature rmcp's router sees, bound from
+    /// `idemkit::operation_scope` when the call starts.
+    pub fn host_operation(&self, p: &Param) -> bool {
+        self.mcp.is_some()
+            && self.kind == Kind::SideEffect
+            && matches!(p.role, Role::Named(_))
+            && !matches!(peel(&p.arg.ty), Type::Reference(_))
+            && is_operation_type(&p.arg.ty)
+    }
+
     pub fn injected_key(&self) -> Option<&Param> {
         self.params
             .iter()

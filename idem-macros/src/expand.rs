@@ -91,8 +91,26 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
                 .as_ref()
                 .map(|v| verify_step(&private, v, &call, ok, err));
 
+            // An MCP tool's `OperationId`: the operation the host named, refused without one.
+            let lookup = scoped_operation(&private, args, name);
+            let host = tool
+                .params
+                .iter()
+                .filter(|p| tool.host_operation(p))
+                .map(|p| {
+                    let (pat, ty) = (&p.arg.pat, &p.arg.ty);
+                    quote! {
+                        let #pat: #ty = match #lookup {
+                            ::core::result::Result::Ok(id) => id,
+                            ::core::result::Result::Err(e) => {
+                                return ::core::result::Result::Err(::core::convert::From::from(e));
+                            }
+                        };
+                    }
+                });
             quote! {
                 #register
+                #(#host)*
                 #(#destructure)*
                 // The key is derived here, once, before the first attempt.
                 let #key = {
@@ -182,6 +200,9 @@ fn outer_signature(tool: &Tool) -> TokenStream {
             FnArg::Receiver(r) => Some(FnArg::Receiver(r)),
             FnArg::Typed(mut pt) => {
                 let param = params.next().expect("one model entry per parameter");
+                if tool.host_operation(param) {
+                    return None;
+                }
                 let ident = param.outer_ident()?.clone();
                 pt.pat = Box::new(Pat::Ident(syn::PatIdent {
                     attrs: Vec::new(),
@@ -467,6 +488,15 @@ fn registration(private: &Private, tool: &Tool, plan: &Plan) -> TokenStream {
     }
 }
 
+/// The id of the operation the host put in force, in the tool's runtime (`idem = ...`, else the
+/// one in force), as an awaited `Result<OperationId, idemkit::Error>`.
+fn scoped_operation(private: &Private, args: &Args, name: &TokenStream) -> TokenStream {
+    match &args.idem {
+        Some((_, expr)) => quote!(#private::Idem::scoped_operation(&#expr, #name).await),
+        None => quote!(#private::scoped_operation(#name).await),
+    }
+}
+
 /// A key field's type name, for the manifest (`idemkit::tools_manifest`): a function that names
 /// it through the compiler (`type_name` of the field read from the parameter's type), or `"?"`
 /// where the registration, a `static`, cannot name the parameter's type (it mentions the
@@ -559,10 +589,11 @@ fn json_entry(
     let idents: Vec<&Ident> = from_json().map(|p| &p.ident).collect();
     let (ok, err, name) = (&plan.ok, &plan.err, &plan.name);
     // The host's operation, looked up before the call; refused (as the tool's error) without one.
+    let lookup = scoped_operation(private, args_of, &quote!(#name));
     let host = params.iter().filter(|p| p.host).map(|p| {
         let ident = &p.ident;
         quote! {
-            let #ident = match #private::scoped_operation(#name).await {
+            let #ident = match #lookup {
                 ::core::result::Result::Ok(id) => id,
                 ::core::result::Result::Err(e) => {
                     return ::core::result::Result::Err(::core::convert::From::from(e));

@@ -215,8 +215,14 @@ use ast::Kind;
 /// (`idem.operation("plan-42/step-3")`, minted once and stored). A retried turn (a new
 /// `tool_call_id`, the same step) or the same step after the agent restarts derives the same
 /// key, so the mail goes out once; without an operation in force the call is refused
-/// (`idemkit::Error::NoOperation`). Over MCP, the client names it in the request's
-/// `_meta` (`{"idemkit/operation": "plan-42/step-3"}`, see `idemkit::mcp::JsonToolsServer`).
+/// (`idemkit::Error::NoOperation`). The id comes from the tool's runtime (`idem = ...`, else the
+/// one in force). Over MCP, the client names the operation in the request's `_meta`
+/// (`{"idemkit/operation": "plan-42/step-3"}`): `idemkit::mcp::JsonToolsServer` reads it for
+/// `json` tools; an rmcp `#[tool]` method under `#[side_effect]` may take an `OperationId`
+/// parameter too (rmcp's router never sees it) when its server is wrapped in
+/// `idemkit::mcp::Operations`. A rig tool's `call` has rig's own signature, so it cannot take
+/// one: key it on a field of the tool (`key = "self.step, args.to"`) that the host fills from
+/// `idem.operation("plan-42/step-3")` when it builds the tool for that step.
 ///
 /// ```
 /// use idemkit::{Idem, JsonTools, MemoryStore, OperationId, operation_scope, side_effect};

@@ -98,12 +98,12 @@ pub fn operation_name() -> Option<Arc<str>> {
 /// force: what a tool called by a model gets for its `OperationId` parameter. Without an
 /// operation in force, [`Error::NoOperation`] naming `tool`.
 pub async fn scoped_operation(tool: &str) -> Result<OperationId, Error> {
-    let Some(name) = operation_name() else {
+    if operation_name().is_none() {
         return Err(Error::NoOperation {
             tool: tool.to_owned(),
         });
-    };
-    Idem::current()?.operation(&name).await
+    }
+    Idem::current()?.scoped_operation(tool).await
 }
 
 /// Runs `fut` with every call in it made on behalf of `tenant` (an account, an authenticated
@@ -280,6 +280,18 @@ impl Idem {
                 key: None,
                 source,
             })
+    }
+
+    /// The [`OperationId`] of the operation in force ([`operation_scope`]) in this runtime's
+    /// store; without one, [`Error::NoOperation`] naming `tool`. What a tool with `idem = ...`
+    /// that a model calls gets for its `OperationId` parameter.
+    pub async fn scoped_operation(&self, tool: &str) -> Result<OperationId, Error> {
+        match operation_name() {
+            Some(name) => self.operation(&name).await,
+            None => Err(Error::NoOperation {
+                tool: tool.to_owned(),
+            }),
+        }
     }
 }
 
