@@ -3,14 +3,13 @@
 //! `check`'s job.
 
 pub(crate) use crate::attr::Kind;
-use crate::rmcp::McpTool;
 use proc_macro2::{Span, TokenStream};
 use syn::parse::{Parse, ParseStream};
 use syn::visit::Visit;
 
 use syn::{
-    Attribute, FnArg, GenericArgument, Ident, Pat, PatType, PathArguments, Receiver, ReturnType,
-    Signature, Type, Visibility,
+    Attribute, FnArg, GenericArgument, Ident, Meta, Pat, PatType, PathArguments, Receiver,
+    ReturnType, Signature, Type, Visibility,
 };
 
 /// The annotated function as written: attributes, visibility and signature parsed, the body kept
@@ -48,6 +47,20 @@ impl Parse for Func {
             body,
         })
     }
+}
+
+/// rmcp's `#[tool(...)]` on the method, as written (read by `rmcp::find`).
+pub(crate) struct McpTool {
+    /// Where it sits among the method's attributes.
+    pub index: usize,
+    /// Its arguments other than `annotations(...)`.
+    pub others: Vec<Meta>,
+    /// `annotations(title = ...)`, kept as written.
+    pub title: Option<Meta>,
+    /// Hand-written hints: name, value, and the tokens to point at.
+    pub hints: Vec<(String, bool, TokenStream)>,
+    /// `#[tool(name = "...")]`: the MCP name, which is also the default name in the key.
+    pub name: Option<String>,
 }
 
 /// The annotated function.

@@ -5,12 +5,11 @@
 //! Attributes expand top to bottom, so ours sees the `async fn` as written with `#[tool(...)]`
 //! still on it.
 
-use proc_macro2::TokenStream;
 use quote::ToTokens;
 use syn::punctuated::Punctuated;
 use syn::{Attribute, Expr, Ident, LitBool, Meta, Token, Type};
 
-use crate::ast::Func;
+use crate::ast::{Func, McpTool};
 use crate::attr::{Args, Kind};
 use crate::ctxt::Ctxt;
 
@@ -21,20 +20,6 @@ pub(crate) const HINTS: [&str; 4] = [
     "idempotent_hint",
     "open_world_hint",
 ];
-
-/// rmcp's `#[tool(...)]` on the method, as written.
-pub(crate) struct McpTool {
-    /// Where it sits among the method's attributes.
-    pub index: usize,
-    /// Its arguments other than `annotations(...)`.
-    pub others: Vec<Meta>,
-    /// `annotations(title = ...)`, kept as written.
-    pub title: Option<Meta>,
-    /// Hand-written hints: name, value, and the tokens to point at.
-    pub hints: Vec<(String, bool, TokenStream)>,
-    /// `#[tool(name = "...")]`: the MCP name, which is also the default name in the key.
-    pub name: Option<String>,
-}
 
 /// Whether an attribute is rmcp's `#[tool]` (by its last segment, as `#[tool_router]` finds it).
 pub(crate) fn is_tool(attr: &Attribute) -> bool {

@@ -7,9 +7,9 @@ use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Ident, Type};
 
-use crate::ast::{Kind, Tool};
+use crate::ast::{Kind, McpTool, Tool};
 use crate::attr::{Args, Private};
-use crate::rmcp::{HINTS, McpTool, derived};
+use crate::rmcp::{HINTS, derived};
 
 /// `#[tool(..., annotations(...))]` with the derived hints (and any consistent hand-written one).
 fn tool_attr(kind: Kind, args: &Args, tool: &Tool, mcp: &McpTool) -> TokenStream {
