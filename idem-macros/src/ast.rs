@@ -49,7 +49,7 @@ impl Parse for Func {
     }
 }
 
-/// rmcp's `#[tool(...)]` on the method, as written (read by `rmcp::find`).
+/// rmcp's `#[tool(...)]` on the method, as written (read by `mode::mcp::find`).
 pub(crate) struct McpTool {
     /// Where it sits among the method's attributes.
     pub index: usize,
@@ -69,7 +69,7 @@ pub(crate) struct Tool {
     pub item: Func,
     pub receiver: Option<Receiver>,
     pub params: Vec<Param>,
-    /// rmcp's `#[tool]` on the method, when there is one (MCP mode, see `mcp`).
+    /// rmcp's `#[tool]` on the method, when there is one (MCP mode, see `mode::mcp`).
     pub mcp: Option<McpTool>,
 }
 

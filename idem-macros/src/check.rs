@@ -17,7 +17,7 @@ use syn::{Ident, Type};
 use crate::ast::{self, Kind, Role, Tool};
 use crate::attr::{Args, KeyPath};
 use crate::ctxt::Ctxt;
-use crate::rmcp::{HINTS, boxed_by_tool, derived};
+use crate::mode::mcp::{HINTS, boxed_by_tool, derived};
 use crate::suggest::closest;
 
 /// Runs every check, recording each failure in `cx`.

@@ -11,7 +11,7 @@ use syn::{Attribute, FnArg, Ident, Pat};
 
 use crate::ast::{Kind, Param, Role, Tool};
 use crate::attr::{Args, Private, private};
-use crate::lower::{JsonParam, Plan, VerifyArg, VerifyPlan};
+use crate::lower::{Plan, VerifyArg, VerifyPlan};
 
 /// The internal local every attempt's key arrives in; invisible to the body (mixed-site hygiene).
 fn key_local() -> Ident {
@@ -20,7 +20,7 @@ fn key_local() -> Ident {
 
 pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
     let private = private(args);
-    let attrs = crate::serve::attrs(args, tool, outer_attrs(&tool.item.attrs));
+    let attrs = crate::mode::mcp::attrs(args, tool, outer_attrs(&tool.item.attrs));
     let vis = &tool.item.vis;
     let mut sig = outer_signature(tool);
     let mut register = if plan.registered {
@@ -29,7 +29,7 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
         TokenStream::new()
     };
     if let Some(params) = &plan.json {
-        register.extend(json_entry(&private, args, tool, plan, params));
+        register.extend(crate::mode::json::entry(&private, args, tool, plan, params));
     }
     let mut settings = settings(&private, args, &plan.name_expr);
     if tool.kind == Kind::SideEffect {
@@ -144,14 +144,15 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
         None if args.rig.is_some() => {
             let key_fields: Vec<String> = plan.keys.iter().map(|k| k.name.clone()).collect();
             let (output, body) =
-                crate::serve::serve_rig(&private, args, tool, ok, err, &key_fields, body);
+                crate::mode::rig::serve_rig(&private, args, tool, ok, err, &key_fields, body);
             sig = replace_output(sig, output);
             body
         }
         None => body,
         Some(_) => {
             let key_fields: Vec<String> = plan.keys.iter().map(|k| k.name.clone()).collect();
-            let (output, body) = crate::serve::serve(&private, tool, ok, err, &key_fields, body);
+            let (output, body) =
+                crate::mode::mcp::serve(&private, tool, ok, err, &key_fields, body);
             sig = replace_output(sig, output);
             body
         }
@@ -490,7 +491,7 @@ fn registration(private: &Private, tool: &Tool, plan: &Plan) -> TokenStream {
 
 /// The id of the operation the host put in force, in the tool's runtime (`idem = ...`, else the
 /// one in force), as an awaited `Result<OperationId, idemkit::Error>`.
-fn scoped_operation(private: &Private, args: &Args, name: &TokenStream) -> TokenStream {
+pub(crate) fn scoped_operation(private: &Private, args: &Args, name: &TokenStream) -> TokenStream {
     match &args.idem {
         Some((_, expr)) => quote!(#private::Idem::scoped_operation(&#expr, #name).await),
         None => quote!(#private::scoped_operation(#name).await),
@@ -566,89 +567,6 @@ fn nameable_in_static(ty: &syn::Type, generics: &syn::Generics) -> bool {
     let mut v = Nameable { ok: true, generics };
     v.visit_type(ty);
     v.ok
-}
-
-/// `json`: the arguments struct a JSON call is read into (its schema derived), the call of this
-/// very function with its fields, and the entry `JsonTools` finds it by. The dispatch itself is the
-/// runtime's (`idem_runtime::json`).
-fn json_entry(
-    private: &Private,
-    args_of: &Args,
-    tool: &Tool,
-    plan: &Plan,
-    params: &[JsonParam],
-) -> TokenStream {
-    let args = Ident::new("__IdemkitJsonArgs", Span::call_site());
-    let serde_crate = format!("{}::serde", private).replace(' ', "");
-    let schemars_crate = format!("{}::schemars", private).replace(' ', "");
-    let from_json = || params.iter().filter(|p| !p.host);
-    let fields = from_json().map(|p| {
-        let (ident, held) = (&p.ident, &p.held);
-        quote!(#ident: #held)
-    });
-    let idents: Vec<&Ident> = from_json().map(|p| &p.ident).collect();
-    let (ok, err, name) = (&plan.ok, &plan.err, &plan.name);
-    // The host's operation, looked up before the call; refused (as the tool's error) without one.
-    let lookup = scoped_operation(private, args_of, &quote!(#name));
-    let host = params.iter().filter(|p| p.host).map(|p| {
-        let ident = &p.ident;
-        quote! {
-            let #ident = match #lookup {
-                ::core::result::Result::Ok(id) => id,
-                ::core::result::Result::Err(e) => {
-                    return ::core::result::Result::Err(::core::convert::From::from(e));
-                }
-            };
-        }
-    });
-    let pass = params.iter().map(|p| {
-        let ident = &p.ident;
-        if p.lent {
-            quote!(&#ident)
-        } else {
-            quote!(#ident)
-        }
-    });
-    let function = &tool.item.sig.ident;
-    let kind = match tool.kind {
-        Kind::SideEffect => quote!(SideEffect),
-        Kind::ReadOnly => quote!(ReadOnly),
-    };
-    let description = crate::describe::description(&tool.item.attrs);
-    let hint = |flag: &Option<(Ident, syn::LitBool)>| match flag {
-        Some((_, b)) => quote!(::core::option::Option::Some(#b)),
-        None => quote!(::core::option::Option::None),
-    };
-    let (destructive, open_world) = (hint(&args_of.destructive), hint(&args_of.open_world));
-    quote! {
-        #[derive(#private::serde::Deserialize, #private::schemars::JsonSchema)]
-        #[serde(crate = #serde_crate, deny_unknown_fields)]
-        #[schemars(crate = #schemars_crate)]
-        struct #args { #(#fields),* }
-        impl #private::json::JsonArgs for #args {
-            type Ok = #ok;
-            type Err = #err;
-            fn call(self) -> impl ::core::future::Future<
-                Output = ::core::result::Result<Self::Ok, Self::Err>,
-            > + ::core::marker::Send {
-                let #args { #(#idents),* } = self;
-                async move {
-                    #(#host)*
-                    #function(#(#pass),*).await
-                }
-            }
-            fn describe(err: &Self::Err) -> ::std::string::String {
-                #[allow(unused_imports)]
-                use #private::json::{DescribeChain as _, DescribeDebug as _, DescribeDisplay as _};
-                (&&#private::json::Describe(err)).describe()
-            }
-        }
-        #private::inventory::submit! {
-            #private::json::JsonEntry::new::<#args>(
-                #name, #private::ToolKind::#kind, #description, #destructive, #open_world,
-            )
-        }
-    }
 }
 
 /// C8: `T` and `E` named at the user's spans, so an unmet bound is reported there, once, with

@@ -2,10 +2,12 @@
 //! `#[read_only]`. Use them through the `idemkit` facade, which re-exports them.
 //!
 //! The crate is split by stage, each using only the stages before it: parse (`attr` the
-//! attribute's arguments, `rmcp` an rmcp `#[tool]` on the method) → model (`ast`) → check
-//! (`check`: every error, nothing built) → lower (`lower`: the plan) → expand (`expand`, with
-//! `serve` for MCP results), or on any error `fallback` (the item as written plus the errors, so
-//! one mistake gives one error). `suggest` and `ctxt` serve every stage; `classified` is the
+//! attribute's arguments) → model (`ast`) → check (`check`: every error, nothing built) → lower
+//! (`lower`: the plan) → expand (`expand`), or on any error `fallback` (the item as written plus
+//! the errors, so one mistake gives one error). What is particular to one integration is in
+//! `mode`, one module each: `mode::mcp` (rmcp's `#[tool]` read from the method, its hints, the
+//! wrapper serving MCP results), `mode::rig`, `mode::json`. `describe` is what a model is told
+//! a tool does; `suggest` and `ctxt` serve every stage; `classified` is the
 //! `#[classified_tools]` attribute.
 
 use proc_macro::TokenStream;
@@ -21,8 +23,7 @@ mod expand;
 mod fallback;
 mod lower;
 mod minted;
-mod rmcp;
-mod serve;
+mod mode;
 mod suggest;
 
 use ast::Kind;
@@ -435,7 +436,7 @@ fn expand(kind: Kind, args: TokenStream2, item: TokenStream2) -> TokenStream2 {
             return quote::quote!(#item #errors);
         }
     };
-    let mcp = rmcp::find(&cx, kind, &func);
+    let mcp = mode::mcp::find(&cx, kind, &func);
     let tool = ast::Tool::new(kind, func, mcp);
     check::check(&cx, &args, &tool);
     match cx.finish() {

@@ -10,7 +10,7 @@ use syn::{Ident, Type};
 
 use crate::ast::{self, Kind, Role, Tool};
 use crate::attr::{Args, KeyPath, Normalize};
-use crate::rmcp::is_parameters;
+use crate::mode::mcp::is_parameters;
 
 /// What the expansion needs, once everything checked out.
 pub(crate) struct Plan {
@@ -91,7 +91,7 @@ pub(crate) struct FingerprintArg {
     pub name: String,
     pub ident: Ident,
     pub span: Span,
-    /// Its fields that are key fields, left out (MCP requests only, see `mcp`).
+    /// Its fields that are key fields, left out (MCP requests only, see `mode::mcp`).
     pub except: Vec<String>,
 }
 
