@@ -300,6 +300,7 @@ mod tests {
     #[test]
     fn error_is_small_enough_for_result_large_err() {
         let size = std::mem::size_of::<Error>();
+        println!("idemkit::Error is {size} bytes");
         assert!(size < 128, "idemkit::Error is {size} bytes");
         assert_eq!(
             std::mem::size_of::<StoreError>(),
