@@ -79,7 +79,7 @@ pub use idem_runtime::{
     Error, Failure, Fingerprint, Idem, IdemBuilder, IdempotencyKey, KeyHasher, KeyPart, KeyValue,
     MemoryStore, OperationId, Records, RetryPolicy, Store, StoreError, StoreErrorKind, Tool,
     ToolInfo, ToolKind, Verified, as_tenant, check_unique_tool_names, normalize, observe,
-    operation, store, tools,
+    operation, operation_name, operation_scope, scoped_operation, store, tools, tools_manifest,
 };
 // What a model is told of a failed call (MCP, rig, JSON): kept apart from the list above.
 pub use idem_runtime::Explanation;
@@ -93,8 +93,6 @@ pub use idem_runtime::{RedisStore, RedisStoreBuilder};
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use idem_runtime::{SqliteStore, SqliteStoreBuilder, Synchronous};
 
-#[cfg(any(feature = "rmcp", feature = "rig"))]
-mod explain;
 #[cfg(any(feature = "reqwest", feature = "tower"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "reqwest", feature = "tower"))))]
 pub use idem_runtime::http;

@@ -78,8 +78,18 @@
 //!   said only of a call refused before any attempt; when the outcome is unknown
 //!   ([`Error::Ambiguous`](crate::Error::Ambiguous), [`Error::LeaseLost`](crate::Error::LeaseLost))
 //!   the model is told the effect may have happened, that calling again will not do it twice, and
-//!   what settles it (the tool's `verify`, or an operator's `idemkit resolve`). The tool's error type must implement `std::error::Error` (its `source()` chain is
-//!   searched for idemkit's own error, to name the reason).
+//!   what settles it (the tool's `verify`, or an operator's `idemkit resolve`).
+//! - **Operations the host names**: a tool with no natural key takes an
+//!   [`OperationId`](crate::OperationId) parameter, which rmcp's router never sees; serve the
+//!   handler in [`Operations`], and each request runs as the operation its `_meta` names
+//!   (`{"idemkit/operation": "plan-42/step-3"}`, [`OPERATION_META`]): the client (the agent's
+//!   host) names it from its own durable state, never the model.
+//! - **One definition for JSON and MCP**: a free function marked `json` is served over MCP by
+//!   [`JsonToolsServer`] with the name, description and record it has in
+//!   [`JsonTools`](crate::JsonTools) (feature `json`).
+//! - **Errors**: the tool's error type is a `std::error::Error`, `anyhow::Error` (feature
+//!   `anyhow`) or `Box<dyn Error + Send + Sync>`; the error it holds is searched for idemkit's
+//!   own, to name the reason.
 //! - **`#[classified_tools]`** on the impl block fails the build for a `#[tool]` method that is
 //!   neither `#[side_effect]` nor `#[read_only]`.
 //! - **Tenants**: a server that knows its client wraps its handler in [`Tenanted`], which runs
@@ -93,10 +103,9 @@ use std::borrow::Cow;
 use std::error::Error as StdError;
 use std::sync::Arc;
 
-use crate::explain::explain;
 use idem_runtime::__private::serde::Serialize;
 use idem_runtime::__private::serde_json::{self, Value, json};
-use idem_runtime::{CallInfo, Classify, ToolKind};
+use idem_runtime::{CallInfo, Classify, Explanation, Failure, ToolKind};
 use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ContentBlock, ProtocolVersion};
 use rmcp::service::{NotificationContext, RequestContext, RoleServer, Service, ServiceRole};
@@ -115,6 +124,21 @@ pub fn side_effect_output<T, E>(
 where
     T: Serialize,
     E: StdError + Classify + 'static,
+{
+    side_effect_output_as(result, info, key_fields, |e| e)
+}
+
+/// [`side_effect_output`] for an error type seen as a `std::error::Error` through `as_error`
+/// (`anyhow::Error`, `Box<dyn Error + Send + Sync>`, which are not one themselves).
+pub(crate) fn side_effect_output_as<T, E>(
+    result: Result<T, E>,
+    info: Option<CallInfo>,
+    key_fields: &[&str],
+    as_error: fn(&E) -> &(dyn StdError + 'static),
+) -> ToolOutput
+where
+    T: Serialize,
+    E: Classify,
 {
     let key = info
         .as_ref()
@@ -140,7 +164,8 @@ where
             Ok(out)
         }
         Err(e) => Ok(failure(
-            &e,
+            as_error(&e),
+            e.classify(),
             ToolKind::SideEffect,
             info.as_ref(),
             key,
@@ -155,11 +180,30 @@ where
     T: Serialize,
     E: StdError + Classify + 'static,
 {
+    read_only_output_as(result, |e| e)
+}
+
+/// [`read_only_output`] for an error type seen as a `std::error::Error` through `as_error`.
+pub(crate) fn read_only_output_as<T, E>(
+    result: Result<T, E>,
+    as_error: fn(&E) -> &(dyn StdError + 'static),
+) -> ToolOutput
+where
+    T: Serialize,
+    E: Classify,
+{
     match result {
         Ok(value) => Ok(CallToolResult::structured(
             json!({ "result": to_value(&value)? }),
         )),
-        Err(e) => Ok(failure(&e, ToolKind::ReadOnly, None, None, &[])),
+        Err(e) => Ok(failure(
+            as_error(&e),
+            e.classify(),
+            ToolKind::ReadOnly,
+            None,
+            None,
+            &[],
+        )),
     }
 }
 
@@ -171,17 +215,15 @@ fn to_value<T: Serialize>(value: &T) -> Result<Value, ErrorData> {
 
 /// A tool error: why, in words a model can act on, then the error itself, its reason (a stable
 /// word, see [`Explanation`](crate::Explanation)) and whether calling again can help.
-fn failure<E>(
-    e: &E,
+fn failure(
+    e: &(dyn StdError + 'static),
+    failure: Failure,
     kind: ToolKind,
     info: Option<&CallInfo>,
     key: Option<String>,
     key_fields: &[&str],
-) -> CallToolResult
-where
-    E: StdError + Classify + 'static,
-{
-    let told = explain(e, kind, info, key_fields);
+) -> CallToolResult {
+    let told = Explanation::of(e, failure, kind, info, key_fields);
     let mut out = CallToolResult::structured_error(json!({
         "error": e.to_string(),
         "reason": told.reason,
@@ -303,5 +345,315 @@ where
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
         self.inner.supported_protocol_versions()
+    }
+}
+
+/// The request `_meta` entry a client (the agent's host) names the operation in: a tool that
+/// takes an [`OperationId`](crate::OperationId) is called as that operation
+/// ([`operation_scope`](crate::operation_scope)), named by the host, never by the model.
+pub const OPERATION_META: &str = "idemkit/operation";
+
+/// An rmcp server whose requests each run as the operation the client named in the request's
+/// `_meta` ([`OPERATION_META`]): a `#[side_effect]` `#[tool]` method with an
+/// [`OperationId`](crate::OperationId) parameter gets that operation's id
+/// ([`operation_scope`](crate::operation_scope)); rmcp's router never sees the parameter, and
+/// the model never names it. A request without one runs as it would (such a tool then answers
+/// a tool error, reason `no_operation`).
+///
+/// ```
+/// use idemkit::mcp::Operations;
+/// # use rmcp::ServerHandler;
+/// # struct Support;
+/// # impl ServerHandler for Support {}
+/// let server = Operations::new(Support);
+/// // Served like the handler itself: `server.serve(transport).await?`. A client calls
+/// // `tools/call` with `"_meta": {"idemkit/operation": "ticket-7"}`.
+/// # let _ = server;
+/// ```
+#[derive(Debug)]
+pub struct Operations<S> {
+    inner: S,
+}
+
+impl<S> Operations<S> {
+    /// `inner`, each request run as the operation its `_meta` names.
+    pub const fn new(inner: S) -> Self {
+        Operations { inner }
+    }
+
+    /// The wrapped server.
+    pub const fn inner(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S: Service<RoleServer>> Service<RoleServer> for Operations<S> {
+    async fn handle_request(
+        &self,
+        request: <RoleServer as ServiceRole>::PeerReq,
+        context: RequestContext<RoleServer>,
+    ) -> Result<<RoleServer as ServiceRole>::Resp, ErrorData> {
+        let named = context
+            .meta
+            .get(OPERATION_META)
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        match named {
+            Some(op) if idem_runtime::operation_name().is_none() => {
+                idem_runtime::operation_scope(op, self.inner.handle_request(request, context)).await
+            }
+            _ => self.inner.handle_request(request, context).await,
+        }
+    }
+
+    async fn handle_notification(
+        &self,
+        notification: <RoleServer as ServiceRole>::PeerNot,
+        context: NotificationContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.inner.handle_notification(notification, context).await
+    }
+
+    fn get_info(&self) -> <RoleServer as ServiceRole>::Info {
+        self.inner.get_info()
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        self.inner.supported_protocol_versions()
+    }
+}
+
+/// Every tool marked `json` ([`JsonTools`](crate::JsonTools)) served as MCP tools (features `rmcp`
+/// and `json`): one annotated function is a JSON function-calling tool and an MCP tool, with one
+/// name, one description (its doc comment, for the model) and one record, so a call from either
+/// surface replays the other's outcome.
+///
+/// ```
+/// use idemkit::mcp::JsonToolsServer;
+/// use idemkit::{Classified, Failure, JsonTools, side_effect};
+///
+/// /// Refunds an order once.
+/// ///
+/// /// # Errors
+/// ///
+/// /// When the provider refuses (this section is for Rust readers; the model is not shown it).
+/// #[side_effect(key = "order_id", json)]
+/// async fn refund(order_id: String, cents: u64) -> anyhow::Result<String> {
+///     Ok(format!("refunded {cents} of {order_id}"))
+/// }
+///
+/// let server = JsonToolsServer::new(JsonTools::only(["refund"]).unwrap());
+/// // Served like any rmcp handler: `server.serve(transport).await?`.
+/// # let _ = server;
+/// ```
+///
+/// Tools come as their [`ToolDefinition`](crate::ToolDefinition)s: `#[read_only]` says
+/// `readOnlyHint: true`, `#[side_effect]` says `readOnlyHint: false, idempotentHint: true`, with
+/// `destructiveHint` and `openWorldHint` from the attribute's `destructive` and `open_world`.
+/// Results and failures read as those of a `#[tool]` method under the attribute (see the module
+/// docs). A request whose `_meta` holds [`OPERATION_META`] (`{"idemkit/operation": "plan-42/step-3"}`)
+/// runs as that operation, unless the server already runs it under one.
+#[cfg(feature = "json")]
+#[cfg_attr(docsrs, doc(cfg(feature = "json")))]
+#[derive(Debug, Clone)]
+pub struct JsonToolsServer {
+    tools: crate::JsonTools,
+    idem: Option<idem_runtime::Idem>,
+}
+
+#[cfg(feature = "json")]
+impl JsonToolsServer {
+    /// Serves `tools` (e.g. [`JsonTools::all`](crate::JsonTools::all)).
+    pub fn new(tools: crate::JsonTools) -> Self {
+        JsonToolsServer { tools, idem: None }
+    }
+
+    /// Runs every call under `idem` ([`Idem::scope`](crate::Idem::scope)): rmcp handles each
+    /// request on a task of its own, where a runtime scoped around the server is not in force
+    /// (default: the installed one, [`Idem::current`](crate::Idem::current)).
+    pub fn idem(mut self, idem: idem_runtime::Idem) -> Self {
+        self.idem = Some(idem);
+        self
+    }
+
+    /// The tools served.
+    pub fn tools(&self) -> &crate::JsonTools {
+        &self.tools
+    }
+
+    /// The MCP definitions of the tools, sorted by name.
+    pub fn list(&self) -> Vec<rmcp::model::Tool> {
+        self.tools
+            .definitions()
+            .into_iter()
+            .map(|d| {
+                let schema = match d.parameters {
+                    Value::Object(map) => map,
+                    _ => Default::default(),
+                };
+                let description =
+                    (!d.description.is_empty()).then_some(Cow::Borrowed(d.description));
+                let mut tool = rmcp::model::Tool::new_with_raw(d.name, description, schema);
+                let annotations = match d.kind {
+                    ToolKind::ReadOnly => rmcp::model::ToolAnnotations::from_raw(
+                        None,
+                        Some(true),
+                        None,
+                        None,
+                        d.open_world,
+                    ),
+                    _ => rmcp::model::ToolAnnotations::from_raw(
+                        None,
+                        Some(false),
+                        d.destructive,
+                        Some(true),
+                        d.open_world,
+                    ),
+                };
+                tool.annotations = Some(annotations);
+                tool
+            })
+            .collect()
+    }
+
+    /// Calls the tool `name` as MCP's `tools/call` does, as the operation `operation` (when the
+    /// host named one): the result a client gets.
+    pub async fn call(
+        &self,
+        name: &str,
+        arguments: Option<rmcp::model::JsonObject>,
+        operation: Option<&str>,
+    ) -> ToolOutput {
+        let arguments = Value::Object(arguments.unwrap_or_default());
+        let call = self.tools.call_value(name, arguments);
+        let call = async {
+            match operation {
+                Some(op) if idem_runtime::operation_name().is_none() => {
+                    idem_runtime::operation_scope(op, call).await
+                }
+                _ => call.await,
+            }
+        };
+        let ended = match &self.idem {
+            Some(idem) => idem.scope(call).await,
+            None => call.await,
+        };
+        let kind = self
+            .tools
+            .definitions()
+            .into_iter()
+            .find(|d| d.name == name)
+            .map_or(ToolKind::SideEffect, |d| d.kind);
+        match ended {
+            Ok(reply) => {
+                let structured = match kind {
+                    ToolKind::ReadOnly => json!({ "result": reply.value }),
+                    _ => json!({
+                        "result": reply.value,
+                        "replayed": reply.replayed(),
+                        "idempotencyKey": reply.key().map(|k| k.to_string()),
+                    }),
+                };
+                let mut out = CallToolResult::structured(structured);
+                if reply.replayed() {
+                    let note = format!(
+                        "Replayed: an earlier call with the same arguments already did this (idempotency key {}). \
+                         This is its recorded result; nothing was done again.",
+                        reply
+                            .key()
+                            .map_or_else(|| "?".to_owned(), |k| k.to_string())
+                    );
+                    out.content.insert(0, ContentBlock::text(note));
+                }
+                Ok(out)
+            }
+            Err(crate::JsonCallError::Failed {
+                message,
+                info,
+                explanation,
+                ..
+            }) => {
+                let key = info
+                    .as_ref()
+                    .and_then(|i| i.key.as_ref())
+                    .map(|k| k.to_string());
+                let mut out = CallToolResult::structured_error(json!({
+                    "error": message,
+                    "reason": explanation.reason,
+                    "retryable": explanation.retryable,
+                    "idempotencyKey": key,
+                }));
+                out.content
+                    .insert(0, ContentBlock::text(explanation.text.clone()));
+                Ok(out)
+            }
+            // Nothing ran: what to correct, as a tool error the model reads.
+            Err(refused) => {
+                let reason = match &refused {
+                    crate::JsonCallError::UnknownTool { .. } => "unknown_tool",
+                    crate::JsonCallError::DuplicateTool { .. } => "duplicate_tool",
+                    _ => "invalid_arguments",
+                };
+                let mut out = CallToolResult::structured_error(json!({
+                    "error": refused.to_string(),
+                    "reason": reason,
+                    "retryable": false,
+                }));
+                out.content
+                    .insert(0, ContentBlock::text(refused.to_string()));
+                Ok(out)
+            }
+        }
+    }
+}
+
+#[cfg(feature = "json")]
+impl rmcp::ServerHandler for JsonToolsServer {
+    async fn call_tool(
+        &self,
+        request: rmcp::model::CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CallToolResponse, ErrorData> {
+        let named = |meta: &rmcp::model::RequestMetaObject| {
+            meta.get(OPERATION_META)
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        let operation = request
+            .meta
+            .as_ref()
+            .and_then(named)
+            .or_else(|| named(&context.meta));
+        let out = self
+            .call(&request.name, request.arguments, operation.as_deref())
+            .await?;
+        Ok(rmcp::model::CallToolResponse::Complete(out))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<rmcp::model::PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListToolsResult, ErrorData> {
+        Ok(rmcp::model::ListToolsResult {
+            result_type: Some(rmcp::model::ResultType::COMPLETE),
+            tools: self.list(),
+            meta: None,
+            next_cursor: None,
+            ttl_ms: None,
+            cache_scope: None,
+        })
+    }
+
+    fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
+        self.list().into_iter().find(|t| t.name == name)
+    }
+
+    fn get_info(&self) -> rmcp::model::ServerConfig {
+        rmcp::model::ServerConfig::new(
+            rmcp::model::ServerCapabilities::builder()
+                .enable_tools()
+                .build(),
+        )
     }
 }

@@ -53,6 +53,13 @@ impl<T: KeyText + ?Sized> KeyText for &T {
     }
 }
 
+/// The type name of what `field` reads from an `A` (a key field of a parameter of type `A`),
+/// for the manifest; `field` is never called.
+pub fn key_type<A: ?Sized, R: ?Sized>(field: for<'x> fn(&'x A) -> &'x R) -> &'static str {
+    let _ = field;
+    std::any::type_name::<R>()
+}
+
 /// What a tool's return type is made of, so that a one-argument alias (`anyhow::Result<T>`, a
 /// crate's own `Result<T>`) names its error type through the compiler, not through syntax.
 #[diagnostic::on_unimplemented(
@@ -72,8 +79,9 @@ impl<T, E> ToolResult for Result<T, E> {
     type Err = E;
 }
 pub use idem_runtime::{
-    Classify, Error, Fingerprint, Fingerprinter, IdempotencyKey, KeyHasher, KeyPart, Next,
+    Classify, Error, Fingerprint, Fingerprinter, Idem, IdempotencyKey, KeyHasher, KeyPart, Next,
     ReadCall, ReadNext, SideEffectCall, Tool, ToolInfo, ToolKind, Verified, normalize,
+    scoped_operation,
 };
 
 use idem_runtime::__private::serde::Serialize;
@@ -453,43 +461,218 @@ verify_arity!(
 /// `JsonEntry` is submitted to the registry.
 #[cfg(feature = "json")]
 pub mod json {
-    pub use idem_runtime::json::{Describe, DescribeDebug, DescribeDisplay, JsonArgs, JsonEntry};
+    pub use idem_runtime::json::{
+        Describe, DescribeChain, DescribeDebug, DescribeDisplay, JsonArgs, JsonEntry,
+    };
 }
 
 #[cfg(feature = "rmcp")]
 pub mod mcp {
-    pub use crate::mcp::{ToolOutput, read_only_output, side_effect_output};
-    pub use idem_runtime::observe;
+    use std::error::Error as StdError;
+    use std::marker::PhantomData;
 
-    /// An MCP tool's error becomes a tool error that names its reason.
-    pub fn assert_tool_error<E: ToolError>() {}
+    pub use crate::mcp::ToolOutput;
+    use idem_runtime::__private::serde::Serialize;
+    pub use idem_runtime::observe;
+    use idem_runtime::{CallInfo, Classify};
+
+    /// The MCP result of a `#[side_effect]` tool, its error seen through `as_error`.
+    pub fn side_effect_output<T: Serialize, E: Classify>(
+        result: Result<T, E>,
+        info: Option<CallInfo>,
+        key_fields: &[&str],
+        as_error: AsError<E>,
+    ) -> ToolOutput {
+        crate::mcp::side_effect_output_as(result, info, key_fields, as_error)
+    }
+
+    /// The MCP result of a `#[read_only]` tool, its error seen through `as_error`.
+    pub fn read_only_output<T: Serialize, E: Classify>(
+        result: Result<T, E>,
+        as_error: AsError<E>,
+    ) -> ToolOutput {
+        crate::mcp::read_only_output_as(result, as_error)
+    }
+
+    /// How a tool's error is seen as a `std::error::Error` (its text, its `source()` chain).
+    pub type AsError<E> = fn(&E) -> &(dyn StdError + 'static);
+
+    /// Picks [`AsError`] for `E` by autoref specialisation, where `E` is concrete:
+    /// `(&&ErrorProbe::<E>::new()).error_view()`: `anyhow::Error` and `Box<dyn Error + Send + Sync>`
+    /// (not `Error`s themselves) first, then any `std::error::Error`, else a compile error
+    /// saying what an MCP tool's error must be.
+    pub struct ErrorProbe<E>(PhantomData<fn() -> E>);
+
+    impl<E> ErrorProbe<E> {
+        #[allow(clippy::new_without_default)]
+        pub fn new() -> Self {
+            ErrorProbe(PhantomData)
+        }
+    }
+    impl<E> Clone for ErrorProbe<E> {
+        fn clone(&self) -> Self {
+            *self
+        }
+    }
+    impl<E> Copy for ErrorProbe<E> {}
+
+    /// `anyhow::Error`, through its `AsRef<dyn Error>` (feature `anyhow`).
+    pub trait ViaAnyhow<E> {
+        fn error_view(&self) -> AsError<E>;
+    }
+    #[cfg(feature = "anyhow")]
+    impl ViaAnyhow<anyhow::Error> for &ErrorProbe<anyhow::Error> {
+        fn error_view(&self) -> AsError<anyhow::Error> {
+            |e| e.as_ref()
+        }
+    }
+
+    /// `Box<dyn Error + Send + Sync>`, through its referent.
+    pub trait ViaBoxed<E> {
+        fn error_view(&self) -> AsError<E>;
+    }
+    impl ViaBoxed<Box<dyn StdError + Send + Sync>> for &ErrorProbe<Box<dyn StdError + Send + Sync>> {
+        fn error_view(&self) -> AsError<Box<dyn StdError + Send + Sync>> {
+            |e| &**e
+        }
+    }
+
+    /// Any `std::error::Error`, as itself.
+    pub trait ViaError<E> {
+        fn error_view(&self) -> AsError<E>;
+    }
+    impl<E: StdError + 'static> ViaError<E> for ErrorProbe<E> {
+        fn error_view(&self) -> AsError<E> {
+            |e| e
+        }
+    }
+
+    /// Anything else: the compile error of [`ToolError`].
+    pub trait ViaMissing<E> {
+        fn error_view(self) -> AsError<E>
+        where
+            E: ToolError;
+    }
+    impl<E> ViaMissing<E> for ErrorProbe<E> {
+        fn error_view(self) -> AsError<E>
+        where
+            E: ToolError,
+        {
+            |e| e
+        }
+    }
 
     /// `std::error::Error + 'static`, under a name that can say why an MCP tool's error needs it.
     #[diagnostic::on_unimplemented(
         message = "`{Self}` cannot be reported as an MCP tool error",
         label = "`{Self}` must implement `std::error::Error` (and be `'static`)",
-        note = "an MCP tool's failure is sent to the model as a tool error (`isError: true`) with its message, and its `source()` chain is searched for idemkit's own error to say why the call was refused: implement `std::fmt::Display` and `std::error::Error` for `{Self}` (e.g. with thiserror), with `source()` returning the `idemkit::Error` it carries"
+        note = "an MCP tool's failure is sent to the model as a tool error (`isError: true`) with its message, and its `source()` chain is searched for idemkit's own error to say why the call was refused: implement `std::fmt::Display` and `std::error::Error` for `{Self}` (e.g. with thiserror), with `source()` returning the `idemkit::Error` it carries; or use `anyhow::Error` (idemkit's `anyhow` feature) or `Box<dyn std::error::Error + Send + Sync>`"
     )]
-    pub trait ToolError: std::error::Error + 'static {}
-    impl<E: std::error::Error + 'static> ToolError for E {}
+    pub trait ToolError: StdError + 'static {}
+    impl<E: StdError + 'static> ToolError for E {}
 }
 
 #[cfg(feature = "rig")]
 pub mod rig {
-    pub use crate::rig::{RigOutput, read_only_output, same_name, side_effect_output};
+    use std::error::Error as StdError;
+    use std::marker::PhantomData;
+
+    pub use crate::rig::{RigOutput, same_name};
+    use idem_runtime::__private::serde::Serialize;
     pub use idem_runtime::observe;
+    use idem_runtime::{CallInfo, Classify};
+
     /// Whose `NAME` a rig tool's key takes.
     pub use rig_core::tool::Tool;
 
-    /// A rig tool's error becomes rig's `ToolExecutionError`, keeping it as the source.
-    pub fn assert_tool_error<E: ToolError>() {}
+    use crate::rig::FailWith;
+
+    /// The rig result of a `#[side_effect(rig)]` tool, its error made rig's envelope by `fail`.
+    pub fn side_effect_output<T: Serialize, E>(
+        result: Result<T, E>,
+        info: Option<CallInfo>,
+        key_fields: &[&str],
+        fail: FailWith<E>,
+    ) -> RigOutput {
+        crate::rig::side_effect_output_as(result, info, key_fields, fail)
+    }
+
+    /// The rig result of a `#[read_only(rig)]` tool, its error made rig's envelope by `fail`.
+    pub fn read_only_output<T: Serialize, E>(result: Result<T, E>, fail: FailWith<E>) -> RigOutput {
+        crate::rig::read_only_output_as(result, fail)
+    }
+
+    /// Picks how `E` becomes rig's envelope by autoref specialisation, where `E` is concrete
+    /// (`(&&ErrorProbe::<E>::new()).fail_with()`): `anyhow::Error` and
+    /// `Box<dyn Error + Send + Sync>` boxed, any other `std::error::Error + Send + Sync` kept as
+    /// it is (so `downcast_ref` finds it), else a compile error saying what it must be.
+    pub struct ErrorProbe<E>(PhantomData<fn() -> E>);
+
+    impl<E> ErrorProbe<E> {
+        #[allow(clippy::new_without_default)]
+        pub fn new() -> Self {
+            ErrorProbe(PhantomData)
+        }
+    }
+    impl<E> Clone for ErrorProbe<E> {
+        fn clone(&self) -> Self {
+            *self
+        }
+    }
+    impl<E> Copy for ErrorProbe<E> {}
+
+    /// `anyhow::Error` (feature `anyhow`).
+    pub trait ViaAnyhow<E> {
+        fn fail_with(&self) -> FailWith<E>;
+    }
+    #[cfg(feature = "anyhow")]
+    impl ViaAnyhow<anyhow::Error> for &ErrorProbe<anyhow::Error> {
+        fn fail_with(&self) -> FailWith<anyhow::Error> {
+            crate::rig::fail_anyhow
+        }
+    }
+
+    /// `Box<dyn Error + Send + Sync>`.
+    pub trait ViaBoxed<E> {
+        fn fail_with(&self) -> FailWith<E>;
+    }
+    impl ViaBoxed<Box<dyn StdError + Send + Sync>> for &ErrorProbe<Box<dyn StdError + Send + Sync>> {
+        fn fail_with(&self) -> FailWith<Box<dyn StdError + Send + Sync>> {
+            crate::rig::fail_boxed
+        }
+    }
+
+    /// Any `std::error::Error + Send + Sync`.
+    pub trait ViaError<E> {
+        fn fail_with(&self) -> FailWith<E>;
+    }
+    impl<E: StdError + Classify + Send + Sync + 'static> ViaError<E> for ErrorProbe<E> {
+        fn fail_with(&self) -> FailWith<E> {
+            crate::rig::fail_std
+        }
+    }
+
+    /// Anything else: the compile error of [`ToolError`].
+    pub trait ViaMissing<E> {
+        fn fail_with(self) -> FailWith<E>
+        where
+            E: ToolError;
+    }
+    impl<E> ViaMissing<E> for ErrorProbe<E> {
+        fn fail_with(self) -> FailWith<E>
+        where
+            E: ToolError,
+        {
+            |_, _, _, _| unreachable!("ToolError implies ViaError")
+        }
+    }
 
     /// `std::error::Error + Send + Sync + 'static`, under a name that can say why a rig tool's
     /// error needs it.
     #[diagnostic::on_unimplemented(
         message = "`{Self}` cannot be reported as a rig tool error",
         label = "`{Self}` must implement `std::error::Error + Send + Sync` (and be `'static`)",
-        note = "a rig tool's failure becomes rig's `ToolExecutionError`, which keeps the error as its source and searches its `source()` chain for idemkit's own error to say why the call was refused: implement `std::fmt::Display` and `std::error::Error` for `{Self}` (e.g. with thiserror), with `source()` returning the `idemkit::Error` it carries"
+        note = "a rig tool's failure becomes rig's `ToolExecutionError`, which keeps the error as its source and searches its `source()` chain for idemkit's own error to say why the call was refused: implement `std::fmt::Display` and `std::error::Error` for `{Self}` (e.g. with thiserror), with `source()` returning the `idemkit::Error` it carries; or use `anyhow::Error` (idemkit's `anyhow` feature) or `Box<dyn std::error::Error + Send + Sync>`"
     )]
     pub trait ToolError: std::error::Error + Send + Sync + 'static {}
     impl<E: std::error::Error + Send + Sync + 'static> ToolError for E {}

@@ -60,6 +60,14 @@
 //!   feedback saying whether calling again with the same arguments is safe. rig's agent loop
 //!   does not retry a tool by itself; the hint is for hooks, and the feedback for the model,
 //!   which decides to call again. The error keeps the tool's own error as its source.
+//! - **Error types**: a `std::error::Error + Send + Sync` (kept as the source as it is, so
+//!   `downcast_ref` finds it), `anyhow::Error` (feature `anyhow`) or
+//!   `Box<dyn Error + Send + Sync>` (kept boxed; the error they hold is searched for idemkit's
+//!   own, to name the reason).
+//! - **No natural key**: `call` has rig's signature, so it cannot take an
+//!   [`OperationId`](crate::OperationId); key it on a field of the tool
+//!   (`key = "self.step, args.to"`) that the host fills from
+//!   [`Idem::operation`](crate::Idem::operation) when it builds the tool for that step.
 //! - The context-free [`PortableTool`](rig_core::tool::PortableTool) is supported (rig's
 //!   `Tool` follows from it); a `call` taking rig's `&mut ToolContext` is not, since each attempt
 //!   gets its arguments anew and a `&mut` cannot be handed to several.
@@ -68,10 +76,8 @@ use std::error::Error as StdError;
 
 use idem_runtime::__private::serde::Serialize;
 use idem_runtime::__private::serde_json::{self, json};
-use idem_runtime::{CallInfo, Classify, Failure, ToolKind};
+use idem_runtime::{CallInfo, Classify, Explanation, Failure, ToolKind};
 pub use rig_core::tool::{ToolErrorKind, ToolExecutionError, ToolOutput};
-
-use crate::explain::explain;
 
 /// What a rig tool's `call` returns when an idemkit attribute is on it.
 pub type RigOutput = Result<ToolOutput, ToolExecutionError>;
@@ -87,6 +93,20 @@ pub fn side_effect_output<T, E>(
 where
     T: Serialize,
     E: StdError + Classify + Send + Sync + 'static,
+{
+    side_effect_output_as(result, info, key_fields, fail_std::<E>)
+}
+
+/// [`side_effect_output`] for any error type, made rig's envelope by `fail` ([`fail_std`] for a
+/// `std::error::Error`, [`fail_boxed`] for `anyhow::Error` and `Box<dyn Error + Send + Sync>`).
+pub(crate) fn side_effect_output_as<T, E>(
+    result: Result<T, E>,
+    info: Option<CallInfo>,
+    key_fields: &[&str],
+    fail: FailWith<E>,
+) -> RigOutput
+where
+    T: Serialize,
 {
     let key = info
         .as_ref()
@@ -113,7 +133,7 @@ where
                 rig_core::message::ToolResultContent::json(value),
             ])
         }
-        Err(e) => Err(tool_error(e, info.as_ref(), key_fields)),
+        Err(e) => Err(fail(e, ToolKind::SideEffect, info.as_ref(), key_fields)),
     }
 }
 
@@ -124,9 +144,81 @@ where
     T: Serialize,
     E: StdError + Classify + Send + Sync + 'static,
 {
+    read_only_output_as(result, fail_std::<E>)
+}
+
+/// [`read_only_output`] for any error type, made rig's envelope by `fail`.
+pub(crate) fn read_only_output_as<T: Serialize, E>(
+    result: Result<T, E>,
+    fail: FailWith<E>,
+) -> RigOutput {
     match result {
         Ok(value) => Ok(ToolOutput::json(json!({ "result": to_value(&value)? }))),
-        Err(e) => Err(envelope(e, ToolKind::ReadOnly, None, &[])),
+        Err(e) => Err(fail(e, ToolKind::ReadOnly, None, &[])),
+    }
+}
+
+/// How a tool's error becomes rig's envelope.
+pub(crate) type FailWith<E> = fn(E, ToolKind, Option<&CallInfo>, &[&str]) -> ToolExecutionError;
+
+/// A `std::error::Error` kept as the envelope's source as it is (`downcast_ref` finds it).
+pub(crate) fn fail_std<E>(
+    e: E,
+    kind: ToolKind,
+    info: Option<&CallInfo>,
+    key_fields: &[&str],
+) -> ToolExecutionError
+where
+    E: StdError + Classify + Send + Sync + 'static,
+{
+    let failure = e.classify();
+    let told = Explanation::of(&e, failure, kind, info, key_fields);
+    envelope(e, told, failure, info)
+}
+
+/// `anyhow::Error` or `Box<dyn Error + Send + Sync>`, not an `Error` of their own: kept boxed.
+pub(crate) fn fail_boxed<E>(
+    e: E,
+    kind: ToolKind,
+    info: Option<&CallInfo>,
+    key_fields: &[&str],
+) -> ToolExecutionError
+where
+    E: Classify + Into<Box<dyn StdError + Send + Sync + 'static>>,
+{
+    let failure = e.classify();
+    let boxed = e.into();
+    let told = Explanation::of(&*boxed, failure, kind, info, key_fields);
+    envelope(ToolFailure(boxed), told, failure, info)
+}
+
+/// `anyhow::Error`: explained by the error it holds (its boxed form hides the head's type).
+#[cfg(feature = "anyhow")]
+pub(crate) fn fail_anyhow(
+    e: anyhow::Error,
+    kind: ToolKind,
+    info: Option<&CallInfo>,
+    key_fields: &[&str],
+) -> ToolExecutionError {
+    let failure = e.classify();
+    let told = Explanation::of(e.as_ref(), failure, kind, info, key_fields);
+    envelope(ToolFailure(e.into()), told, failure, info)
+}
+
+/// A boxed error as an `Error` of its own (rig keeps a sized one as the source): its text and
+/// its `source()` are the boxed error's, so idemkit's own error is found in the chain.
+#[derive(Debug)]
+struct ToolFailure(Box<dyn StdError + Send + Sync + 'static>);
+
+impl std::fmt::Display for ToolFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl StdError for ToolFailure {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.0.source()
     }
 }
 
@@ -152,21 +244,22 @@ pub fn tool_error<E>(e: E, info: Option<&CallInfo>, key_fields: &[&str]) -> Tool
 where
     E: StdError + Classify + Send + Sync + 'static,
 {
-    envelope(e, ToolKind::SideEffect, info, key_fields)
+    fail_std(e, ToolKind::SideEffect, info, key_fields)
 }
 
-fn envelope<E>(
-    e: E,
-    kind: ToolKind,
+/// `e` in rig's envelope, with what the model is told of it (`told`, from the error as the tool
+/// returned it: a boxed one is searched before it is wrapped).
+fn envelope<S>(
+    e: S,
+    told: Explanation,
+    failure: Failure,
     info: Option<&CallInfo>,
-    key_fields: &[&str],
 ) -> ToolExecutionError
 where
-    E: StdError + Classify + Send + Sync + 'static,
+    S: StdError + Send + Sync + 'static,
 {
-    let told = explain(&e, kind, info, key_fields);
     let key = info.and_then(|i| i.key.as_ref()).map(|k| k.to_string());
-    let kind = match (told.reason, e.classify()) {
+    let kind = match (told.reason, failure) {
         ("key_reuse", _) => ToolErrorKind::InvalidArgs,
         ("failed_transient", Failure::RetryAfter(_)) => ToolErrorKind::RateLimited,
         _ => ToolErrorKind::Other,

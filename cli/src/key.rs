@@ -1,5 +1,6 @@
 //! `idemkit key TOOL FIELD=VALUE…`: key fields as typed on a command line, derived by the
-//! runtime's own encoding (v1, and the tenant extension).
+//! runtime's own encoding (v1, and the tenant extension); checked against the application's
+//! tool manifest (`idemkit::tools_manifest()`) with `--check`.
 
 use idem_runtime::{IdempotencyKey, KeyPart, KeyValue};
 use uuid::Uuid;
@@ -13,6 +14,21 @@ pub enum Value {
     Bool(bool),
     Bytes(Vec<u8>),
     Uuid(Uuid),
+    /// `op:NAME`: the id of the operation `NAME` in the store, looked up before deriving.
+    Operation(String),
+}
+
+impl Value {
+    /// The kind a key encodes it as (the manifest's `kind`).
+    fn kind(&self) -> &'static str {
+        match self {
+            Value::Text(_) => "text",
+            Value::Int(_) | Value::UInt(_) => "int",
+            Value::Bool(_) => "bool",
+            Value::Bytes(_) => "bytes",
+            Value::Uuid(_) | Value::Operation(_) => "uuid",
+        }
+    }
 }
 
 impl KeyPart for Value {
@@ -24,11 +40,14 @@ impl KeyPart for Value {
             Value::Bool(b) => KeyValue::Bool(*b),
             Value::Bytes(b) => KeyValue::Bytes(b),
             Value::Uuid(u) => KeyValue::Uuid(*u),
+            Value::Operation(name) => {
+                unreachable!("op:{name} is looked up in the store before a key is derived")
+            }
         }
     }
 }
 
-const KINDS: &str = "int, bool, bytes, uuid, text";
+const KINDS: &str = "int, bool, bytes, uuid, op, text";
 
 /// `FIELD=VALUE`, the value text unless prefixed with its kind (`int:42`, `bool:true`,
 /// `bytes:` hex, `uuid:`, `text:`). A value with a colon and no known kind is refused, so that a
@@ -61,6 +80,7 @@ pub fn parse_field(arg: &str) -> Result<(String, Value), String> {
         },
         "bytes" => Value::Bytes(hex(rest).ok_or_else(|| bad("hex (two digits per byte)"))?),
         "uuid" => Value::Uuid(Uuid::parse_str(rest).map_err(|_| bad("a UUID"))?),
+        "op" if !rest.is_empty() => Value::Operation(rest.to_owned()),
         other => {
             return Err(format!(
                 "field `{name}`: `{other}:` is not a kind ({KINDS}); for text that contains a colon, write \
@@ -92,6 +112,138 @@ pub fn derive(tool: &str, fields: &[(String, Value)], tenant: Option<&str>) -> I
         Some(tenant) => key.for_tenant(tenant),
         None => key,
     }
+}
+
+/// What `--check` finds wrong with `fields` for `tool`, by the manifest's text: every mistake,
+/// one a line (empty: they fit).
+pub fn check(
+    manifest: &str,
+    tool: &str,
+    fields: &[(String, Value)],
+) -> Result<Vec<String>, String> {
+    let manifest: serde_json::Value = serde_json::from_str(manifest).map_err(|e| {
+        format!("the manifest is not JSON ({e}); write it with `idemkit::tools_manifest()`")
+    })?;
+    let tools = manifest["tools"].as_array().ok_or(
+        "the manifest has no `tools` list; write it with `idemkit::tools_manifest()`".to_owned(),
+    )?;
+    let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+    let Some(entry) = tools.iter().find(|t| t["name"] == tool) else {
+        return Ok(vec![format!(
+            "no tool is named `{tool}` in the manifest{}; its tools are: {}",
+            closest(tool, &names)
+                .map(|c| format!(" (did you mean `{c}`?)"))
+                .unwrap_or_default(),
+            names.join(", ")
+        )]);
+    };
+    if entry["kind"] == "read_only" {
+        return Ok(vec![format!("`{tool}` is read-only: it has no key")]);
+    }
+    let expected: Vec<(&str, &str, &str)> = entry["key_fields"]
+        .as_array()
+        .map(|f| {
+            f.iter()
+                .map(|f| {
+                    (
+                        f["name"].as_str().unwrap_or(""),
+                        f["type"].as_str().unwrap_or("?"),
+                        f["kind"].as_str().unwrap_or("any"),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let order = expected
+        .iter()
+        .map(|(n, ..)| *n)
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut wrong = Vec::new();
+    for (i, (name, _)) in fields.iter().enumerate() {
+        if fields[..i].iter().any(|(n, _)| n == name) {
+            wrong.push(format!("key field `{name}` is given twice"));
+        }
+    }
+    for (name, value) in fields {
+        match expected.iter().find(|(n, ..)| n == name) {
+            None => {
+                let known: Vec<&str> = expected.iter().map(|(n, ..)| *n).collect();
+                wrong.push(format!(
+                    "`{name}` is not a key field of `{tool}`{}; its key fields are {order}, in this order",
+                    closest(name, &known).map(|c| format!(" (did you mean `{c}`?)")).unwrap_or_default()
+                ));
+            }
+            Some((_, ty, kind)) if *kind != "any" && *kind != value.kind() => {
+                let example = match *kind {
+                    "int" => "int:42",
+                    "bool" => "bool:true",
+                    "bytes" => "bytes:00ff",
+                    "uuid" => "uuid:… or op:NAME",
+                    _ => "text:…",
+                };
+                wrong.push(format!(
+                    "key field `{name}` is {} in `{tool}` (`{ty}`), not {}: write {name}={example}",
+                    article(kind),
+                    article(value.kind())
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    for (name, ..) in &expected {
+        if !fields.iter().any(|(n, _)| n == name) {
+            wrong.push(format!("key field `{name}` of `{tool}` is missing; its key fields are {order}, in this order"));
+        }
+    }
+    if wrong.is_empty() {
+        let given: Vec<&str> = fields.iter().map(|(n, _)| n.as_str()).collect();
+        let want: Vec<&str> = expected.iter().map(|(n, ..)| *n).collect();
+        if given != want {
+            let at = given
+                .iter()
+                .zip(&want)
+                .position(|(g, w)| g != w)
+                .unwrap_or(0);
+            wrong.push(format!(
+                "key fields out of order: `{}` is given where `{}` goes; `{tool}` keys on {order}, in this order (the order is part of the key)",
+                given[at], want[at]
+            ));
+        }
+    }
+    Ok(wrong)
+}
+
+fn article(kind: &str) -> String {
+    match kind {
+        "int" => "an int".to_owned(),
+        "uuid" => "a uuid".to_owned(),
+        other => other.to_owned(),
+    }
+}
+
+/// The name in `known` one typo away from `name`, if any.
+fn closest<'a>(name: &str, known: &[&'a str]) -> Option<&'a str> {
+    fn distance(a: &str, b: &str) -> usize {
+        let b: Vec<char> = b.chars().collect();
+        let mut row: Vec<usize> = (0..=b.len()).collect();
+        for (i, ca) in a.chars().enumerate() {
+            let mut prev = row[0];
+            row[0] = i + 1;
+            for (j, cb) in b.iter().enumerate() {
+                let cur = row[j + 1];
+                row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+                prev = cur;
+            }
+        }
+        row[b.len()]
+    }
+    known
+        .iter()
+        .map(|k| (distance(name, k), *k))
+        .filter(|(d, k)| *d <= 2.max(k.len() / 4))
+        .min()
+        .map(|(_, k)| k)
 }
 
 #[cfg(test)]

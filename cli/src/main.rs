@@ -146,19 +146,33 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Prints the key a tool with this name and these key fields has (offline, no store).
+    /// Prints the key a tool with this name and these key fields has (offline, no store, unless
+    /// a field is an operation's name: op:NAME).
     ///
     /// A value is text unless prefixed with its kind: int:42, bool:true, bytes:00ff (hex),
-    /// uuid:…, text:… (for text that contains a colon). Fields in the order the tool lists them.
+    /// uuid:…, op:plan-42/step-3 (the id the operation of that name has in the store: an
+    /// `OperationId` field), text:… (for text that contains a colon). Fields in the order the
+    /// tool lists them; `--check tools.json` checks them against the application's manifest
+    /// (`idemkit::tools_manifest()`). `idemkit key --operation NAME` prints an operation's id.
     Key {
         /// The tool's name (its `name = "…"`, else the function's name).
-        tool: String,
+        #[arg(required_unless_present = "operation")]
+        tool: Option<String>,
         /// Key fields, FIELD=VALUE, in the tool's order.
         #[arg(value_parser = key::parse_field, value_name = "FIELD=VALUE")]
         fields: Vec<(String, key::Value)>,
         /// The key under this tenant (`IdempotencyKey::for_tenant`), as scoped calls have it.
         #[arg(long)]
         tenant: Option<String>,
+        /// Checks the fields against the tool manifest in this file (what
+        /// `idemkit::tools_manifest()` wrote): an unknown, missing or misplaced field, or a value
+        /// of another kind, is refused (exit 2) instead of printing another tool's key.
+        #[arg(long, value_name = "MANIFEST")]
+        check: Option<std::path::PathBuf>,
+        /// Prints the id of the operation of this name in the store (`idem.operation(NAME)`):
+        /// the value of an `OperationId` key field. Nothing is minted.
+        #[arg(long, value_name = "NAME", conflicts_with_all = ["tool", "fields"])]
+        operation: Option<String>,
     },
 }
 
@@ -182,13 +196,42 @@ struct Failed(String);
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Command::Key {
-        tool,
+        tool: Some(tool),
         fields,
         tenant,
+        check,
+        operation: None,
     } = &cli.command
     {
-        println!("{}", key::derive(tool, fields, tenant.as_deref()));
-        return ExitCode::SUCCESS;
+        if let Some(path) = check {
+            let manifest = match std::fs::read_to_string(path) {
+                Ok(text) => text,
+                Err(e) => {
+                    eprintln!("idemkit: cannot read the manifest {}: {e}", path.display());
+                    return ExitCode::from(2);
+                }
+            };
+            match key::check(&manifest, tool, fields) {
+                Ok(wrong) if wrong.is_empty() => {}
+                Ok(wrong) => {
+                    for why in wrong {
+                        eprintln!("idemkit: {why} (by {})", path.display());
+                    }
+                    return ExitCode::from(2);
+                }
+                Err(why) => {
+                    eprintln!("idemkit: {} ({})", why, path.display());
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        if !fields
+            .iter()
+            .any(|(_, v)| matches!(v, key::Value::Operation(_)))
+        {
+            println!("{}", key::derive(tool, fields, tenant.as_deref()));
+            return ExitCode::SUCCESS;
+        }
     }
     if let Err(why) = check_usage(&cli.command) {
         eprintln!("idemkit: {why}");
@@ -260,7 +303,7 @@ async fn run(cli: &Cli, target: &Target) -> Result<String, Failed> {
     };
     let read_only = matches!(
         cli.command,
-        Command::List { .. } | Command::Show { .. } | Command::Counts { .. }
+        Command::List { .. } | Command::Show { .. } | Command::Counts { .. } | Command::Key { .. }
     );
     let at = target.describe();
     let store = target
@@ -269,6 +312,47 @@ async fn run(cli: &Cli, target: &Target) -> Result<String, Failed> {
         .map_err(|e| Failed(format!("cannot open the store {at}: {e}")))?;
     let failed = |e: idem_runtime::StoreError| Failed(format!("the store {at} failed: {e}"));
     match &cli.command {
+        Command::Key {
+            operation: Some(name),
+            ..
+        } => match store.operation(name).await.map_err(failed)? {
+            Some(id) => Ok(format!("{id}\n")),
+            None => Err(Failed(format!(
+                "no operation is named `{name}` in {at}: an id is minted by the first `idem.operation(\"{name}\")` \
+                 (or a call under `operation_scope(\"{name}\", …)`); nothing was minted here"
+            ))),
+        },
+        Command::Key {
+            tool: Some(tool),
+            fields,
+            tenant,
+            ..
+        } => {
+            let mut resolved = Vec::with_capacity(fields.len());
+            for (field, value) in fields {
+                let value = match value {
+                    key::Value::Operation(name) => {
+                        match store.operation(name).await.map_err(failed)? {
+                            Some(id) => key::Value::Uuid(id),
+                            None => {
+                                return Err(Failed(format!(
+                                    "no operation is named `{name}` in {at} (for {field}=op:{name}); nothing was minted"
+                                )));
+                            }
+                        }
+                    }
+                    other => other.clone(),
+                };
+                resolved.push((field.clone(), value));
+            }
+            Ok(format!(
+                "{}\n",
+                key::derive(tool, &resolved, tenant.as_deref())
+            ))
+        }
+        Command::Key { .. } => Err(Failed(
+            "`idemkit key` needs a tool or --operation".to_owned(),
+        )),
         Command::List {
             tool,
             state,
@@ -419,6 +503,5 @@ async fn run(cli: &Cli, target: &Target) -> Result<String, Failed> {
             }
             Ok(show::counts_table(&counts))
         }
-        Command::Key { .. } => unreachable!("answered without a store"),
     }
 }

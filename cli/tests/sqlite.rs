@@ -225,3 +225,151 @@ async fn s24_resolve_settles_ambiguous_records_on_a_sqlite_file() {
     let at = format!("sqlite:{}", path.display());
     s24_resolve_and_forget(store, &["--store", &at]).await;
 }
+
+/// Issue 33 #8: the manifest an application writes (`idemkit::tools_manifest()`), as it reads.
+const MANIFEST: &str = r#"{
+  "version": 1,
+  "tools": [
+    {"name": "charge", "kind": "side_effect", "key_fields": [
+      {"name": "customer_id", "type": "&str", "kind": "text"},
+      {"name": "purpose", "type": "&str", "kind": "text"},
+      {"name": "period", "type": "&str", "kind": "text"}]},
+    {"name": "send_apology", "kind": "side_effect", "key_fields": [
+      {"name": "step", "type": "idem_runtime::key::operation::OperationId", "kind": "uuid"}]},
+    {"name": "refund", "kind": "side_effect", "key_fields": [
+      {"name": "order", "type": "u64", "kind": "int"}]},
+    {"name": "balance", "kind": "read_only", "key_fields": []}
+  ]
+}"#;
+
+#[test]
+fn issue33_8_key_check_names_the_unknown_missing_or_misplaced_field_and_prints_no_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("tools.json");
+    std::fs::write(&manifest, MANIFEST).unwrap();
+    let check = manifest.to_str().unwrap();
+
+    // The fields as the tool has them: the golden key.
+    let out = expect(
+        &[
+            "key",
+            "charge",
+            "customer_id=cus_1",
+            "purpose=subscription",
+            "period=2026-11",
+            "--check",
+            check,
+        ],
+        0,
+    );
+    assert_eq!(stdout(&out), "32e00e40-1a53-8058-93c7-e9d1adc8ecaa\n");
+
+    let refused = |args: &[&str]| -> String {
+        let mut all = vec!["key"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--check", check]);
+        let out = expect(&all, 2);
+        assert_eq!(stdout(&out), "", "no key printed");
+        stderr(&out)
+    };
+    // Another order: another key, silently, without --check.
+    let why = refused(&[
+        "charge",
+        "purpose=subscription",
+        "customer_id=cus_1",
+        "period=2026-11",
+    ]);
+    assert!(
+        why.contains("out of order")
+            && why.contains("`purpose` is given where `customer_id` goes")
+            && why.contains("customer_id, purpose, period"),
+        "{why}"
+    );
+    let why = refused(&[
+        "charge",
+        "custmer_id=cus_1",
+        "purpose=subscription",
+        "period=2026-11",
+    ]);
+    assert!(
+        why.contains("`custmer_id` is not a key field of `charge` (did you mean `customer_id`?)")
+            && why.contains("key field `customer_id` of `charge` is missing"),
+        "{why}"
+    );
+    let why = refused(&["charge", "customer_id=cus_1", "purpose=subscription"]);
+    assert!(
+        why.contains("key field `period` of `charge` is missing"),
+        "{why}"
+    );
+    let why = refused(&[
+        "charge",
+        "customer_id=cus_1",
+        "purpose=subscription",
+        "period=2026-11",
+        "amount=5",
+    ]);
+    assert!(
+        why.contains("`amount` is not a key field of `charge`"),
+        "{why}"
+    );
+    // A number typed as text would derive another key.
+    let why = refused(&["refund", "order=7"]);
+    assert!(
+        why.contains(
+            "key field `order` is an int in `refund` (`u64`), not text: write order=int:42"
+        ),
+        "{why}"
+    );
+    let why = refused(&["refnd", "order=int:7"]);
+    assert!(
+        why.contains("no tool is named `refnd` in the manifest (did you mean `refund`?)"),
+        "{why}"
+    );
+    let why = refused(&["balance"]);
+    assert!(
+        why.contains("`balance` is read-only: it has no key"),
+        "{why}"
+    );
+    expect(&["key", "refund", "order=int:7", "--check", check], 0);
+}
+
+#[tokio::test]
+async fn issue33_1_key_resolves_an_operation_name_to_its_id_and_key_from_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agent.db");
+    let at = format!("sqlite:{}", path.display());
+    let id = {
+        let idem = idem_runtime::Idem::new(SqliteStore::open(&path).unwrap());
+        idem.operation("plan-42/step-3").await.unwrap()
+    };
+    let out = expect(&["key", "--operation", "plan-42/step-3", "--store", &at], 0);
+    assert_eq!(stdout(&out), format!("{id}\n"));
+    let out = expect(
+        &[
+            "key",
+            "send_apology",
+            "step=op:plan-42/step-3",
+            "--store",
+            &at,
+        ],
+        0,
+    );
+    let key = idem_runtime::IdempotencyKey::derive("send_apology", &[("step", &id)]);
+    assert_eq!(stdout(&out), format!("{key}\n"));
+    // The same through the uuid it printed.
+    let out = expect(&["key", "send_apology", &format!("step=uuid:{id}")], 0);
+    assert_eq!(stdout(&out), format!("{key}\n"));
+    // An operation never named is not minted by the command.
+    let out = expect(&["key", "--operation", "plan-42/step-9", "--store", &at], 1);
+    assert!(
+        stderr(&out).contains("no operation is named `plan-42/step-9`"),
+        "{}",
+        stderr(&out)
+    );
+    let out = expect(&["key", "--operation", "plan-42/step-9", "--store", &at], 1);
+    assert!(
+        stderr(&out).contains("nothing was minted"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -3,14 +3,13 @@
 //! `check`'s job.
 
 pub(crate) use crate::attr::Kind;
-use crate::rmcp::McpTool;
 use proc_macro2::{Span, TokenStream};
 use syn::parse::{Parse, ParseStream};
 use syn::visit::Visit;
 
 use syn::{
-    Attribute, FnArg, GenericArgument, Ident, Pat, PatType, PathArguments, Receiver, ReturnType,
-    Signature, Type, Visibility,
+    Attribute, FnArg, GenericArgument, Ident, Meta, Pat, PatType, PathArguments, Receiver,
+    ReturnType, Signature, Type, Visibility,
 };
 
 /// The annotated function as written: attributes, visibility and signature parsed, the body kept
@@ -50,13 +49,27 @@ impl Parse for Func {
     }
 }
 
+/// rmcp's `#[tool(...)]` on the method, as written (read by `mode::mcp::find`).
+pub(crate) struct McpTool {
+    /// Where it sits among the method's attributes.
+    pub index: usize,
+    /// Its arguments other than `annotations(...)`.
+    pub others: Vec<Meta>,
+    /// `annotations(title = ...)`, kept as written.
+    pub title: Option<Meta>,
+    /// Hand-written hints: name, value, and the tokens to point at.
+    pub hints: Vec<(String, bool, TokenStream)>,
+    /// `#[tool(name = "...")]`: the MCP name, which is also the default name in the key.
+    pub name: Option<String>,
+}
+
 /// The annotated function.
 pub(crate) struct Tool {
     pub kind: Kind,
     pub item: Func,
     pub receiver: Option<Receiver>,
     pub params: Vec<Param>,
-    /// rmcp's `#[tool]` on the method, when there is one (MCP mode, see `mcp`).
+    /// rmcp's `#[tool]` on the method, when there is one (MCP mode, see `mode::mcp`).
     pub mcp: Option<McpTool>,
 }
 
@@ -125,6 +138,17 @@ impl Tool {
         }
     }
 
+    /// Whether `p` is the operation the host names (an MCP tool method's `OperationId`
+    /// parameter): not in the signature rmcp's router sees, bound from
+    /// `idemkit::operation_scope` when the call starts.
+    pub fn host_operation(&self, p: &Param) -> bool {
+        self.mcp.is_some()
+            && self.kind == Kind::SideEffect
+            && matches!(p.role, Role::Named(_))
+            && !matches!(peel(&p.arg.ty), Type::Reference(_))
+            && is_operation_type(&p.arg.ty)
+    }
+
     pub fn injected_key(&self) -> Option<&Param> {
         self.params
             .iter()
@@ -145,6 +169,17 @@ pub(crate) fn is_key_type(ty: &Type) -> bool {
         },
         _ => false,
     }
+}
+
+/// `OperationId` or `&OperationId` (any path ending so): in a tool a model calls (`json`), the
+/// operation the host names (`idemkit::operation_scope`), never a property the model sends.
+pub(crate) fn is_operation_type(ty: &Type) -> bool {
+    let ty = match peel(ty) {
+        Type::Reference(r) if r.mutability.is_none() => peel(&r.elem),
+        other => other,
+    };
+    matches!(ty, Type::Path(p) if p.qself.is_none()
+        && p.path.segments.last().is_some_and(|s| s.ident == "OperationId" && s.arguments.is_empty()))
 }
 
 /// The written key type without its reference (`&'a IdempotencyKey` → `IdempotencyKey`): the

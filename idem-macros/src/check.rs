@@ -17,11 +17,17 @@ use syn::{Ident, Type};
 use crate::ast::{self, Kind, Role, Tool};
 use crate::attr::{Args, KeyPath};
 use crate::ctxt::Ctxt;
-use crate::rmcp::{HINTS, boxed_by_tool, derived};
+use crate::mode::mcp::{HINTS, boxed_by_tool, derived};
 use crate::suggest::closest;
 
 /// Runs every check, recording each failure in `cx`.
 pub(crate) fn check(cx: &Ctxt, args: &Args, tool: &Tool) {
+    if tool.item.sig.asyncness.is_none() && boxed_by_tool(&tool.item.sig) {
+        // Below rmcp's `#[tool]`: every other check would misread rmcp's output (no `#[tool]` to
+        // take `destructive`, a boxed future for a result), so the order is the one error.
+        signature(cx, tool);
+        return;
+    }
     arguments(cx, args, tool.kind);
     mcp(cx, args, tool);
     signature(cx, tool);
@@ -236,7 +242,8 @@ fn rig(cx: &Ctxt, args: &Args, tool: &Tool) {
 /// MCP mode: the knobs that need it, and hand-written hints that contradict the attribute.
 fn mcp(cx: &Ctxt, args: &Args, tool: &Tool) {
     for (ident, _) in [&args.destructive, &args.open_world].into_iter().flatten() {
-        if tool.mcp.is_none() {
+        // A `json` tool is served to MCP by `idemkit::mcp::JsonToolsServer`, with these hints.
+        if tool.mcp.is_none() && args.json.is_none() {
             let hint = if ident == "destructive" {
                 "destructiveHint"
             } else {
@@ -246,7 +253,7 @@ fn mcp(cx: &Ctxt, args: &Args, tool: &Tool) {
                 ident.span(),
                 format!(
                     "`{ident}` sets an MCP tool's `{hint}`: it applies with rmcp's `#[tool]` written below this \
-                     attribute; remove it"
+                     attribute, or with `json` (served by `idemkit::mcp::JsonToolsServer`); remove it"
                 ),
             );
         } else if tool.kind == Kind::ReadOnly && ident == "destructive" {

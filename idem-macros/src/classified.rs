@@ -5,7 +5,7 @@ use proc_macro2::TokenStream;
 use quote::quote;
 
 use crate::ctxt::Ctxt;
-use crate::rmcp::is_tool;
+use crate::mode::mcp::is_tool;
 
 /// `#[classified_tools]`: every `#[tool]` method of the impl block is `#[side_effect]` or
 /// `#[read_only]`.

@@ -7,11 +7,11 @@
 use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{Attribute, FnArg, Ident, Meta, Pat};
+use syn::{Attribute, FnArg, Ident, Pat};
 
 use crate::ast::{Kind, Param, Role, Tool};
 use crate::attr::{Args, Private, private};
-use crate::lower::{JsonParam, Plan, VerifyArg, VerifyPlan};
+use crate::lower::{Plan, VerifyArg, VerifyPlan};
 
 /// The internal local every attempt's key arrives in; invisible to the body (mixed-site hygiene).
 fn key_local() -> Ident {
@@ -20,7 +20,7 @@ fn key_local() -> Ident {
 
 pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
     let private = private(args);
-    let attrs = crate::serve::attrs(args, tool, outer_attrs(&tool.item.attrs));
+    let attrs = crate::mode::mcp::attrs(args, tool, outer_attrs(&tool.item.attrs));
     let vis = &tool.item.vis;
     let mut sig = outer_signature(tool);
     let mut register = if plan.registered {
@@ -29,7 +29,7 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
         TokenStream::new()
     };
     if let Some(params) = &plan.json {
-        register.extend(json_entry(&private, tool, plan, params));
+        register.extend(crate::mode::json::entry(&private, args, tool, plan, params));
     }
     let mut settings = settings(&private, args, &plan.name_expr);
     if tool.kind == Kind::SideEffect {
@@ -91,8 +91,26 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
                 .as_ref()
                 .map(|v| verify_step(&private, v, &call, ok, err));
 
+            // An MCP tool's `OperationId`: the operation the host named, refused without one.
+            let lookup = scoped_operation(&private, args, name);
+            let host = tool
+                .params
+                .iter()
+                .filter(|p| tool.host_operation(p))
+                .map(|p| {
+                    let (pat, ty) = (&p.arg.pat, &p.arg.ty);
+                    quote! {
+                        let #pat: #ty = match #lookup {
+                            ::core::result::Result::Ok(id) => id,
+                            ::core::result::Result::Err(e) => {
+                                return ::core::result::Result::Err(::core::convert::From::from(e));
+                            }
+                        };
+                    }
+                });
             quote! {
                 #register
+                #(#host)*
                 #(#destructure)*
                 // The key is derived here, once, before the first attempt.
                 let #key = {
@@ -126,14 +144,15 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
         None if args.rig.is_some() => {
             let key_fields: Vec<String> = plan.keys.iter().map(|k| k.name.clone()).collect();
             let (output, body) =
-                crate::serve::serve_rig(&private, args, tool, ok, err, &key_fields, body);
+                crate::mode::rig::serve_rig(&private, args, tool, ok, err, &key_fields, body);
             sig = replace_output(sig, output);
             body
         }
         None => body,
         Some(_) => {
             let key_fields: Vec<String> = plan.keys.iter().map(|k| k.name.clone()).collect();
-            let (output, body) = crate::serve::serve(&private, tool, ok, err, &key_fields, body);
+            let (output, body) =
+                crate::mode::mcp::serve(&private, tool, ok, err, &key_fields, body);
             sig = replace_output(sig, output);
             body
         }
@@ -182,6 +201,9 @@ fn outer_signature(tool: &Tool) -> TokenStream {
             FnArg::Receiver(r) => Some(FnArg::Receiver(r)),
             FnArg::Typed(mut pt) => {
                 let param = params.next().expect("one model entry per parameter");
+                if tool.host_operation(param) {
+                    return None;
+                }
                 let ident = param.outer_ident()?.clone();
                 pt.pat = Box::new(Pat::Ident(syn::PatIdent {
                     attrs: Vec::new(),
@@ -449,13 +471,15 @@ fn registration(private: &Private, tool: &Tool, plan: &Plan) -> TokenStream {
         Kind::ReadOnly => quote!(ReadOnly),
     };
     let key_fields = plan.keys.iter().map(|k| &k.name);
-    let description = description(&tool.item.attrs);
+    let key_types = plan.keys.iter().map(|k| key_type(private, tool, k));
+    let description = crate::describe::description(&tool.item.attrs);
     quote! {
         #private::inventory::submit! {
             #private::ToolInfo {
                 name: #name,
                 kind: #private::ToolKind::#kind,
                 key_fields: &[#(#key_fields),*],
+                key_types: &[#(#key_types),*],
                 description: #description,
                 module_path: ::core::module_path!(),
                 file: ::core::file!(),
@@ -465,76 +489,84 @@ fn registration(private: &Private, tool: &Tool, plan: &Plan) -> TokenStream {
     }
 }
 
-/// `json`: the arguments struct a JSON call is read into (its schema derived), the call of this
-/// very function with its fields, and the entry `JsonTools` finds it by. The dispatch itself is the
-/// runtime's (`idem_runtime::json`).
-fn json_entry(private: &Private, tool: &Tool, plan: &Plan, params: &[JsonParam]) -> TokenStream {
-    let args = Ident::new("__IdemkitJsonArgs", Span::call_site());
-    let serde_crate = format!("{}::serde", private).replace(' ', "");
-    let schemars_crate = format!("{}::schemars", private).replace(' ', "");
-    let fields = params.iter().map(|p| {
-        let (ident, held) = (&p.ident, &p.held);
-        quote!(#ident: #held)
-    });
-    let idents: Vec<&Ident> = params.iter().map(|p| &p.ident).collect();
-    let pass = params.iter().map(|p| {
-        let ident = &p.ident;
-        if p.lent {
-            quote!(&#ident)
-        } else {
-            quote!(#ident)
-        }
-    });
-    let function = &tool.item.sig.ident;
-    let (ok, err, name) = (&plan.ok, &plan.err, &plan.name);
-    quote! {
-        #[derive(#private::serde::Deserialize, #private::schemars::JsonSchema)]
-        #[serde(crate = #serde_crate, deny_unknown_fields)]
-        #[schemars(crate = #schemars_crate)]
-        struct #args { #(#fields),* }
-        impl #private::json::JsonArgs for #args {
-            type Ok = #ok;
-            type Err = #err;
-            fn call(self) -> impl ::core::future::Future<
-                Output = ::core::result::Result<Self::Ok, Self::Err>,
-            > + ::core::marker::Send {
-                let #args { #(#idents),* } = self;
-                async move { #function(#(#pass),*).await }
-            }
-            fn describe(err: &Self::Err) -> ::std::string::String {
-                #[allow(unused_imports)]
-                use #private::json::{DescribeDebug as _, DescribeDisplay as _};
-                (&&#private::json::Describe(err)).describe()
-            }
-        }
-        #private::inventory::submit! {
-            #private::json::JsonEntry::new::<#args>(#name)
-        }
+/// The id of the operation the host put in force, in the tool's runtime (`idem = ...`, else the
+/// one in force), as an awaited `Result<OperationId, idemkit::Error>`.
+pub(crate) fn scoped_operation(private: &Private, args: &Args, name: &TokenStream) -> TokenStream {
+    match &args.idem {
+        Some((_, expr)) => quote!(#private::Idem::scoped_operation(&#expr, #name).await),
+        None => quote!(#private::scoped_operation(#name).await),
     }
 }
 
-/// The doc comment, lines joined, the one space after `///` dropped.
-fn description(attrs: &[Attribute]) -> String {
-    let lines: Vec<String> = attrs
+/// A key field's type name, for the manifest (`idemkit::tools_manifest`): a function that names
+/// it through the compiler (`type_name` of the field read from the parameter's type), or `"?"`
+/// where the registration, a `static`, cannot name the parameter's type (it mentions the
+/// function's generics, a named lifetime, `Self` or `impl Trait`; a destructured binding, `self`).
+fn key_type(private: &Private, tool: &Tool, field: &crate::lower::KeyField) -> TokenStream {
+    let unknown = quote!((|| "?") as fn() -> &'static str);
+    if field.normalize.is_some() {
+        return quote!((|| "str") as fn() -> &'static str);
+    }
+    let mut tokens = field.path.clone().into_iter();
+    let Some(proc_macro2::TokenTree::Ident(root)) = tokens.next() else {
+        return unknown;
+    };
+    let rest: TokenStream = tokens.collect();
+    let Some(param) = tool
+        .params
         .iter()
-        .filter(|a| a.path().is_ident("doc"))
-        .filter_map(|a| match &a.meta {
-            Meta::NameValue(nv) => match &nv.value {
-                syn::Expr::Lit(syn::ExprLit {
-                    lit: syn::Lit::Str(s),
-                    ..
-                }) => Some(s.value()),
-                _ => None,
-            },
-            _ => None,
-        })
-        .flat_map(|doc| {
-            doc.lines()
-                .map(|l| l.strip_prefix(' ').unwrap_or(l).trim_end().to_owned())
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    lines.join("\n").trim().to_owned()
+        .find(|p| matches!(&p.role, Role::Named(i) if *i == root))
+    else {
+        return unknown;
+    };
+    if !nameable_in_static(&param.arg.ty, &tool.item.sig.generics) {
+        return unknown;
+    }
+    let ty = &param.arg.ty;
+    let v = Ident::new("__idemkit_v", Span::mixed_site());
+    // `(*v).field`: a field that does not exist is the same error as the key's own (the
+    // same type and span), which rustc reports once.
+    let read = if rest.is_empty() {
+        quote!(#v)
+    } else {
+        quote!(&(*#v) #rest)
+    };
+    quote!((|| #private::key_type::<#ty, _>(|#v| #read)) as fn() -> &'static str)
+}
+
+/// Whether `ty` can be named in an item nested in the function (a `static`).
+fn nameable_in_static(ty: &syn::Type, generics: &syn::Generics) -> bool {
+    use syn::visit::Visit;
+    struct Nameable<'g> {
+        ok: bool,
+        generics: &'g syn::Generics,
+    }
+    impl<'ast> Visit<'ast> for Nameable<'_> {
+        fn visit_lifetime(&mut self, l: &'ast syn::Lifetime) {
+            if l.ident != "static" && l.ident != "_" {
+                self.ok = false;
+            }
+        }
+        fn visit_type_impl_trait(&mut self, _: &'ast syn::TypeImplTrait) {
+            self.ok = false;
+        }
+        fn visit_type_macro(&mut self, _: &'ast syn::TypeMacro) {
+            self.ok = false;
+        }
+        fn visit_ident(&mut self, i: &'ast Ident) {
+            let generic = self.generics.params.iter().any(|p| match p {
+                syn::GenericParam::Type(t) => t.ident == *i,
+                syn::GenericParam::Const(c) => c.ident == *i,
+                syn::GenericParam::Lifetime(_) => false,
+            });
+            if generic || i == "Self" {
+                self.ok = false;
+            }
+        }
+    }
+    let mut v = Nameable { ok: true, generics };
+    v.visit_type(ty);
+    v.ok
 }
 
 /// C8: `T` and `E` named at the user's spans, so an unmet bound is reported there, once, with

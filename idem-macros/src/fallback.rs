@@ -9,7 +9,7 @@ use syn::FnArg;
 use crate::ast::Tool;
 use crate::attr::{Args, Private, private};
 use crate::expand::{fake_return, outer_attrs, written_output};
-use crate::rmcp::boxed_by_tool;
+use crate::mode::mcp::boxed_by_tool;
 
 /// The item as written, minus the injected key parameter (bound to a placeholder inside the
 /// body, so the body still type-checks): what is emitted next to the errors.
@@ -17,7 +17,7 @@ pub(crate) fn fallback(args: &Args, tool: &Tool) -> TokenStream {
     let private = private(args);
     let mut attrs = outer_attrs(&tool.item.attrs);
     if let Some(mcp) = &tool.mcp {
-        attrs[mcp.index] = crate::serve::written_tool_attr(tool, mcp);
+        attrs[mcp.index] = crate::mode::mcp::written_tool_attr(tool, mcp);
     }
     let vis = &tool.item.vis;
     let mut sig = tool.item.sig.clone();

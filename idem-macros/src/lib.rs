@@ -2,10 +2,12 @@
 //! `#[read_only]`. Use them through the `idemkit` facade, which re-exports them.
 //!
 //! The crate is split by stage, each using only the stages before it: parse (`attr` the
-//! attribute's arguments, `rmcp` an rmcp `#[tool]` on the method) → model (`ast`) → check
-//! (`check`: every error, nothing built) → lower (`lower`: the plan) → expand (`expand`, with
-//! `serve` for MCP results), or on any error `fallback` (the item as written plus the errors, so
-//! one mistake gives one error). `suggest` and `ctxt` serve every stage; `classified` is the
+//! attribute's arguments) → model (`ast`) → check (`check`: every error, nothing built) → lower
+//! (`lower`: the plan) → expand (`expand`), or on any error `fallback` (the item as written plus
+//! the errors, so one mistake gives one error). What is particular to one integration is in
+//! `mode`, one module each: `mode::mcp` (rmcp's `#[tool]` read from the method, its hints, the
+//! wrapper serving MCP results), `mode::rig`, `mode::json`. `describe` is what a model is told
+//! a tool does; `suggest` and `ctxt` serve every stage; `classified` is the
 //! `#[classified_tools]` attribute.
 
 use proc_macro::TokenStream;
@@ -16,12 +18,12 @@ mod attr;
 mod check;
 mod classified;
 mod ctxt;
+mod describe;
 mod expand;
 mod fallback;
 mod lower;
 mod minted;
-mod rmcp;
-mod serve;
+mod mode;
 mod suggest;
 
 use ast::Kind;
@@ -118,24 +120,27 @@ use ast::Kind;
 ///
 /// # Arguments
 ///
-/// | argument | meaning |
-/// | --- | --- |
-/// | `key = "a, b.c, self.d"` or `key(a, b.c, self.d)` | **required**: the fields that identify the operation, in key order. Each is a parameter, a name bound by a destructuring parameter, or `self`, followed by field accesses. The field's name in the key is the last segment (`args.customer_id` → `customer_id`). |
-/// | `key = "nfc(name), period"` | a text key field normalised first: `nfc(..)` Unicode NFC, `nfc_fold(..)` NFC trimmed and in lower case (keys are byte-exact without). |
-/// | `name = "payments.charge"` | the tool's name, part of every key (default: the function's name). Pin it to keep keys stable across renames. |
-/// | `max_attempts = 5` | attempts in all, the first included (default: the runtime's retry policy). |
-/// | `retry = <expr>` | a whole `idemkit::RetryPolicy` for this tool. |
-/// | `lease = "10s"` | how long a claim holds before another call may take over; renewed every third of it while the body runs, so it bounds how long a crashed holder blocks the key, not how long a body may run (default: the runtime's, 10 s). |
-/// | `ttl = "24h"` | how long the outcome is kept; at least the lease (a compile error otherwise, when both are given). |
-/// | `in_flight_wait = "10s"` | how long a concurrent call of the same key waits for the outcome before `Error::InFlight` (one name for this setting everywhere: `Tool::in_flight_wait`, `IdemBuilder::in_flight_wait`). |
-/// | `idem = <expr>` | the runtime to use, e.g. `idem = self.idem` (an `Idem`, `&Idem` or `Arc<Idem>`); default: the runtime in force (`Idem::current`). |
-/// | `verify = check` | S19: an `async fn` asked, before anything is sent again, whether an attempt whose outcome is unknown took effect (see below). `verify = Self::check` for a method. |
-/// | `resend = true` / `resend = false` | S20: whether an attempt whose outcome is unknown (it answered `Ambiguous`, was cancelled or panicked, lost its lease) may be sent again under the same key. Default: `true` iff the function takes the `&IdempotencyKey` (it passes the key on, so the provider can deduplicate); otherwise the call ends in `idemkit::Error::Ambiguous` and the record is kept until a verification or an operator (`idemkit resolve`) settles it. |
-/// | `tenant_required = true` | the tool never runs without a tenant in force (S18). |
-/// | `json` | callable by name with JSON arguments (`idemkit::JsonTools`, feature `json`): a free function whose parameters each come from a JSON object's property of the same name. |
-/// | `destructive = false`, `open_world = true` | with rmcp's `#[tool]` below the attribute (feature `rmcp`): the tool's `destructiveHint` and `openWorldHint`; the other hints follow from the attribute. |
-/// | `rig` | on the `call` of a rig `PortableTool` impl (feature `rig`): the wrapper serves rig's `Result<ToolOutput, ToolExecutionError>`, the key's tool name is the impl's `NAME` (see `idemkit::rig`). |
-/// | `crate = path` | where the `idemkit` crate is, when it is renamed (default `::idemkit`). |
+/// Every argument, with an example of each. Only `key` is required.
+///
+/// | argument | example | meaning |
+/// | --- | --- | --- |
+/// | `key` | `key = "customer_id, req.period, self.account"` or `key(customer_id, req.period)` | **required**: the fields that identify the operation, in key order. Each is a parameter, a name bound by a destructuring parameter, or `self`, followed by field accesses. The field's name in the key is the last segment (`req.period` → `period`). An operation with no natural identity keys on an `OperationId` parameter: `key = "step"` for `step: OperationId`. |
+/// | `nfc(..)`, `nfc_fold(..)` in `key` | `key = "nfc_fold(email), period"` | a text key field normalised first: `nfc` Unicode NFC, `nfc_fold` NFC trimmed and in lower case (keys are byte-exact without). |
+/// | `name` | `name = "payments.charge"` | the tool's name, part of every key and the name a model calls it by (default: the function's name, or rmcp's `#[tool(name = "...")]`). Pin it to keep keys stable across renames. |
+/// | `max_attempts` | `max_attempts = 5` | attempts in all, the first included (default: the runtime's retry policy, 4). |
+/// | `retry` | `retry = RetryPolicy::default().with_max_attempts(5)` | a whole `idemkit::RetryPolicy` for this tool. |
+/// | `lease` | `lease = "30s"` | how long a claim holds before another call may take over; renewed every third of it while the body runs, so it bounds how long a crashed holder blocks the key, not how long a body may run (default: the runtime's, 10 s). |
+/// | `ttl` | `ttl = "7d"` | how long the outcome is kept; at least the lease (a compile error otherwise, when both are given). |
+/// | `in_flight_wait` | `in_flight_wait = "2s"` | how long a concurrent call of the same key waits for the outcome before `Error::InFlight` (the same setting as `Tool::in_flight_wait`, `IdemBuilder::in_flight_wait`). |
+/// | `idem` | `idem = self.idem` | the runtime to use (an `Idem`, `&Idem` or `Arc<Idem>`); default: the runtime in force (`Idem::current`). |
+/// | `verify` | `verify = welcome_sent`, `verify = Self::was_voided` | S19: an `async fn` asked, before anything is sent again, whether an attempt whose outcome is unknown took effect (see below). |
+/// | `resend` | `resend = false` | S20: whether an attempt whose outcome is unknown (it answered `Ambiguous`, was cancelled or panicked, lost its lease) may be sent again under the same key. Default: `true` iff the function takes the `&IdempotencyKey` (it passes the key on, so the provider can deduplicate); otherwise the call ends in `idemkit::Error::Ambiguous` and the record is kept until a verification or an operator (`idemkit resolve`) settles it. |
+/// | `tenant_required` | `tenant_required = true` | the tool never runs without a tenant in force (`idemkit::as_tenant`, S18): `idemkit::Error::NoTenant` instead. |
+/// | `json` | `#[side_effect(key = "order_id", json)]` | callable by name with JSON arguments (feature `json`): listed by `idemkit::JsonTools` (JSON function calling) and served over MCP by `idemkit::mcp::JsonToolsServer`, one definition for both. A free function whose parameters each come from a JSON object's property of the same name; an `OperationId` parameter comes from the host instead (see below). |
+/// | `destructive` | `destructive = true` | MCP's `destructiveHint` (feature `rmcp`), with rmcp's `#[tool]` below the attribute, or with `json`; the other hints follow from the attribute. |
+/// | `open_world` | `open_world = false` | MCP's `openWorldHint`, as `destructive`. |
+/// | `rig` | `#[side_effect(key = "args.order_id", rig)]` | on the `call` of a rig `PortableTool` impl (feature `rig`): the wrapper serves rig's `Result<ToolOutput, ToolExecutionError>`, the key's tool name is the impl's `NAME` (see `idemkit::rig`). |
+/// | `crate` | `crate = my_idemkit` | where the `idemkit` crate is, when it is renamed (default `::idemkit`). |
 ///
 /// Durations are numbers with units `ms`, `s`, `m`, `h`, `d`, combinable: `"1h30m"`.
 ///
@@ -195,6 +200,72 @@ use ast::Kind;
 /// # }));
 /// ```
 ///
+/// # Tools a model calls: descriptions, operations, one definition
+///
+/// A model is told what a tool does by its doc comment (the registry's `description`, a JSON
+/// tool's definition, rmcp's `#[tool(description)]`): the summary and body, without rustdoc's
+/// sections for Rust readers (`# Errors`, `# Panics`, `# Examples`, `# Safety`, up to the next
+/// other heading) and without link syntax (`` [`Receipt`] `` reads `Receipt`, `[the policy](x)`
+/// reads `the policy`). So `# Errors`, which pedantic clippy asks of a public tool, stays for
+/// readers of the docs.
+///
+/// A tool with no natural key (an e-mail, a message) keys on an `OperationId` parameter. Called
+/// by a model (`json`), that parameter is **not** among the properties the model sends: the
+/// host names the operation from its own durable state (a plan step, a ticket) around the model's
+/// turn with `idemkit::operation_scope("plan-42/step-3", ...)`, and the call gets its id
+/// (`idem.operation("plan-42/step-3")`, minted once and stored). A retried turn (a new
+/// `tool_call_id`, the same step) or the same step after the agent restarts derives the same
+/// key, so the mail goes out once; without an operation in force the call is refused
+/// (`idemkit::Error::NoOperation`). The id comes from the tool's runtime (`idem = ...`, else the
+/// one in force). Over MCP, the client names the operation in the request's `_meta`
+/// (`{"idemkit/operation": "plan-42/step-3"}`): `idemkit::mcp::JsonToolsServer` reads it for
+/// `json` tools; an rmcp `#[tool]` method under `#[side_effect]` may take an `OperationId`
+/// parameter too (rmcp's router never sees it) when its server is wrapped in
+/// `idemkit::mcp::Operations`. A rig tool's `call` has rig's own signature, so it cannot take
+/// one: key it on a field of the tool (`key = "self.step, args.to"`) that the host fills from
+/// `idem.operation("plan-42/step-3")` when it builds the tool for that step.
+///
+/// ```
+/// use idemkit::{Idem, JsonTools, MemoryStore, OperationId, operation_scope, side_effect};
+///
+/// /// Sends the customer one apology for the plan step being carried out.
+/// ///
+/// /// # Errors
+/// ///
+/// /// When the mail provider refuses it.
+/// #[side_effect(key = "step", json)]
+/// async fn send_apology(step: OperationId, to: String, text: String) -> anyhow::Result<String> {
+///     Ok(format!("sent to {to}"))
+/// }
+///
+/// # let run = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+/// # run.block_on(async {
+/// let idem = Idem::new(MemoryStore::new());
+/// let tools = JsonTools::only(["send_apology"]).unwrap();
+/// // The model sees `to` and `text` only.
+/// assert_eq!(tools.definitions()[0].parameters["required"], serde_json::json!(["to", "text"]));
+/// assert!(!tools.definitions()[0].description.contains("# Errors"));
+/// let args = r#"{"to": "ada@example.com", "text": "Sorry!"}"#;
+/// let turn = || idem.scope(operation_scope("plan-42/step-3", tools.call("send_apology", args)));
+/// let first = turn().await.unwrap();
+/// let retried = turn().await.unwrap(); // the model's turn again: the same step
+/// assert!(retried.replayed() && retried.key() == first.key());
+/// # });
+/// ```
+///
+/// One definition serves JSON function calling and MCP: mark a free function `json` and serve
+/// `idemkit::JsonTools` with `idemkit::mcp::JsonToolsServer`: one name, one description, one
+/// record (a call over MCP replays one made by JSON function calling, and back). A tool written
+/// as an rmcp `#[tool]` method is an MCP tool only; a rig tool is its own `PortableTool` impl.
+///
+/// # A retry loop around the tool
+///
+/// The wrapper already retries (by `max_attempts`/`retry` and the error's `Classify`): a loop of
+/// your own around a call multiplies the attempts (3 turns of your loop × 4 attempts = 12 bodies).
+/// Let the attribute decide instead. A call of a key that is still in progress in this process,
+/// or that just gave up retrying, is logged as a `tracing` warning (target
+/// `idemkit.side_effect`) naming the tool and the key, so such a loop shows in the logs.
+///
 /// # What the wrapper does
 ///
 /// Callers see the signature as written, minus the `&IdempotencyKey` parameter. On each call the
@@ -253,10 +324,22 @@ pub fn side_effect(args: TokenStream, item: TokenStream) -> TokenStream {
 /// The error type needs `Classify` only: nothing is recorded, so no `From<idemkit::Error>` and
 /// no `Serialize` for the output.
 ///
-/// Arguments: `name = "..."`, `max_attempts = N`, `retry = <expr>`, `idem = <expr>`,
-/// `open_world = ...`, `rig`, `json`, `crate = path`, as for [`macro@side_effect`]. A `key` is an
-/// error: read-only tools need none; so are `verify` and `resend`: a read changes nothing, so one
-/// whose answer was lost is simply read again.
+/// # Arguments
+///
+/// | argument | example | meaning |
+/// | --- | --- | --- |
+/// | `name` | `name = "orders.status"` | the tool's name (default: the function's name). |
+/// | `max_attempts` | `max_attempts = 3` | attempts in all, the first included. |
+/// | `retry` | `retry = RetryPolicy::no_retry()` | a whole `idemkit::RetryPolicy` for this tool. |
+/// | `idem` | `idem = self.idem` | the runtime whose retry defaults apply. |
+/// | `json` | `#[read_only(json)]` | callable by name with JSON arguments (`idemkit::JsonTools`, `idemkit::mcp::JsonToolsServer`; feature `json`). |
+/// | `open_world` | `open_world = true` | MCP's `openWorldHint` (with rmcp's `#[tool]` below, or `json`). |
+/// | `rig` | `#[read_only(rig)]` | on the `call` of a rig `PortableTool` impl (feature `rig`). |
+/// | `crate` | `crate = my_idemkit` | where the `idemkit` crate is, when it is renamed. |
+///
+/// A `key` is an error: read-only tools need none; so are `verify`, `resend`, `lease`, `ttl`,
+/// `in_flight_wait`, `tenant_required` and `destructive`: a read changes nothing and records
+/// nothing, so one whose answer was lost is simply read again.
 #[proc_macro_attribute]
 pub fn read_only(args: TokenStream, item: TokenStream) -> TokenStream {
     expand(Kind::ReadOnly, args.into(), item.into()).into()
@@ -353,7 +436,7 @@ fn expand(kind: Kind, args: TokenStream2, item: TokenStream2) -> TokenStream2 {
             return quote::quote!(#item #errors);
         }
     };
-    let mcp = rmcp::find(&cx, kind, &func);
+    let mcp = mode::mcp::find(&cx, kind, &func);
     let tool = ast::Tool::new(kind, func, mcp);
     check::check(&cx, &args, &tool);
     match cx.finish() {

@@ -10,7 +10,7 @@ use syn::{Ident, Type};
 
 use crate::ast::{self, Kind, Role, Tool};
 use crate::attr::{Args, KeyPath, Normalize};
-use crate::rmcp::is_parameters;
+use crate::mode::mcp::is_parameters;
 
 /// What the expansion needs, once everything checked out.
 pub(crate) struct Plan {
@@ -71,6 +71,9 @@ pub(crate) struct JsonParam {
     pub held: Type,
     /// Lent to the call (`&held`), or moved.
     pub lent: bool,
+    /// An `OperationId` of a side-effect tool: not read from JSON, but the id of the operation
+    /// the host put in force (`idemkit::operation_scope`).
+    pub host: bool,
 }
 
 pub(crate) struct KeyField {
@@ -88,7 +91,7 @@ pub(crate) struct FingerprintArg {
     pub name: String,
     pub ident: Ident,
     pub span: Span,
-    /// Its fields that are key fields, left out (MCP requests only, see `mcp`).
+    /// Its fields that are key fields, left out (MCP requests only, see `mode::mcp`).
     pub except: Vec<String>,
 }
 
@@ -119,6 +122,7 @@ pub(crate) fn lower(args: &Args, tool: &Tool) -> Plan {
         },
     };
     let json = args.json.as_ref().map(|_| json_params(tool));
+
     let by_rig_name = args.rig.is_some() && args.name.is_none();
     let name_expr = if by_rig_name {
         let private = crate::attr::private(args);
@@ -166,6 +170,8 @@ fn json_params(tool: &Tool) -> Vec<JsonParam> {
                 ident: ident.clone(),
                 held,
                 lent,
+                host: tool.kind == crate::ast::Kind::SideEffect
+                    && ast::is_operation_type(&p.arg.ty),
             })
         })
         .collect()

@@ -235,3 +235,46 @@ fn copy_as_written_is_told_by_spelling_alone() {
         assert!(!copy(ty), "{ty} is not known to be Copy by its spelling");
     }
 }
+
+/// Issue 33: what a model is told a tool does is its doc comment without rustdoc's sections for
+/// Rust readers and without link syntax, in the registry (JSON function calling) and in rmcp's
+/// `#[tool(description = ...)]` alike.
+#[test]
+fn expansion_of_a_documented_mcp_tool_tells_the_model_its_summary_and_body_only() {
+    let out = crate::expand(
+        Kind::SideEffect,
+        quote!(key = "req.order_id"),
+        quote! {
+            /// Refunds an order once, returning a [`Receipt`].
+            ///
+            /// The amount is the order's; see [the policy](crate::policy).
+            ///
+            /// # Errors
+            ///
+            /// When the order does not exist.
+            ///
+            /// # Examples
+            ///
+            /// ```
+            /// # use support::refund;
+            /// refund(req).await?;
+            /// ```
+            #[tool]
+            async fn refund(&self, req: Parameters<RefundReq>) -> Result<Receipt, SupportError> {
+                self.provider.refund(&req.0).await
+            }
+        },
+    );
+    let text = pretty(out);
+    assert!(!text.contains("compile_error"), "{text}");
+    let told: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("Refunds") || l.trim_start().starts_with("#[tool("))
+        .collect();
+    assert!(
+        told.iter()
+            .all(|l| !l.contains("When the order does not exist")),
+        "{text}"
+    );
+    insta::assert_snapshot!(told.join("\n"));
+}

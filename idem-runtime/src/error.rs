@@ -152,6 +152,18 @@ pub enum Error {
         tool: String,
     },
 
+    /// The tool takes an [`OperationId`](crate::OperationId) that the host names (a tool called
+    /// by a model: JSON function calling, MCP), and no operation is in force: the body was not run.
+    #[error(
+        "idemkit: tool `{tool}` is keyed on an operation the host names, and no operation is in force here; the \
+         tool was not run. Run the model's turn under `idemkit::operation_scope(\"plan-42/step-3\", ...)`, naming \
+         the operation from the host's own durable state (the plan step, the ticket), never from the model"
+    )]
+    NoOperation {
+        /// The tool's name.
+        tool: String,
+    },
+
     /// No runtime is in force where [`Idem::current`](crate::Idem::current) was asked (outside a
     /// tool call).
     #[error(
@@ -211,23 +223,50 @@ pub enum StoreErrorKind {
 }
 
 /// A failure of a [`Store`](crate::Store), with what to do about it.
-#[derive(Debug, thiserror::Error)]
-#[error("{message}")]
-pub struct StoreError {
+///
+/// One pointer wide (its parts are boxed), so that [`Error`], which carries it, stays under
+/// clippy's `result_large_err` threshold (128 bytes) inside a tool's own error enum.
+pub struct StoreError(Box<StoreErrorInner>);
+
+struct StoreErrorInner {
     kind: StoreErrorKind,
     message: String,
-    #[source]
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+impl std::fmt::Debug for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreError")
+            .field("kind", &self.0.kind)
+            .field("message", &self.0.message)
+            .field("source", &self.0.source)
+            .finish()
+    }
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0.message)
+    }
+}
+
+impl std::error::Error for StoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0
+            .source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
 }
 
 impl StoreError {
     /// A failure of `kind`, described by `message` (what happened, and what to do).
     pub fn new(kind: StoreErrorKind, message: impl Into<String>) -> Self {
-        StoreError {
+        StoreError(Box::new(StoreErrorInner {
             kind,
             message: message.into(),
             source: None,
-        }
+        }))
     }
 
     /// The store could not be reached.
@@ -242,12 +281,30 @@ impl StoreError {
 
     /// Attaches the underlying error.
     pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
-        self.source = Some(Box::new(source));
+        self.0.source = Some(Box::new(source));
         self
     }
 
     /// What kind of failure this is.
     pub fn kind(&self) -> StoreErrorKind {
-        self.kind
+        self.0.kind
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Error, StoreError};
+
+    /// Issue 33: `enum ToolError { Idem(idemkit::Error), .. }` as a tool's `Result` error passes
+    /// clippy's default `result_large_err` (which fires at 128 bytes).
+    #[test]
+    fn error_is_small_enough_for_result_large_err() {
+        let size = std::mem::size_of::<Error>();
+        println!("idemkit::Error is {size} bytes");
+        assert!(size < 128, "idemkit::Error is {size} bytes");
+        assert_eq!(
+            std::mem::size_of::<StoreError>(),
+            std::mem::size_of::<usize>()
+        );
     }
 }

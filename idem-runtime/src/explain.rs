@@ -189,6 +189,13 @@ impl Explanation {
                  Calling again will not help until the server sets one; tell the user."
                     .to_owned(),
             ),
+            Error::NoOperation { .. } => Self::new(
+                "no_operation",
+                false,
+                "Not run: this tool acts once per operation of the program that runs you (a plan step, a ticket), \
+                 and that program named none for this call. Calling again will not help; tell the user."
+                    .to_owned(),
+            ),
             Error::NotConfigured { reason, .. } => Self::new(
                 "not_configured",
                 false,
@@ -373,6 +380,7 @@ fn tool_of(error: &Error) -> Option<&str> {
         | Error::Arguments { tool, .. }
         | Error::Settings { tool, .. }
         | Error::NoTenant { tool }
+        | Error::NoOperation { tool }
         | Error::NotConfigured { tool, .. }
         | Error::DuplicateTool { tool, .. } => Some(tool),
         Error::NoRuntime { .. } => None,

@@ -64,6 +64,46 @@ impl std::fmt::Debug for Idem {
 tokio::task_local! {
     static SCOPED: Idem;
     static TENANT: Arc<str>;
+    static OPERATION: Arc<str>;
+}
+
+/// Runs `fut` as the operation called `name`: a tool called by a model (JSON function calling,
+/// MCP) that takes an [`OperationId`] gets the id of `name` ([`Idem::operation`]), which the
+/// model neither sees nor sends. The host names the operation from its own durable state (a
+/// plan step, a ticket), around one model turn: a retried turn (a new `tool_call_id`, the same
+/// step), or the same step after the agent restarts, derives the same key, so the tool acts once.
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use idem_runtime::{Idem, MemoryStore, operation_scope, scoped_operation};
+///
+/// let idem = Idem::new(MemoryStore::new());
+/// let id = idem.scope(operation_scope("plan-42/step-3", scoped_operation("send_email"))).await?;
+/// assert_eq!(id, idem.operation("plan-42/step-3").await?);
+/// # Ok::<(), idem_runtime::Error>(())
+/// # }).unwrap();
+/// ```
+///
+/// Tasks `fut` spawns do not inherit it: wrap them too.
+pub async fn operation_scope<F: Future>(name: impl Into<Arc<str>>, fut: F) -> F::Output {
+    OPERATION.scope(name.into(), fut).await
+}
+
+/// The name [`operation_scope`] set for this task, if any.
+pub fn operation_name() -> Option<Arc<str>> {
+    OPERATION.try_with(Arc::clone).ok()
+}
+
+/// The [`OperationId`] of the operation in force ([`operation_scope`]), from the runtime in
+/// force: what a tool called by a model gets for its `OperationId` parameter. Without an
+/// operation in force, [`Error::NoOperation`] naming `tool`.
+pub async fn scoped_operation(tool: &str) -> Result<OperationId, Error> {
+    if operation_name().is_none() {
+        return Err(Error::NoOperation {
+            tool: tool.to_owned(),
+        });
+    }
+    Idem::current()?.scoped_operation(tool).await
 }
 
 /// Runs `fut` with every call in it made on behalf of `tenant` (an account, an authenticated
@@ -240,6 +280,18 @@ impl Idem {
                 key: None,
                 source,
             })
+    }
+
+    /// The [`OperationId`] of the operation in force ([`operation_scope`]) in this runtime's
+    /// store; without one, [`Error::NoOperation`] naming `tool`. What a tool with `idem = ...`
+    /// that a model calls gets for its `OperationId` parameter.
+    pub async fn scoped_operation(&self, tool: &str) -> Result<OperationId, Error> {
+        match operation_name() {
+            Some(name) => self.operation(&name).await,
+            None => Err(Error::NoOperation {
+                tool: tool.to_owned(),
+            }),
+        }
     }
 }
 

@@ -57,6 +57,13 @@ type Run = Pin<Box<dyn Future<Output = (Ended, Option<CallInfo>)> + Send>>;
 #[doc(hidden)]
 pub struct JsonEntry {
     name: &'static str,
+    /// Its kind and model-facing description, the tool's own (not looked up by name: an MCP
+    /// method of the same name has its own registration).
+    kind: ToolKind,
+    description: &'static str,
+    /// `destructive = ..`, `open_world = ..` on the attribute: MCP's hints, when served there.
+    destructive: Option<bool>,
+    open_world: Option<bool>,
     parameters: fn() -> Value,
     /// Reads the arguments (refusing them runs nothing), then the call to await; the tool's
     /// registration, when found, names its kind and key fields for the explanation of a failure.
@@ -70,9 +77,19 @@ inventory::collect!(JsonEntry);
 
 impl JsonEntry {
     /// The entry of the tool `name` whose arguments are `A`.
-    pub const fn new<A: JsonArgs>(name: &'static str) -> Self {
+    pub const fn new<A: JsonArgs>(
+        name: &'static str,
+        kind: ToolKind,
+        description: &'static str,
+        destructive: Option<bool>,
+        open_world: Option<bool>,
+    ) -> Self {
         JsonEntry {
             name,
+            kind,
+            description,
+            destructive,
+            open_world,
             parameters: parameters_of::<A>,
             prepare: prepare::<A>,
             type_name: std::any::type_name::<A>,
@@ -212,22 +229,48 @@ pub trait DescribeDisplay {
 
 impl<E: StdError + 'static> DescribeDisplay for &Describe<'_, E> {
     fn describe(&self) -> String {
-        EXPLAINING.with(|slot| {
-            if let Some(explaining) = slot.borrow_mut().as_mut() {
-                let failure = match explaining.info.as_ref().map(|i| i.outcome) {
-                    Some(CallOutcome::Failed(failure)) => failure,
-                    _ => Failure::Permanent,
-                };
-                explaining.told = Some(Explanation::of(
-                    self.0,
-                    failure,
-                    explaining.kind,
-                    explaining.info.as_ref(),
-                    explaining.key_fields,
-                ));
-            }
-        });
-        self.0.to_string()
+        describe_error(self.0)
+    }
+}
+
+/// The text of an error seen as a `std::error::Error`, explained by idemkit's own error in its
+/// chain when [`explaining`] asks.
+fn describe_error(error: &(dyn StdError + 'static)) -> String {
+    EXPLAINING.with(|slot| {
+        if let Some(explaining) = slot.borrow_mut().as_mut() {
+            let failure = match explaining.info.as_ref().map(|i| i.outcome) {
+                Some(CallOutcome::Failed(failure)) => failure,
+                _ => Failure::Permanent,
+            };
+            explaining.told = Some(Explanation::of(
+                error,
+                failure,
+                explaining.kind,
+                explaining.info.as_ref(),
+                explaining.key_fields,
+            ));
+        }
+    });
+    error.to_string()
+}
+
+/// `anyhow::Error` and `Box<dyn Error + Send + Sync>`, not `std::error::Error`s themselves: seen
+/// through what they hold, so idemkit's own error in their chain explains them too.
+#[doc(hidden)]
+pub trait DescribeChain {
+    fn describe(&self) -> String;
+}
+
+impl DescribeChain for &Describe<'_, Box<dyn StdError + Send + Sync>> {
+    fn describe(&self) -> String {
+        describe_error(&**self.0)
+    }
+}
+
+#[cfg(feature = "anyhow")]
+impl DescribeChain for &Describe<'_, anyhow::Error> {
+    fn describe(&self) -> String {
+        describe_error(self.0.as_ref())
     }
 }
 
@@ -261,6 +304,10 @@ pub struct ToolDefinition {
     /// The JSON Schema of its arguments: an object with `properties` and `required`, unknown
     /// properties refused (`additionalProperties: false`).
     pub parameters: Value,
+    /// `destructive = ..` on the attribute (MCP's `destructiveHint`, when served there).
+    pub destructive: Option<bool>,
+    /// `open_world = ..` on the attribute (MCP's `openWorldHint`, when served there).
+    pub open_world: Option<bool>,
 }
 
 impl ToolDefinition {
@@ -442,7 +489,15 @@ impl fmt::Debug for JsonTools {
 }
 
 impl JsonTools {
-    /// Every tool of this program marked `json`, each described by its own doc comment.
+    /// Every tool of this program marked `json`, each described by its own doc comment (its
+    /// summary and body; rustdoc's `# Errors`, `# Panics`, `# Examples` and `# Safety` sections
+    /// and link syntax are left out).
+    ///
+    /// A tool is marked `json` in its attribute, with the `json` feature of `idemkit` on:
+    /// `#[side_effect(key = "order_id", json)]` or `#[read_only(json)]` on a free `async fn`
+    /// whose parameters are the JSON object's properties (`idemkit = { version = "...",
+    /// features = ["json"] }`). An `OperationId` parameter is not a property: it is the
+    /// operation the host put in force with `idemkit::operation_scope`.
     ///
     /// A name two of them share is neither listed nor called: a call of it is refused with
     /// [`JsonCallError::DuplicateTool`], naming both places (side-effect tools of one name are
@@ -527,9 +582,11 @@ impl JsonTools {
             .iter()
             .map(|(name, entry)| ToolDefinition {
                 name,
-                description: entry.info.map_or("", |i| i.description),
-                kind: entry.info.map_or(ToolKind::SideEffect, |i| i.kind),
+                description: entry.json.description,
+                kind: entry.json.kind,
                 parameters: (entry.json.parameters)(),
+                destructive: entry.json.destructive,
+                open_world: entry.json.open_world,
             })
             .collect()
     }

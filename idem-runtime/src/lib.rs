@@ -97,11 +97,16 @@ pub use exec::{Attempt, Next, ReadCall, ReadNext, SideEffectCall, VerifyStep};
 pub use exec::{Tool, Verified, Verifying};
 pub use explain::Explanation;
 pub use fingerprint::{Fingerprint, Fingerprinter};
-pub use idem::{AlreadyInstalled, BuildError, Idem, IdemBuilder, as_tenant, operation};
+pub use idem::{
+    AlreadyInstalled, BuildError, Idem, IdemBuilder, as_tenant, operation, operation_name,
+    operation_scope, scoped_operation,
+};
 pub use key::normalize;
 pub use key::{IdempotencyKey, KeyField, KeyHasher, KeyPart, KeyValue, OperationId};
 pub use observe::{CallInfo, CallOutcome, observe};
-pub use registry::{DuplicateTools, ToolInfo, ToolKind, check_unique_tool_names, tools};
+pub use registry::{
+    DuplicateTools, ToolInfo, ToolKind, check_unique_tool_names, tools, tools_manifest,
+};
 pub use retry::{Classify, Failure, RetryPolicy, Schedule};
 pub use store::memory::MemoryStore;
 #[cfg(feature = "postgres")]

@@ -37,6 +37,10 @@ pub struct ToolInfo {
     pub kind: ToolKind,
     /// The key fields' names as the key encodes them, in order (empty for read-only tools).
     pub key_fields: &'static [&'static str],
+    /// Each key field's Rust type name (`std::any::type_name`), in the same order; `"?"` where
+    /// the attribute could not name it (a generic or borrowed-with-a-named-lifetime parameter, a
+    /// field of `self`). See [`tools_manifest`].
+    pub key_types: &'static [fn() -> &'static str],
     /// The tool's doc comment.
     pub description: &'static str,
     /// Where it is defined: `module_path!()`.
@@ -52,6 +56,65 @@ inventory::collect!(ToolInfo);
 /// Every tool registered in this program, in no particular order.
 pub fn tools() -> impl Iterator<Item = &'static ToolInfo> {
     inventory::iter::<ToolInfo>.into_iter()
+}
+
+/// Every tool of this program as JSON, for `idemkit key --check FILE`: an application writes it
+/// (to a file next to its binary, at build or start-up: `std::fs::write("tools.json",
+/// idemkit::tools_manifest())`) so that an operator's key derivation is checked against the
+/// tools as they are: each side-effect tool's name and its key fields in key order, with their
+/// Rust types and the kind the key encodes them as (`text`, `int`, `bool`, `bytes`, `uuid`, or
+/// `any` when not known).
+///
+/// ```json
+/// {"version": 1, "tools": [{"name": "charge", "kind": "side_effect",
+///   "key_fields": [{"name": "customer_id", "type": "&str", "kind": "text"}]}]}
+/// ```
+pub fn tools_manifest() -> String {
+    let mut tools: Vec<&'static ToolInfo> = tools().collect();
+    tools.sort_by_key(|t| (t.name, t.module_path, t.line));
+    let tools: Vec<serde_json::Value> = tools
+        .into_iter()
+        .map(|t| {
+            let fields: Vec<serde_json::Value> = t
+                .key_fields
+                .iter()
+                .enumerate()
+                .map(|(i, name)| {
+                    let ty = t.key_types.get(i).map_or("?", |f| f());
+                    serde_json::json!({"name": name, "type": ty, "kind": key_kind(ty)})
+                })
+                .collect();
+            let kind = match t.kind {
+                ToolKind::SideEffect => "side_effect",
+                ToolKind::ReadOnly => "read_only",
+            };
+            serde_json::json!({"name": t.name, "kind": kind, "key_fields": fields})
+        })
+        .collect();
+    let manifest = serde_json::json!({"version": 1, "tools": tools});
+    serde_json::to_string_pretty(&manifest).expect("a manifest is JSON")
+}
+
+/// The kind a key encodes a value of Rust type `ty` as (key encoding v1), by its type name.
+fn key_kind(ty: &str) -> &'static str {
+    let ty = ty.trim_start_matches('&').trim();
+    let last = ty.rsplit("::").next().unwrap_or(ty);
+    let base = ty.split('<').next().unwrap_or(ty);
+    let base_last = base.rsplit("::").next().unwrap_or(base);
+    match last {
+        "str" | "String" | "char" => return "text",
+        "bool" => return "bool",
+        "u8" | "u16" | "u32" | "u64" | "u128" | "usize" | "i8" | "i16" | "i32" | "i64" | "i128"
+        | "isize" => return "int",
+        "Uuid" | "OperationId" => return "uuid",
+        "[u8]" => return "bytes",
+        _ => {}
+    }
+    match base_last {
+        "Cow" | "Box" | "Arc" | "Rc" if ty.ends_with("str>") => "text",
+        "Vec" if ty.ends_with("<u8>") => "bytes",
+        _ => "any",
+    }
 }
 
 /// Two or more tools share a name, and so would share keys.

@@ -137,6 +137,17 @@ pub async fn every_subcommand<S: Store + OperationIds + Records + Clone>(store: 
         let all: Vec<&str> = args.iter().chain(at).copied().collect();
         expect(&all, code)
     };
+    // Issue 33: an operation's id, read by name, never minted.
+    let op = store
+        .operation_id("plan-42/step-3", uuid::Uuid::new_v4())
+        .await
+        .unwrap();
+    assert_eq!(
+        stdout(&run(&["key", "--operation", "plan-42/step-3"], 0)),
+        format!("{op}\n")
+    );
+    run(&["key", "--operation", "plan-42/step-404"], 1);
+    assert_eq!(store.operation("plan-42/step-404").await.unwrap(), None);
     agent.call("charge", 1, DAY).await;
     tokio::time::sleep(Duration::from_millis(15)).await;
     agent.call("charge", 2, DAY).await;

@@ -6,6 +6,7 @@
 //! macros calls through [`Tool`].
 
 mod core;
+mod repeats;
 mod typed;
 mod verified;
 

@@ -21,6 +21,7 @@ use serde::de::DeserializeOwned;
 
 use super::Tool;
 use super::core::{Call, End, Next, Read, ReadNext};
+use super::repeats::InProgress;
 use super::verified::Verified;
 use crate::error::Error;
 use crate::fingerprint::Fingerprint;
@@ -33,6 +34,10 @@ use crate::retry::Classify;
 pub struct SideEffectCall<'a, T, E> {
     call: Call<'a>,
     last: Option<Result<T, E>>,
+    /// In this process's set of calls in progress (a repeat of the key is warned of).
+    in_progress: InProgress,
+    /// Attempts that ended with a result.
+    attempts: u32,
 }
 
 impl<'a, T, E> SideEffectCall<'a, T, E> {
@@ -43,9 +48,12 @@ impl<'a, T, E> SideEffectCall<'a, T, E> {
         key: IdempotencyKey,
         fingerprint: Result<Fingerprint, serde_json::Error>,
     ) -> Self {
+        let in_progress = super::repeats::enter(tool.name(), &key);
         SideEffectCall {
             call: Call::side_effect(tool, key, fingerprint),
             last: None,
+            in_progress,
+            attempts: 0,
         }
     }
 
@@ -87,6 +95,7 @@ impl<'a, T: Serialize + DeserializeOwned, E: Classify + From<Error>> SideEffectC
             Ok(value) => self.call.succeeded(value, reads_back::<T>),
             Err(err) => self.call.failed(err.classify()),
         }
+        self.attempts += 1;
         self.last = Some(result);
     }
 
@@ -117,7 +126,15 @@ impl<'a, T: Serialize + DeserializeOwned, E: Classify + From<Error>> SideEffectC
     /// moving into this function.
     pub fn end(&mut self) -> Result<T, E> {
         match self.call.take_end() {
-            End::LastAttempt => last(self.last.take()),
+            End::LastAttempt => {
+                if let Some(Err(e)) = &self.last
+                    && self.attempts > 1
+                    && e.classify().is_retryable()
+                {
+                    self.in_progress.gave_up(self.attempts);
+                }
+                last(self.last.take())
+            }
             End::Replay(replay) => match serde_json::from_slice(&replay.outcome) {
                 Ok(value) => {
                     replay.decoded();

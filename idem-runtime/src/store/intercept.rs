@@ -199,4 +199,7 @@ where
     async fn counts(&self) -> Result<Vec<Count>, StoreError> {
         self.inner.counts().await
     }
+    async fn operation(&self, name: &str) -> Result<Option<Uuid>, StoreError> {
+        self.inner.operation(name).await
+    }
 }

@@ -410,6 +410,16 @@ pub trait Records: Send + Sync {
 
     /// Live records by tool and state (only the pairs that have any), sorted by tool then state.
     async fn counts(&self) -> Result<Vec<Count>, StoreError>;
+
+    /// The id the operation called `name` was given ([`Idem::operation`](crate::Idem::operation)),
+    /// if it has one; never mints one. What `idemkit key TOOL FIELD=op:NAME` reads.
+    async fn operation(&self, name: &str) -> Result<Option<uuid::Uuid>, StoreError> {
+        let _ = name;
+        Err(StoreError::new(
+            crate::StoreErrorKind::Other,
+            "this store does not look operation names up",
+        ))
+    }
 }
 
 #[async_trait::async_trait]
@@ -441,6 +451,9 @@ impl<R: Records + ?Sized> Records for Arc<R> {
     }
     async fn counts(&self) -> Result<Vec<Count>, StoreError> {
         (**self).counts().await
+    }
+    async fn operation(&self, name: &str) -> Result<Option<uuid::Uuid>, StoreError> {
+        (**self).operation(name).await
     }
 }
 

@@ -192,6 +192,71 @@ pub async fn balance(customer_id: &str) -> Result<u64> {
     Ok(4200)
 }
 
+/// Issue 33: the README's error pattern, `Idem(idemkit::Error)` beside the tool's own cases, as
+/// the error of a public tool: clean under clippy's default `result_large_err` (idemkit's error
+/// is under its 128 bytes).
+#[derive(Debug)]
+pub enum SupportError {
+    /// No such order.
+    NotFound(String),
+    /// idemkit refused the call.
+    Idem(idemkit::Error),
+}
+
+impl std::fmt::Display for SupportError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SupportError::NotFound(order) => write!(f, "no order {order}"),
+            SupportError::Idem(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for SupportError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SupportError::NotFound(_) => None,
+            SupportError::Idem(e) => Some(e),
+        }
+    }
+}
+
+impl Classify for SupportError {
+    fn classify(&self) -> Failure {
+        Failure::Permanent
+    }
+}
+
+impl From<idemkit::Error> for SupportError {
+    fn from(e: idemkit::Error) -> Self {
+        SupportError::Idem(e)
+    }
+}
+
+/// Refunds an order once, for the model (JSON function calling and MCP alike).
+///
+/// # Errors
+///
+/// When the order does not exist, or idemkit refuses the call.
+#[side_effect(key = "order_id", json, destructive = true)]
+pub async fn refund_order(order_id: String, cents: u64) -> std::result::Result<u64, SupportError> {
+    if order_id.is_empty() {
+        return Err(SupportError::NotFound(order_id));
+    }
+    Ok(cents)
+}
+
+/// Sends the customer one apology for the plan step the host is carrying out (its
+/// `OperationId`, which the model neither sees nor sends).
+///
+/// # Errors
+///
+/// When idemkit refuses the call.
+#[side_effect(key = "step", json)]
+pub async fn send_apology(step: OperationId, to: String) -> anyhow::Result<String> {
+    Ok(format!("{to}: sorry ({step})"))
+}
+
 /// Tools as methods of what holds the client, and as MCP tools.
 pub struct Payments {
     idem: Idem,
@@ -223,6 +288,20 @@ impl Payments {
             key: key.to_string(),
             cents: req.0.cents,
         })
+    }
+
+    /// Cancels a charge once, failing with anyhow's error (issue 33).
+    ///
+    /// # Errors
+    ///
+    /// When the charge is unknown.
+    #[side_effect(key = "req.customer_id, req.period", idem = self.idem, destructive = true)]
+    #[tool]
+    async fn mcp_cancel(&self, req: Parameters<ChargeReq>) -> anyhow::Result<u64> {
+        if req.0.cents == 0 {
+            anyhow::bail!("no charge for {} in {}", req.0.customer_id, req.0.period);
+        }
+        Ok(req.0.cents)
     }
 
     /// A customer's balance.
@@ -309,6 +388,22 @@ mod tests {
         assert_eq!(payments.refund("ch_1", 500).await.unwrap(), 500);
         assert_eq!(payments.refund("ch_1", 500).await.unwrap(), 500);
         assert_eq!(payments.runs(), 1);
-        assert_eq!(Payments::tool_router().list_all().len(), 2);
+        assert_eq!(Payments::tool_router().list_all().len(), 3);
+        let support = Idem::new(MemoryStore::new());
+        let sent = support
+            .scope(idemkit::operation_scope("plan-1/step-2", async {
+                idemkit::JsonTools::only(["send_apology", "refund_order"])
+                    .unwrap()
+                    .call("send_apology", r#"{"to": "a@b.c"}"#)
+                    .await
+            }))
+            .await
+            .unwrap();
+        let step = support.operation("plan-1/step-2").await.unwrap();
+        assert_eq!(sent.value, format!("a@b.c: sorry ({step})"));
+        assert!(matches!(
+            support.scope(refund_order(String::new(), 1)).await,
+            Err(SupportError::NotFound(_))
+        ));
     }
 }

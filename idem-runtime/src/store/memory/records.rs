@@ -99,6 +99,10 @@ impl MemoryStore {
 
 #[async_trait::async_trait]
 impl Records for MemoryStore {
+    async fn operation(&self, name: &str) -> Result<Option<Uuid>, StoreError> {
+        Ok(self.lock().operations.get(name).copied())
+    }
+
     async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
         Ok(self.live_record(key))
     }

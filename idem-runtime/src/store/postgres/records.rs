@@ -89,6 +89,17 @@ impl PostgresStore {
 
 #[async_trait::async_trait]
 impl Records for PostgresStore {
+    async fn operation(&self, name: &str) -> Result<Option<Uuid>, StoreError> {
+        let query = format!("SELECT id FROM {} WHERE name = $1", self.sql.operations);
+        let query = &query;
+        let row = self
+            .run("reading an operation id", |c| async move {
+                self.row(&c, query, types::OPERATION_NAME, &[&name]).await
+            })
+            .await?;
+        Ok(row.map(|r| r.get::<_, Uuid>(0)))
+    }
+
     async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
         self.live_record(key).await
     }

@@ -25,6 +25,7 @@ pub(super) mod types {
         &[Type::UUID, Type::UUID, Type::TEXT, Type::INT8];
     pub(in super::super) const PRUNE: &[Type] = &[Type::INT8];
     pub(in super::super) const OPERATION_ID: &[Type] = &[Type::TEXT, Type::UUID];
+    pub(in super::super) const OPERATION_NAME: &[Type] = &[Type::TEXT];
     pub(in super::super) const LIST: &[Type] = &[
         Type::TEXT,
         Type::TEXT,

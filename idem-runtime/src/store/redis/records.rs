@@ -280,6 +280,18 @@ impl RedisStore {
 
 #[async_trait::async_trait]
 impl Records for RedisStore {
+    async fn operation(&self, name: &str) -> Result<Option<Uuid>, StoreError> {
+        let mut conn = self.conn.get();
+        let stored: Option<String> = redis::cmd("GET")
+            .arg(format!("{}op:{name}", self.prefix))
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| redis_error(e, "reading an operation id"))?;
+        stored
+            .map(|s| s.parse().map_err(|_| corrupt_field("operation id")))
+            .transpose()
+    }
+
     async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
         self.live_record(key).await
     }

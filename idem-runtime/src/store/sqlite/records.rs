@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use rusqlite::{OptionalExtension, named_params};
+use uuid::Uuid;
 
 use super::group::Scope;
 use super::inline::Access;
@@ -100,6 +101,29 @@ impl SqliteStore {
 
 #[async_trait::async_trait]
 impl Records for SqliteStore {
+    async fn operation(&self, name: &str) -> Result<Option<Uuid>, StoreError> {
+        let name = name.to_owned();
+        self.run(Access::Read, move |conn, path| {
+            let id: Option<Vec<u8>> = conn
+                .prepare_cached("SELECT id FROM operations WHERE name = :name")
+                .and_then(|mut st| {
+                    st.query_row(named_params! { ":name": name }, |row| row.get(0))
+                        .optional()
+                })
+                .map_err(|e| sql_error(path, "read an operation id from", e))?;
+            id.map(|id| {
+                Uuid::from_slice(&id).map_err(|_| {
+                    StoreError::corrupt(format!(
+                        "the operation id of `{name}` in {} is not a 16-byte UUID",
+                        path.display()
+                    ))
+                })
+            })
+            .transpose()
+        })
+        .await
+    }
+
     async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
         self.live_record(key).await
     }

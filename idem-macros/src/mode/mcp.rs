@@ -1,17 +1,20 @@
-//! rmcp's `#[tool(...)]` read from the method it sits on (MCP mode's parse stage), and the hints
-//! a classification implies. See `check` for what MCP mode refuses, `lower` for how key paths
-//! read a request, `serve` for the wrapper that serves MCP results.
+//! MCP mode (rmcp's `#[tool]` on the method): its parse stage (the `#[tool(...)]` the attribute
+//! finds on the method as written, and the hints a classification implies) and its expansion
+//! (`#[tool]` rewritten with those hints and the model-facing description, the wrapper serving
+//! `CallToolResult`s, replays and refusals included). What MCP mode refuses is `check`'s; how
+//! key paths read a request is `lower`'s.
 //!
 //! Attributes expand top to bottom, so ours sees the `async fn` as written with `#[tool(...)]`
 //! still on it.
 
-use proc_macro2::TokenStream;
-use quote::ToTokens;
+use proc_macro2::{Span, TokenStream};
+use quote::{ToTokens, quote, quote_spanned};
 use syn::punctuated::Punctuated;
+use syn::spanned::Spanned;
 use syn::{Attribute, Expr, Ident, LitBool, Meta, Token, Type};
 
-use crate::ast::Func;
-use crate::attr::{Args, Kind};
+use crate::ast::{Func, McpTool, Tool};
+use crate::attr::{Args, Kind, Private};
 use crate::ctxt::Ctxt;
 
 /// The annotation hints, in rmcp's spelling (`#[tool(annotations(read_only_hint = ..))]`).
@@ -21,20 +24,6 @@ pub(crate) const HINTS: [&str; 4] = [
     "idempotent_hint",
     "open_world_hint",
 ];
-
-/// rmcp's `#[tool(...)]` on the method, as written.
-pub(crate) struct McpTool {
-    /// Where it sits among the method's attributes.
-    pub index: usize,
-    /// Its arguments other than `annotations(...)`.
-    pub others: Vec<Meta>,
-    /// `annotations(title = ...)`, kept as written.
-    pub title: Option<Meta>,
-    /// Hand-written hints: name, value, and the tokens to point at.
-    pub hints: Vec<(String, bool, TokenStream)>,
-    /// `#[tool(name = "...")]`: the MCP name, which is also the default name in the key.
-    pub name: Option<String>,
-}
 
 /// Whether an attribute is rmcp's `#[tool]` (by its last segment, as `#[tool_router]` finds it).
 pub(crate) fn is_tool(attr: &Attribute) -> bool {
@@ -186,4 +175,85 @@ pub(crate) fn boxed_by_tool(sig: &syn::Signature) -> bool {
     };
     let text = ty.to_token_stream().to_string();
     sig.asyncness.is_none() && text.contains("Pin") && text.contains("Future")
+}
+
+/// `#[tool(..., annotations(...))]` with the derived hints (and any consistent hand-written one).
+fn tool_attr(kind: Kind, args: &Args, tool: &Tool, mcp: &McpTool) -> TokenStream {
+    let attr = &tool.item.attrs[mcp.index];
+    let path = attr.path();
+    let ours = derived(kind, args);
+    let mut entries: Vec<TokenStream> = mcp.title.iter().map(ToTokens::to_token_stream).collect();
+    for (i, hint) in HINTS.iter().enumerate() {
+        let written = mcp
+            .hints
+            .iter()
+            .find(|(n, ..)| n == hint)
+            .map(|(_, v, _)| *v);
+        if let Some(value) = ours[i].or(written) {
+            let ident = Ident::new(hint, Span::call_site());
+            entries.push(quote!(#ident = #value));
+        }
+    }
+    let others = &mcp.others;
+    // rmcp would send the whole doc comment; the model gets it without rustdoc's sections.
+    let text = crate::describe::description(&tool.item.attrs);
+    let written = mcp.others.iter().any(|m| m.path().is_ident("description"));
+    let description = (!written && !text.is_empty()).then(|| quote!(description = #text,));
+    quote!(#[#path(#(#others,)* #description annotations(#(#entries),*))])
+}
+
+/// `#[tool(...)]` as written, minus the annotation entries idemkit reported as unknown (rmcp
+/// would refuse them and drop the method): what the fallback emits, so that the router still
+/// compiles and one mistake gives one error.
+pub(crate) fn written_tool_attr(tool: &Tool, mcp: &McpTool) -> TokenStream {
+    let path = tool.item.attrs[mcp.index].path();
+    let mut entries: Vec<TokenStream> = mcp.title.iter().map(ToTokens::to_token_stream).collect();
+    entries.extend(mcp.hints.iter().map(|(_, _, written)| written.clone()));
+    let others = &mcp.others;
+    quote!(#[#path(#(#others,)* annotations(#(#entries),*))])
+}
+
+/// The outer attributes with `#[tool]` rewritten.
+pub(crate) fn attrs(args: &Args, tool: &Tool, attrs: Vec<TokenStream>) -> Vec<TokenStream> {
+    let Some(mcp) = &tool.mcp else { return attrs };
+    let mut attrs = attrs;
+    attrs[mcp.index] = tool_attr(tool.kind, args, tool, mcp);
+    attrs
+}
+
+/// The wrapper's return type and body in MCP mode: the result as rmcp's `CallToolResult`.
+pub(crate) fn serve(
+    private: &Private,
+    tool: &Tool,
+    ok: &Type,
+    err: &Type,
+    key_fields: &[String],
+    body: TokenStream,
+) -> (TokenStream, TokenStream) {
+    let output = quote!(#private::mcp::ToolOutput);
+    // How the error is seen as a `std::error::Error` (anyhow's and boxed errors are not one),
+    // picked where `E` is concrete; at `E`'s span, so an error type that fits none is reported there.
+    let as_error = Ident::new("__idemkit_as_error", Span::mixed_site());
+    let check = quote_spanned! {err.span()=>
+        let #as_error = {
+            #[allow(unused_imports)]
+            use #private::mcp::{ViaAnyhow as _, ViaBoxed as _, ViaError as _, ViaMissing as _};
+            (&&#private::mcp::ErrorProbe::<#err>::new()).error_view()
+        };
+    };
+    let result = Ident::new("__idemkit_result", Span::mixed_site());
+    let info = Ident::new("__idemkit_info", Span::mixed_site());
+    let body = match tool.kind {
+        Kind::SideEffect => quote! {
+            #check
+            let (#result, #info) = #private::mcp::observe(async { #body }).await;
+            #private::mcp::side_effect_output::<#ok, #err>(#result, #info, &[#(#key_fields),*], #as_error)
+        },
+        Kind::ReadOnly => quote! {
+            #check
+            let #result = { #body };
+            #private::mcp::read_only_output::<#ok, #err>(#result, #as_error)
+        },
+    };
+    (output, body)
 }

@@ -1,6 +1,6 @@
-//! MCP mode's expansion: rmcp's `#[tool]` rewritten with the annotations the classification
-//! implies, and the wrapper serving `CallToolResult`s (replays and refusals included); rig
-//! mode's: the wrapper serving rig's `Result<ToolOutput, ToolExecutionError>`.
+//! rig mode (`rig` on the `call` of a rig `PortableTool` impl): the wrapper serving rig's
+//! `Result<ToolOutput, ToolExecutionError>`, and the checks of the impl's declared types and
+//! `NAME` it emits. What rig mode refuses is `check`'s.
 
 use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::{ToTokens, quote, quote_spanned};
@@ -9,75 +9,6 @@ use syn::{Ident, Type};
 
 use crate::ast::{Kind, Tool};
 use crate::attr::{Args, Private};
-use crate::rmcp::{HINTS, McpTool, derived};
-
-/// `#[tool(..., annotations(...))]` with the derived hints (and any consistent hand-written one).
-fn tool_attr(kind: Kind, args: &Args, tool: &Tool, mcp: &McpTool) -> TokenStream {
-    let attr = &tool.item.attrs[mcp.index];
-    let path = attr.path();
-    let ours = derived(kind, args);
-    let mut entries: Vec<TokenStream> = mcp.title.iter().map(ToTokens::to_token_stream).collect();
-    for (i, hint) in HINTS.iter().enumerate() {
-        let written = mcp
-            .hints
-            .iter()
-            .find(|(n, ..)| n == hint)
-            .map(|(_, v, _)| *v);
-        if let Some(value) = ours[i].or(written) {
-            let ident = Ident::new(hint, Span::call_site());
-            entries.push(quote!(#ident = #value));
-        }
-    }
-    let others = &mcp.others;
-    quote!(#[#path(#(#others,)* annotations(#(#entries),*))])
-}
-
-/// `#[tool(...)]` as written, minus the annotation entries idemkit reported as unknown (rmcp
-/// would refuse them and drop the method): what the fallback emits, so that the router still
-/// compiles and one mistake gives one error.
-pub(crate) fn written_tool_attr(tool: &Tool, mcp: &McpTool) -> TokenStream {
-    let path = tool.item.attrs[mcp.index].path();
-    let mut entries: Vec<TokenStream> = mcp.title.iter().map(ToTokens::to_token_stream).collect();
-    entries.extend(mcp.hints.iter().map(|(_, _, written)| written.clone()));
-    let others = &mcp.others;
-    quote!(#[#path(#(#others,)* annotations(#(#entries),*))])
-}
-
-/// The outer attributes with `#[tool]` rewritten.
-pub(crate) fn attrs(args: &Args, tool: &Tool, attrs: Vec<TokenStream>) -> Vec<TokenStream> {
-    let Some(mcp) = &tool.mcp else { return attrs };
-    let mut attrs = attrs;
-    attrs[mcp.index] = tool_attr(tool.kind, args, tool, mcp);
-    attrs
-}
-
-/// The wrapper's return type and body in MCP mode: the result as rmcp's `CallToolResult`.
-pub(crate) fn serve(
-    private: &Private,
-    tool: &Tool,
-    ok: &Type,
-    err: &Type,
-    key_fields: &[String],
-    body: TokenStream,
-) -> (TokenStream, TokenStream) {
-    let output = quote!(#private::mcp::ToolOutput);
-    let check = quote_spanned!(err.span()=> #private::mcp::assert_tool_error::<#err>(););
-    let result = Ident::new("__idemkit_result", Span::mixed_site());
-    let info = Ident::new("__idemkit_info", Span::mixed_site());
-    let body = match tool.kind {
-        Kind::SideEffect => quote! {
-            #check
-            let (#result, #info) = #private::mcp::observe(async { #body }).await;
-            #private::mcp::side_effect_output::<#ok, #err>(#result, #info, &[#(#key_fields),*])
-        },
-        Kind::ReadOnly => quote! {
-            #check
-            let #result = { #body };
-            #private::mcp::read_only_output::<#ok, #err>(#result)
-        },
-    };
-    (output, body)
-}
 
 /// The wrapper's return type and body in rig mode: the result as rig's
 /// `Result<ToolOutput, ToolExecutionError>`, which the impl's `type Output` and `type Error` name.
@@ -96,7 +27,14 @@ pub(crate) fn serve_rig(
         syn::ReturnType::Type(_, ty) => spanning(quote!(#private::rig::RigOutput), ty),
         syn::ReturnType::Default => quote!(#private::rig::RigOutput),
     };
-    let check = quote_spanned!(err.span()=> #private::rig::assert_tool_error::<#err>(););
+    let fail = Ident::new("__idemkit_fail_with", Span::mixed_site());
+    let check = quote_spanned! {err.span()=>
+        let #fail = {
+            #[allow(unused_imports)]
+            use #private::rig::{ViaAnyhow as _, ViaBoxed as _, ViaError as _, ViaMissing as _};
+            (&&#private::rig::ErrorProbe::<#err>::new()).fail_with()
+        };
+    };
     // The impl's declared types, named at the return type: a wrong one says what to declare.
     let envelope = spanning(
         quote!(#private::rig::assert_envelope::<
@@ -133,14 +71,14 @@ pub(crate) fn serve_rig(
             #envelope
             #same_name
             let (#result, #info) = #private::rig::observe(async { #body }).await;
-            #private::rig::side_effect_output::<#ok, #err>(#result, #info, &[#(#key_fields),*])
+            #private::rig::side_effect_output::<#ok, #err>(#result, #info, &[#(#key_fields),*], #fail)
         },
         Kind::ReadOnly => quote! {
             #check
             #envelope
             #same_name
             let #result = { #body };
-            #private::rig::read_only_output::<#ok, #err>(#result)
+            #private::rig::read_only_output::<#ok, #err>(#result, #fail)
         },
     };
     (output, body)

@@ -1,0 +1,95 @@
+//! JSON mode (`json` on a free function, feature `json`): the arguments struct a JSON call is
+//! read into (its schema derived), the call of the function with its fields, and the entry
+//! `JsonTools` (and `idemkit::mcp::JsonToolsServer`) find it by. The dispatch itself is the
+//! runtime's (`idem_runtime::json`); what JSON mode refuses is `check`'s.
+
+use proc_macro2::{Span, TokenStream};
+use quote::quote;
+use syn::Ident;
+
+use crate::ast::{Kind, Tool};
+use crate::attr::{Args, Private};
+use crate::lower::{JsonParam, Plan};
+
+/// `json`: the arguments struct a JSON call is read into (its schema derived), the call of this
+/// very function with its fields, and the entry `JsonTools` finds it by. The dispatch itself is the
+/// runtime's (`idem_runtime::json`).
+pub(crate) fn entry(
+    private: &Private,
+    args_of: &Args,
+    tool: &Tool,
+    plan: &Plan,
+    params: &[JsonParam],
+) -> TokenStream {
+    let args = Ident::new("__IdemkitJsonArgs", Span::call_site());
+    let serde_crate = format!("{}::serde", private).replace(' ', "");
+    let schemars_crate = format!("{}::schemars", private).replace(' ', "");
+    let from_json = || params.iter().filter(|p| !p.host);
+    let fields = from_json().map(|p| {
+        let (ident, held) = (&p.ident, &p.held);
+        quote!(#ident: #held)
+    });
+    let idents: Vec<&Ident> = from_json().map(|p| &p.ident).collect();
+    let (ok, err, name) = (&plan.ok, &plan.err, &plan.name);
+    // The host's operation, looked up before the call; refused (as the tool's error) without one.
+    let lookup = crate::expand::scoped_operation(private, args_of, &quote!(#name));
+    let host = params.iter().filter(|p| p.host).map(|p| {
+        let ident = &p.ident;
+        quote! {
+            let #ident = match #lookup {
+                ::core::result::Result::Ok(id) => id,
+                ::core::result::Result::Err(e) => {
+                    return ::core::result::Result::Err(::core::convert::From::from(e));
+                }
+            };
+        }
+    });
+    let pass = params.iter().map(|p| {
+        let ident = &p.ident;
+        if p.lent {
+            quote!(&#ident)
+        } else {
+            quote!(#ident)
+        }
+    });
+    let function = &tool.item.sig.ident;
+    let kind = match tool.kind {
+        Kind::SideEffect => quote!(SideEffect),
+        Kind::ReadOnly => quote!(ReadOnly),
+    };
+    let description = crate::describe::description(&tool.item.attrs);
+    let hint = |flag: &Option<(Ident, syn::LitBool)>| match flag {
+        Some((_, b)) => quote!(::core::option::Option::Some(#b)),
+        None => quote!(::core::option::Option::None),
+    };
+    let (destructive, open_world) = (hint(&args_of.destructive), hint(&args_of.open_world));
+    quote! {
+        #[derive(#private::serde::Deserialize, #private::schemars::JsonSchema)]
+        #[serde(crate = #serde_crate, deny_unknown_fields)]
+        #[schemars(crate = #schemars_crate)]
+        struct #args { #(#fields),* }
+        impl #private::json::JsonArgs for #args {
+            type Ok = #ok;
+            type Err = #err;
+            fn call(self) -> impl ::core::future::Future<
+                Output = ::core::result::Result<Self::Ok, Self::Err>,
+            > + ::core::marker::Send {
+                let #args { #(#idents),* } = self;
+                async move {
+                    #(#host)*
+                    #function(#(#pass),*).await
+                }
+            }
+            fn describe(err: &Self::Err) -> ::std::string::String {
+                #[allow(unused_imports)]
+                use #private::json::{DescribeChain as _, DescribeDebug as _, DescribeDisplay as _};
+                (&&#private::json::Describe(err)).describe()
+            }
+        }
+        #private::inventory::submit! {
+            #private::json::JsonEntry::new::<#args>(
+                #name, #private::ToolKind::#kind, #description, #destructive, #open_world,
+            )
+        }
+    }
+}
