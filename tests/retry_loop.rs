@@ -154,3 +154,33 @@ fn issue33_9_a_retry_loop_around_a_tool_is_warned_of_and_a_single_call_is_not() 
         }));
     });
 }
+
+static SHARED_RUNS: AtomicU32 = AtomicU32::new(0);
+
+/// Books a slot; takes a while and does not fail.
+#[side_effect(key = "slot", in_flight_wait = "1s")]
+async fn book(slot: &str) -> Result<u32, MailError> {
+    let _ = slot;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    Ok(SHARED_RUNS.fetch_add(1, Ordering::SeqCst))
+}
+
+/// Callers of one key at the same time that do not fail (several agents, a fan-out) are what the
+/// claim is for: the body runs once and nobody is warned of a retry loop.
+#[test]
+fn issue33_9_concurrent_callers_of_one_key_without_failures_are_not_warned_of() {
+    let captured = Captured::default();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    tracing::subscriber::with_default(captured.clone(), || {
+        runtime.block_on(Idem::new(MemoryStore::new()).scope(async {
+            let (a, b, c) = tokio::join!(book("slot_1"), book("slot_1"), book("slot_1"));
+            assert_eq!((a.unwrap(), b.unwrap(), c.unwrap()), (0, 0, 0));
+            assert_eq!(SHARED_RUNS.load(Ordering::SeqCst), 1, "the body ran once");
+            assert!(captured.warnings().is_empty(), "{:?}", captured.warnings());
+        }));
+    });
+}

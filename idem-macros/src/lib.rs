@@ -262,9 +262,11 @@ use ast::Kind;
 ///
 /// The wrapper already retries (by `max_attempts`/`retry` and the error's `Classify`): a loop of
 /// your own around a call multiplies the attempts (3 turns of your loop × 4 attempts = 12 bodies).
-/// Let the attribute decide instead. A call of a key that is still in progress in this process,
-/// or that just gave up retrying, is logged as a `tracing` warning (target
-/// `idemkit.side_effect`) naming the tool and the key, so such a loop shows in the logs.
+/// Let the attribute decide instead. A call of a key whose call in this process is between
+/// failed attempts (retrying), or that gave up retrying within the last minute, is logged as a
+/// `tracing` warning (target `idemkit.side_effect`) naming the tool and the key, so such a loop
+/// shows in the logs. Callers of one key at the same time that have not failed (several agents,
+/// a fan-out) are not warned of: the claim runs the body once for them.
 ///
 /// # What the wrapper does
 ///

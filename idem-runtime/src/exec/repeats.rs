@@ -1,51 +1,88 @@
-//! Which keys this process is calling, and which just gave up retrying: a call of the same key
-//! again while one is in progress, or right after one ran out of attempts, is a retry loop
-//! around the tool (idemkit already retries it), which multiplies the attempts; it is said once
-//! per repeat as a `tracing` warning, and the call goes on as it would have.
+//! Which keys this process is retrying, and which just gave up retrying: a call of the same key
+//! while one of it is between failed attempts, or right after one ran out of attempts, is a retry
+//! loop around the tool (idemkit already retries it), which multiplies the attempts; it is said
+//! once per repeat as a `tracing` warning, and the call goes on as it would have.
+//!
+//! Only a call that has failed an attempt enters the set, so a call while nothing is retrying or
+//! has given up (the usual case) costs one atomic load, and callers of one key that run at the
+//! same time without failing (several agents, a fan-out) are not warned of: that is what the
+//! claim is for.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::key::IdempotencyKey;
 
 /// How many keys that gave up are remembered (the oldest is forgotten first).
 const GAVE_UP: usize = 256;
 
+/// How long "right after it gave up" lasts.
+const GAVE_UP_FOR: Duration = Duration::from_secs(60);
+
 /// A call's identity in this process: the tenant it runs for, and its key.
 type Id = (Option<Arc<str>>, IdempotencyKey);
 
 #[derive(Default)]
 struct Calls {
-    /// Calls in progress, by key: how many.
-    active: HashMap<Id, u32>,
-    /// Keys whose last call ended after retrying, with its attempts.
-    gave_up: VecDeque<(Id, u32)>,
+    /// Calls between failed attempts, by key: how many.
+    retrying: HashMap<Id, u32>,
+    /// Keys whose last call ended after retrying: when, and after how many attempts.
+    gave_up: VecDeque<(Id, Instant, u32)>,
 }
 
 static CALLS: Mutex<Option<Calls>> = Mutex::new(None);
 
-/// One side-effect call in progress; it leaves the set when dropped.
-#[derive(Debug)]
-pub(crate) struct InProgress {
-    id: Option<Id>,
+/// Entries in `CALLS` (both collections): none, and a call need not look.
+static ENTRIES: AtomicUsize = AtomicUsize::new(0);
+
+fn calls() -> std::sync::MutexGuard<'static, Option<Calls>> {
+    CALLS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Enters the call of `tool` with `key`, warning if the key is in progress here already or
+/// One side-effect call; while it is retrying, it is in the set, and leaves it when dropped.
+#[derive(Debug)]
+pub(crate) struct InProgress {
+    key: IdempotencyKey,
+    /// Set once an attempt failed and the call may retry.
+    retrying: Option<Id>,
+}
+
+/// Enters the call of `tool` with `key`, warning if the key is being retried here already or
 /// just gave up retrying.
 pub(crate) fn enter(tool: &str, key: &IdempotencyKey) -> InProgress {
+    let in_progress = InProgress {
+        key: *key,
+        retrying: None,
+    };
+    if ENTRIES.load(Ordering::Acquire) == 0 {
+        return in_progress;
+    }
     let id = (crate::idem::task_tenant(), *key);
-    let mut guard = CALLS.lock().unwrap_or_else(|p| p.into_inner());
+    let mut guard = calls();
     let calls = guard.get_or_insert_with(Calls::default);
-    let running = calls.active.get(&id).copied().unwrap_or(0);
+    let now = Instant::now();
+    while calls
+        .gave_up
+        .front()
+        .is_some_and(|(_, at, _)| now.duration_since(*at) > GAVE_UP_FOR)
+    {
+        calls.gave_up.pop_front();
+        ENTRIES.fetch_sub(1, Ordering::AcqRel);
+    }
+    let retrying = calls.retrying.contains_key(&id);
     let gave_up = calls
         .gave_up
         .iter()
-        .position(|(known, _)| *known == id)
+        .position(|(known, _, _)| *known == id)
         .and_then(|i| calls.gave_up.remove(i))
-        .map(|(_, attempts)| attempts);
-    *calls.active.entry(id.clone()).or_default() += 1;
+        .map(|(_, _, attempts)| attempts);
+    if gave_up.is_some() {
+        ENTRIES.fetch_sub(1, Ordering::AcqRel);
+    }
     drop(guard);
-    if running > 0 {
+    if retrying {
         tracing::warn!(
             target: "idemkit.side_effect",
             tool,
@@ -66,37 +103,64 @@ pub(crate) fn enter(tool: &str, key: &IdempotencyKey) -> InProgress {
              times {attempts}). Raise the attribute's `max_attempts` (or `retry`) instead of looping"
         );
     }
-    InProgress { id: Some(id) }
+    in_progress
 }
 
 impl InProgress {
+    /// An attempt failed and the call may try again: the key is being retried.
+    pub(crate) fn retrying(&mut self) {
+        if self.retrying.is_some() {
+            return;
+        }
+        let id = (crate::idem::task_tenant(), self.key);
+        let mut guard = calls();
+        let calls = guard.get_or_insert_with(Calls::default);
+        let n = calls.retrying.entry(id.clone()).or_default();
+        if *n == 0 {
+            ENTRIES.fetch_add(1, Ordering::AcqRel);
+        }
+        *n += 1;
+        self.retrying = Some(id);
+    }
+
     /// The call ended after `attempts` attempts without succeeding, the last failure retryable:
     /// it gave up.
     pub(crate) fn gave_up(&mut self, attempts: u32) {
-        let Some(id) = self.id.take() else { return };
-        let mut guard = CALLS.lock().unwrap_or_else(|p| p.into_inner());
+        let id = match self.retrying.take() {
+            Some(id) => {
+                let mut guard = calls();
+                if let Some(calls) = guard.as_mut() {
+                    leave(calls, &id);
+                }
+                id
+            }
+            None => (crate::idem::task_tenant(), self.key),
+        };
+        let mut guard = calls();
         let calls = guard.get_or_insert_with(Calls::default);
-        leave(calls, &id);
         if calls.gave_up.len() == GAVE_UP {
             calls.gave_up.pop_front();
+        } else {
+            ENTRIES.fetch_add(1, Ordering::AcqRel);
         }
-        calls.gave_up.push_back((id, attempts));
+        calls.gave_up.push_back((id, Instant::now(), attempts));
     }
 }
 
 fn leave(calls: &mut Calls, id: &Id) {
-    if let Some(n) = calls.active.get_mut(id) {
+    if let Some(n) = calls.retrying.get_mut(id) {
         *n -= 1;
         if *n == 0 {
-            calls.active.remove(id);
+            calls.retrying.remove(id);
+            ENTRIES.fetch_sub(1, Ordering::AcqRel);
         }
     }
 }
 
 impl Drop for InProgress {
     fn drop(&mut self) {
-        if let Some(id) = self.id.take() {
-            let mut guard = CALLS.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(id) = self.retrying.take() {
+            let mut guard = calls();
             if let Some(calls) = guard.as_mut() {
                 leave(calls, &id);
             }

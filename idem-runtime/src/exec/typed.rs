@@ -93,7 +93,13 @@ impl<'a, T: Serialize + DeserializeOwned, E: Classify + From<Error>> SideEffectC
     pub fn ended(&mut self, result: Result<T, E>) {
         match &result {
             Ok(value) => self.call.succeeded(value, reads_back::<T>),
-            Err(err) => self.call.failed(err.classify()),
+            Err(err) => {
+                let failure = err.classify();
+                if failure.is_retryable() {
+                    self.in_progress.retrying();
+                }
+                self.call.failed(failure);
+            }
         }
         self.attempts += 1;
         self.last = Some(result);
