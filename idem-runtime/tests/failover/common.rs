@@ -19,7 +19,7 @@ pub fn under_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false")
 }
 
-/// The path of server binary `name` (PATH, then the newest `/usr/lib/postgresql/*/bin`), or
+/// The path of server binary `name` (the newest `/usr/lib/postgresql/*/bin`, then PATH), or
 /// `None` after a loud skip message; under CI a missing binary is a failure.
 pub fn binary(name: &str, package: &str) -> Option<PathBuf> {
     let on_path = std::env::var_os("PATH")
@@ -37,7 +37,8 @@ pub fn binary(name: &str, package: &str) -> Option<PathBuf> {
             .nth(4)
             .and_then(|c| c.as_os_str().to_str()?.parse::<u32>().ok())
     });
-    if let Some(found) = on_path.chain(pg.into_iter().rev()).find(|p| p.is_file()) {
+    // Debian's PostgreSQL directory first: its binaries belong together (PATH may hold wrappers).
+    if let Some(found) = pg.into_iter().rev().chain(on_path).find(|p| p.is_file()) {
         return Some(found);
     }
     assert!(
