@@ -112,10 +112,12 @@ impl Server {
 
     /// As a crash: no checkpoint, no last WAL to the replica.
     fn crash(&self) {
-        run(pg(&self.bin, "pg_ctl")
-            .arg("-D")
-            .arg(&self.data)
-            .args(["-m", "immediate", "-w", "stop"]));
+        run(pg(&self.bin, "pg_ctl").arg("-D").arg(&self.data).args([
+            "-m",
+            "immediate",
+            "-w",
+            "stop",
+        ]));
     }
 
     fn promote(&self) {
@@ -149,7 +151,14 @@ enum Commit {
 }
 
 /// One repetition; see the module docs.
-async fn failover_once(bin: &Path, base: u16, phase: Phase, lag: bool, commit: Commit, tally: &mut Tally) {
+async fn failover_once(
+    bin: &Path,
+    base: u16,
+    phase: Phase,
+    lag: bool,
+    commit: Commit,
+    tally: &mut Tally,
+) {
     let dir = workdir("idemkit-failover-pg");
     run(Command::new("cp")
         .arg("-a")
@@ -166,7 +175,15 @@ async fn failover_once(bin: &Path, base: u16, phase: Phase, lag: bool, commit: C
     let link = Link::start(base);
     let replica_data = dir.path().join("replica");
     run(pg(bin, "pg_basebackup")
-        .args(["-h", "127.0.0.1", "-p", &base.to_string(), "-U", "postgres", "-D"])
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &base.to_string(),
+            "-U",
+            "postgres",
+            "-D",
+        ])
         .arg(&replica_data)
         .args(["-R", "-X", "stream", "-c", "fast", "--no-sync"]));
     // The WAL stream through the link (the later line wins over the one `-R` wrote).
@@ -237,7 +254,11 @@ async fn failover_once(bin: &Path, base: u16, phase: Phase, lag: bool, commit: C
         Phase::AfterComplete => {
             let _ = in_body.await;
             if lag {
-                wait_until("the claim on the replica", Duration::from_secs(30), caught_up);
+                wait_until(
+                    "the claim on the replica",
+                    Duration::from_secs(30),
+                    caught_up,
+                );
                 link.lag();
             }
             let _ = go.send(());
@@ -322,7 +343,11 @@ async fn postgres_failover_remote_apply_lagging_replica_no_double_run_no_lost_ou
         let Some(t) = failover_case(phase, true, Commit::RemoteApply, 2).await else {
             return;
         };
-        assert_eq!((t.double_runs, t.lost_outcomes, t.acknowledged), (0, 0, 0), "{t:?}");
+        assert_eq!(
+            (t.double_runs, t.lost_outcomes, t.acknowledged),
+            (0, 0, 0),
+            "{t:?}"
+        );
     }
 }
 
@@ -337,6 +362,9 @@ async fn postgres_failover_mid_stream_remote_apply_holds_and_async_is_measured()
         };
         assert_eq!((t.double_runs, t.lost_outcomes), (0, 0), "{t:?}");
         let t = failover_case(phase, false, Commit::Async, 2).await.unwrap();
-        assert!(t.double_runs <= t.runs && t.lost_outcomes <= t.runs, "{t:?}");
+        assert!(
+            t.double_runs <= t.runs && t.lost_outcomes <= t.runs,
+            "{t:?}"
+        );
     }
 }
