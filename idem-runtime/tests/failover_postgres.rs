@@ -2,7 +2,7 @@
 //!
 //! Each repetition makes its own primary (a copy of one `initdb` per run) and a streaming
 //! replica of it (`pg_basebackup -R`, its WAL stream through a [`Link`] that can lag), on ports
-//! of their own (`IDEMKIT_FAILOVER_PG_PORT`, default 55440, and the next one), runs a call,
+//! of their own (`IDEMKIT_FAILOVER_PG_PORT`, default 55440, for the primary; a free one for the replica), runs a call,
 //! stops the primary as a crash does (`pg_ctl stop -m immediate`: no shutdown checkpoint, no
 //! last WAL sent) and promotes the replica (`pg_ctl promote`); then calls the same key on it.
 //! Asynchronous replication (the default) is compared with `synchronous_commit = remote_apply`
@@ -21,7 +21,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use common::{
-    E, Effects, Link, Tally, binary, charge, is_root, port, ports_lock, run, wait_until, workdir,
+    E, Effects, Link, Tally, binary, charge, free_port, is_root, port, ports_lock, run, wait_until,
+    workdir,
 };
 use idem_runtime::{Idem, PostgresStore};
 
@@ -195,7 +196,8 @@ async fn failover_once(
     ));
     std::fs::write(&conf, text).unwrap();
     chown(dir.path());
-    let replica = Server::start(bin, replica_data, base + 1, "-c hot_standby=on");
+    let replica_port = free_port();
+    let replica = Server::start(bin, replica_data, replica_port, "-c hot_standby=on");
     wait_until("the replica streaming", Duration::from_secs(30), || {
         primary
             .sql("select count(*) from pg_stat_replication where state = 'streaming'")

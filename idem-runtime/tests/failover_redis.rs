@@ -1,7 +1,7 @@
 //! The Redis store's guarantees under failover and restart, measured (issue 32).
 //!
 //! Each test starts its own `redis-server` processes from the installed binary, on ports of its
-//! own (`IDEMKIT_FAILOVER_REDIS_PORT`, default 56390, and the next one for the replica), and
+//! own (`IDEMKIT_FAILOVER_REDIS_PORT`, default 56390, for the primary; a free one for the replica), and
 //! kills them with SIGKILL: a primary with a replica that is promoted (`REPLICAOF NO ONE`), and a
 //! single server restarted from its append-only file. Without `redis-server` the tests skip
 //! with a message (and fail under CI, which installs it).
@@ -18,7 +18,9 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{E, Effects, Link, Tally, binary, charge, port, ports_lock, wait_until, workdir};
+use common::{
+    E, Effects, Link, Tally, binary, charge, free_port, port, ports_lock, wait_until, workdir,
+};
 use idem_runtime::{Idem, RedisStore};
 
 const LEASE: Duration = Duration::from_millis(600);
@@ -115,7 +117,7 @@ enum Phase {
 }
 
 /// One repetition: a primary and a replica (through a [`Link`]), caller A's call of `order`,
-/// the replica held back from `lag_from` on (if any), the primary killed at `phase` and the
+/// the replica held back (`lag`) from a point of `phase`, the primary killed at `phase` and the
 /// replica promoted; caller B's call of the same order on the new primary.
 async fn failover_once(
     bin: &Path,
@@ -134,9 +136,10 @@ async fn failover_once(
         &["--appendonly", "no", "--repl-diskless-sync-delay", "0"],
     );
     let link = Link::start(base);
+    let replica_port = free_port();
     let replica = Redis::start(
         bin,
-        base + 1,
+        replica_port,
         dir.path(),
         &[
             "--appendonly",

@@ -52,13 +52,22 @@ pub fn binary(name: &str, package: &str) -> Option<PathBuf> {
     None
 }
 
-/// A port from `var`, else `default`: the failover tests' servers have ports of their own
-/// (the primary's, and the replica's next to it), apart from `scripts/test-servers.sh`'s.
+/// A port from `var`, else `default`: the failover tests' primaries have a port of their own,
+/// apart from `scripts/test-servers.sh`'s (their replicas take a [`free_port`]).
 pub fn port(var: &str, default: u16) -> u16 {
     std::env::var(var)
         .ok()
         .and_then(|p| p.parse().ok())
         .unwrap_or(default)
+}
+
+/// A loopback port nobody listens on now (the OS's pick).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A fresh directory under `$TMPDIR` that the `postgres` user may enter (tempfile makes 0700).
