@@ -314,7 +314,7 @@ async fn failover_case(phase: Phase, lag: bool, commit: Commit, reps: u32) -> Op
 /// runs again on the promoted replica, every time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_failover_async_lagging_replica_loses_the_claim_and_runs_twice() {
-    let _ports = ports_lock();
+    let _ports = ports_lock().await;
     let Some(t) = failover_case(Phase::AfterClaim, true, Commit::Async, 2).await else {
         return;
     };
@@ -325,7 +325,7 @@ async fn postgres_failover_async_lagging_replica_loses_the_claim_and_runs_twice(
 /// lost; the next caller ends ambiguous (S20), nothing runs twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_failover_async_lagging_replica_loses_the_outcome() {
-    let _ports = ports_lock();
+    let _ports = ports_lock().await;
     let Some(t) = failover_case(Phase::AfterComplete, true, Commit::Async, 2).await else {
         return;
     };
@@ -340,7 +340,7 @@ async fn postgres_failover_async_lagging_replica_loses_the_outcome() {
 /// replica lacks; no double run, no lost outcome.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_failover_remote_apply_lagging_replica_no_double_run_no_lost_outcome() {
-    let _ports = ports_lock();
+    let _ports = ports_lock().await;
     for phase in [Phase::AfterClaim, Phase::AfterComplete] {
         let Some(t) = failover_case(phase, true, Commit::RemoteApply, 2).await else {
             return;
@@ -357,7 +357,7 @@ async fn postgres_failover_remote_apply_lagging_replica_no_double_run_no_lost_ou
 /// `remote_apply` must give 0 and 0; asynchronous replication is measured and bounded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_failover_mid_stream_remote_apply_holds_and_async_is_measured() {
-    let _ports = ports_lock();
+    let _ports = ports_lock().await;
     for phase in [Phase::AfterClaim, Phase::AfterComplete] {
         let Some(t) = failover_case(phase, false, Commit::RemoteApply, 2).await else {
             return;

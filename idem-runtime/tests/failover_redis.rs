@@ -244,7 +244,7 @@ async fn failover_case(phase: Phase, lag: bool, wait: bool, reps: u32) -> Option
 /// new primary, every time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_failover_lagging_replica_without_wait_loses_the_claim_and_runs_twice() {
-    let _ports = ports_lock();
+    let _ports = ports_lock().await;
     let Some(t) = failover_case(Phase::AfterClaim, true, false, 3).await else {
         return;
     };
@@ -255,7 +255,7 @@ async fn redis_failover_lagging_replica_without_wait_loses_the_claim_and_runs_tw
 /// primary): no double run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_failover_lagging_replica_with_wait_refuses_the_claim_no_double_run() {
-    let _ports = ports_lock();
+    let _ports = ports_lock().await;
     let Some(t) = failover_case(Phase::AfterClaim, true, true, 3).await else {
         return;
     };
@@ -268,7 +268,7 @@ async fn redis_failover_lagging_replica_with_wait_refuses_the_claim_no_double_ru
 /// run (S20), but the outcome is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_failover_lagging_replica_without_wait_loses_the_outcome() {
-    let _ports = ports_lock();
+    let _ports = ports_lock().await;
     let Some(t) = failover_case(Phase::AfterComplete, true, false, 3).await else {
         return;
     };
@@ -283,7 +283,7 @@ async fn redis_failover_lagging_replica_without_wait_loses_the_outcome() {
 /// is lost, nothing runs twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_failover_lagging_replica_with_wait_acknowledges_nothing_it_loses() {
-    let _ports = ports_lock();
+    let _ports = ports_lock().await;
     let Some(t) = failover_case(Phase::AfterComplete, true, true, 3).await else {
         return;
     };
@@ -296,7 +296,7 @@ async fn redis_failover_lagging_replica_with_wait_acknowledges_nothing_it_loses(
 /// are printed (nondeterministic) and bounded by the repetitions.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_failover_mid_stream_wait_holds_and_no_wait_is_measured() {
-    let _ports = ports_lock();
+    let _ports = ports_lock().await;
     for phase in [Phase::AfterClaim, Phase::AfterComplete] {
         let Some(t) = failover_case(phase, false, true, 5).await else {
             return;
@@ -316,7 +316,7 @@ async fn redis_failover_mid_stream_wait_holds_and_no_wait_is_measured() {
 /// power loss may not) is measured; without persistence every outcome is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_restart_aof_always_keeps_every_outcome_everysec_is_measured() {
-    let _ports = ports_lock();
+    let _ports = ports_lock().await;
     let Some((bin, base)) = setup() else {
         return;
     };

@@ -28,8 +28,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{E, Effects, Tally, charge, signal, wait_until};
-use idem_runtime::{Error, Idem, SqliteStore, Synchronous};
+use common::{E, Effects, Tally, ambiguous, charge, signal, wait_until};
+use idem_runtime::{Idem, SqliteStore, Synchronous};
 
 const ROLE: &str = "IDEMKIT_FAILOVER_ROLE";
 const WORK: &str = "IDEMKIT_FAILOVER_WORK";
@@ -276,10 +276,7 @@ fn sqlite_holder_paused_past_its_lease_no_double_run() {
             .map(|out| Ok::<_, E>(out.to_owned()));
         let effects = effects_per_order(work).get(&order).copied().unwrap_or(0);
         tally.add(before.as_ref(), &after, effects);
-        assert!(
-            matches!(after, Err(E::Runtime(Error::Ambiguous { .. }))),
-            "{after:?}"
-        );
+        assert!(ambiguous(&after), "{after:?}");
     }
     tally.print("sqlite holder SIGSTOPped for 3 leases after its effect, another caller meanwhile");
     assert_eq!(
@@ -337,17 +334,14 @@ fn sqlite_clock_step_forward_takeover_of_a_live_holder_no_double_run() {
         overlapping += u32::from(overlap);
         let effects = effects_per_order(&work)[&order];
         tally.add(Some(&before), &after, effects);
-        assert!(
-            matches!(after, Err(E::Runtime(Error::Ambiguous { .. }))),
-            "{after:?}"
-        );
+        assert!(ambiguous(&after), "{after:?}");
         assert!(before.is_err(), "the holder is never told Ok: {before:?}");
     }
     tally.print("sqlite wall clock stepped 1 h forward while a holder is in its body");
-    println!(
+    common::log_line(&format!(
         "FAILOVER sqlite clock step: the second caller took the key over while the first \
          holder's body ran in {overlapping} of {REPS}"
-    );
+    ));
     assert_eq!(
         (tally.double_runs, tally.lost_outcomes),
         (0, 0),

@@ -190,7 +190,7 @@ fn pump(mut from: TcpStream, mut to: TcpStream, hold: Option<Arc<AtomicBool>>) {
 /// The error of the counting tool, and of [`charge`].
 #[derive(Debug)]
 pub enum E {
-    Runtime(Error),
+    Runtime(Box<Error>),
     /// The body's output, told unrecorded (S17): the store did not acknowledge it.
     Unrecorded(String),
 }
@@ -203,7 +203,7 @@ impl Classify for E {
 
 impl From<Error> for E {
     fn from(e: Error) -> Self {
-        E::Runtime(e)
+        E::Runtime(Box::new(e))
     }
 }
 
@@ -310,12 +310,13 @@ impl Tally {
             Some(Err(_)) => self.refused_before += 1,
             None => self.cut_off += 1,
         }
-        self.ambiguous_after +=
-            u32::from(matches!(after, Err(E::Runtime(Error::Ambiguous { .. }))));
+        self.ambiguous_after += u32::from(ambiguous(after));
     }
 
+    /// Prints the counts (a `FAILOVER …` line), also appended to the file `IDEMKIT_FAILOVER_LOG`
+    /// names, if set (`.ci/run` shows it).
     pub fn print(&self, case: &str) {
-        println!(
+        let line = format!(
             "FAILOVER {case}: {} runs, {} double runs, {} lost outcomes ({} acknowledged before \
              the fault, {} refused before it, {} cut off by it, {} ambiguous after it)",
             self.runs,
@@ -326,14 +327,33 @@ impl Tally {
             self.cut_off,
             self.ambiguous_after
         );
+        log_line(&line);
     }
 }
 
-/// Serialises the tests of one binary that use the same ports.
-pub static PORTS: Mutex<()> = Mutex::new(());
+/// Prints `line` and appends it to the file `IDEMKIT_FAILOVER_LOG` names, if set.
+pub fn log_line(line: &str) {
+    println!("{line}");
+    if let Some(path) = std::env::var_os("IDEMKIT_FAILOVER_LOG") {
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .unwrap();
+        writeln!(f, "{line}").unwrap();
+    }
+}
 
-pub fn ports_lock() -> std::sync::MutexGuard<'static, ()> {
-    PORTS.lock().unwrap_or_else(|p| p.into_inner())
+/// Whether `r` is `Error::Ambiguous`.
+pub fn ambiguous(r: &Result<String, E>) -> bool {
+    matches!(r, Err(E::Runtime(e)) if matches!(**e, Error::Ambiguous { .. }))
+}
+
+/// Serialises the tests of one binary that use the same ports (held across awaits: tokio's).
+static PORTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+pub async fn ports_lock() -> tokio::sync::MutexGuard<'static, ()> {
+    PORTS.lock().await
 }
 
 /// Runs `cmd` to its end; panics with its output if it failed.

@@ -270,6 +270,7 @@ pub fn validate(cfg: &Config, trace: &[Event]) -> Result<usize, Divergence> {
 /// Whether `trace` is a behaviour of the model `cfg` allows, its store transitions in their
 /// order with any time passing between them (a run in real time, whose ticks jitter): what it
 /// checks is every transition's kind, caller and answer, in sequence.
+#[allow(dead_code)] // Used by model_stores.rs (real stores), not by model.rs.
 pub fn validate_untimed(cfg: &Config, trace: &[Event]) -> Result<usize, Divergence> {
     search(cfg, trace, false)
 }

@@ -23,7 +23,7 @@
 //! - **Replication is asynchronous.** If the primary fails over after acknowledging a claim or a
 //!   completion but before a replica received it, the new primary has never seen it: the next
 //!   call finds no record and runs the operation again (with the same key, so a provider that
-//!   honours idempotency keys still dedupes it). `WAIT` narrows this window but does not close it.
+//!   honours idempotency keys still dedupes it), or finds the claim without its outcome.
 //! - **AOF with `appendfsync everysec`** (the usual setting) can lose the last second of writes
 //!   on a crash of the machine; with no persistence a restart loses every record.
 //! - **Eviction.** Under `maxmemory` with an `allkeys-*` policy Redis may evict live records;
