@@ -13,6 +13,12 @@
 
 #[path = "failover/common.rs"]
 mod common;
+#[allow(dead_code)]
+#[path = "model/protocol.rs"]
+mod protocol;
+#[allow(dead_code)]
+#[path = "model/traces.rs"]
+mod traces;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -21,7 +27,10 @@ use std::time::Duration;
 use common::{
     E, Effects, Link, Tally, binary, charge, free_port, port, ports_lock, wait_until, workdir,
 };
-use idem_runtime::{Idem, RedisStore};
+use idem_runtime::store::{
+    Claim, ClaimRequest, LeaseToken, OperationIds, Outcome, StoreFuture, Written,
+};
+use idem_runtime::{Idem, IdempotencyKey, RedisStore, Store, StoreError, Tool};
 
 const LEASE: Duration = Duration::from_millis(600);
 /// How long a write waits for its replica with `wait_for_replicas`.
@@ -116,17 +125,9 @@ enum Phase {
     AfterComplete,
 }
 
-/// One repetition: a primary and a replica (through a [`Link`]), caller A's call of `order`,
-/// the replica held back (`lag`) from a point of `phase`, the primary killed at `phase` and the
-/// replica promoted; caller B's call of the same order on the new primary.
-async fn failover_once(
-    bin: &Path,
-    base: u16,
-    phase: Phase,
-    lag: bool,
-    wait: bool,
-    tally: &mut Tally,
-) {
+/// A primary on `base` and its replica (on a free port) replicating through a [`Link`], in
+/// sync; the directory they keep their files in.
+fn pair(bin: &Path, base: u16) -> (tempfile::TempDir, Redis, Link, Redis) {
     let dir = workdir("idemkit-failover-redis");
     // Diskless full sync at once (the default waits 5 s for more replicas).
     let primary = Redis::start(
@@ -154,6 +155,21 @@ async fn failover_once(
     wait_until("the replica in sync", Duration::from_secs(10), || {
         replica.info_has("master_link_status:up") && primary.info_has("state=online")
     });
+    (dir, primary, link, replica)
+}
+
+/// One repetition: a primary and a replica (through a [`Link`]), caller A's call of `order`,
+/// the replica held back (`lag`) from a point of `phase`, the primary killed at `phase` and the
+/// replica promoted; caller B's call of the same order on the new primary.
+async fn failover_once(
+    bin: &Path,
+    base: u16,
+    phase: Phase,
+    lag: bool,
+    wait: bool,
+    tally: &mut Tally,
+) {
+    let (_dir, primary, link, replica) = pair(bin, base);
     let mut builder = RedisStore::builder(primary.url()).timeout(Duration::from_secs(1));
     if wait {
         builder = builder.wait_for_replicas(1, WAIT);
@@ -357,4 +373,196 @@ async fn redis_restart_aof_always_keeps_every_outcome_everysec_is_measured() {
             _ => assert!(tally.lost_outcomes <= REPS),
         }
     }
+}
+
+// ---- The failover's trace, checked against the model --------------------------------------------
+
+/// A client that follows a failover: the old primary's store until [`switch`](Self::switch),
+/// the new primary's after.
+struct Follows(std::sync::RwLock<std::sync::Arc<RedisStore>>);
+
+impl Follows {
+    fn now(&self) -> std::sync::Arc<RedisStore> {
+        self.0.read().unwrap().clone()
+    }
+    fn switch(&self, to: RedisStore) {
+        *self.0.write().unwrap() = std::sync::Arc::new(to);
+    }
+}
+
+impl Store for Follows {
+    fn claim<'a>(&'a self, req: &'a ClaimRequest<'_>) -> StoreFuture<'a, Claim> {
+        StoreFuture::boxed(async move { Store::claim(&*self.now(), req).await })
+    }
+    fn renew(
+        &self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        lease: Duration,
+    ) -> StoreFuture<'_, Written> {
+        StoreFuture::boxed(async move { Store::renew(&*self.now(), key, token, lease).await })
+    }
+    fn complete(
+        &self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        outcome: Outcome,
+        ttl: Duration,
+    ) -> StoreFuture<'_, Written> {
+        StoreFuture::boxed(
+            async move { Store::complete(&*self.now(), key, token, outcome, ttl).await },
+        )
+    }
+    fn release(&self, key: IdempotencyKey, token: LeaseToken) -> StoreFuture<'_, Written> {
+        StoreFuture::boxed(async move { Store::release(&*self.now(), key, token).await })
+    }
+    fn mark_ambiguous<'a>(
+        &'a self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        note: &'a str,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Written> {
+        StoreFuture::boxed(async move {
+            Store::mark_ambiguous(&*self.now(), key, token, note, ttl).await
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl OperationIds for Follows {
+    async fn operation_id(&self, name: &str, fresh: uuid::Uuid) -> Result<uuid::Uuid, StoreError> {
+        self.now().operation_id(name, fresh).await
+    }
+}
+
+/// The store transitions of a failover (the replica lagging, the primary killed after the
+/// claim, the client following to the promoted replica), recorded, and checked against the
+/// model (`model_stores.rs`'s check): the trace and its verdict.
+async fn failover_trace(
+    bin: &Path,
+    base: u16,
+    wait: bool,
+) -> (Vec<traces::Event>, Result<usize, traces::Divergence>) {
+    const TICK: Duration = Duration::from_millis(200);
+    let (_dir, primary, link, replica) = pair(bin, base);
+    let mut builder = RedisStore::builder(primary.url()).timeout(Duration::from_secs(1));
+    if wait {
+        builder = builder.wait_for_replicas(1, WAIT);
+    }
+    let first = builder.connect().await.unwrap();
+    let store = std::sync::Arc::new(traces::Recorder::wrap(
+        Follows(std::sync::RwLock::new(std::sync::Arc::new(first))),
+        TICK,
+        None,
+    ));
+    let idem = Idem::new(store.clone());
+    let tool = |lease: u32| {
+        Tool::new("send_sms")
+            .idem(&idem)
+            .lease(TICK * lease)
+            .max_attempts(2)
+            .resend(false)
+            .in_flight_wait(Duration::from_secs(30))
+    };
+    link.lag();
+    let (in_body_tx, in_body) = tokio::sync::oneshot::channel::<()>();
+    let mut in_body_tx = Some(in_body_tx);
+    let a = {
+        let (store, tool) = (store.clone(), tool(3));
+        let fields: &[idem_runtime::KeyField<'static>] = &[("order", &1u64)];
+        async move {
+            tool.side_effect(fields, &(), move |_key| {
+                store.effect(0);
+                if let Some(tx) = in_body_tx.take() {
+                    let _ = tx.send(());
+                }
+                std::future::pending::<Result<u32, E>>()
+            })
+            .await
+        }
+    };
+    tokio::select! {
+        _ = a => {}
+        Ok(()) = in_body => {}
+    }
+    // The primary dies with the caller in its body; the caller is gone with it.
+    primary.kill();
+    link.cut();
+    replica.query(&["REPLICAOF", "NO", "ONE"]).unwrap();
+    store
+        .inner()
+        .switch(RedisStore::connect(&replica.url()).await.unwrap());
+    // Callers are numbered by their first recorded claim: without the first one's, this is 0.
+    let b_number = u8::from(!store.events().is_empty());
+    let fields: &[idem_runtime::KeyField<'static>] = &[("order", &1u64)];
+    let log = store.clone();
+    let _ = tool(6)
+        .side_effect(fields, &(), move |_key| {
+            log.effect(b_number);
+            async { Ok::<u32, E>(1) }
+        })
+        .await;
+    let trace = store.events();
+    let model = protocol::Config {
+        leases: vec![3, 6],
+        offsets: vec![0, 0],
+        store: protocol::StoreKind::OneClock,
+        dedup: false,
+        resend: false,
+        verifies: false,
+        max_attempts: 2,
+        faults: protocol::Faults {
+            crash: true,
+            drop: true,
+            store_errors: true,
+            schedule_gives_up: true,
+        },
+        operator_actions: 0,
+        exec: protocol::Exec::CODE,
+    };
+    let verdict = traces::validate_untimed(&model, &trace);
+    (trace, verdict)
+}
+
+fn show(trace: &[traces::Event]) -> String {
+    trace
+        .iter()
+        .map(|e| format!("  t={} caller {} {:?}\n", e.tick, e.caller, e.seen))
+        .collect()
+}
+
+/// Trace validation catches the failover without `WAIT`: the key claimed and run by the first
+/// caller is found absent and claimed afresh by the second, which no behaviour of the model
+/// allows (a running record is only taken over, after its lease, and kept ambiguous); the
+/// same failover with `wait_for_replicas` is a model behaviour.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_failover_trace_without_wait_is_rejected_by_the_model_with_wait_accepted() {
+    let _ports = ports_lock().await;
+    let Some((bin, base)) = setup() else {
+        return;
+    };
+    let (trace, verdict) = failover_trace(&bin, base, false).await;
+    print!("without WAIT:\n{}", show(&trace));
+    let d = verdict.expect_err("a lost claim is a model behaviour");
+    common::log_line(&format!(
+        "TRACE redis failover without WAIT: rejected at transition {} ({:?}) after {} model \
+         states explained the trace before it",
+        d.at, d.event, d.candidates
+    ));
+    assert_eq!(
+        (d.event.caller, d.event.seen),
+        (1, traces::Seen::Acquired { takeover: false }),
+        "{d:?}\n{}",
+        show(&trace)
+    );
+
+    let (trace, verdict) = failover_trace(&bin, base, true).await;
+    print!("with WAIT:\n{}", show(&trace));
+    let visited = verdict.unwrap_or_else(|d| panic!("{d:?}\n{}", show(&trace)));
+    common::log_line(&format!(
+        "TRACE redis failover with wait_for_replicas: a model behaviour ({} transitions, \
+         {visited} model states searched)",
+        trace.len()
+    ));
 }

@@ -93,6 +93,12 @@ impl<S> Recorder<S> {
         }
     }
 
+    /// The wrapped store.
+    #[allow(dead_code)] // Used by failover_redis.rs.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
     fn now(&self) -> u32 {
         (self.start.elapsed().as_micros() / self.tick.as_micros()) as u32
     }
