@@ -75,24 +75,43 @@ struct Server {
 }
 
 impl Server {
+    /// Starts a server on `port` (or, if that port is taken — it lies in the range the OS hands
+    /// out to outgoing connections —, on a free one, saying so).
     fn start(bin: &Path, data: PathBuf, port: u16, settings: &str) -> Server {
-        let sock = data.parent().unwrap().to_owned();
-        run(pg(bin, "pg_ctl")
-            .arg("-D")
-            .arg(&data)
-            .arg("-l")
-            .arg(data.parent().unwrap().join(format!("server-{port}.log")))
-            .args(["-w", "-t", "60", "start", "-o"])
-            .arg(format!(
-                "-c listen_addresses=127.0.0.1 -p {port} -k {} -c fsync=off -c full_page_writes=off \
-                 -c max_wal_senders=4 -c wal_level=replica -c max_connections=50 {settings}",
-                sock.display()
-            )));
-        Server {
-            bin: bin.to_owned(),
-            data,
-            port,
+        let mut port = port;
+        for _ in 0..3 {
+            let sock = data.parent().unwrap().to_owned();
+            let log = data.parent().unwrap().join(format!("server-{port}.log"));
+            let out = pg(bin, "pg_ctl")
+                .arg("-D")
+                .arg(&data)
+                .arg("-l")
+                .arg(&log)
+                .args(["-w", "-t", "60", "start", "-o"])
+                .arg(format!(
+                    "-c listen_addresses=127.0.0.1 -p {port} -k {} -c fsync=off \
+                     -c full_page_writes=off -c max_wal_senders=4 -c wal_level=replica \
+                     -c max_connections=50 {settings}",
+                    sock.display()
+                ))
+                .output()
+                .unwrap();
+            if out.status.success() {
+                return Server {
+                    bin: bin.to_owned(),
+                    data,
+                    port,
+                };
+            }
+            let said = std::fs::read_to_string(&log).unwrap_or_default();
+            assert!(
+                said.contains("could not bind") || said.contains("already in use"),
+                "PostgreSQL did not start on {port}:\n{said}"
+            );
+            eprintln!("PostgreSQL could not bind {port}, trying a free port:\n{said}");
+            port = free_port();
         }
+        panic!("PostgreSQL did not start on three ports");
     }
 
     fn url(&self) -> String {
@@ -173,14 +192,14 @@ async fn failover_once(
         }
     };
     let primary = Server::start(bin, dir.path().join("primary"), base, sync);
-    let link = Link::start(base);
+    let link = Link::start(primary.port);
     let replica_data = dir.path().join("replica");
     run(pg(bin, "pg_basebackup")
         .args([
             "-h",
             "127.0.0.1",
             "-p",
-            &base.to_string(),
+            &primary.port.to_string(),
             "-U",
             "postgres",
             "-D",

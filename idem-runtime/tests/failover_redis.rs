@@ -43,9 +43,27 @@ struct Redis {
 }
 
 impl Redis {
-    /// Starts a server on `port` with data in `dir` and the extra `args`; waits until it answers.
+    /// Starts a server on `port` (or, if that port is taken — it lies in the range the OS
+    /// hands out to outgoing connections —, on a free one, saying so) with data in `dir` and
+    /// the extra `args`; waits until it answers.
     fn start(bin: &Path, port: u16, dir: &Path, args: &[&str]) -> Redis {
-        let log = std::fs::File::create(dir.join(format!("redis-{port}.log"))).unwrap();
+        let mut port = port;
+        for _ in 0..3 {
+            match Redis::try_start(bin, port, dir, args) {
+                Ok(redis) => return redis,
+                Err(log) => {
+                    eprintln!("redis-server could not start on {port}, trying a free port:\n{log}");
+                    port = free_port();
+                }
+            }
+        }
+        panic!("redis-server did not start on three ports");
+    }
+
+    /// The server, or its log if it exited before answering.
+    fn try_start(bin: &Path, port: u16, dir: &Path, args: &[&str]) -> Result<Redis, String> {
+        let log_path = dir.join(format!("redis-{port}.log"));
+        let log = std::fs::File::create(&log_path).unwrap();
         let child = Command::new(bin)
             .args([
                 "--bind",
@@ -64,13 +82,20 @@ impl Redis {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let redis = Redis { child, port };
+        let mut redis = Redis { child, port };
+        let mut exited = false;
         wait_until(
             &format!("redis-server on {port}"),
-            Duration::from_secs(10),
-            || redis.query(&["PING"]).is_ok(),
+            Duration::from_secs(30),
+            || {
+                exited = redis.child.try_wait().unwrap().is_some();
+                exited || redis.query(&["PING"]).is_ok()
+            },
         );
-        redis
+        if exited {
+            return Err(std::fs::read_to_string(&log_path).unwrap_or_default());
+        }
+        Ok(redis)
     }
 
     fn url(&self) -> String {
@@ -136,7 +161,7 @@ fn pair(bin: &Path, base: u16) -> (tempfile::TempDir, Redis, Link, Redis) {
         dir.path(),
         &["--appendonly", "no", "--repl-diskless-sync-delay", "0"],
     );
-    let link = Link::start(base);
+    let link = Link::start(primary.port);
     let replica_port = free_port();
     let replica = Redis::start(
         bin,
@@ -355,9 +380,10 @@ async fn redis_restart_aof_always_keeps_every_outcome_everysec_is_measured() {
             let server = Redis::start(&bin, base, dir.path(), args);
             let a = Idem::new(RedisStore::connect(&server.url()).await.unwrap());
             let before = charge(&a, order, LEASE, &effects, async {}).await;
+            let port = server.port;
             server.kill();
             drop(a);
-            let server = Redis::start(&bin, base, dir.path(), args);
+            let server = Redis::start(&bin, port, dir.path(), args);
             let b = Idem::new(RedisStore::connect(&server.url()).await.unwrap());
             let after = charge(&b, order, LEASE, &effects, async {}).await;
             tally.add(Some(&before), &after, effects.count(order));
@@ -565,4 +591,49 @@ async fn redis_failover_trace_without_wait_is_rejected_by_the_model_with_wait_ac
          {visited} model states searched)",
         trace.len()
     ));
+}
+
+/// `wait_for_replicas` changes how every script is sent (`EVALSHA` and `WAIT` pipelined, the
+/// script loaded on `NOSCRIPT`): the conformance rows of the transitions and of the operator's
+/// records, on a store with it against a primary and its replica, each row with a prefix of its
+/// own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_wait_for_replicas_passes_the_conformance_rows() {
+    use idem_runtime::conformance;
+    let _ports = ports_lock().await;
+    let Some((bin, base)) = setup() else {
+        return;
+    };
+    let (_dir, primary, _link, _replica) = pair(&bin, base);
+    let url = primary.url();
+    let store = || {
+        RedisStore::builder(url.clone())
+            .prefix(format!("wait:{}:", uuid::Uuid::new_v4().simple()))
+            .wait_for_replicas(1, Duration::from_secs(2))
+            .connect()
+    };
+    macro_rules! rows {
+        ($($row:ident),*) => {$(
+            conformance::$row(store().await.unwrap()).await;
+        )*};
+    }
+    rows!(
+        s1_first_call_runs_once_and_is_stored,
+        s2_repeat_returns_the_stored_outcome,
+        s3_same_key_other_arguments_is_key_reuse,
+        s5_permanent_failure_is_not_retried_and_released,
+        s6_exhausted_ambiguous_is_kept_and_taken_over,
+        s7_concurrent_calls_run_the_body_once,
+        s8_a_dead_holders_lease_expires_and_is_taken_over,
+        s11_late_writes_of_a_taken_over_lease_are_fenced,
+        s12_renew_extends_a_held_lease_past_its_end_and_its_ttl,
+        s12_renew_is_refused_to_a_stale_token_and_to_ended_records,
+        contention_64_tasks_one_key,
+        operation_ids_are_minted_once,
+        complete_retried_under_its_token_is_applied,
+        mark_ambiguous_retried_under_its_token_is_applied,
+        records_forget_makes_the_next_call_run_again,
+        s24_resolve_applied_completes_the_record_and_repeats_replay_it,
+        s24_resolve_not_applied_releases_the_record_and_keeps_the_decision
+    );
 }
