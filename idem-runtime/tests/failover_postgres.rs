@@ -257,9 +257,13 @@ async fn failover_once(
             .await
         })
     };
-    // A commit that waits for a replica that never answers waits for ever: the primary dies
-    // after this long instead.
-    let patience = tokio::time::sleep(Duration::from_millis(1500));
+    // A commit that waits for a replica that never answers (`remote_apply`, lagging) waits for
+    // ever: the primary dies after this long instead. Asynchronous commits never wait for the
+    // replica: a long bound, only against a hang.
+    let patience = tokio::time::sleep(match commit {
+        Commit::RemoteApply => Duration::from_millis(1500),
+        Commit::Async => Duration::from_secs(60),
+    });
     tokio::pin!(patience);
     let before: Option<Result<String, E>> = match phase {
         Phase::AfterClaim => {

@@ -177,7 +177,7 @@ fn pair(bin: &Path, base: u16) -> (tempfile::TempDir, Redis, Link, Redis) {
             "1",
         ],
     );
-    wait_until("the replica in sync", Duration::from_secs(10), || {
+    wait_until("the replica in sync", Duration::from_secs(30), || {
         replica.info_has("master_link_status:up") && primary.info_has("state=online")
     });
     (dir, primary, link, replica)

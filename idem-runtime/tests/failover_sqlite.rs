@@ -187,6 +187,15 @@ fn killed_at_many_points(sync: &str) -> Tally {
         std::thread::sleep(Duration::from_millis(25 + 4 * k));
         kill(child);
     }
+    // And one killed right after its first acknowledged call (so some are, however slowly the
+    // children start on a loaded machine).
+    let child = spawn_child(work, "loop", sync, KILLS * 10_000);
+    wait_until("an acknowledged call", Duration::from_secs(60), || {
+        read_lines(&acks_log(work))
+            .iter()
+            .any(|l| l.starts_with(&format!("ok {} ", KILLS * 10_000)))
+    });
+    kill(child);
     let acked: HashMap<u64, String> = read_lines(&acks_log(work))
         .iter()
         .filter_map(|l| {
@@ -215,8 +224,8 @@ fn killed_at_many_points(sync: &str) -> Tally {
         tally.add(before.as_ref(), after, effects[order]);
     }
     tally.print(&format!(
-        "sqlite synchronous={sync}, {KILLS} processes SIGKILLed at 25..{} ms, every order they \
-         touched called again",
+        "sqlite synchronous={sync}, {KILLS} processes SIGKILLed at 25..{} ms and one after its \
+         first acknowledged call, every order they touched called again",
         25 + 4 * (KILLS - 1)
     ));
     tally
