@@ -25,7 +25,7 @@
 //!   call finds no record and runs the operation again (with the same key, so a provider that
 //!   honours idempotency keys still dedupes it), or finds the claim without its outcome.
 //! - **AOF with `appendfsync everysec`** (the usual setting) can lose the last second of writes
-//!   on a crash of the machine (and lost one acknowledged outcome in 48 kills of the process in
+//!   on a crash of the machine (and lost one acknowledged outcome in 80 kills of the process in
 //!   `tests/failover_redis.rs`; `appendfsync always` lost none); with no persistence a restart
 //!   loses every record.
 //! - **Eviction.** Under `maxmemory` with an `allkeys-*` policy Redis may evict live records;
