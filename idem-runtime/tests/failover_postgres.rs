@@ -17,7 +17,6 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use common::{
@@ -45,20 +44,29 @@ fn pg(bin: &Path, name: &str) -> Command {
     }
 }
 
-/// One `initdb` per run, copied for each primary.
-fn template(bin: &Path) -> &'static Path {
-    static TEMPLATE: OnceLock<tempfile::TempDir> = OnceLock::new();
-    TEMPLATE
-        .get_or_init(|| {
-            let dir = workdir("idemkit-failover-pg-template");
-            chown(dir.path());
-            run(pg(bin, "initdb")
-                .arg("-D")
-                .arg(dir.path().join("data"))
-                .args(["-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8"]));
-            dir
-        })
-        .path()
+/// What a test needs: the binaries, the primary's port, and one `initdb` copied for each
+/// primary (deleted with it).
+struct Setup {
+    bin: PathBuf,
+    base: u16,
+    template: tempfile::TempDir,
+}
+
+/// The setup, or `None` (skipped: no PostgreSQL binaries).
+fn setup() -> Option<Setup> {
+    let bin = bindir()?;
+    let template = workdir("idemkit-failover-pg-template");
+    chown(template.path());
+    run(pg(&bin, "initdb")
+        .arg("-D")
+        .arg(template.path().join("data"))
+        .args(["-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8"]));
+    let base = port("IDEMKIT_FAILOVER_PG_PORT", 55440);
+    Some(Setup {
+        bin,
+        base,
+        template,
+    })
 }
 
 fn chown(dir: &Path) {
@@ -171,18 +179,12 @@ enum Commit {
 }
 
 /// One repetition; see the module docs.
-async fn failover_once(
-    bin: &Path,
-    base: u16,
-    phase: Phase,
-    lag: bool,
-    commit: Commit,
-    tally: &mut Tally,
-) {
+async fn failover_once(setup: &Setup, phase: Phase, lag: bool, commit: Commit, tally: &mut Tally) {
+    let (bin, base) = (setup.bin.as_path(), setup.base);
     let dir = workdir("idemkit-failover-pg");
     run(Command::new("cp")
         .arg("-a")
-        .arg(template(bin).join("data"))
+        .arg(setup.template.path().join("data"))
         .arg(dir.path().join("primary")));
     chown(dir.path());
     let sync = match commit {
@@ -311,12 +313,10 @@ async fn failover_once(
     tally.add(before.as_ref(), &after, effects.count(order));
 }
 
-async fn failover_case(phase: Phase, lag: bool, commit: Commit, reps: u32) -> Option<Tally> {
-    let bin = bindir()?;
-    let base = port("IDEMKIT_FAILOVER_PG_PORT", 55440);
+async fn failover_case(setup: &Setup, phase: Phase, lag: bool, commit: Commit, reps: u32) -> Tally {
     let mut tally = Tally::default();
     for _ in 0..reps {
-        failover_once(&bin, base, phase, lag, commit, &mut tally).await;
+        failover_once(setup, phase, lag, commit, &mut tally).await;
     }
     tally.print(&format!(
         "postgres primary+streaming replica, crashed {}{}, {}",
@@ -330,7 +330,7 @@ async fn failover_case(phase: Phase, lag: bool, commit: Commit, reps: u32) -> Op
             Commit::RemoteApply => "synchronous_commit = remote_apply",
         }
     ));
-    Some(tally)
+    tally
 }
 
 /// Asynchronous replication, the replica lagging: the acknowledged claim is lost and the key
@@ -338,9 +338,8 @@ async fn failover_case(phase: Phase, lag: bool, commit: Commit, reps: u32) -> Op
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_failover_async_lagging_replica_loses_the_claim_and_runs_twice() {
     let _ports = ports_lock().await;
-    let Some(t) = failover_case(Phase::AfterClaim, true, Commit::Async, 2).await else {
-        return;
-    };
+    let Some(setup) = setup() else { return };
+    let t = failover_case(&setup, Phase::AfterClaim, true, Commit::Async, 2).await;
     assert_eq!((t.double_runs, t.cut_off), (2, 2), "{t:?}");
 }
 
@@ -349,9 +348,8 @@ async fn postgres_failover_async_lagging_replica_loses_the_claim_and_runs_twice(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_failover_async_lagging_replica_loses_the_outcome() {
     let _ports = ports_lock().await;
-    let Some(t) = failover_case(Phase::AfterComplete, true, Commit::Async, 2).await else {
-        return;
-    };
+    let Some(setup) = setup() else { return };
+    let t = failover_case(&setup, Phase::AfterComplete, true, Commit::Async, 2).await;
     assert_eq!(
         (t.double_runs, t.lost_outcomes, t.ambiguous_after),
         (0, 2, 2),
@@ -364,10 +362,9 @@ async fn postgres_failover_async_lagging_replica_loses_the_outcome() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_failover_remote_apply_lagging_replica_no_double_run_no_lost_outcome() {
     let _ports = ports_lock().await;
+    let Some(setup) = setup() else { return };
     for phase in [Phase::AfterClaim, Phase::AfterComplete] {
-        let Some(t) = failover_case(phase, true, Commit::RemoteApply, 2).await else {
-            return;
-        };
+        let t = failover_case(&setup, phase, true, Commit::RemoteApply, 2).await;
         assert_eq!(
             (t.double_runs, t.lost_outcomes, t.acknowledged),
             (0, 0, 0),
@@ -381,12 +378,11 @@ async fn postgres_failover_remote_apply_lagging_replica_no_double_run_no_lost_ou
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_failover_mid_stream_remote_apply_holds_and_async_is_measured() {
     let _ports = ports_lock().await;
+    let Some(setup) = setup() else { return };
     for phase in [Phase::AfterClaim, Phase::AfterComplete] {
-        let Some(t) = failover_case(phase, false, Commit::RemoteApply, 2).await else {
-            return;
-        };
+        let t = failover_case(&setup, phase, false, Commit::RemoteApply, 2).await;
         assert_eq!((t.double_runs, t.lost_outcomes), (0, 0), "{t:?}");
-        let t = failover_case(phase, false, Commit::Async, 2).await.unwrap();
+        let t = failover_case(&setup, phase, false, Commit::Async, 2).await;
         assert!(
             t.double_runs <= t.runs && t.lost_outcomes <= t.runs,
             "{t:?}"

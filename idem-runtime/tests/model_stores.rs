@@ -22,6 +22,7 @@ mod servers;
 #[path = "model/traces.rs"]
 mod traces;
 
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
 use std::time::Duration;
@@ -97,18 +98,16 @@ fn show(trace: &[Event]) -> String {
         .collect()
 }
 
-/// A fresh store of one kind (its own file, table or prefix), or `None` (skipped).
+/// A fresh store of one kind (its own file in `dir`, table or prefix), or `None` (skipped).
 trait Fresh: Store + OperationIds + Sized + 'static {
-    async fn fresh() -> Option<Self>;
+    async fn fresh(dir: &Path) -> Option<Self>;
     /// How the model sees its clock.
     const CLOCK: StoreKind;
 }
 
 impl Fresh for SqliteStore {
-    async fn fresh() -> Option<Self> {
-        // The directory lives as long as the test process: a few kilobytes.
-        let dir = tempfile::tempdir().unwrap().keep();
-        Some(SqliteStore::open(dir.join("idemkit.db")).unwrap())
+    async fn fresh(dir: &Path) -> Option<Self> {
+        Some(SqliteStore::open(dir.join(format!("{}.db", Uuid::new_v4().simple()))).unwrap())
     }
     const CLOCK: StoreKind = StoreKind::CallersClocks {
         cap_by_holders_lease: true,
@@ -116,7 +115,7 @@ impl Fresh for SqliteStore {
 }
 
 impl Fresh for PostgresStore {
-    async fn fresh() -> Option<Self> {
+    async fn fresh(_: &Path) -> Option<Self> {
         let url = servers::server_url("IDEMKIT_TEST_POSTGRES_URL", "PostgreSQL")?;
         Some(
             PostgresStore::builder(url)
@@ -130,7 +129,7 @@ impl Fresh for PostgresStore {
 }
 
 impl Fresh for RedisStore {
-    async fn fresh() -> Option<Self> {
+    async fn fresh(_: &Path) -> Option<Self> {
         let url = servers::server_url("IDEMKIT_TEST_REDIS_URL", "Redis")?;
         Some(
             RedisStore::builder(url)
@@ -245,7 +244,8 @@ async fn late_claim_reply<S: Store + OperationIds + 'static>(inner: S) -> (Vec<E
 
 /// Every scenario on a fresh store of kind `S`: one message each, and a trace the model allows.
 async fn real_runs_are_model_behaviours<S: Fresh>(name: &str) {
-    let Some(store) = S::fresh().await else {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(store) = S::fresh(dir.path()).await else {
         return;
     };
     let (trace, sent) = renewing_holder_and_waiter(store).await;
@@ -256,7 +256,7 @@ async fn real_runs_are_model_behaviours<S: Fresh>(name: &str) {
         sent,
         model(S::CLOCK, false),
     );
-    let (trace, sent) = takeover_of_a_dead_holder(S::fresh().await.unwrap()).await;
+    let (trace, sent) = takeover_of_a_dead_holder(S::fresh(dir.path()).await.unwrap()).await;
     check(
         name,
         "takeover of a dead holder (S19)",
@@ -264,7 +264,7 @@ async fn real_runs_are_model_behaviours<S: Fresh>(name: &str) {
         sent,
         model(S::CLOCK, true),
     );
-    let (trace, sent) = late_claim_reply(S::fresh().await.unwrap()).await;
+    let (trace, sent) = late_claim_reply(S::fresh(dir.path()).await.unwrap()).await;
     check(
         name,
         "claim reply after the lease (S22)",
@@ -347,7 +347,8 @@ impl<S: OperationIds> OperationIds for RenewalsNotWritten<S> {
 /// over, and the holder is told its next renewal applied: no behaviour of the model, which
 /// rejects the trace at that renewal. (The same run on the real store is accepted above.)
 async fn broken_store_is_rejected<S: Fresh>(name: &str) {
-    let Some(store) = S::fresh().await else {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(store) = S::fresh(dir.path()).await else {
         return;
     };
     let (trace, _) = renewing_holder_and_waiter(RenewalsNotWritten(store)).await;
