@@ -35,8 +35,9 @@
 //! lengthens the store's lease); the end writes' retries stopping at the lease's end (a write
 //! may come any time later, which allows more); a body that misclassifies (says transient after
 //! its effect); `Unreplayable` outcomes (S16); clock offsets beyond equal clocks, which break
-//! S12 by design (`assumption_sqlite_clocks_agree`); PostgreSQL's and Redis's own transitions
-//! (they pass the same conformance suite, not this model), and failover.
+//! S12 by design (`assumption_sqlite_clocks_agree`); failover (measured instead:
+//! `failover_{redis,postgres,sqlite}.rs`). PostgreSQL's, Redis's and SQLite's own transitions
+//! are checked against this model by trace validation of real runs (`model_stores.rs`).
 
 #[path = "model/check.rs"]
 mod check;

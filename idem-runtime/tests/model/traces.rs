@@ -1,8 +1,10 @@
-//! Trace validation: the store transitions of a real run (the real executor on `MemoryStore`,
-//! tokio's paused clock), recorded by a wrapping store, are checked to be a behaviour the model
-//! allows. The model's other steps (ticks, attempts, verifications, crashes) are unobserved: the
-//! checker searches for any interleaving of them that explains each recorded transition at its
-//! recorded time.
+//! Trace validation: the store transitions of a real run (the real executor on `MemoryStore`
+//! under tokio's paused clock, or on SQLite, PostgreSQL or Redis in real time), recorded by a
+//! wrapping store, are checked to be a behaviour the model allows. The model's other steps
+//! (ticks, attempts, verifications, crashes) are unobserved: the checker searches for any
+//! interleaving of them that explains each recorded transition at its recorded time
+//! ([`validate`]) or, for runs in real time whose ticks jitter, in its recorded order with any
+//! time between ([`validate_untimed`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -55,25 +57,50 @@ pub struct Event {
     pub seen: Seen,
 }
 
-/// `MemoryStore`, recording each transition; its first claim's reply may be held back (a slow
-/// network, or a holder stalled right after the claim was applied).
-pub struct Recorder {
-    inner: MemoryStore,
+/// A store (`MemoryStore` by default), recording each transition the store answered, with its
+/// time in ticks of `tick`; its first claim's reply may be held back (a slow network, or a
+/// holder stalled right after the claim was applied).
+pub struct Recorder<S = MemoryStore> {
+    inner: S,
     start: Instant,
+    tick: Duration,
     log: Mutex<(Vec<Event>, HashMap<LeaseToken, u8>)>,
     first_reply_after: Option<Duration>,
     delayed: AtomicBool,
 }
 
 impl Recorder {
+    /// A `MemoryStore`, ticks of one second.
     pub fn new(first_reply_after: Option<Duration>) -> Self {
+        Recorder::wrap(
+            MemoryStore::new(),
+            Duration::from_secs(1),
+            first_reply_after,
+        )
+    }
+}
+
+impl<S> Recorder<S> {
+    /// `inner`, ticks of `tick`.
+    pub fn wrap(inner: S, tick: Duration, first_reply_after: Option<Duration>) -> Self {
         Recorder {
-            inner: MemoryStore::new(),
+            inner,
             start: Instant::now(),
+            tick,
             log: Mutex::new((Vec::new(), HashMap::new())),
             first_reply_after,
             delayed: AtomicBool::new(false),
         }
+    }
+
+    /// The wrapped store.
+    #[allow(dead_code)] // Used by failover_redis.rs.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    fn now(&self) -> u32 {
+        (self.start.elapsed().as_micros() / self.tick.as_micros()) as u32
     }
 
     pub fn events(&self) -> Vec<Event> {
@@ -83,7 +110,7 @@ impl Recorder {
     /// The provider's log: caller `caller`'s body sent the effect now (callers are numbered by
     /// their first claim, which the test knows).
     pub fn effect(&self, caller: u8) {
-        let tick = self.start.elapsed().as_secs() as u32;
+        let tick = self.now();
         let seen = Seen::Effect;
         self.log
             .lock()
@@ -93,7 +120,7 @@ impl Recorder {
     }
 
     fn record(&self, token: LeaseToken, seen: Seen) {
-        let tick = self.start.elapsed().as_secs() as u32;
+        let tick = self.now();
         let mut log = self.log.lock().unwrap();
         let next = log.1.len() as u8;
         let caller = *log.1.entry(token).or_insert(next);
@@ -107,7 +134,7 @@ impl Recorder {
     }
 }
 
-impl Store for Recorder {
+impl<S: Store> Store for Recorder<S> {
     fn claim<'a>(&'a self, req: &'a ClaimRequest<'_>) -> StoreFuture<'a, Claim> {
         StoreFuture::boxed(async move {
             let got = self.inner.claim(req).await;
@@ -184,7 +211,7 @@ impl Store for Recorder {
 }
 
 #[async_trait::async_trait]
-impl OperationIds for Recorder {
+impl<S: Store + OperationIds> OperationIds for Recorder<S> {
     async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
         self.inner.operation_id(name, fresh).await
     }
@@ -243,23 +270,41 @@ pub struct Divergence {
 /// Whether `trace` is a behaviour of the model `cfg` allows (its store transitions, at their
 /// times); `Ok(states)`: how many (state, time) pairs the search visited.
 pub fn validate(cfg: &Config, trace: &[Event]) -> Result<usize, Divergence> {
+    search(cfg, trace, true)
+}
+
+/// Whether `trace` is a behaviour of the model `cfg` allows, its store transitions in their
+/// order with any time passing between them (a run in real time, whose ticks jitter): what it
+/// checks is every transition's kind, caller and answer, in sequence.
+#[allow(dead_code)] // Used by model_stores.rs (real stores), not by model.rs.
+pub fn validate_untimed(cfg: &Config, trace: &[Event]) -> Result<usize, Divergence> {
+    search(cfg, trace, false)
+}
+
+fn search(cfg: &Config, trace: &[Event], timed: bool) -> Result<usize, Divergence> {
     let mut frontier: HashSet<(State, u32)> = HashSet::from([(State::initial(cfg), 0)]);
     let mut visited = 0;
     let mut succ = Vec::new();
-    for (at, &ev) in trace.iter().enumerate() {
+    for (at, &recorded) in trace.iter().enumerate() {
+        // Untimed: every event at time 0, and time passes freely (the model's state keeps time
+        // relative, so the search stays finite).
+        let ev = Event {
+            tick: if timed { recorded.tick } else { 0 },
+            ..recorded
+        };
         // Every unobserved step, until the event's time.
         let mut seen: HashSet<(State, u32)> = frontier.clone();
         let mut queue: Vec<(State, u32)> = frontier.into_iter().collect();
         while let Some((s, k)) = queue.pop() {
             next(cfg, &s, &mut succ);
             let mut steps: Vec<(State, u32)> = Vec::new();
-            if k < ev.tick {
+            if k < ev.tick || !timed {
                 // Time passes (a tick may change nothing the model keeps).
                 let ticked = succ
                     .iter()
                     .find(|(a, ..)| *a == Action::Tick)
                     .map_or(s, |(_, t, _)| *t);
-                steps.push((ticked, k + 1));
+                steps.push((ticked, if timed { k + 1 } else { k }));
             }
             for &(a, t, _) in &succ {
                 if a != Action::Tick && observed(&s, a).is_none() {
@@ -295,7 +340,7 @@ pub fn validate(cfg: &Config, trace: &[Event]) -> Result<usize, Divergence> {
         if after.is_empty() {
             return Err(Divergence {
                 at,
-                event: ev,
+                event: recorded,
                 candidates: seen.len(),
             });
         }

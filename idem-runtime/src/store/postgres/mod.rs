@@ -90,6 +90,18 @@ const PRUNE_BATCH: i64 = 1000;
 /// (`tests/postgres_pgbouncer.rs`) and under `default_transaction_isolation = serializable`
 /// (`tests/postgres_serializable.rs`).
 ///
+/// # Failover
+///
+/// A claim or outcome is acknowledged when PostgreSQL commits it. With asynchronous streaming
+/// replication (the default), a replica promoted after the primary died may lack the last
+/// commits: a claim lost so makes the next call run the operation again, an outcome lost so
+/// leaves the key running until its lease ends and then ambiguous. The server's
+/// `synchronous_commit = remote_apply` with `synchronous_standby_names` naming the replica
+/// makes every commit wait until the replica applied it, which closes both for a failover to
+/// that replica (a commit the replica never got is never acknowledged; the caller's store error
+/// says so). Both are measured in `tests/failover_postgres.rs`; the matrix is in
+/// `docs/reliability.md`.
+///
 /// # A lost connection
 ///
 /// When the connection dies under a statement (a terminated backend, a failover, a reset socket),

@@ -4,7 +4,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{ErrorKind, RedisError, Script};
+use redis::{ErrorKind, RedisError, RedisResult, Script, Value};
 
 use crate::error::{StoreError, StoreErrorKind};
 use crate::key::IdempotencyKey;
@@ -46,9 +46,13 @@ const RETRIES_ON_LOST_CONNECTION: u32 = 2;
 /// - **Replication is asynchronous.** If the primary fails over after acknowledging a claim or a
 ///   completion but before a replica received it, the new primary has never seen it: the next
 ///   call finds no record and runs the operation again (with the same key, so a provider that
-///   honours idempotency keys still dedupes it). `WAIT` narrows this window but does not close it.
+///   honours idempotency keys still dedupes it), or finds the claim without its outcome.
+///   [`RedisStoreBuilder::wait_for_replicas`] closes that for a failover to a replica that
+///   acknowledged the write (measured in `tests/failover_redis.rs`).
 /// - **AOF with `appendfsync everysec`** (the usual setting) can lose the last second of writes
-///   on a crash of the machine; with no persistence a restart loses every record.
+///   on a crash of the machine (and lost one acknowledged outcome in 80 kills of the process in
+///   `tests/failover_redis.rs`; `appendfsync always` lost none); with no persistence a restart
+///   loses every record.
 /// - **Eviction.** Under `maxmemory` with an `allkeys-*` policy Redis may evict live records;
 ///   give idemkit a `noeviction` (or `volatile-*` with headroom) instance.
 ///
@@ -108,13 +112,23 @@ pub struct RedisStore {
     conn: Arc<Connection>,
     prefix: String,
     grace: Duration,
+    replicas: Option<Replicas>,
     scripts: &'static Scripts,
+}
+
+/// `WAIT n timeout` after every script: how many replicas must acknowledge a write, and how long
+/// to wait for them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Replicas {
+    n: u32,
+    timeout: Duration,
 }
 
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStore")
             .field("prefix", &self.prefix)
+            .field("replicas", &self.replicas)
             .finish_non_exhaustive()
     }
 }
@@ -153,6 +167,7 @@ pub struct RedisStoreBuilder {
     prefix: String,
     grace: Duration,
     timeout: Duration,
+    replicas: Option<Replicas>,
 }
 
 impl std::fmt::Debug for RedisStoreBuilder {
@@ -162,6 +177,7 @@ impl std::fmt::Debug for RedisStoreBuilder {
             .field("prefix", &self.prefix)
             .field("grace", &self.grace)
             .field("timeout", &self.timeout)
+            .field("replicas", &self.replicas)
             .finish()
     }
 }
@@ -179,6 +195,7 @@ impl RedisStore {
             prefix: "idemkit:".to_owned(),
             grace: Duration::from_secs(60),
             timeout: Duration::from_secs(5),
+            replicas: None,
         }
     }
 
@@ -187,7 +204,8 @@ impl RedisStore {
     }
 
     /// Invokes `script` on one key; sends it again when the connection was lost (the
-    /// `ConnectionManager` reconnects meanwhile).
+    /// `ConnectionManager` reconnects meanwhile). With [`RedisStoreBuilder::wait_for_replicas`],
+    /// a write that too few replicas acknowledged is an error.
     async fn invoke<T: redis::FromRedisValue>(
         &self,
         what: &'static str,
@@ -195,6 +213,22 @@ impl RedisStore {
         key: &str,
         args: &[&[u8]],
     ) -> Result<T, StoreError> {
+        match self.invoke_replicated(what, script, key, args).await? {
+            (value, None) => Ok(value),
+            (_, Some(error)) => Err(error),
+        }
+    }
+
+    /// [`invoke`](Self::invoke), with the script's answer even when too few replicas
+    /// acknowledged it (then with the error to report): a claim granted on the primary alone is
+    /// released before its error is reported.
+    async fn invoke_replicated<T: redis::FromRedisValue>(
+        &self,
+        what: &'static str,
+        script: &Script,
+        key: &str,
+        args: &[&[u8]],
+    ) -> Result<(T, Option<StoreError>), StoreError> {
         let mut invocation = script.key(key);
         for arg in args {
             invocation.arg(*arg);
@@ -202,8 +236,23 @@ impl RedisStore {
         let mut attempt = 0;
         loop {
             let mut conn = self.conn.get();
-            match invocation.invoke_async::<T>(&mut conn).await {
-                Ok(value) => return Ok(value),
+            let sent = match self.replicas {
+                None => invocation
+                    .invoke_async::<T>(&mut conn)
+                    .await
+                    .map(|v| (v, None)),
+                Some(replicas) => {
+                    waited(&mut conn, script, key, args, replicas)
+                        .await
+                        .map(|(v, acked)| {
+                            let short = (acked < i64::from(replicas.n))
+                                .then(|| not_replicated(what, acked, replicas));
+                            (v, short)
+                        })
+                }
+            };
+            match sent {
+                Ok(reply) => return Ok(reply),
                 Err(e) if attempt < RETRIES_ON_LOST_CONNECTION && connection_lost(&e) => {
                     attempt += 1;
                     tracing::warn!(what, attempt, error = %e, "redis connection lost; sending the script again");
@@ -215,6 +264,59 @@ impl RedisStore {
             }
         }
     }
+}
+
+/// `EVALSHA` and `WAIT` in one pipeline on one connection (so `WAIT` counts this write: a
+/// reconnection in between would make it count nothing), loading the script first if the
+/// server does not have it. The script's answer and how many replicas acknowledged.
+async fn waited<T: redis::FromRedisValue>(
+    conn: &mut ConnectionManager,
+    script: &Script,
+    key: &str,
+    args: &[&[u8]],
+    replicas: Replicas,
+) -> Result<(T, i64), RedisError> {
+    let mut pipe = redis::pipe();
+    // Each reply as it came (a NOSCRIPT among them), not the pipeline failing as a whole.
+    pipe.ignore_errors();
+    let eval = pipe.cmd("EVALSHA").arg(script.get_hash()).arg(1).arg(key);
+    for arg in args {
+        eval.arg(*arg);
+    }
+    pipe.cmd("WAIT")
+        .arg(replicas.n)
+        .arg(replicas.timeout.as_millis().max(1) as u64);
+    for loaded in [false, true] {
+        let mut replies: Vec<RedisResult<Value>> = pipe.query_async(conn).await?;
+        let (Some(acked), Some(reply)) = (replies.pop(), replies.pop()) else {
+            return Err(RedisError::from((
+                ErrorKind::UnexpectedReturnType,
+                "EVALSHA and WAIT answered fewer than two replies",
+            )));
+        };
+        match reply {
+            Err(e)
+                if !loaded && e.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+            {
+                script.prepare_invoke().load_async(conn).await?;
+            }
+            Err(e) => return Err(e),
+            Ok(reply) => {
+                let acked: i64 = redis::from_redis_value(acked?)?;
+                return Ok((redis::from_redis_value(reply)?, acked));
+            }
+        }
+    }
+    unreachable!("the second pass returns")
+}
+
+/// A write the primary applied that fewer replicas than asked acknowledged in time.
+fn not_replicated(what: &str, acked: i64, replicas: Replicas) -> StoreError {
+    StoreError::unavailable(format!(
+        "Redis applied the write while {what} on the primary, but {acked} of the {} replicas asked \
+         for acknowledged it within {:?} (WAIT): not acknowledged, as a failover could lose it",
+        replicas.n, replicas.timeout
+    ))
 }
 
 impl RedisStoreBuilder {
@@ -237,6 +339,33 @@ impl RedisStoreBuilder {
         self
     }
 
+    /// Acknowledge a claim, renewal, completion, release or ambiguity mark only once `n`
+    /// replicas have it: each script is followed, on the same connection, by Redis's
+    /// `WAIT n timeout`; if fewer than `n` replicas acknowledged within `timeout`, the
+    /// transition fails as [`StoreErrorKind::Unavailable`] (a claim granted on the primary
+    /// alone is released first, best effort). Default: off (`n` = 0). A reply may then take up
+    /// to `timeout` longer than [`timeout`](Self::timeout) allows, which is lengthened to match.
+    ///
+    /// **What it closes**: with `n` at least 1 and a failover that promotes a replica holding
+    /// every write the old primary acknowledged (Sentinel and Cluster prefer the replica with
+    /// the largest replication offset; with `n` equal to the number of replicas any of them
+    /// will do), no acknowledged claim, lease, outcome or ambiguity mark is lost: no caller is
+    /// told an outcome that the next primary has never seen, and no key runs twice because its
+    /// claim vanished (measured in `tests/failover_redis.rs`).
+    ///
+    /// **What it does not close**: `WAIT` does not roll back. A write that timed out was still
+    /// applied on the primary and may or may not survive: the caller is told it failed (a
+    /// claim: the body did not run; a completion: retried, then the outcome is unknown, S17).
+    /// It says nothing of disk: replicas and primary that all restart at once keep only what
+    /// their persistence kept (AOF `appendfsync always` for that). A promoted replica that had
+    /// not acknowledged (more replicas than `n`, and a failover that picks a lagging one) loses
+    /// what it lacks. Nor does it help a holder cut off from the new primary: that holder's
+    /// lease runs out and the key is taken over as after any crash (S13, S19, S20).
+    pub fn wait_for_replicas(mut self, n: u32, timeout: Duration) -> Self {
+        self.replicas = (n > 0).then_some(Replicas { n, timeout });
+        self
+    }
+
     /// Opens the connection.
     pub async fn connect(self) -> Result<RedisStore, StoreError> {
         let client = redis::Client::open(self.url.as_str()).map_err(|e| {
@@ -246,9 +375,10 @@ impl RedisStoreBuilder {
             )
             .with_source(e)
         })?;
+        let response = self.timeout + self.replicas.map_or(Duration::ZERO, |r| r.timeout);
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(Some(self.timeout))
+            .set_response_timeout(Some(response))
             // Few, quick reconnection attempts: a dead server surfaces as `Error::Store` fast.
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_millis(500));
@@ -263,6 +393,7 @@ impl RedisStoreBuilder {
             }),
             prefix: self.prefix,
             grace: self.grace,
+            replicas: self.replicas,
             scripts: scripts(),
         })
     }

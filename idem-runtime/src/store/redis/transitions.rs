@@ -30,9 +30,17 @@ impl AsyncStore for RedisStore {
             req.tenant.as_deref().unwrap_or("").as_bytes(),
         ];
         let key = self.record_key(&req.key);
-        let reply: Value = self
-            .invoke("claim", &self.scripts.claim, &key, &args)
+        let (reply, short): (Value, _) = self
+            .invoke_replicated("claim", &self.scripts.claim, &key, &args)
             .await?;
+        if let Some(error) = short {
+            // Granted on the primary alone: not a claim this caller may act on. Given back, so
+            // the key does not wait out the lease if the primary stays.
+            if matches!(reply, Value::Int(1..=3)) {
+                let _ = AsyncStore::release(self, req.key, req.token).await;
+            }
+            return Err(error);
+        }
         match reply {
             Value::Int(1) => Ok(Claim::Acquired { takeover: None }),
             Value::Int(2) => Ok(Claim::Acquired {
