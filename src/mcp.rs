@@ -74,7 +74,7 @@
 //!   — the tool's own, [`Error::KeyReuse`](crate::Error::KeyReuse), [`Error::InFlight`](crate::Error::InFlight), a store failure — is a tool error
 //!   (`isError: true`) that says what happened and whether calling again helps, never a protocol
 //!   error: `{"error": …, "reason": …, "retryable": bool, "idempotencyKey": …}` after a sentence
-//!   for the model (the reasons are [`Explanation`](crate::Explanation)'s). "Not run" is
+//!   for the model (the reasons are [`Explanation`]'s). "Not run" is
 //!   said only of a call refused before any attempt; when the outcome is unknown
 //!   ([`Error::Ambiguous`](crate::Error::Ambiguous), [`Error::LeaseLost`](crate::Error::LeaseLost))
 //!   the model is told the effect may have happened, that calling again will not do it twice, and
@@ -214,7 +214,7 @@ fn to_value<T: Serialize>(value: &T) -> Result<Value, ErrorData> {
 }
 
 /// A tool error: why, in words a model can act on, then the error itself, its reason (a stable
-/// word, see [`Explanation`](crate::Explanation)) and whether calling again can help.
+/// word, see [`Explanation`]) and whether calling again can help.
 fn failure(
     e: &(dyn StdError + 'static),
     failure: Failure,

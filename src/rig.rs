@@ -235,7 +235,7 @@ impl StdError for ToolFailure {
 /// | the store unreachable | `other` | yes | `store_unavailable` |
 /// | the outcome unknown ([`Error::Ambiguous`](crate::Error::Ambiguous), [`Error::LeaseLost`](crate::Error::LeaseLost)) | `other` | no (a repeat does not send it again; `verify` or an operator settles it) | `ambiguous`, `lease_lost` |
 /// | done earlier, its result not replayable | `other` | no | `unreplayable` |
-/// | other refusals | `other` | no | the reason (see [`Explanation`](crate::Explanation)) |
+/// | other refusals | `other` | no | the reason (see [`Explanation`]) |
 ///
 /// The model sees a sentence saying what happened and whether calling again with the same
 /// arguments helps, the error's text and the idempotency key; the error is kept as the

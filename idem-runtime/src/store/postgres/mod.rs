@@ -1,20 +1,21 @@
 //! The PostgreSQL store: many agent workers on many machines share one table.
 
 use std::future::Future;
-use std::str::FromStr;
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
+use deadpool_postgres::{Object, Pool};
+use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{NoTls, Row};
 
 use crate::error::{StoreError, StoreErrorKind};
 
+mod options;
 mod records;
 mod rows;
 mod sql;
 mod transitions;
 
+pub use self::options::PostgresStoreBuilder;
 use self::rows::{Failed, Migration, pg_error, pool_error, quote};
 use self::sql::Sql;
 
@@ -131,33 +132,6 @@ impl std::fmt::Debug for PostgresStore {
             .field("table", &self.sql.records)
             .field("prepared_statements", &self.prepared)
             .finish_non_exhaustive()
-    }
-}
-
-/// Configures a [`PostgresStore`]: where it connects and which table it uses.
-#[must_use]
-#[derive(Clone)]
-pub struct PostgresStoreBuilder {
-    url: String,
-    schema: Option<String>,
-    table: String,
-    max_connections: usize,
-    connect_timeout: Duration,
-    read_only: bool,
-    prepared_statements: bool,
-}
-
-impl std::fmt::Debug for PostgresStoreBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PostgresStoreBuilder")
-            .field("url", &super::redacted_url(&self.url))
-            .field("schema", &self.schema)
-            .field("table", &self.table)
-            .field("max_connections", &self.max_connections)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("read_only", &self.read_only)
-            .field("prepared_statements", &self.prepared_statements)
-            .finish()
     }
 }
 
@@ -404,100 +378,6 @@ impl PostgresStore {
                 Failed::Pool(e) => pool_error(e),
             });
         }
-    }
-}
-
-impl PostgresStoreBuilder {
-    /// The schema that holds the tables (created if missing). Default: the connection's
-    /// search path (usually `public`).
-    pub fn schema(mut self, schema: impl Into<String>) -> Self {
-        self.schema = Some(schema.into());
-        self
-    }
-
-    /// The records table's name (letters, digits, `_`; at most 40). Default `idemkit`. Its
-    /// companions are named after it: `<table>_operations`, `<table>_schema`.
-    pub fn table(mut self, table: impl Into<String>) -> Self {
-        self.table = table.into();
-        self
-    }
-
-    /// Whether statements are prepared once per connection under a name (default `true`).
-    /// `false` sends each unnamed, with its parameter types, in one round trip: for PgBouncer in
-    /// transaction mode older than 1.21 or with `max_prepared_statements = 0`, and other poolers
-    /// that do not track prepared statements (see the [module docs](PostgresStore#pgbouncer)).
-    pub fn prepared_statements(mut self, prepared: bool) -> Self {
-        self.prepared_statements = prepared;
-        self
-    }
-
-    /// The pool's size. Default 16.
-    pub fn max_connections(mut self, n: usize) -> Self {
-        self.max_connections = n.max(1);
-        self
-    }
-
-    /// How long opening one connection may take. Default 5 s.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// Opens existing tables for reading only (default: no), as an operator's reads do: nothing
-    /// is created or migrated; missing tables, or tables of another schema version, are an
-    /// error that says what to do.
-    pub fn read_only(mut self, read_only: bool) -> Self {
-        self.read_only = read_only;
-        self
-    }
-
-    /// Opens the pool, then creates or migrates the tables (unless [`read_only`](Self::read_only)).
-    pub async fn connect(self) -> Result<PostgresStore, StoreError> {
-        let mut config = tokio_postgres::Config::from_str(&self.url).map_err(|e| {
-            StoreError::new(
-                StoreErrorKind::Other,
-                "the PostgreSQL URL does not parse; expected postgres://user:password@host:port/database",
-            )
-            .with_source(e)
-        })?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(self.connect_timeout);
-        }
-        if config.get_application_name().is_none() {
-            config.application_name("idemkit");
-        }
-        let manager = Manager::from_config(
-            config,
-            NoTls,
-            ManagerConfig {
-                // A terminated backend is noticed before its connection is handed out again.
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(self.max_connections)
-            .build()
-            .map_err(|e| {
-                StoreError::new(
-                    StoreErrorKind::Other,
-                    "the connection pool could not be built",
-                )
-                .with_source(e)
-            })?;
-        if self.read_only {
-            let store = PostgresStore {
-                pool,
-                sql: Sql::new(self.schema.as_deref(), &self.table)?,
-                prepared: self.prepared_statements,
-            };
-            store.check_schema().await?;
-            return Ok(store);
-        }
-        Ok(
-            PostgresStore::from_pool(pool, self.schema.as_deref(), &self.table)
-                .await?
-                .with_prepared_statements(self.prepared_statements),
-        )
     }
 }
 
