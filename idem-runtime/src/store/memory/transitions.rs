@@ -1,0 +1,229 @@
+//! The memory store's transitions (`Store`) and operation ids (`OperationIds`), each answering
+//! at once under the map's lock.
+
+use std::collections::hash_map::Entry;
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use super::clock::Tick;
+use super::{Inner, MemoryStore, Rec, State};
+use crate::error::StoreError;
+use crate::key::IdempotencyKey;
+use crate::store::{
+    Claim, ClaimRequest, Existing, ExistingState, LeaseToken, OperationIds, Outcome, Store,
+    StoreFuture, Takeover, Written,
+};
+
+impl MemoryStore {
+    /// Whether the live record of `key` was completed (`completed`) or marked ambiguous (not)
+    /// by `token`'s holder.
+    fn done_by(
+        inner: &Inner,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        now: Tick,
+        completed: bool,
+    ) -> bool {
+        inner
+            .records
+            .get(key.as_bytes())
+            .filter(|rec| rec.expires_at > now)
+            .is_some_and(|rec| match &rec.state {
+                State::Completed { by, .. } => completed && *by == token,
+                State::Ambiguous { by, .. } => !completed && *by == token,
+                State::Running { .. } => false,
+            })
+    }
+}
+
+impl MemoryStore {
+    // Every transition answers at once (`StoreFuture::ready`): the executor neither allocates nor
+    // polls for them.
+    fn claim_sync(&self, req: &ClaimRequest<'_>) -> Claim {
+        let now = self.clock.now();
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        let running = State::Running {
+            token: req.token,
+            lease_until: now.after(req.lease),
+        };
+        // One lookup: the entry is either live (decide below), or absent or expired (a new record).
+        let rec = match inner.records.entry(*req.key.as_bytes()) {
+            Entry::Occupied(live) if live.get().expires_at > now => live.into_mut(),
+            absent_or_expired => {
+                // A decision on the record this one replaces is not this one's.
+                if !inner.resolutions.is_empty() {
+                    inner.resolutions.remove(req.key.as_bytes());
+                }
+                absent_or_expired.insert_entry(Box::new(Rec {
+                    tool: inner.names.get(req.tool),
+                    fingerprint: req.fingerprint,
+                    state: running,
+                    expires_at: now.after(req.ttl),
+                    created: now,
+                    updated: now,
+                    tenant: req.tenant.as_deref().map(|t| inner.names.get(t)),
+                }));
+                return Claim::Acquired { takeover: None };
+            }
+        };
+        let same = rec.fingerprint == req.fingerprint;
+        let existing = match &rec.state {
+            State::Running { lease_until, .. } if same && *lease_until <= now => {
+                Err(Takeover::ExpiredHolder)
+            }
+            State::Ambiguous { .. } if same => Err(Takeover::Ambiguous),
+            State::Running { lease_until, .. } => Ok(ExistingState::Running {
+                lease_remaining: now.until(*lease_until),
+            }),
+            State::Completed { outcome, .. } => Ok(ExistingState::Completed {
+                outcome: outcome.clone(),
+            }),
+            State::Ambiguous { .. } => Ok(ExistingState::Ambiguous),
+        };
+        match existing {
+            Ok(state) => Claim::Existing(Existing {
+                fingerprint: rec.fingerprint,
+                state,
+            }),
+            Err(takeover) => {
+                // Take over: same operation, its holder gone or given up.
+                rec.state = running;
+                rec.expires_at = now.after(req.ttl);
+                (rec.created, rec.updated) = (now, now);
+                rec.tenant = req.tenant.as_deref().map(|t| inner.names.get(t));
+                Claim::Acquired {
+                    takeover: Some(takeover),
+                }
+            }
+        }
+    }
+
+    fn complete_sync(
+        &self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        outcome: Outcome,
+        ttl: Duration,
+    ) -> Written {
+        let now = self.clock.now();
+        let mut inner = self.lock();
+        if let Some(rec) = Self::held(&mut inner, &key, token, now) {
+            rec.state = State::Completed { outcome, by: token };
+            rec.expires_at = now.after(ttl);
+            rec.updated = now;
+            return Written::Applied;
+        }
+        // This holder's completion, sent again (its reply was lost): done already.
+        match Self::done_by(&inner, &key, token, now, true) {
+            true => Written::Applied,
+            false => Written::Fenced,
+        }
+    }
+
+    fn renew_sync(&self, key: IdempotencyKey, token: LeaseToken, lease: Duration) -> Written {
+        let now = self.clock.now();
+        let mut inner = self.lock();
+        match Self::held(&mut inner, &key, token, now) {
+            Some(rec) => {
+                let until = now.after(lease);
+                rec.state = State::Running {
+                    token,
+                    lease_until: until,
+                };
+                rec.expires_at = rec.expires_at.max(until);
+                rec.updated = now;
+                Written::Applied
+            }
+            None => Written::Fenced,
+        }
+    }
+
+    fn release_sync(&self, key: IdempotencyKey, token: LeaseToken) -> Written {
+        let now = self.clock.now();
+        let mut inner = self.lock();
+        if Self::held(&mut inner, &key, token, now).is_none() {
+            return Written::Fenced;
+        }
+        inner.records.remove(key.as_bytes());
+        Written::Applied
+    }
+
+    fn mark_ambiguous_sync(
+        &self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        note: &str,
+        ttl: Duration,
+    ) -> Written {
+        let now = self.clock.now();
+        let mut inner = self.lock();
+        if let Some(rec) = Self::held(&mut inner, &key, token, now) {
+            rec.state = State::Ambiguous {
+                note: note.into(),
+                by: token,
+            };
+            rec.expires_at = now.after(ttl);
+            rec.updated = now;
+            return Written::Applied;
+        }
+        // This holder's mark, sent again (its reply was lost): done already.
+        match Self::done_by(&inner, &key, token, now, false) {
+            true => Written::Applied,
+            false => Written::Fenced,
+        }
+    }
+}
+
+impl Store for MemoryStore {
+    #[inline]
+    fn claim<'a>(&'a self, req: &'a ClaimRequest<'_>) -> StoreFuture<'a, Claim> {
+        StoreFuture::ready(Ok(self.claim_sync(req)))
+    }
+
+    fn renew(
+        &self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        lease: Duration,
+    ) -> StoreFuture<'_, Written> {
+        StoreFuture::ready(Ok(self.renew_sync(key, token, lease)))
+    }
+
+    #[inline]
+    fn complete(
+        &self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        outcome: Outcome,
+        ttl: Duration,
+    ) -> StoreFuture<'_, Written> {
+        StoreFuture::ready(Ok(self.complete_sync(key, token, outcome, ttl)))
+    }
+
+    fn release(&self, key: IdempotencyKey, token: LeaseToken) -> StoreFuture<'_, Written> {
+        StoreFuture::ready(Ok(self.release_sync(key, token)))
+    }
+
+    fn mark_ambiguous<'a>(
+        &'a self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        note: &'a str,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Written> {
+        StoreFuture::ready(Ok(self.mark_ambiguous_sync(key, token, note, ttl)))
+    }
+}
+
+#[async_trait::async_trait]
+impl OperationIds for MemoryStore {
+    async fn operation_id(&self, name: &str, fresh: Uuid) -> Result<Uuid, StoreError> {
+        Ok(*self
+            .lock()
+            .operations
+            .entry(name.to_owned())
+            .or_insert(fresh))
+    }
+}
