@@ -459,6 +459,27 @@ verify_arity!(
 
 /// What a tool marked `json` expands to: its arguments struct implements `JsonArgs`, and its
 /// `JsonEntry` is submitted to the registry.
+/// The probe that picks, by autoref specialisation where `E` is concrete, how an MCP or rig
+/// tool's error `E` is reported (each integration's traits implement the picks on `&ErrorProbe`).
+#[cfg(any(feature = "rmcp", feature = "rig"))]
+pub struct ErrorProbe<E>(PhantomData<fn() -> E>);
+
+#[cfg(any(feature = "rmcp", feature = "rig"))]
+impl<E> ErrorProbe<E> {
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        ErrorProbe(PhantomData)
+    }
+}
+#[cfg(any(feature = "rmcp", feature = "rig"))]
+impl<E> Clone for ErrorProbe<E> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+#[cfg(any(feature = "rmcp", feature = "rig"))]
+impl<E> Copy for ErrorProbe<E> {}
+
 #[cfg(feature = "json")]
 pub mod json {
     pub use idem_runtime::json::{
@@ -469,7 +490,6 @@ pub mod json {
 #[cfg(feature = "rmcp")]
 pub mod mcp {
     use std::error::Error as StdError;
-    use std::marker::PhantomData;
 
     pub use crate::mcp::ToolOutput;
     use idem_runtime::__private::serde::Serialize;
@@ -501,20 +521,7 @@ pub mod mcp {
     /// `(&&ErrorProbe::<E>::new()).error_view()`: `anyhow::Error` and `Box<dyn Error + Send + Sync>`
     /// (not `Error`s themselves) first, then any `std::error::Error`, else a compile error
     /// saying what an MCP tool's error must be.
-    pub struct ErrorProbe<E>(PhantomData<fn() -> E>);
-
-    impl<E> ErrorProbe<E> {
-        #[allow(clippy::new_without_default)]
-        pub fn new() -> Self {
-            ErrorProbe(PhantomData)
-        }
-    }
-    impl<E> Clone for ErrorProbe<E> {
-        fn clone(&self) -> Self {
-            *self
-        }
-    }
-    impl<E> Copy for ErrorProbe<E> {}
+    pub use super::ErrorProbe;
 
     /// `anyhow::Error`, through its `AsRef<dyn Error>` (feature `anyhow`).
     pub trait ViaAnyhow<E> {
@@ -575,7 +582,6 @@ pub mod mcp {
 #[cfg(feature = "rig")]
 pub mod rig {
     use std::error::Error as StdError;
-    use std::marker::PhantomData;
 
     pub use crate::rig::{RigOutput, same_name};
     use idem_runtime::__private::serde::Serialize;
@@ -606,20 +612,7 @@ pub mod rig {
     /// (`(&&ErrorProbe::<E>::new()).fail_with()`): `anyhow::Error` and
     /// `Box<dyn Error + Send + Sync>` boxed, any other `std::error::Error + Send + Sync` kept as
     /// it is (so `downcast_ref` finds it), else a compile error saying what it must be.
-    pub struct ErrorProbe<E>(PhantomData<fn() -> E>);
-
-    impl<E> ErrorProbe<E> {
-        #[allow(clippy::new_without_default)]
-        pub fn new() -> Self {
-            ErrorProbe(PhantomData)
-        }
-    }
-    impl<E> Clone for ErrorProbe<E> {
-        fn clone(&self) -> Self {
-            *self
-        }
-    }
-    impl<E> Copy for ErrorProbe<E> {}
+    pub use super::ErrorProbe;
 
     /// `anyhow::Error` (feature `anyhow`).
     pub trait ViaAnyhow<E> {
