@@ -126,18 +126,16 @@ impl InProgress {
     /// The call ended after `attempts` attempts without succeeding, the last failure retryable:
     /// it gave up.
     pub(crate) fn gave_up(&mut self, attempts: u32) {
-        let id = match self.retrying.take() {
+        let retrying = self.retrying.take();
+        let mut guard = calls();
+        let calls = guard.get_or_insert_with(Calls::default);
+        let id = match retrying {
             Some(id) => {
-                let mut guard = calls();
-                if let Some(calls) = guard.as_mut() {
-                    leave(calls, &id);
-                }
+                leave(calls, &id);
                 id
             }
             None => (crate::idem::task_tenant(), self.key),
         };
-        let mut guard = calls();
-        let calls = guard.get_or_insert_with(Calls::default);
         if calls.gave_up.len() == GAVE_UP {
             calls.gave_up.pop_front();
         } else {
