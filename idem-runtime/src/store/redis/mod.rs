@@ -198,6 +198,18 @@ impl RedisStore {
         }
     }
 
+    /// Invokes a script that only reads: no replica has anything to acknowledge, so it never
+    /// waits for them.
+    async fn invoke_read<T: redis::FromRedisValue>(
+        &self,
+        what: &'static str,
+        script: &Script,
+        key: &str,
+        args: &[&[u8]],
+    ) -> Result<T, StoreError> {
+        Ok(self.send(what, script, key, args, None).await?.0)
+    }
+
     /// [`invoke`](Self::invoke), with the script's answer even when too few replicas
     /// acknowledged it (then with the error to report): a claim granted on the primary alone is
     /// released before its error is reported.
@@ -208,6 +220,18 @@ impl RedisStore {
         key: &str,
         args: &[&[u8]],
     ) -> Result<(T, Option<StoreError>), StoreError> {
+        self.send(what, script, key, args, self.replicas).await
+    }
+
+    /// Sends `script` on one key, then `WAIT`s for `replicas` if given.
+    async fn send<T: redis::FromRedisValue>(
+        &self,
+        what: &'static str,
+        script: &Script,
+        key: &str,
+        args: &[&[u8]],
+        replicas: Option<Replicas>,
+    ) -> Result<(T, Option<StoreError>), StoreError> {
         let mut invocation = script.key(key);
         for arg in args {
             invocation.arg(*arg);
@@ -215,7 +239,7 @@ impl RedisStore {
         let mut attempt = 0;
         loop {
             let mut conn = self.conn.get();
-            let sent = match self.replicas {
+            let sent = match replicas {
                 None => invocation
                     .invoke_async::<T>(&mut conn)
                     .await

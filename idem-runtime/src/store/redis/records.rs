@@ -118,7 +118,7 @@ impl RedisStore {
     /// The live record of `key` and the server's time, read by the `get` script.
     async fn read(&self, key: IdempotencyKey) -> Result<Option<(Record, SystemTime)>, StoreError> {
         let reply: Value = self
-            .invoke("get", &self.scripts.get, &self.record_key(&key), &[])
+            .invoke_read("get", &self.scripts.get, &self.record_key(&key), &[])
             .await?;
         let items = match reply {
             Value::Nil => return Ok(None),

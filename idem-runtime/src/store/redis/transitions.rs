@@ -34,12 +34,25 @@ impl AsyncStore for RedisStore {
             .invoke_replicated("claim", &self.scripts.claim, &key, &args)
             .await?;
         if let Some(error) = short {
-            // Granted on the primary alone: not a claim this caller may act on. Given back, so
-            // the key does not wait out the lease if the primary stays.
-            if matches!(reply, Value::Int(1..=3)) {
-                let _ = AsyncStore::release(self, req.key, req.token).await;
+            // Granted on the primary alone: not a claim this caller may act on. A fresh one is
+            // given back, so the key does not wait out the lease if the primary stays; a
+            // takeover (of a dead holder's or an ambiguous record, whose effect may have
+            // happened) is kept ambiguous, as it was: released, the next claim would find
+            // nothing and act blind. A claim that wrote nothing (an existing record's answer)
+            // is answered as it is.
+            match reply {
+                Value::Int(1) => {
+                    let _ = AsyncStore::release(self, req.key, req.token).await;
+                    return Err(error);
+                }
+                Value::Int(2 | 3) => {
+                    let note = "claimed on the primary alone (too few replicas acknowledged)";
+                    let _ =
+                        AsyncStore::mark_ambiguous(self, req.key, req.token, note, req.ttl).await;
+                    return Err(error);
+                }
+                _ => {}
             }
-            return Err(error);
         }
         match reply {
             Value::Int(1) => Ok(Claim::Acquired { takeover: None }),
