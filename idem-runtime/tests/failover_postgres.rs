@@ -382,10 +382,7 @@ async fn postgres_failover_mid_stream_remote_apply_holds_and_async_is_measured()
     for phase in [Phase::AfterClaim, Phase::AfterComplete] {
         let t = failover_case(&setup, phase, false, Commit::RemoteApply, 2).await;
         assert_eq!((t.double_runs, t.lost_outcomes), (0, 0), "{t:?}");
-        let t = failover_case(&setup, phase, false, Commit::Async, 2).await;
-        assert!(
-            t.double_runs <= t.runs && t.lost_outcomes <= t.runs,
-            "{t:?}"
-        );
+        // Asynchronous: the counts are whatever happened, printed, not asserted.
+        failover_case(&setup, phase, false, Commit::Async, 2).await;
     }
 }

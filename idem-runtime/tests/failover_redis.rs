@@ -195,7 +195,8 @@ async fn failover_once(
     tally: &mut Tally,
 ) {
     let (_dir, primary, link, replica) = pair(bin, base);
-    let mut builder = RedisStore::builder(primary.url()).timeout(Duration::from_secs(1));
+    // Long against a loaded machine: the no-WAIT cases count on every claim going through.
+    let mut builder = RedisStore::builder(primary.url()).timeout(Duration::from_secs(5));
     if wait {
         builder = builder.wait_for_replicas(1, WAIT);
     }
@@ -337,7 +338,7 @@ async fn redis_failover_lagging_replica_with_wait_acknowledges_nothing_it_loses(
 
 /// No induced lag (loopback replication, usually caught up within the kill's round trip),
 /// killed right after the completion: with `WAIT`, 0 and 0 must hold; without it the counts
-/// are printed (nondeterministic) and bounded by the repetitions.
+/// are printed (nondeterministic), not asserted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_failover_mid_stream_wait_holds_and_no_wait_is_measured() {
     let _ports = ports_lock().await;
@@ -346,11 +347,8 @@ async fn redis_failover_mid_stream_wait_holds_and_no_wait_is_measured() {
             return;
         };
         assert_eq!((t.double_runs, t.lost_outcomes), (0, 0), "{t:?}");
-        let t = failover_case(phase, false, false, 5).await.unwrap();
-        assert!(
-            t.double_runs <= t.runs && t.lost_outcomes <= t.runs,
-            "{t:?}"
-        );
+        // Without `WAIT` the counts are whatever happened: printed, not asserted.
+        failover_case(phase, false, false, 5).await.unwrap();
     }
 }
 
@@ -399,7 +397,8 @@ async fn redis_restart_aof_always_keeps_every_outcome_everysec_is_measured() {
             "no persistence" => {
                 assert_eq!((tally.double_runs, tally.lost_outcomes), (REPS, REPS))
             }
-            _ => assert!(tally.lost_outcomes <= REPS),
+            // `everysec`: measured and printed (a process kill lost one of 80 once).
+            _ => {}
         }
     }
 }
