@@ -298,6 +298,24 @@ fn sqlite_killed_at_many_points_normal_loses_nothing_to_a_process_kill() {
     );
 }
 
+/// Stops `pid` (SIGSTOP) at a moment it holds no write transaction on `db`: stopped inside one
+/// (a lease renewal, every third of a lease), it would keep the database locked, and the other
+/// caller would wait out its busy timeout instead of taking over. Tried again, continued a
+/// moment in between, until a write of our own can begin.
+fn stop_outside_a_write(pid: u32, db: &Path) {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    conn.busy_timeout(Duration::ZERO).unwrap();
+    for _ in 0..200 {
+        signal(pid, libc::SIGSTOP);
+        if conn.execute_batch("BEGIN IMMEDIATE; ROLLBACK;").is_ok() {
+            return;
+        }
+        signal(pid, libc::SIGCONT);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    panic!("the holder kept a write transaction open through 200 tries");
+}
+
 /// A holder SIGSTOPped in its body (after its effect) for 3 leases: a caller meanwhile takes
 /// the key over and, with no dedup and no verify, ends ambiguous (S19, S20) instead of running
 /// again; the holder, continued, finds its lease gone (S22, S13) and is not told its outcome is
@@ -315,7 +333,7 @@ fn sqlite_holder_paused_past_its_lease_no_double_run() {
         wait_until("the holder in its body", Duration::from_secs(30), || {
             work.join("in_body").exists()
         });
-        signal(holder.id(), libc::SIGSTOP);
+        stop_outside_a_write(holder.id(), &db(work));
         std::thread::sleep(LEASE * 3);
         let idem = open(work, Synchronous::Full);
         let after = rt.block_on(logged(&idem, work, order, LEASE, async {}));
