@@ -142,8 +142,10 @@ impl Fresh for RedisStore {
     const CLOCK: StoreKind = StoreKind::OneClock;
 }
 
-/// S12/S7: a holder (lease 3 ticks) whose body takes 5 renews its lease; a second caller
+/// S12/S7: a holder (lease 3 ticks) whose body takes 12 renews its lease; a second caller
 /// (lease 6) arriving at 1 waits and replays. One message; the trace and what was sent.
+/// (12, not fewer: on the store whose renewals are not written, several renewals must follow
+/// the waiter's takeover however late a loaded machine makes it.)
 async fn renewing_holder_and_waiter<S: Store + OperationIds + 'static>(
     inner: S,
 ) -> (Vec<Event>, u32) {
@@ -161,7 +163,7 @@ async fn renewing_holder_and_waiter<S: Store + OperationIds + 'static>(
             }
         }
     };
-    let a = tool(&idem, 3).side_effect(FIELDS, &(), body(0, 5));
+    let a = tool(&idem, 3).side_effect(FIELDS, &(), body(0, 12));
     let b = async {
         tokio::time::sleep(ticks(1)).await;
         tool(&idem, 6).side_effect(FIELDS, &(), body(1, 0)).await
