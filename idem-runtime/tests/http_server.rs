@@ -289,7 +289,11 @@ async fn with_an_in_flight_wait_a_repeat_waits_for_the_first_and_gets_its_respon
                 .await
         })
     };
-    // The second is waiting (not refused): the first ends only when released.
+    // The second is waiting (not refused: without the wait it would have its 409 at once).
+    // Its request has time to reach the layer; it must still be open, however long that took
+    // (so this check cannot fail on a slow machine, only if the repeat is answered early).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!second.is_finished(), "the repeat was answered while the first ran");
     s.handler.release.send_replace(true);
     let first = first.await.unwrap().unwrap();
     let second = second.await.unwrap().unwrap();
