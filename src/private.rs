@@ -457,8 +457,6 @@ verify_arity!(
     A0, A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11, A12, A13, A14, A15
 );
 
-/// What a tool marked `json` expands to: its arguments struct implements `JsonArgs`, and its
-/// `JsonEntry` is submitted to the registry.
 /// The probe that picks, by autoref specialisation where `E` is concrete, how an MCP or rig
 /// tool's error `E` is reported (each integration's traits implement the picks on `&ErrorProbe`).
 #[cfg(any(feature = "rmcp", feature = "rig"))]
@@ -480,6 +478,8 @@ impl<E> Clone for ErrorProbe<E> {
 #[cfg(any(feature = "rmcp", feature = "rig"))]
 impl<E> Copy for ErrorProbe<E> {}
 
+/// What a tool marked `json` expands to: its arguments struct implements `JsonArgs`, and its
+/// `JsonEntry` is submitted to the registry.
 #[cfg(feature = "json")]
 pub mod json {
     pub use idem_runtime::json::{

@@ -385,6 +385,11 @@ async fn killed_after_sending(
             stderr_of(first).await
         ),
         () = until_sent(gateway) => {}
+        // A child that neither sends nor exits (stuck): say so instead of waiting for ever.
+        () = tokio::time::sleep(Duration::from_secs(120)) => {
+            let _ = first.start_kill();
+            panic!("the first child agent sent nothing in 120 s: {}", stderr_of(first).await)
+        }
     }
     first.start_kill().expect("SIGKILL"); // Child::start_kill sends SIGKILL on Unix.
     first.wait().await.expect("the killed child's status");

@@ -18,7 +18,7 @@
 //! use fake_provider::sms::{Lookup, Message, SmsClient, SmsFault, SmsGateway};
 //!
 //! let gateway = SmsGateway::start().await.unwrap();
-//! let client = SmsClient::new(gateway.base_url(), Duration::from_millis(300));
+//! let client = SmsClient::new(gateway.base_url(), Duration::from_secs(5));
 //! let message = Message::new("+15550100", "Your order ord_7 has shipped").message_id("ord_7-shipped");
 //! gateway.inject([SmsFault::DropAfterSend]);
 //! assert!(client.send(&message).await.is_err()); // sent, but the response was lost
