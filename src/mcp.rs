@@ -538,20 +538,15 @@ impl JsonToolsServer {
             Some(idem) => idem.scope(call).await,
             None => call.await,
         };
-        let kind = self
-            .tools
-            .definitions()
-            .into_iter()
-            .find(|d| d.name == name)
-            .map_or(ToolKind::SideEffect, |d| d.kind);
         match ended {
             Ok(reply) => {
-                let structured = match kind {
-                    ToolKind::ReadOnly => json!({ "result": reply.value }),
-                    _ => json!({
+                // A read-only tool's reply has no key (a read has none): its result alone.
+                let structured = match reply.key() {
+                    None => json!({ "result": reply.value }),
+                    Some(key) => json!({
                         "result": reply.value,
                         "replayed": reply.replayed(),
-                        "idempotencyKey": reply.key().map(|k| k.to_string()),
+                        "idempotencyKey": key.to_string(),
                     }),
                 };
                 let mut out = CallToolResult::structured(structured);
