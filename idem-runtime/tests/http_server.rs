@@ -293,7 +293,10 @@ async fn with_an_in_flight_wait_a_repeat_waits_for_the_first_and_gets_its_respon
     // Its request has time to reach the layer; it must still be open, however long that took
     // (so this check cannot fail on a slow machine, only if the repeat is answered early).
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!second.is_finished(), "the repeat was answered while the first ran");
+    assert!(
+        !second.is_finished(),
+        "the repeat was answered while the first ran"
+    );
     s.handler.release.send_replace(true);
     let first = first.await.unwrap().unwrap();
     let second = second.await.unwrap().unwrap();

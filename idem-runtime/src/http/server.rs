@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::{IDEMPOTENCY_KEY, REPLAYED, parse_sf_string};
-use crate::error::Error;
+use crate::error::{Error, StoreErrorKind};
 use crate::exec::Tool;
 use crate::fingerprint::Fingerprint;
 use crate::idem::{Idem, as_tenant};
@@ -597,15 +597,57 @@ fn refusal<B>(e: &Error) -> Response<ResponseBody<B>> {
             StatusCode::CONFLICT,
             "A request with this Idempotency-Key is being processed",
         ),
-        // Fail closed: nothing ran; a retry may find the store back.
-        Error::Store { .. } => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "The idempotency store is unavailable",
-        ),
+        // Fail closed: nothing ran; a retry may find the store back. (A record that cannot be
+        // read, corrupt or of another version, is not a retry's to fix: 500, below.)
+        Error::Store { source, .. }
+            if matches!(
+                source.kind(),
+                StoreErrorKind::Unavailable | StoreErrorKind::Other
+            ) =>
+        {
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "The idempotency store is unavailable",
+            )
+        }
         _ => (
             StatusCode::INTERNAL_SERVER_ERROR,
             "The request's outcome under this Idempotency-Key cannot be given",
         ),
     };
     problem(status, title, &e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use http::StatusCode;
+
+    use super::refusal;
+    use crate::error::{Error, StoreError, StoreErrorKind};
+
+    /// A store that cannot be reached is worth a retry (503); a record that cannot be read is
+    /// not (500): an earlier request may have run, and only an operator can tell.
+    #[test]
+    fn a_store_failure_is_503_only_when_a_retry_can_help() {
+        let status = |kind| {
+            let e = Error::Store {
+                tool: "http".to_owned(),
+                key: None,
+                source: StoreError::new(kind, "x"),
+            };
+            refusal::<http_body_util::Empty<bytes::Bytes>>(&e).status()
+        };
+        assert_eq!(
+            status(StoreErrorKind::Unavailable),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(
+            status(StoreErrorKind::Corrupt),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+        assert_eq!(
+            status(StoreErrorKind::Incompatible),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+    }
 }
