@@ -29,6 +29,7 @@ use crate::retry::Failure;
 /// | `unreplayable` | no | done earlier, but its result cannot be returned |
 /// | `duplicate_tool` | no | not run: two tools share the name |
 /// | `invalid_arguments`, `settings`, `no_tenant`, `not_configured` | no | not run: the program must be fixed |
+/// | `no_operation` | no | not run: the tool is keyed on an operation the host names, and none was named |
 /// | `no_runtime` | no | the tool failed: no runtime where it asked for one |
 /// | `refused` | no | not run by this call (idemkit's error was not kept by the tool's error type) |
 /// | `failed` | no | the tool failed, and says calling again will not help |

@@ -98,12 +98,12 @@ pub fn operation_name() -> Option<Arc<str>> {
 /// force: what a tool called by a model gets for its `OperationId` parameter. Without an
 /// operation in force, [`Error::NoOperation`] naming `tool`.
 pub async fn scoped_operation(tool: &str) -> Result<OperationId, Error> {
-    if operation_name().is_none() {
+    let Some(name) = operation_name() else {
         return Err(Error::NoOperation {
             tool: tool.to_owned(),
         });
-    }
-    Idem::current()?.scoped_operation(tool).await
+    };
+    Idem::current()?.operation(&name).await
 }
 
 /// Runs `fut` with every call in it made on behalf of `tenant` (an account, an authenticated
