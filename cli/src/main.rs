@@ -171,7 +171,7 @@ enum Command {
         check: Option<std::path::PathBuf>,
         /// Prints the id of the operation of this name in the store (`idem.operation(NAME)`):
         /// the value of an `OperationId` key field. Nothing is minted.
-        #[arg(long, value_name = "NAME", conflicts_with_all = ["tool", "fields"])]
+        #[arg(long, value_name = "NAME", conflicts_with_all = ["tool", "fields", "tenant"])]
         operation: Option<String>,
     },
 }

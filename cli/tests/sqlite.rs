@@ -373,3 +373,18 @@ async fn issue33_1_key_resolves_an_operation_name_to_its_id_and_key_from_the_sto
         stderr(&out)
     );
 }
+
+/// Operation ids are not kept per tenant: `--tenant` with `--operation` is refused, not ignored.
+#[test]
+fn key_operation_with_a_tenant_is_refused_not_ignored() {
+    let out = idemkit(
+        &["key", "--operation", "plan-42/step-3", "--tenant", "acme"],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("cannot be used with"),
+        "{}",
+        stderr(&out)
+    );
+}
