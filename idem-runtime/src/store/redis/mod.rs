@@ -182,6 +182,11 @@ impl RedisStore {
         format!("{}rec:{key}", self.prefix)
     }
 
+    /// The key of the operation id named `name` (minted by claims, read by the operator).
+    fn operation_key(&self, name: &str) -> String {
+        format!("{}op:{name}", self.prefix)
+    }
+
     /// Invokes `script` on one key; sends it again when the connection was lost (the
     /// `ConnectionManager` reconnects meanwhile). With [`RedisStoreBuilder::wait_for_replicas`],
     /// a write that too few replicas acknowledged is an error.

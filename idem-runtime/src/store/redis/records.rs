@@ -283,7 +283,7 @@ impl Records for RedisStore {
     async fn operation(&self, name: &str) -> Result<Option<Uuid>, StoreError> {
         let mut conn = self.conn.get();
         let stored: Option<String> = redis::cmd("GET")
-            .arg(format!("{}op:{name}", self.prefix))
+            .arg(self.operation_key(name))
             .query_async(&mut conn)
             .await
             .map_err(|e| redis_error(e, "reading an operation id"))?;

@@ -167,7 +167,7 @@ impl OperationIds for RedisStore {
             .invoke(
                 "operation_id",
                 &self.scripts.operation_id,
-                &format!("{}op:{name}", self.prefix),
+                &self.operation_key(name),
                 &[fresh.as_bytes()],
             )
             .await?;
