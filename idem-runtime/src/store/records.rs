@@ -248,11 +248,29 @@ pub enum Decision {
 }
 
 impl Decision {
-    /// The word the stores write and the `idemkit` command takes: `applied`, `not-applied`.
+    /// The word the `idemkit` command takes and prints: `applied`, `not-applied`.
     pub fn as_str(self) -> &'static str {
         match self {
             Decision::Applied => "applied",
             Decision::NotApplied => "not-applied",
+        }
+    }
+
+    /// The word every store writes: `applied`, `not_applied` (the record format; see the
+    /// stores' schemas).
+    pub(crate) fn stored(self) -> &'static str {
+        match self {
+            Decision::Applied => "applied",
+            Decision::NotApplied => "not_applied",
+        }
+    }
+
+    /// The decision a store's word names ([`Decision::stored`]), if it names one.
+    pub(crate) fn from_stored(word: &[u8]) -> Option<Self> {
+        match word {
+            b"applied" => Some(Decision::Applied),
+            b"not_applied" => Some(Decision::NotApplied),
+            _ => None,
         }
     }
 }

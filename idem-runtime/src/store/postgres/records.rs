@@ -255,10 +255,7 @@ impl Records for PostgresStore {
              SELECT r.state, r.lease_us, EXISTS (SELECT 1 FROM u), r.live, r.again FROM r"
         );
         let key = key.as_uuid();
-        let word = match decision {
-            Decision::Applied => "applied",
-            _ => "not_applied",
-        };
+        let word = decision.stored();
         let ttl = micros(ttl);
         let operator = Uuid::new_v4();
         let query = &query;

@@ -166,11 +166,7 @@ pub(super) fn record_of(row: &Row) -> Result<Record, StoreError> {
     let resolution = match decision {
         None => None,
         Some(word) => Some(Resolution::new(
-            match word {
-                "applied" => Decision::Applied,
-                "not_applied" => Decision::NotApplied,
-                other => return Err(bad_state(other)),
-            },
+            Decision::from_stored(word.as_bytes()).ok_or_else(|| bad_state(word))?,
             resolved_at
                 .unwrap_or(std::time::UNIX_EPOCH)
                 .max(std::time::UNIX_EPOCH),

@@ -176,11 +176,7 @@ impl RedisStore {
             resolution: match bytes(decision)?.as_slice() {
                 b"" => None,
                 word => Some(Resolution::new(
-                    match word {
-                        b"applied" => Decision::Applied,
-                        b"not_applied" => Decision::NotApplied,
-                        _ => return Err(corrupt_field("res")),
-                    },
+                    Decision::from_stored(word).ok_or_else(|| corrupt_field("res"))?,
                     wall_time(&bytes(resolved_at)?),
                     match resolution_note {
                         Value::Array(note) => match <[Value; 1]>::try_from(note) {
@@ -359,10 +355,7 @@ impl Records for RedisStore {
         ttl: Duration,
     ) -> Result<Resolved, StoreError> {
         check_resolution(decision, outcome)?;
-        let word: &[u8] = match decision {
-            Decision::Applied => b"applied",
-            _ => b"not_applied",
-        };
+        let word = decision.stored().as_bytes();
         let has_note: &[u8] = if note.is_some() { b"1" } else { b"0" };
         let (ttl, grace) = (ms(ttl), ms(self.grace));
         let token = Uuid::new_v4().to_string();

@@ -283,10 +283,7 @@ impl Records for SqliteStore {
                              kept: &Option<String>,
                              kept_note: &Option<String>,
                              stored: &Option<Vec<u8>>| {
-                    let word = match decision {
-                        Decision::Applied => "applied",
-                        _ => "not_applied",
-                    };
+                    let word = decision.stored();
                     kept.as_deref() == Some(word)
                         && kept_note.as_deref() == note.as_deref()
                         && live == outcome.is_some()

@@ -350,15 +350,14 @@ pub(super) fn decode(
         resolution: match col(11)? {
             ValueRef::Null => None,
             _ => Some(Resolution::new(
-                match text(11, "resolution")?.as_str() {
-                    "applied" => Decision::Applied,
-                    "not_applied" => Decision::NotApplied,
-                    other => {
-                        return Err(bad(
+                {
+                    let word = text(11, "resolution")?;
+                    Decision::from_stored(word.as_bytes()).ok_or_else(|| {
+                        bad(
                             "resolution",
-                            &format!("is `{other}`, not applied or not_applied"),
-                        ));
-                    }
+                            &format!("is `{word}`, not applied or not_applied"),
+                        )
+                    })?
                 },
                 match col(12)? {
                     ValueRef::Null => UNIX_EPOCH,
