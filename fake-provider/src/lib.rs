@@ -33,8 +33,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use idem_runtime::http::IdempotencyLayer;
-use idem_runtime::store::RecordFilter;
-use idem_runtime::{Idem, MemoryStore, Records};
+use idem_runtime::{Idem, MemoryStore};
 use serde_json::{Value, json};
 
 /// One failure to inject into the next request.
@@ -68,8 +67,6 @@ struct Inner {
 pub struct FakeProvider {
     addr: SocketAddr,
     inner: Arc<Mutex<Inner>>,
-    /// Where the idempotency layer keeps its records.
-    keys: Arc<MemoryStore>,
     server: tokio::task::JoinHandle<()>,
 }
 
@@ -83,11 +80,8 @@ impl FakeProvider {
     /// Starts a provider on an ephemeral loopback port.
     pub async fn start() -> std::io::Result<Self> {
         let inner = Arc::new(Mutex::new(Inner::default()));
-        let keys = Arc::new(MemoryStore::new());
-        let idem = Idem::builder()
-            .shared_store(keys.clone())
-            .build()
-            .expect("the default settings");
+        // Where the idempotency layer keeps its records.
+        let idem = Idem::new(MemoryStore::new());
         // Outermost first: faults, then Stripe's idempotency (idemkit's layer), then the effect.
         let create = post(create)
             .layer(IdempotencyLayer::new(idem).name("fake-provider"))
@@ -104,7 +98,6 @@ impl FakeProvider {
         Ok(FakeProvider {
             addr,
             inner,
-            keys,
             server,
         })
     }
@@ -127,19 +120,6 @@ impl FakeProvider {
     /// How many effects of `kind` were committed.
     pub fn count(&self, kind: &str) -> usize {
         self.lock().effects.get(kind).map_or(0, Vec::len)
-    }
-
-    /// Forgets every effect, key and queued fault.
-    pub async fn reset(&self) {
-        *self.lock() = Inner::default();
-        let records = self
-            .keys
-            .list(&RecordFilter::new())
-            .await
-            .unwrap_or_default();
-        for record in records {
-            let _ = self.keys.forget(&record.key, true).await;
-        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {

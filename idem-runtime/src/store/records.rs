@@ -258,6 +258,10 @@ impl Decision {
 
     /// The word every store writes: `applied`, `not_applied` (the record format; see the
     /// stores' schemas).
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "postgres", feature = "redis")),
+        allow(dead_code)
+    )]
     pub(crate) fn stored(self) -> &'static str {
         match self {
             Decision::Applied => "applied",
@@ -266,6 +270,10 @@ impl Decision {
     }
 
     /// The decision a store's word names ([`Decision::stored`]), if it names one.
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "postgres", feature = "redis")),
+        allow(dead_code)
+    )]
     pub(crate) fn from_stored(word: &[u8]) -> Option<Self> {
         match word {
             b"applied" => Some(Decision::Applied),
