@@ -90,7 +90,12 @@ impl AsyncStore for SqliteStore {
                         // over when it does (SQLite's RETURNING sees only the new row).
                         let before = tx.prepare_cached(sql::LIVE)?.query_row(
                             named_params! { ":key": key.as_str(), ":now": now },
-                            |row| Ok(decode(row, &key, path).map(|rec| (rec, row.get::<_, Option<i64>>(14).ok().flatten()))),
+                            // The holder's lease (column 14, `lease_ms`): NULL in a record
+                            // written before it was kept; anything but an integer is an error.
+                            |row| {
+                                let holder_lease = row.get::<_, Option<i64>>(14)?;
+                                Ok(decode(row, &key, path).map(|rec| (rec, holder_lease)))
+                            },
                         ).optional()?;
                         let (before, holder_lease) = match before {
                             Some(Ok((rec, holder_lease))) => (Some(Ok(rec)), holder_lease),
