@@ -8,7 +8,7 @@
 //! same time without failing (several agents, a fan-out) are not warned of: that is what the
 //! claim is for.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -29,7 +29,24 @@ struct Calls {
     /// Calls between failed attempts, by key: how many.
     retrying: HashMap<Id, u32>,
     /// Keys whose last call ended after retrying: when, and after how many attempts.
-    gave_up: VecDeque<(Id, Instant, u32)>,
+    gave_up: HashMap<Id, (Instant, u32)>,
+    /// When expired `gave_up` entries are next dropped (so the set empties, and calls stop
+    /// taking the lock, at most a little after a minute of no give-ups).
+    next_prune: Option<Instant>,
+}
+
+impl Calls {
+    /// Drops the give-ups older than [`GAVE_UP_FOR`], at most every quarter of it.
+    fn prune(&mut self, now: Instant) {
+        if self.next_prune.is_some_and(|at| now < at) {
+            return;
+        }
+        let before = self.gave_up.len();
+        self.gave_up
+            .retain(|_, (at, _)| now.duration_since(*at) <= GAVE_UP_FOR);
+        ENTRIES.fetch_sub(before - self.gave_up.len(), Ordering::AcqRel);
+        self.next_prune = Some(now + GAVE_UP_FOR / 4);
+    }
 }
 
 static CALLS: Mutex<Option<Calls>> = Mutex::new(None);
@@ -63,24 +80,16 @@ pub(crate) fn enter(tool: &str, key: &IdempotencyKey) -> InProgress {
     let mut guard = calls();
     let calls = guard.get_or_insert_with(Calls::default);
     let now = Instant::now();
-    while calls
-        .gave_up
-        .front()
-        .is_some_and(|(_, at, _)| now.duration_since(*at) > GAVE_UP_FOR)
-    {
-        calls.gave_up.pop_front();
-        ENTRIES.fetch_sub(1, Ordering::AcqRel);
-    }
+    calls.prune(now);
     let retrying = calls.retrying.contains_key(&id);
     let gave_up = calls
         .gave_up
-        .iter()
-        .position(|(known, _, _)| *known == id)
-        .and_then(|i| calls.gave_up.remove(i))
-        .map(|(_, _, attempts)| attempts);
-    if gave_up.is_some() {
-        ENTRIES.fetch_sub(1, Ordering::AcqRel);
-    }
+        .remove(&id)
+        .inspect(|_| {
+            ENTRIES.fetch_sub(1, Ordering::AcqRel);
+        })
+        .filter(|(at, _)| now.duration_since(*at) <= GAVE_UP_FOR)
+        .map(|(_, attempts)| attempts);
     drop(guard);
     if retrying {
         tracing::warn!(
@@ -136,12 +145,25 @@ impl InProgress {
             }
             None => (crate::idem::task_tenant(), self.key),
         };
-        if calls.gave_up.len() == GAVE_UP {
-            calls.gave_up.pop_front();
-        } else {
+        let now = Instant::now();
+        if calls.gave_up.len() >= GAVE_UP && !calls.gave_up.contains_key(&id) {
+            // Full: the expired go first, else the oldest.
+            calls.next_prune = None;
+            calls.prune(now);
+            if calls.gave_up.len() >= GAVE_UP
+                && let Some(oldest) = calls
+                    .gave_up
+                    .iter()
+                    .min_by_key(|(_, (at, _))| *at)
+                    .map(|(id, _)| id.clone())
+            {
+                calls.gave_up.remove(&oldest);
+                ENTRIES.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        if calls.gave_up.insert(id, (now, attempts)).is_none() {
             ENTRIES.fetch_add(1, Ordering::AcqRel);
         }
-        calls.gave_up.push_back((id, Instant::now(), attempts));
     }
 }
 
