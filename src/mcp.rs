@@ -353,6 +353,23 @@ where
 /// ([`operation_scope`](crate::operation_scope)), named by the host, never by the model.
 pub const OPERATION_META: &str = "idemkit/operation";
 
+/// The operation a request's `_meta` names ([`OPERATION_META`]), if any.
+fn named_operation(meta: &serde_json::Map<String, Value>) -> Option<String> {
+    meta.get(OPERATION_META)
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+/// Runs `fut` as the operation `named` (a request's), unless the host set one around it already.
+async fn as_named_operation<F: std::future::Future>(named: Option<&str>, fut: F) -> F::Output {
+    match named {
+        Some(op) if idem_runtime::operation_name().is_none() => {
+            idem_runtime::operation_scope(op, fut).await
+        }
+        _ => fut.await,
+    }
+}
+
 /// An rmcp server whose requests each run as the operation the client named in the request's
 /// `_meta` ([`OPERATION_META`]): a `#[side_effect]` `#[tool]` method with an
 /// [`OperationId`](crate::OperationId) parameter gets that operation's id
@@ -393,17 +410,12 @@ impl<S: Service<RoleServer>> Service<RoleServer> for Operations<S> {
         request: <RoleServer as ServiceRole>::PeerReq,
         context: RequestContext<RoleServer>,
     ) -> Result<<RoleServer as ServiceRole>::Resp, ErrorData> {
-        let named = context
-            .meta
-            .get(OPERATION_META)
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        match named {
-            Some(op) if idem_runtime::operation_name().is_none() => {
-                idem_runtime::operation_scope(op, self.inner.handle_request(request, context)).await
-            }
-            _ => self.inner.handle_request(request, context).await,
-        }
+        let named = named_operation(&context.meta);
+        as_named_operation(
+            named.as_deref(),
+            self.inner.handle_request(request, context),
+        )
+        .await
     }
 
     async fn handle_notification(
@@ -526,14 +538,7 @@ impl JsonToolsServer {
     ) -> ToolOutput {
         let arguments = Value::Object(arguments.unwrap_or_default());
         let call = self.tools.call_value(name, arguments);
-        let call = async {
-            match operation {
-                Some(op) if idem_runtime::operation_name().is_none() => {
-                    idem_runtime::operation_scope(op, call).await
-                }
-                _ => call.await,
-            }
-        };
+        let call = as_named_operation(operation, call);
         let ended = match &self.idem {
             Some(idem) => idem.scope(call).await,
             None => call.await,
@@ -609,16 +614,11 @@ impl rmcp::ServerHandler for JsonToolsServer {
         request: rmcp::model::CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CallToolResponse, ErrorData> {
-        let named = |meta: &rmcp::model::RequestMetaObject| {
-            meta.get(OPERATION_META)
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        };
         let operation = request
             .meta
             .as_ref()
-            .and_then(named)
-            .or_else(|| named(&context.meta));
+            .and_then(|meta| named_operation(meta))
+            .or_else(|| named_operation(&context.meta));
         let out = self
             .call(&request.name, request.arguments, operation.as_deref())
             .await?;
