@@ -9,17 +9,21 @@
 //!   `synchronous = FULL` and `NORMAL` are compared. A process kill keeps what reached the
 //!   operating system, so both must keep every acknowledged outcome; what differs between them
 //!   is a power loss (the last commits of `NORMAL` may be lost), which no test here makes.
-//! - **Killed at every fsync** (exact, needs `strace`; skipped with a message without it, a
-//!   failure under `CI=true`): a child runs under `strace -f -qq -e trace=fsync,fdatasync -e
-//!   inject=fsync,fdatasync:signal=KILL:when=N` for N = 1, 2, 3, … until a run ends without
-//!   reaching its N-th sync, on a fresh database each time. strace counts each *thread's* syncs
-//!   apart, so the sweep is exact only where one thread syncs; the trace (`-o`) says which did,
-//!   and the tests assert one thread per run and kills at syncs 1, 2, …, N−1 process-wide. Two
+//! - **Killed at every fsync** (exact; needs a C compiler, skipped with a message without one, a
+//!   failure under `CI=true`): a preload library (`failover/kill_at_sync.c`, built here with
+//!   `cc`) numbers the child's `fsync`/`fdatasync` calls process-wide, whichever thread makes
+//!   them, and SIGKILLs it on entering the N-th, for N = 1, 2, 3, … until a run ends without
+//!   reaching its N-th sync, on a fresh database each time; its log says which thread synced,
+//!   and the tests assert each kill landed on sync N and every N up to the last was one. (An
+//!   earlier version used `strace -e inject=…:when=N`, which counts each thread's syncs apart:
+//!   on a loaded machine a second thread synced and a point was missed.) Two
 //!   phases per setting: a fresh database's creation (after each kill it is reopened and 3
 //!   orders must succeed), then 3 calls on a database created beforehand (after each kill every
-//!   order the child began is called again). Measured (2026-12-02, 3 runs alike): `FULL` 9
-//!   creation points and 10 call points (23 orders re-called: 0 double runs, 0 lost outcomes,
-//!   3 ambiguous); `NORMAL` 8 and 4 (11 orders: 0, 0, 0 ambiguous). Run: `cargo test -p
+//!   order the child began is called again). Measured (2026-12-02, 7 runs, 6 of them beside
+//!   four busy loops on the 2 cores): `FULL` 9 creation points and 9 or 10 call points (the
+//!   10th is the closing checkpoint on the store's thread, which races the child's exit; 20–23
+//!   orders re-called: 0 double runs, 0 lost outcomes, 3 ambiguous); `NORMAL` 8 and 4 (11
+//!   orders: 0, 0, 0 ambiguous). Run: `cargo test -p
 //!   idem-runtime --all-features --test failover_sqlite every_fsync -- --nocapture` (~2 s).
 //! - **A holder paused past its lease**: a child SIGSTOPped in its body after its effect, for
 //!   twice its lease, then SIGCONTinued; another caller comes meanwhile.
@@ -424,31 +428,69 @@ fn sqlite_clock_step_forward_takeover_of_a_live_holder_no_double_run() {
 /// one run stay few (each point costs a run).
 const FEW: u64 = 3;
 
-/// The syncs one child of [`killed_at_every_fsync`] entered (up to its kill), as `strace -o`
-/// wrote them.
+/// The syncs one child of [`killed_at_every_fsync`] entered (up to its kill), as the preload
+/// library `failover/kill_at_sync.c` logged them.
+#[derive(Debug, Default)]
 struct Syncs {
-    /// `fsync`/`fdatasync` calls entered, process-wide (the last one the killed one).
+    /// `fsync`/`fdatasync` calls entered, process-wide: the highest number logged (the killed
+    /// one's, in a killed run).
     entered: usize,
-    /// The threads that entered one.
-    threads: BTreeSet<u32>,
+    /// The process-wide numbers logged, sorted: 1, 2, 3, …, `entered`, but in a killed run
+    /// another thread's line may be missing (it took its number, and the kill came before its
+    /// write).
+    numbers: Vec<usize>,
+    /// The threads that entered one (by id).
+    tids: BTreeSet<u32>,
+    /// Their names.
+    threads: BTreeSet<String>,
 }
 
-/// Reads a trace of `strace -f -o`: lines `TID fdatasync(FD) = 0`, or split by another
-/// thread's line into `TID fdatasync(FD <unfinished ...>` and `TID <... fdatasync resumed>)`.
-fn syncs(trace: &Path) -> Syncs {
-    let mut entered = 0;
-    let mut threads = BTreeSet::new();
-    for line in read_lines(trace) {
-        let Some((tid, call)) = line.split_once(' ') else {
-            continue;
+/// Reads a log of `kill_at_sync.c`: lines `N TID THREAD-NAME CALL`.
+fn syncs(log: &Path) -> Syncs {
+    let mut seen = Syncs::default();
+    for line in read_lines(log) {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let [n, tid, name, _call] = fields[..] else {
+            panic!("not a line of kill_at_sync.c: {line:?}");
         };
-        let call = call.trim_start();
-        if call.starts_with("fsync(") || call.starts_with("fdatasync(") {
-            entered += 1;
-            threads.insert(tid.parse().unwrap());
-        }
+        let n: usize = n.parse().unwrap();
+        seen.numbers.push(n);
+        seen.tids.insert(tid.parse().unwrap());
+        seen.threads.insert(name.to_owned());
+        seen.entered = seen.entered.max(n);
     }
-    Syncs { entered, threads }
+    seen.numbers.sort_unstable();
+    seen
+}
+
+/// `failover/kill_at_sync.c` built as a shared library, once per test process (`None`: no C
+/// compiler, said; under CI that fails).
+fn kill_at_sync_library() -> Option<PathBuf> {
+    static BUILT: std::sync::OnceLock<Option<(tempfile::TempDir, PathBuf)>> =
+        std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let cc = common::binary("cc", "gcc")?;
+            let dir = tempfile::tempdir().unwrap();
+            let lib = dir.path().join("kill_at_sync.so");
+            let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/failover/kill_at_sync.c");
+            let out = Command::new(cc)
+                .args(["-O2", "-shared", "-fPIC", "-Wall", "-Werror", "-o"])
+                .arg(&lib)
+                .arg(&source)
+                .args(["-ldl", "-lpthread"])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "building {}: {}",
+                source.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            Some((dir, lib))
+        })
+        .as_ref()
+        .map(|(_, lib)| lib.clone())
 }
 
 /// What [`killed_at_every_fsync`] measured.
@@ -457,27 +499,32 @@ struct Sweep {
     tally: Tally,
     /// Children SIGKILLed at an fsync.
     kills: usize,
-    /// The process-wide number (in the trace) of the sync each kill landed on.
+    /// The process-wide number of the sync each kill landed on.
     points: BTreeSet<usize>,
+    /// The names of the threads that synced, over all runs.
+    threads: BTreeSet<String>,
     /// The most threads that synced in one run.
-    threads: usize,
+    most_threads: usize,
 }
 
-/// A child run under `strace`, SIGKILLed on entering its `n`-th `fsync`/`fdatasync`, for
-/// n = 1, 2, 3, … until a run ends without reaching it. strace counts each thread's syncs apart
-/// (`when=n` is a thread's n-th), so the sweep is exact only when one thread syncs: the trace
-/// says which threads did (asserted by the tests). Two phases:
+/// A child SIGKILLed on entering its `n`-th `fsync`/`fdatasync`, counted process-wide by the
+/// preload library `failover/kill_at_sync.c` (whichever thread syncs: the caller's thread, the
+/// store's connection thread), for n = 1, 2, 3, … until a run ends without reaching it. Two
+/// phases:
 /// - `fresh`: the child only opens a fresh database (its creation: schema, WAL); after each
 ///   kill the database is reopened here and `FEW` orders are called, each must end `Ok`.
 /// - not `fresh`: the database is created here first, then the child calls `FEW` orders (their
 ///   claims, bodies, completions and commits); after each kill it is reopened here and every
 ///   order the child began is called again, tallied.
 ///
-/// `None` (a skip, said) without `strace`; under CI that fails.
+/// (This replaced `strace -e inject=…:when=N`, whose count is per thread: when a second thread
+/// synced, its N-th was not the process's N-th, and a point was missed.)
+///
+/// `None` (a skip, said) without a C compiler; under CI that fails.
 fn killed_at_every_fsync(sync: &str, fresh: bool) -> Option<Sweep> {
     // Plenty: a child syncs a few dozen times at most.
     const MAX_POINTS: usize = 500;
-    let strace = common::binary("strace", "strace")?;
+    let library = kill_at_sync_library()?;
     let rt = tokio::runtime::Runtime::new().unwrap();
     let mut sweep = Sweep::default();
     for n in 1.. {
@@ -488,23 +535,13 @@ fn killed_at_every_fsync(sync: &str, fresh: bool) -> Option<Sweep> {
         if !fresh {
             drop(open(&work, sync_of(sync)));
         }
-        let trace = dir.path().join("strace.txt");
-        let out = Command::new(&strace)
-            .args([
-                "-f",
-                "-qq",
-                "-e",
-                "signal=none",
-                "-e",
-                "trace=fsync,fdatasync",
-            ])
-            .arg("-e")
-            .arg(format!("inject=fsync,fdatasync:signal=KILL:when={n}"))
-            .arg("-o")
-            .arg(&trace)
-            .arg(std::env::current_exe().unwrap())
+        let log = dir.path().join("syncs.log");
+        let out = Command::new(std::env::current_exe().unwrap())
             .args(["child", "--exact", "--include-ignored", "--nocapture"])
             .args(["--test-threads=1"])
+            .env("LD_PRELOAD", &library)
+            .env("IDEMKIT_KILL_AT_SYNC", n.to_string())
+            .env("IDEMKIT_SYNC_LOG", &log)
             .env(ROLE, if fresh { "open" } else { "few" })
             .env(WORK, &work)
             .env(SYNC, sync)
@@ -513,19 +550,26 @@ fn killed_at_every_fsync(sync: &str, fresh: bool) -> Option<Sweep> {
             .stdout(Stdio::null())
             .output()
             .unwrap();
-        let seen = syncs(&trace);
-        sweep.threads = sweep.threads.max(seen.threads.len());
+        let seen = syncs(&log);
+        assert!(
+            seen.numbers.windows(2).all(|w| w[0] < w[1]),
+            "sync {n}: a number logged twice: {seen:?}"
+        );
+        sweep.threads.extend(seen.threads.iter().cloned());
+        sweep.most_threads = sweep.most_threads.max(seen.tids.len());
         let done = work.join("done").exists();
         let completed = out.status.success();
         if completed {
             assert!(done, "the child ended without its work: {out:?}");
-        } else {
-            // strace ends as its tracee did: SIGKILLed (itself killed, or exit code 137); maybe
-            // after its work (`done`), at a sync of its ending.
-            let killed =
-                out.status.signal() == Some(libc::SIGKILL) || out.status.code() == Some(137);
             assert!(
-                killed,
+                seen.entered < n && seen.numbers.iter().copied().eq(1..=seen.entered),
+                "sync {n}: the child was not killed there, or its log is not whole: {seen:?}"
+            );
+        } else {
+            // Maybe after its work (`done`), at a sync of its ending.
+            assert_eq!(
+                (out.status.signal(), seen.entered),
+                (Some(libc::SIGKILL), n),
                 "sync {n}: the child was not killed there: {:?} {}",
                 out.status,
                 String::from_utf8_lossy(&out.stderr)
@@ -561,24 +605,25 @@ fn killed_at_every_fsync(sync: &str, fresh: bool) -> Option<Sweep> {
     if !fresh {
         sweep.tally.print(&format!(
             "sqlite synchronous={sync}, {what} SIGKILLed at its 1st, 2nd, … fsync/fdatasync \
-             (strace inject), every order it began called again"
+             (a preload library), every order it began called again"
         ));
     }
     common::log_line(&format!(
         "FAILOVER sqlite synchronous={sync} fsync points of {what}: {} kills at {} distinct \
-         sync points (numbered process-wide: {:?}), syncs from {} thread per run",
+         sync points (numbered process-wide: {:?}), syncs from up to {} thread(s) per run \
+         (named {:?})",
         sweep.kills,
         sweep.points.len(),
         sweep.points,
+        sweep.most_threads,
         sweep.threads
     ));
     Some(sweep)
 }
 
-/// Every sync point of the run was a kill point: one thread synced (so strace's per-thread
-/// count is the process-wide one), and the kills landed on syncs 1, 2, …, `kills`.
+/// Every sync point of the runs was a kill point: the kills landed on the process's syncs 1, 2,
+/// …, `kills`, whichever threads made them.
 fn assert_every_point(s: &Sweep) {
-    assert_eq!(s.threads, 1, "syncs from several threads: {s:?}");
     assert!(s.points.iter().copied().eq(1..=s.kills), "{s:?}");
 }
 
