@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the README's quick start as a user would: its `[dependencies]` block and its `src/main.rs`
-# block, taken from README.md's own text, pasted into a new crate (idemkit from this checkout in
-# place of the registry's), then runs it twice and checks what it prints: the first run retries a
-# lost answer and records the outcome, the second replays it from the SQLite file.
+# block, taken from README.md's own text, pasted into a new crate beside this checkout (linked
+# as `idemkit`, as the README tells a user to clone it), then runs it twice and checks what it
+# prints: the first run retries a lost answer and records the outcome, the second replays it
+# from the SQLite file.
 #
 #   scripts/quickstart.sh        # from the repository's root; used by .ci/run
 set -euo pipefail
@@ -25,11 +26,13 @@ mkdir -p "$work/agent/src"
 deps="$(block toml 1)"
 main="$(block rust 1)"
 [[ -n "$deps" && -n "$main" ]] || { echo "quickstart: no toml or rust block under '## Quick start'" >&2; exit 1; }
-grep -q '^idemkit = "0.1"$' <<<"$deps" || { echo "quickstart: the dependencies name no idemkit = \"0.1\"" >&2; exit 1; }
+grep -q '^idemkit = { path = "../idemkit" }$' <<<"$deps" \
+    || { echo "quickstart: the dependencies name no idemkit = { path = \"../idemkit\" }" >&2; exit 1; }
+# As the README says: the clone, named `idemkit`, beside the new crate (this checkout, linked).
+ln -s "$root" "$work/idemkit"
 {
     printf '[package]\nname = "agent"\nversion = "0.1.0"\nedition = "2024"\n\n'
-    # This checkout's idemkit in place of the registry's (not published yet).
-    sed "s|^idemkit = \"0.1\"\$|idemkit = { path = \"$root\" }|" <<<"$deps"
+    printf '%s\n' "$deps"
     printf '\n[workspace]\n'
 } >"$work/agent/Cargo.toml"
 printf '%s\n' "$main" >"$work/agent/src/main.rs"

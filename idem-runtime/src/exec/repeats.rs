@@ -92,27 +92,39 @@ pub(crate) fn enter(tool: &str, key: &IdempotencyKey) -> InProgress {
         .map(|(_, attempts)| attempts);
     drop(guard);
     if retrying {
-        tracing::warn!(
-            target: "idemkit.side_effect",
-            tool,
-            %key,
+        let message = format!(
             "tool `{tool}` was called again with key {key} while a call of it in this process is still in progress \
              (retrying its own failed attempts): idemkit already retries a tool by its `max_attempts`/`retry`; a retry \
              loop around the call multiplies the attempts. Call it once and let the attribute decide, or lower \
              `max_attempts`"
         );
+        tracing::warn!(target: "idemkit.side_effect", tool, %key, "{message}");
+        to_stderr_once(&message);
     } else if let Some(attempts) = gave_up {
-        tracing::warn!(
-            target: "idemkit.side_effect",
-            tool,
-            %key,
-            attempts,
+        let message = format!(
             "tool `{tool}` was called again with key {key} right after a call of it gave up after {attempts} attempt(s): \
              idemkit already retried it; a retry loop around the call multiplies the attempts (your loop's count \
              times {attempts}). Raise the attribute's `max_attempts` (or `retry`) instead of looping"
         );
+        tracing::warn!(target: "idemkit.side_effect", tool, %key, attempts, "{message}");
+        to_stderr_once(&message);
     }
     in_progress
+}
+
+/// Without a `tracing` subscriber a warning goes nowhere: the first retry-loop warning of a
+/// process that has none is printed to stderr as well, once, with how to see the rest.
+fn to_stderr_once(message: &str) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let unheard =
+        tracing::dispatcher::get_default(|d| d.is::<tracing::subscriber::NoSubscriber>());
+    if unheard && !SAID.swap(true, Ordering::Relaxed) {
+        eprintln!(
+            "idemkit: warning: {message}\n\
+             idemkit: no `tracing` subscriber is set, so idemkit's other warnings are not shown; install one \
+             (for example `tracing_subscriber::fmt::init()`) to see them"
+        );
+    }
 }
 
 impl InProgress {
