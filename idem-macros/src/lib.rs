@@ -200,6 +200,43 @@ use ast::Kind;
 /// # }));
 /// ```
 ///
+/// **Taking `&IdempotencyKey` turns re-sending on.** The attribute takes a tool that takes the
+/// key to hand it to a provider that deduplicates by it. A key used for anything else (an
+/// e-mail's `Message-ID`, a log line) does not stop a second e-mail after a lost answer: say
+/// `resend = false` (or give `verify`), and the lost answer ends the call as
+/// `Error::Ambiguous`, the e-mail sent once:
+///
+/// ```
+/// use idemkit::{Classify, Failure, IdempotencyKey, side_effect};
+/// # use idemkit::{Idem, MemoryStore};
+/// # use std::sync::atomic::{AtomicU32, Ordering};
+/// # #[derive(Debug)]
+/// # enum MailError { Timeout, Idem(idemkit::Error) }
+/// # impl Classify for MailError {
+/// #     fn classify(&self) -> Failure {
+/// #         match self { MailError::Timeout => Failure::Ambiguous, MailError::Idem(_) => Failure::Permanent }
+/// #     }
+/// # }
+/// # impl From<idemkit::Error> for MailError {
+/// #     fn from(e: idemkit::Error) -> Self { MailError::Idem(e) }
+/// # }
+/// # static SENT: AtomicU32 = AtomicU32::new(0);
+/// /// The key is only the receipt's Message-ID: the mail server does not deduplicate by it.
+/// #[side_effect(key = "order_id", resend = false)]
+/// async fn send_receipt(key: &IdempotencyKey, order_id: &str) -> Result<(), MailError> {
+///     let _message_id = format!("<{key}@shop.example>");
+///     SENT.fetch_add(1, Ordering::SeqCst);
+///     Err(MailError::Timeout) // sent, but the answer was lost
+/// }
+///
+/// # let run = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+/// # run.block_on(Idem::new(MemoryStore::new()).scope(async {
+/// let lost = send_receipt("ord_1").await;
+/// assert!(matches!(lost, Err(MailError::Idem(idemkit::Error::Ambiguous { .. }))));
+/// assert_eq!(SENT.load(Ordering::SeqCst), 1, "not re-sent: without `resend = false`, 4 e-mails");
+/// # }));
+/// ```
+///
 /// # Tools a model calls: descriptions, operations, one definition
 ///
 /// A model is told what a tool does by its doc comment (the registry's `description`, a JSON
