@@ -37,6 +37,15 @@ impl MemoryStore {
     }
 }
 
+impl Inner {
+    /// The holder wrote its own end: what its claim replaced is no longer to be brought back.
+    fn forget_prior(&mut self, key: &IdempotencyKey) {
+        if !self.priors.is_empty() {
+            self.priors.remove(key.as_bytes());
+        }
+    }
+}
+
 impl MemoryStore {
     // Every transition answers at once (`StoreFuture::ready`): the executor neither allocates nor
     // polls for them.
@@ -56,6 +65,9 @@ impl MemoryStore {
                 if !inner.resolutions.is_empty() {
                     inner.resolutions.remove(req.key.as_bytes());
                 }
+                if !inner.priors.is_empty() {
+                    inner.priors.remove(req.key.as_bytes());
+                }
                 absent_or_expired.insert_entry(Box::new(Rec {
                     tool: inner.names.get(req.tool),
                     fingerprint: req.fingerprint,
@@ -69,6 +81,17 @@ impl MemoryStore {
             }
         };
         let same = rec.fingerprint == req.fingerprint;
+        if same && matches!(rec.state, State::Running { token, .. } if token == req.token) {
+            // This claim, sent again (its answer lost): ours still, with what it took over.
+            let takeover = inner
+                .priors
+                .get(req.key.as_bytes())
+                .map(|prior| match prior.state {
+                    State::Ambiguous { .. } => Takeover::Ambiguous,
+                    _ => Takeover::ExpiredHolder,
+                });
+            return Claim::Acquired { takeover };
+        }
         let existing = match &rec.state {
             State::Running { lease_until, .. } if same && *lease_until <= now => {
                 Err(Takeover::ExpiredHolder)
@@ -88,7 +111,9 @@ impl MemoryStore {
                 state,
             }),
             Err(takeover) => {
-                // Take over: same operation, its holder gone or given up.
+                // Take over: same operation, its holder gone or given up. What it was is kept
+                // until this holder writes, for a claim given back unused (S27).
+                inner.priors.insert(*req.key.as_bytes(), rec.clone());
                 rec.state = running;
                 rec.expires_at = now.after(req.ttl);
                 (rec.created, rec.updated) = (now, now);
@@ -113,6 +138,7 @@ impl MemoryStore {
             rec.state = State::Completed { outcome, by: token };
             rec.expires_at = now.after(ttl);
             rec.updated = now;
+            inner.forget_prior(&key);
             return Written::Applied;
         }
         // This holder's completion, sent again (its reply was lost): done already.
@@ -147,6 +173,30 @@ impl MemoryStore {
             return Written::Fenced;
         }
         inner.records.remove(key.as_bytes());
+        inner.forget_prior(&key);
+        Written::Applied
+    }
+
+    fn restore_sync(&self, key: IdempotencyKey, token: LeaseToken) -> Written {
+        let now = self.clock.now();
+        let mut inner = self.lock();
+        if Self::held(&mut inner, &key, token, now).is_none() {
+            return Written::Fenced;
+        }
+        let prior = match inner.priors.is_empty() {
+            true => None,
+            false => inner.priors.remove(key.as_bytes()),
+        };
+        match prior {
+            // Taken over: back to what it was (one whose time-to-live passed meanwhile is absent).
+            Some(prior) if prior.expires_at > now => {
+                inner.records.insert(*key.as_bytes(), prior);
+            }
+            // A new record: absent again.
+            _ => {
+                inner.records.remove(key.as_bytes());
+            }
+        }
         Written::Applied
     }
 
@@ -166,6 +216,7 @@ impl MemoryStore {
             };
             rec.expires_at = now.after(ttl);
             rec.updated = now;
+            inner.forget_prior(&key);
             return Written::Applied;
         }
         // This holder's mark, sent again (its reply was lost): done already.
@@ -214,6 +265,16 @@ impl Store for MemoryStore {
         ttl: Duration,
     ) -> StoreFuture<'a, Written> {
         StoreFuture::ready(Ok(self.mark_ambiguous_sync(key, token, note, ttl)))
+    }
+
+    fn restore<'a>(
+        &'a self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        _note: &'a str,
+        _ttl: Duration,
+    ) -> StoreFuture<'a, Written> {
+        StoreFuture::ready(Ok(self.restore_sync(key, token)))
     }
 }
 

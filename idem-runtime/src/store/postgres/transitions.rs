@@ -117,6 +117,33 @@ impl AsyncStore for PostgresStore {
         Ok(Written::from_changed(n))
     }
 
+    async fn restore(
+        &self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        _note: &str,
+        _ttl: Duration,
+    ) -> Result<Written, StoreError> {
+        let (key, token) = (key.as_uuid(), token.0);
+        let n = self
+            .run("restore", |c| async move {
+                // The two cases exclude each other: at most one applies.
+                let params: [&(dyn ToSql + Sync); 2] = [&key, &token];
+                match self
+                    .changed(&c, &self.sql.restore_taken, types::RELEASE, &params)
+                    .await?
+                {
+                    0 => {
+                        self.changed(&c, &self.sql.restore_new, types::RELEASE, &params)
+                            .await
+                    }
+                    n => Ok(n),
+                }
+            })
+            .await?;
+        Ok(Written::from_changed(n))
+    }
+
     async fn mark_ambiguous(
         &self,
         key: IdempotencyKey,

@@ -13,26 +13,40 @@ local function ms(x) return string.format('%.0f', x) end
 /// absent: none).
 /// absent or expired → running; same fingerprint and (lease over, ambiguous, or already ours:
 /// a retried claim) → running (take over); otherwise the live record is returned untouched.
-/// Taken, it answers what it took over: 1 nothing (a new record, or ours claimed again), 2 a
-/// holder whose lease was over, 3 an ambiguous record.
+/// Taken, it answers what it took over: 1 nothing (a new record), 2 a holder whose lease was
+/// over, 3 an ambiguous record (ours claimed again: what our claim took over). A live record
+/// taken over is kept in fields prefixed `p:` (S27: a claim given back unused, [`RESTORE`],
+/// brings it back); ours claimed again keeps its own.
 const CLAIM: &str = r"
-local r = redis.call('HMGET', KEYS[1], 'fp', 'state', 'token', 'lease_until', 'expires_at', 'outcome')
+local r = redis.call('HMGET', KEYS[1], 'fp', 'state', 'token', 'lease_until', 'expires_at', 'outcome', 'p:state')
 local took = 1
+local prior = {}
 if r[1] and tonumber(r[5]) > now then
   local lease_left = tonumber(r[4]) - now
   local same = r[1] == ARGV[2]
-  local ours = r[3] == ARGV[3]
+  local ours = r[3] == ARGV[3] and r[2] == 'running'
   local take = same and (r[2] == 'ambiguous'
     or (r[2] == 'running' and (lease_left <= 0 or ours)))
   if not take then
     return {r[1], r[2], math.max(lease_left, 0), r[6] or ''}
   end
-  if r[2] == 'ambiguous' then took = 3 elseif not ours then took = 2 end
+  local all = redis.call('HGETALL', KEYS[1])
+  for i = 1, #all, 2 do
+    local own = string.sub(all[i], 1, 2) == 'p:'
+    if own == ours then
+      prior[#prior + 1] = ours and all[i] or ('p:' .. all[i])
+      prior[#prior + 1] = all[i + 1]
+    end
+  end
+  local was = r[2]
+  if ours then was = r[7] end
+  if was == 'ambiguous' then took = 3 elseif was == 'running' then took = 2 end
 end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'tool', ARGV[1], 'fp', ARGV[2], 'state', 'running', 'token', ARGV[3],
   'lease_until', ms(now + ARGV[4]), 'expires_at', ms(now + ARGV[5]), 'created', ms(now), 'updated', ms(now),
   'tenant', ARGV[7] or '')
+if #prior > 0 then redis.call('HSET', KEYS[1], unpack(prior)) end
 redis.call('PEXPIREAT', KEYS[1], ms(now + ARGV[5] + ARGV[6]))
 return took
 ";
@@ -77,6 +91,26 @@ return 1
 const RELEASE: &str = r"
 if not held('running') then return 0 end
 redis.call('DEL', KEYS[1])
+return 1
+";
+
+/// KEYS[1] record; ARGV token, grace ms. S27, a claim given back unused: running (our token) →
+/// what the claim took over (its `p:` fields, as they were: an expired holder's running record
+/// under that holder's token and lease end, or an ambiguous one), or absent after a new record.
+const RESTORE: &str = r"
+if not held('running') then return 0 end
+local all = redis.call('HGETALL', KEYS[1])
+local prior = {}
+for i = 1, #all, 2 do
+  if string.sub(all[i], 1, 2) == 'p:' then
+    prior[#prior + 1] = string.sub(all[i], 3)
+    prior[#prior + 1] = all[i + 1]
+  end
+end
+redis.call('DEL', KEYS[1])
+if #prior == 0 then return 1 end
+redis.call('HSET', KEYS[1], unpack(prior))
+redis.call('PEXPIREAT', KEYS[1], ms(tonumber(redis.call('HGET', KEYS[1], 'expires_at')) + ARGV[2]))
 return 1
 ";
 
@@ -129,6 +163,7 @@ pub(super) struct Scripts {
     pub(super) renew: Script,
     pub(super) release: Script,
     pub(super) mark_ambiguous: Script,
+    pub(super) restore: Script,
     pub(super) get: Script,
     pub(super) prune: Script,
     pub(super) operation_id: Script,
@@ -152,6 +187,7 @@ pub(super) fn scripts() -> &'static Scripts {
             renew: with(&[PRELUDE, HELD, RENEW]),
             release: with(&[PRELUDE, HELD, RELEASE]),
             mark_ambiguous: with(&[PRELUDE, HELD, MARK_AMBIGUOUS]),
+            restore: with(&[PRELUDE, HELD, RESTORE]),
             get: with(&[PRELUDE, GET]),
             prune: with(&[PRELUDE, PRUNE]),
             operation_id: Script::new(OPERATION_ID),

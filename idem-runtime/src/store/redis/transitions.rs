@@ -133,6 +133,26 @@ impl AsyncStore for RedisStore {
         Ok(Written::from_changed(n))
     }
 
+    async fn restore(
+        &self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        _note: &str,
+        _ttl: Duration,
+    ) -> Result<Written, StoreError> {
+        let (token, grace) = (token.0.to_string(), ms(self.grace));
+        let args: [&[u8]; 2] = [token.as_bytes(), grace.as_bytes()];
+        let n: i64 = self
+            .invoke(
+                "restore",
+                &self.scripts.restore,
+                &self.record_key(&key),
+                &args,
+            )
+            .await?;
+        Ok(Written::from_changed(n))
+    }
+
     async fn mark_ambiguous(
         &self,
         key: IdempotencyKey,
