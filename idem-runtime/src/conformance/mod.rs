@@ -87,6 +87,7 @@ pub use self::resolve::{
 pub use self::restore::{
     a_claim_sent_again_under_its_token_is_the_same_claim,
     s27_a_claim_is_given_back_only_under_its_token_and_before_its_end,
+    s27_a_holders_record_brought_back_keeps_an_unknown_outcome_when_given_back,
     s27_a_new_record_given_back_is_absent,
     s27_a_taken_over_ambiguous_record_given_back_is_ambiguous_as_it_was,
     s27_a_taken_over_expired_holder_given_back_is_that_holders_again,

@@ -21,6 +21,7 @@ macro_rules! restore_conformance_tests {
             s27_a_taken_over_ambiguous_record_given_back_is_ambiguous_as_it_was,
             s27_a_taken_over_expired_holder_given_back_is_that_holders_again,
             s27_a_claim_is_given_back_only_under_its_token_and_before_its_end,
+            s27_a_holders_record_brought_back_keeps_an_unknown_outcome_when_given_back,
             a_claim_sent_again_under_its_token_is_the_same_claim
         );
     };
@@ -255,5 +256,66 @@ pub async fn a_claim_sent_again_under_its_token_is_the_same_claim(store: impl St
         Some(RecordState::Ambiguous {
             note: "reset after send".into()
         })
+    );
+}
+
+/// S27, nested: a holder that took over an ambiguous record, stalled past its lease, was taken
+/// over by a claim given back (so its record is its own again), and is then given back itself,
+/// leaves the record ambiguous: a store keeps one level of what claims replaced, and where it no
+/// longer knows, it keeps the unknown outcome rather than release it.
+pub async fn s27_a_holders_record_brought_back_keeps_an_unknown_outcome_when_given_back(
+    store: impl StoreUnderTest,
+) {
+    let first = LeaseToken::new();
+    let _ = store.claim(&req(276, first, LEASE)).await.unwrap();
+    let marked = store
+        .mark_ambiguous(key_of(276), first, "timed out after send", LONG)
+        .await
+        .unwrap();
+    assert_eq!(marked, Written::Applied);
+    let holder = LeaseToken::new();
+    let short = Duration::from_millis(100);
+    let took = store.claim(&req(276, holder, short)).await.unwrap();
+    assert_eq!(
+        took,
+        Claim::Acquired {
+            takeover: Some(Takeover::Ambiguous)
+        }
+    );
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let claimer = LeaseToken::new();
+    let took = store.claim(&req(276, claimer, LEASE)).await.unwrap();
+    assert_eq!(
+        took,
+        Claim::Acquired {
+            takeover: Some(Takeover::ExpiredHolder)
+        }
+    );
+    let given = store
+        .restore(key_of(276), claimer, NOTE, LONG)
+        .await
+        .unwrap();
+    assert_eq!(given, Written::Applied);
+    let given = store
+        .restore(key_of(276), holder, NOTE, LONG)
+        .await
+        .unwrap();
+    assert_eq!(given, Written::Applied);
+    assert!(
+        matches!(
+            state(&store, 276).await,
+            Some(RecordState::Ambiguous { .. })
+        ),
+        "the ambiguity the holder took over is still there"
+    );
+    let next = store
+        .claim(&req(276, LeaseToken::new(), LEASE))
+        .await
+        .unwrap();
+    assert_eq!(
+        next,
+        Claim::Acquired {
+            takeover: Some(Takeover::Ambiguous)
+        }
     );
 }

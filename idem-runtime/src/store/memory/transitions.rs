@@ -7,7 +7,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use super::clock::Tick;
-use super::{Inner, MemoryStore, Rec, State};
+use super::{Inner, MemoryStore, Prior, Rec, State};
 use crate::error::StoreError;
 use crate::key::IdempotencyKey;
 use crate::store::{
@@ -86,8 +86,10 @@ impl MemoryStore {
             let takeover = inner
                 .priors
                 .get(req.key.as_bytes())
-                .map(|prior| match prior.state {
-                    State::Ambiguous { .. } => Takeover::Ambiguous,
+                .map(|prior| match prior {
+                    Prior::Record(rec) if matches!(rec.state, State::Ambiguous { .. }) => {
+                        Takeover::Ambiguous
+                    }
                     _ => Takeover::ExpiredHolder,
                 });
             return Claim::Acquired { takeover };
@@ -113,7 +115,9 @@ impl MemoryStore {
             Err(takeover) => {
                 // Take over: same operation, its holder gone or given up. What it was is kept
                 // until this holder writes, for a claim given back unused (S27).
-                inner.priors.insert(*req.key.as_bytes(), rec.clone());
+                inner
+                    .priors
+                    .insert(*req.key.as_bytes(), Prior::Record(rec.clone()));
                 rec.state = running;
                 rec.expires_at = now.after(req.ttl);
                 (rec.created, rec.updated) = (now, now);
@@ -177,7 +181,13 @@ impl MemoryStore {
         Written::Applied
     }
 
-    fn restore_sync(&self, key: IdempotencyKey, token: LeaseToken) -> Written {
+    fn restore_sync(
+        &self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        note: &str,
+        ttl: Duration,
+    ) -> Written {
         let now = self.clock.now();
         let mut inner = self.lock();
         if Self::held(&mut inner, &key, token, now).is_none() {
@@ -188,9 +198,24 @@ impl MemoryStore {
             false => inner.priors.remove(key.as_bytes()),
         };
         match prior {
-            // Taken over: back to what it was (one whose time-to-live passed meanwhile is absent).
-            Some(prior) if prior.expires_at > now => {
+            // Taken over: back to what it was (one whose time-to-live passed meanwhile is
+            // absent). A holder's record brought back: what its own claim replaced is gone.
+            Some(Prior::Record(prior)) if prior.expires_at > now => {
+                if matches!(prior.state, State::Running { .. }) {
+                    inner.priors.insert(*key.as_bytes(), Prior::Unknown);
+                }
                 inner.records.insert(*key.as_bytes(), prior);
+            }
+            // Not known: kept as ambiguous, the safe side.
+            Some(Prior::Unknown) => {
+                if let Some(rec) = Self::held(&mut inner, &key, token, now) {
+                    rec.state = State::Ambiguous {
+                        note: note.into(),
+                        by: token,
+                    };
+                    rec.expires_at = now.after(ttl);
+                    rec.updated = now;
+                }
             }
             // A new record: absent again.
             _ => {
@@ -271,10 +296,10 @@ impl Store for MemoryStore {
         &'a self,
         key: IdempotencyKey,
         token: LeaseToken,
-        _note: &'a str,
-        _ttl: Duration,
+        note: &'a str,
+        ttl: Duration,
     ) -> StoreFuture<'a, Written> {
-        StoreFuture::ready(Ok(self.restore_sync(key, token)))
+        StoreFuture::ready(Ok(self.restore_sync(key, token, note, ttl)))
     }
 }
 

@@ -340,10 +340,11 @@ impl PostgresStore {
                  ADD COLUMN IF NOT EXISTS kept_until timestamptz;
              -- Version 5 (S27): what a takeover replaced, kept while the row runs under the
              -- claim that took it over, so that a claim given back unused brings it back
-             -- (`prior_state` NULL: the claim made a new record, or the row was written before).
+             -- (`prior_state` NULL: the claim made a new record, or the row was written before;
+             -- 'unknown': a holder's row brought back, whose own prior is not kept).
              ALTER TABLE {records}
                  ADD COLUMN IF NOT EXISTS prior_state text
-                     CHECK (prior_state IN ('running', 'ambiguous')),
+                     CHECK (prior_state IN ('running', 'ambiguous', 'unknown')),
                  ADD COLUMN IF NOT EXISTS prior_token uuid,
                  ADD COLUMN IF NOT EXISTS prior_lease_until timestamptz,
                  ADD COLUMN IF NOT EXISTS prior_note text,

@@ -68,6 +68,7 @@ pub(super) struct Sql {
     pub(super) release: String,
     pub(super) mark_ambiguous: String,
     pub(super) restore_taken: String,
+    pub(super) restore_unknown: String,
     pub(super) restore_new: String,
     pub(super) get: String,
     pub(super) prune: String,
@@ -141,8 +142,9 @@ impl Sql {
                  RETURNING (SELECT CASE WHEN p.expires_at <= now() THEN NULL
                                         WHEN p.state = 'ambiguous' THEN 'ambiguous'
                                         WHEN p.token = $4 THEN
-                                             CASE p.prior_state WHEN 'ambiguous' THEN 'ambiguous'
-                                                                WHEN 'running' THEN 'expired_holder' END
+                                             CASE WHEN p.prior_state IS NULL THEN NULL
+                                                  WHEN p.prior_state = 'ambiguous' THEN 'ambiguous'
+                                                  ELSE 'expired_holder' END
                                         ELSE 'expired_holder' END
                               FROM {t} p WHERE p.key = $1)"
             ),
@@ -183,15 +185,27 @@ impl Sql {
             ),
             // S27, a claim given back unused: running (our token), a takeover → the row it took
             // over, as it was (an expired holder's running one, under its token and lease end;
-            // or an ambiguous one). `restore_new` is the other case: one of the two applies.
+            // or an ambiguous one). A holder's row brought back has `prior_state` 'unknown' (its own
+            // prior is not kept), so that its own claim given back keeps it ambiguous
+            // (`restore_unknown`). With `restore_unknown` and `restore_new`, one of the three applies.
             restore_taken: format!(
                 "UPDATE {t} SET state = prior_state, token = prior_token,
                                 lease_until = prior_lease_until, note = prior_note,
                                 expires_at = prior_expires_at, created = prior_created,
                                 updated = prior_updated, tenant = prior_tenant,
-                                prior_state = NULL, prior_token = NULL, prior_lease_until = NULL, prior_note = NULL, prior_expires_at = NULL, prior_created = NULL, prior_updated = NULL, prior_tenant = NULL
+                                prior_state = CASE WHEN prior_state = 'running' THEN 'unknown' END,
+                                prior_token = NULL, prior_lease_until = NULL, prior_note = NULL, prior_expires_at = NULL, prior_created = NULL, prior_updated = NULL, prior_tenant = NULL
                   WHERE key = $1 AND token = $2 AND expires_at > now() AND state = 'running'
-                    AND prior_state IS NOT NULL"
+                    AND prior_state IN ('running', 'ambiguous')"
+            ),
+            // S27, a claim given back whose prior is not known: running (our token) → ambiguous
+            // with $3, kept for $4 µs (the safe side).
+            restore_unknown: format!(
+                "UPDATE {t} SET state = 'ambiguous', note = $3, outcome = NULL,
+                                expires_at = now() + $4::int8 {us}, updated = now(),
+                                prior_state = NULL
+                  WHERE key = $1 AND token = $2 AND expires_at > now() AND state = 'running'
+                    AND prior_state = 'unknown'"
             ),
             // S27: running (our token), a new record → absent.
             restore_new: format!(

@@ -40,7 +40,7 @@ if r[1] and tonumber(r[5]) > now then
   end
   local was = r[2]
   if ours then was = r[7] end
-  if was == 'ambiguous' then took = 3 elseif was == 'running' then took = 2 end
+  if was == 'ambiguous' then took = 3 elseif was then took = 2 end
 end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'tool', ARGV[1], 'fp', ARGV[2], 'state', 'running', 'token', ARGV[3],
@@ -94,23 +94,36 @@ redis.call('DEL', KEYS[1])
 return 1
 ";
 
-/// KEYS[1] record; ARGV token, grace ms. S27, a claim given back unused: running (our token) →
-/// what the claim took over (its `p:` fields, as they were: an expired holder's running record
-/// under that holder's token and lease end, or an ambiguous one), or absent after a new record.
+/// KEYS[1] record; ARGV token, note, ttl ms, grace ms. S27, a claim given back unused: running
+/// (our token) → what the claim took over (its `p:` fields, as they were: an expired holder's
+/// running record under that holder's token and lease end, or an ambiguous one), or absent
+/// after a new record. One level is kept: a holder's record brought back gets `p:state`
+/// 'unknown', and its own claim given back later keeps it ambiguous with `note` (the safe side).
 const RESTORE: &str = r"
 if not held('running') then return 0 end
 local all = redis.call('HGETALL', KEYS[1])
 local prior = {}
+local was = nil
 for i = 1, #all, 2 do
   if string.sub(all[i], 1, 2) == 'p:' then
-    prior[#prior + 1] = string.sub(all[i], 3)
+    local f = string.sub(all[i], 3)
+    if f == 'state' then was = all[i + 1] end
+    prior[#prior + 1] = f
     prior[#prior + 1] = all[i + 1]
   end
+end
+if was == 'unknown' then
+  redis.call('HSET', KEYS[1], 'state', 'ambiguous', 'note', ARGV[2], 'expires_at', ms(now + ARGV[3]),
+    'updated', ms(now))
+  redis.call('HDEL', KEYS[1], 'outcome', 'p:state')
+  redis.call('PEXPIREAT', KEYS[1], ms(now + ARGV[3] + ARGV[4]))
+  return 1
 end
 redis.call('DEL', KEYS[1])
 if #prior == 0 then return 1 end
 redis.call('HSET', KEYS[1], unpack(prior))
-redis.call('PEXPIREAT', KEYS[1], ms(tonumber(redis.call('HGET', KEYS[1], 'expires_at')) + ARGV[2]))
+if was == 'running' then redis.call('HSET', KEYS[1], 'p:state', 'unknown') end
+redis.call('PEXPIREAT', KEYS[1], ms(tonumber(redis.call('HGET', KEYS[1], 'expires_at')) + ARGV[4]))
 return 1
 ";
 

@@ -137,11 +137,16 @@ impl AsyncStore for RedisStore {
         &self,
         key: IdempotencyKey,
         token: LeaseToken,
-        _note: &str,
-        _ttl: Duration,
+        note: &str,
+        ttl: Duration,
     ) -> Result<Written, StoreError> {
-        let (token, grace) = (token.0.to_string(), ms(self.grace));
-        let args: [&[u8]; 2] = [token.as_bytes(), grace.as_bytes()];
+        let (token, ttl, grace) = (token.0.to_string(), ms(ttl), ms(self.grace));
+        let args: [&[u8]; 4] = [
+            token.as_bytes(),
+            note.as_bytes(),
+            ttl.as_bytes(),
+            grace.as_bytes(),
+        ];
         let n: i64 = self
             .invoke(
                 "restore",

@@ -56,9 +56,10 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ALTER TABLE records ADD COLUMN kept_until INTEGER;",
     // v4 → v5 (S27): what a takeover replaced, kept while the record runs under the claim that
     // took it over, so that a claim given back unused (its call cancelled before anything ran)
-    // brings it back: `prior_state` ('running': an expired holder's, 'ambiguous'; NULL: the
+    // brings it back: `prior_state` ('running': an expired holder's, 'ambiguous'; 'unknown': a
+    // holder's record brought back, whose own prior is not kept; NULL: the
     // claim made a new record, or one written before) and that record's own columns.
-    "ALTER TABLE records ADD COLUMN prior_state TEXT CHECK (prior_state IN ('running', 'ambiguous'));
+    "ALTER TABLE records ADD COLUMN prior_state TEXT CHECK (prior_state IN ('running', 'ambiguous', 'unknown'));
     ALTER TABLE records ADD COLUMN prior_token BLOB CHECK (length(prior_token) = 16);
     ALTER TABLE records ADD COLUMN prior_lease_until INTEGER;
     ALTER TABLE records ADD COLUMN prior_lease_ms INTEGER;
@@ -204,17 +205,30 @@ pub(super) const RELEASE: &str = "
 
 /// S27, a claim given back unused: running, held by :token, not expired, a takeover → the
 /// record it took over (an expired holder's running one, under that holder's token and lease
-/// end; or an ambiguous one), as it was. With [`RESTORE_NEW`] (the other case), one of the two
-/// applies.
+/// end; or an ambiguous one), as it was. What that holder's own claim took over is not kept
+/// (one level is): a holder's record brought back has `prior_state` 'unknown', so that its own
+/// claim given back later keeps it ambiguous ([`RESTORE_UNKNOWN`]) rather than release what may
+/// have been an unknown outcome. With [`RESTORE_UNKNOWN`] and [`RESTORE_NEW`] (the other cases),
+/// one of the three applies.
 pub(super) const RESTORE_TAKEN: &str = "
     UPDATE records SET state = prior_state, token = prior_token, lease_until = prior_lease_until,
                        lease_ms = prior_lease_ms, note = prior_note, expires_at = prior_expires_at,
                        created = prior_created, updated = prior_updated, tenant = prior_tenant,
-                       prior_state = NULL, prior_token = NULL, prior_lease_until = NULL,
+                       prior_state = CASE WHEN prior_state = 'running' THEN 'unknown' END,
+                       prior_token = NULL, prior_lease_until = NULL,
                        prior_lease_ms = NULL, prior_note = NULL, prior_expires_at = NULL,
                        prior_created = NULL, prior_updated = NULL, prior_tenant = NULL
     WHERE key = :key AND state = 'running' AND token = :token AND expires_at > :now
-      AND prior_state IS NOT NULL";
+      AND prior_state IN ('running', 'ambiguous')";
+
+/// S27, a claim given back unused whose prior is not known (see [`RESTORE_TAKEN`]): running,
+/// held by :token, not expired → ambiguous with :note (the safe side: an unknown outcome may
+/// have been there).
+pub(super) const RESTORE_UNKNOWN: &str = "
+    UPDATE records SET state = 'ambiguous', note = :note, lease_until = NULL,
+                       expires_at = :expires_at, updated = :now, prior_state = NULL
+    WHERE key = :key AND state = 'running' AND token = :token AND expires_at > :now
+      AND prior_state = 'unknown'";
 
 /// S27, a claim given back unused: running, held by :token, not expired, a new record → absent.
 pub(super) const RESTORE_NEW: &str = "

@@ -239,22 +239,32 @@ impl AsyncStore for SqliteStore {
         &self,
         key: IdempotencyKey,
         token: LeaseToken,
-        _note: &str,
-        _ttl: Duration,
+        note: &str,
+        ttl: Duration,
     ) -> Result<Written, StoreError> {
+        let (note, ttl) = (note.to_owned(), ms(ttl));
         self.run(Access::Write, move |conn, path| {
             let now = now_ms();
             let params =
                 named_params! { ":key": key.as_str(), ":token": token.0.as_bytes(), ":now": now };
-            // The two cases exclude each other: at most one applies.
-            let changed = conn
-                .prepare_cached(sql::RESTORE_TAKEN)
-                .and_then(|mut st| st.execute(params))
-                .and_then(|taken| match taken {
-                    0 => conn.prepare_cached(sql::RESTORE_NEW)?.execute(params),
-                    n => Ok(n),
-                })
-                .map_err(|e| sql_error(path, "give a claim back in", e))?;
+            // The three cases exclude each other: at most one applies.
+            let changed = (|| {
+                let taken = conn.prepare_cached(sql::RESTORE_TAKEN)?.execute(params)?;
+                if taken > 0 {
+                    return Ok(taken);
+                }
+                let unknown =
+                    conn.prepare_cached(sql::RESTORE_UNKNOWN)?
+                        .execute(named_params! {
+                            ":key": key.as_str(), ":token": token.0.as_bytes(), ":now": now,
+                            ":note": note, ":expires_at": now.saturating_add(ttl),
+                        })?;
+                if unknown > 0 {
+                    return Ok(unknown);
+                }
+                conn.prepare_cached(sql::RESTORE_NEW)?.execute(params)
+            })()
+            .map_err(|e| sql_error(path, "give a claim back in", e))?;
             Ok(Written::from_changed(changed))
         })
         .await
