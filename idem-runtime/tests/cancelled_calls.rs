@@ -203,3 +203,110 @@ async fn s27_timed_out_calls_leave_no_unknown_outcome_redis() {
     let left = cancelled_calls_leave_no_unknown_outcome(store).await;
     assert_eq!(left, Left::default());
 }
+
+/// A memory store whose first claim is applied at once but answered only after `late` (its
+/// reply held up on the way back); every other operation answers as the memory store does.
+struct FirstClaimAnsweredLate {
+    inner: idem_runtime::MemoryStore,
+    late: Duration,
+    claims: AtomicU32,
+}
+
+#[async_trait::async_trait]
+impl OperationIds for FirstClaimAnsweredLate {
+    async fn operation_id(
+        &self,
+        name: &str,
+        fresh: uuid::Uuid,
+    ) -> Result<uuid::Uuid, idem_runtime::StoreError> {
+        self.inner.operation_id(name, fresh).await
+    }
+}
+
+impl Store for FirstClaimAnsweredLate {
+    fn claim<'a>(
+        &'a self,
+        req: &'a idem_runtime::store::ClaimRequest<'_>,
+    ) -> idem_runtime::store::StoreFuture<'a, idem_runtime::store::Claim> {
+        idem_runtime::store::StoreFuture::boxed(async move {
+            // Counted when sent (polled): an answer dropped unpolled was never asked.
+            let first = self.claims.fetch_add(1, SeqCst) == 0;
+            let answer = self.inner.claim(req).await;
+            if first {
+                tokio::time::sleep(self.late).await;
+            }
+            answer
+        })
+    }
+    fn renew(
+        &self,
+        key: IdempotencyKey,
+        token: idem_runtime::store::LeaseToken,
+        lease: Duration,
+    ) -> idem_runtime::store::StoreFuture<'_, idem_runtime::store::Written> {
+        self.inner.renew(key, token, lease)
+    }
+    fn complete(
+        &self,
+        key: IdempotencyKey,
+        token: idem_runtime::store::LeaseToken,
+        outcome: idem_runtime::store::Outcome,
+        ttl: Duration,
+    ) -> idem_runtime::store::StoreFuture<'_, idem_runtime::store::Written> {
+        self.inner.complete(key, token, outcome, ttl)
+    }
+    fn release(
+        &self,
+        key: IdempotencyKey,
+        token: idem_runtime::store::LeaseToken,
+    ) -> idem_runtime::store::StoreFuture<'_, idem_runtime::store::Written> {
+        self.inner.release(key, token)
+    }
+    fn mark_ambiguous<'a>(
+        &'a self,
+        key: IdempotencyKey,
+        token: idem_runtime::store::LeaseToken,
+        note: &'a str,
+        ttl: Duration,
+    ) -> idem_runtime::store::StoreFuture<'a, idem_runtime::store::Written> {
+        self.inner.mark_ambiguous(key, token, note, ttl)
+    }
+    fn restore<'a>(
+        &'a self,
+        key: IdempotencyKey,
+        token: idem_runtime::store::LeaseToken,
+        note: &'a str,
+        ttl: Duration,
+    ) -> idem_runtime::store::StoreFuture<'a, idem_runtime::store::Written> {
+        self.inner.restore(key, token, note, ttl)
+    }
+}
+
+/// Issue 41 (third wave's leftovers): a claim applied whose answer did not come back within the
+/// store timeout is sent again under its own token, and is the same claim: the body runs once,
+/// the outcome is stored, and no running record is left behind for a lease to expire (before:
+/// the call failed with a store error and left its claim running, and the next call of the key
+/// took it over as an expired holder's unknown outcome, `Error::Ambiguous` for this tool).
+#[tokio::test(start_paused = true)]
+async fn a_claim_answered_late_is_sent_again_under_its_token_and_leaves_no_orphan() {
+    let store = Arc::new(FirstClaimAnsweredLate {
+        inner: idem_runtime::MemoryStore::new(),
+        late: Duration::from_secs(10),
+        claims: AtomicU32::new(0),
+    });
+    let idem = Idem::builder()
+        .store(Arc::clone(&store))
+        .store_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let runs: Vec<AtomicU32> = (0..1).map(|_| AtomicU32::new(0)).collect();
+    let first = call(&idem, 0, &runs).await;
+    assert!(first.is_ok(), "the claim sent again is the same claim: {first:?}");
+    assert_eq!(runs[0].load(SeqCst), 1);
+    assert_eq!(store.claims.load(SeqCst), 2, "sent twice, under one token");
+    let rec = Records::get(&store.inner, &key(0)).await.unwrap().unwrap();
+    assert!(matches!(rec.state, RecordState::Completed { .. }), "{rec:?}");
+    let again = call(&idem, 0, &runs).await;
+    assert!(again.is_ok(), "the repeat replays: {again:?}");
+    assert_eq!(runs[0].load(SeqCst), 1, "the body ran once");
+}
