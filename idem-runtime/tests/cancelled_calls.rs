@@ -301,11 +301,17 @@ async fn a_claim_answered_late_is_sent_again_under_its_token_and_leaves_no_orpha
         .unwrap();
     let runs: Vec<AtomicU32> = (0..1).map(|_| AtomicU32::new(0)).collect();
     let first = call(&idem, 0, &runs).await;
-    assert!(first.is_ok(), "the claim sent again is the same claim: {first:?}");
+    assert!(
+        first.is_ok(),
+        "the claim sent again is the same claim: {first:?}"
+    );
     assert_eq!(runs[0].load(SeqCst), 1);
     assert_eq!(store.claims.load(SeqCst), 2, "sent twice, under one token");
     let rec = Records::get(&store.inner, &key(0)).await.unwrap().unwrap();
-    assert!(matches!(rec.state, RecordState::Completed { .. }), "{rec:?}");
+    assert!(
+        matches!(rec.state, RecordState::Completed { .. }),
+        "{rec:?}"
+    );
     let again = call(&idem, 0, &runs).await;
     assert!(again.is_ok(), "the repeat replays: {again:?}");
     assert_eq!(runs[0].load(SeqCst), 1, "the body ran once");
