@@ -302,13 +302,22 @@ pub(super) async fn claim(
     // then wakes this call at its end (see `wake`); others are found by polling.
     let mut waiting: Option<Waiting<'_>> = None;
     let mut sent_again = false;
+    // A claim is to be sent whether or not the call was dropped: the first, and one sent again.
+    let mut must_send = true;
     loop {
+        // Dropped while waiting for another holder: no new claim (one answered late is sent
+        // again all the same, below, so that it is answered).
+        if !must_send && cancelled.load(Ordering::Relaxed) {
+            return Ok(Claimed::Cancelled);
+        }
+        must_send = false;
         let seen = waiting.as_ref().map(|w| w.ends().seen());
         let sent = Instant::now();
         let claim = match timed_answer(s, "claim", s.store.claim(req)).await {
             Answered::Yes(result) => result,
             Answered::Late(_) if !sent_again => {
                 sent_again = true;
+                must_send = true;
                 tracing::warn!(
                     timeout = ?s.store_timeout,
                     "the store did not answer the claim in time; sending it again under its own token"
