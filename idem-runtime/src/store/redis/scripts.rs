@@ -30,12 +30,13 @@ if r[1] and tonumber(r[5]) > now then
   if not take then
     return {r[1], r[2], math.max(lease_left, 0), r[6] or ''}
   end
-  local all = redis.call('HGETALL', KEYS[1])
-  for i = 1, #all, 2 do
-    local own = string.sub(all[i], 1, 2) == 'p:'
-    if own == ours then
-      prior[#prior + 1] = ours and all[i] or ('p:' .. all[i])
-      prior[#prior + 1] = all[i + 1]
+  local names = {}
+  for i, f in ipairs(FIELDS) do names[i] = ours and ('p:' .. f) or f end
+  local vals = redis.call('HMGET', KEYS[1], unpack(names))
+  for i, f in ipairs(FIELDS) do
+    if vals[i] then
+      prior[#prior + 1] = 'p:' .. f
+      prior[#prior + 1] = vals[i]
     end
   end
   local was = r[2]
@@ -49,6 +50,13 @@ redis.call('HSET', KEYS[1], 'tool', ARGV[1], 'fp', ARGV[2], 'state', 'running', 
 if #prior > 0 then redis.call('HSET', KEYS[1], unpack(prior)) end
 redis.call('PEXPIREAT', KEYS[1], ms(now + ARGV[5] + ARGV[6]))
 return took
+";
+
+/// The fields of a record, as a claim keeps them for a takeover (prefixed `p:`, S27): read by
+/// name (`HMGET`), so the scripts need no command beyond those the store's ACL lists.
+const FIELDS: &str = r"
+local FIELDS = {'tool', 'fp', 'state', 'token', 'lease_until', 'expires_at', 'outcome', 'note',
+  'created', 'updated', 'tenant', 'res', 'res_at', 'res_note', 'kept_until'}
 ";
 
 /// Whether the live record of KEYS[1] is held by token ARGV[1] in one of the given states.
@@ -101,15 +109,16 @@ return 1
 /// 'unknown', and its own claim given back later keeps it ambiguous with `note` (the safe side).
 const RESTORE: &str = r"
 if not held('running') then return 0 end
-local all = redis.call('HGETALL', KEYS[1])
+local names = {}
+for i, f in ipairs(FIELDS) do names[i] = 'p:' .. f end
+local vals = redis.call('HMGET', KEYS[1], unpack(names))
 local prior = {}
-local was = nil
-for i = 1, #all, 2 do
-  if string.sub(all[i], 1, 2) == 'p:' then
-    local f = string.sub(all[i], 3)
-    if f == 'state' then was = all[i + 1] end
+local was = false
+for i, f in ipairs(FIELDS) do
+  if vals[i] then
+    if f == 'state' then was = vals[i] end
     prior[#prior + 1] = f
-    prior[#prior + 1] = all[i + 1]
+    prior[#prior + 1] = vals[i]
   end
 end
 if was == 'unknown' then
@@ -185,7 +194,7 @@ pub(super) struct Scripts {
 /// The claim and complete scripts' sources, as [`scripts`] loads them.
 pub(super) fn claim_and_complete_sources() -> [String; 2] {
     [
-        [PRELUDE, CLAIM].concat(),
+        [PRELUDE, FIELDS, CLAIM].concat(),
         [PRELUDE, HELD, COMPLETE].concat(),
     ]
 }
@@ -195,12 +204,12 @@ pub(super) fn scripts() -> &'static Scripts {
     SCRIPTS.get_or_init(|| {
         let with = |parts: &[&str]| Script::new(&parts.concat());
         Scripts {
-            claim: with(&[PRELUDE, CLAIM]),
+            claim: with(&[PRELUDE, FIELDS, CLAIM]),
             complete: with(&[PRELUDE, HELD, COMPLETE]),
             renew: with(&[PRELUDE, HELD, RENEW]),
             release: with(&[PRELUDE, HELD, RELEASE]),
             mark_ambiguous: with(&[PRELUDE, HELD, MARK_AMBIGUOUS]),
-            restore: with(&[PRELUDE, HELD, RESTORE]),
+            restore: with(&[PRELUDE, FIELDS, HELD, RESTORE]),
             get: with(&[PRELUDE, GET]),
             prune: with(&[PRELUDE, PRUNE]),
             operation_id: Script::new(OPERATION_ID),
