@@ -84,11 +84,11 @@ pub enum Error {
     /// ambiguous; only a tool that passes the key on re-sends it, otherwise the tool's `verify`
     /// or an operator settles it.
     #[error(
-        "idemkit: tool `{tool}` with key {key}: the outcome is unknown after {attempts} attempt(s) in this call (the \
-         last failed as {last:?}); the effect may have happened. The record is kept as ambiguous and the operation is \
-         not sent again blindly: a tool that passes the key to a provider that deduplicates re-sends it on the next \
-         call; otherwise check the provider for key {key}, then settle it with the tool's `verify`, or \
-         `idemkit resolve {key} applied --outcome JSON` / `idemkit resolve {key} not-applied`"
+        "idemkit: tool `{tool}` with key {key}: {}; the effect may have happened. The record is kept as ambiguous \
+         and the operation is not sent again blindly: a tool that passes the key to a provider that deduplicates \
+         re-sends it on the next call; otherwise check the provider for key {key}, then settle it with the tool's \
+         `verify`, or `idemkit resolve {key} applied --outcome JSON` / `idemkit resolve {key} not-applied`",
+        what_is_unknown(*attempts, *last)
     )]
     Ambiguous {
         /// The tool's name.
@@ -306,5 +306,81 @@ mod tests {
             std::mem::size_of::<StoreError>(),
             std::mem::size_of::<usize>()
         );
+    }
+}
+
+/// What [`Error::Ambiguous`] knows of how the outcome became unknown, said as it happened
+/// (issue 41 #3): no attempt of this call ran, or which one left it unknown.
+fn what_is_unknown(attempts: u32, last: crate::retry::Failure) -> String {
+    use crate::retry::Failure;
+    match (attempts, last) {
+        (0, _) => "this call sent nothing: an earlier call of this operation left its outcome unknown (it timed \
+                   out or broke off after sending, or its holder stopped before recording the outcome)"
+            .to_owned(),
+        (1, Failure::Ambiguous) => "the outcome of this call's attempt is unknown: it failed after it may have \
+                                    reached the provider (a timeout, a reset, or a reply lost after sending)"
+            .to_owned(),
+        (n, Failure::Ambiguous) => format!(
+            "the outcome of this call's last attempt (of {n}) is unknown: it failed after it may have reached the \
+             provider (a timeout, a reset, or a reply lost after sending)"
+        ),
+        (n, last) => format!(
+            "the last of this call's {n} attempts failed as {} (it did not happen), but an earlier attempt of this \
+             operation failed after it may have reached the provider",
+            match last {
+                Failure::Transient => "transient".to_owned(),
+                Failure::Permanent => "permanent".to_owned(),
+                Failure::RetryAfter(wait) => format!("retry-after {wait:?}"),
+                other => format!("{other:?}"),
+            }
+        ),
+    }
+}
+
+#[cfg(test)]
+mod ambiguous_wording {
+    use super::Error;
+    use crate::key::IdempotencyKey;
+    use crate::retry::Failure;
+
+    fn ambiguous(attempts: u32, last: Failure) -> String {
+        let key = IdempotencyKey::derive("send_sms", &[("order", &1u64)]);
+        Error::Ambiguous {
+            tool: "send_sms".into(),
+            key,
+            attempts,
+            last,
+        }
+        .to_string()
+    }
+
+    /// Issue 41 #3: an unknown outcome is worded by what is known, never "after 0 attempt(s) …
+    /// the last failed as Ambiguous", which says something that did not happen.
+    #[test]
+    fn an_unknown_outcome_says_which_attempt_left_it_unknown() {
+        let none = ambiguous(0, Failure::Ambiguous);
+        assert!(none.contains("this call sent nothing"), "{none}");
+        assert!(none.contains("an earlier call of this operation"), "{none}");
+        assert!(!none.contains("0 attempt"), "{none}");
+        let one = ambiguous(1, Failure::Ambiguous);
+        assert!(one.contains("this call's attempt is unknown"), "{one}");
+        assert!(one.contains("may have reached the provider"), "{one}");
+        let later = ambiguous(3, Failure::Transient);
+        assert!(
+            later.contains(
+                "the last of this call's 3 attempts failed as transient (it did not happen)"
+            ),
+            "{later}"
+        );
+        assert!(
+            later.contains("an earlier attempt of this operation"),
+            "{later}"
+        );
+        for message in [none, one, later] {
+            assert!(
+                message.contains("idemkit resolve"),
+                "says what settles it: {message}"
+            );
+        }
     }
 }

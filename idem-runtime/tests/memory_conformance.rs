@@ -6,3 +6,4 @@ async fn fresh_store() -> idem_runtime::MemoryStore {
 
 idem_runtime::conformance_tests!(fresh_store);
 idem_runtime::records_conformance_tests!(fresh_store);
+idem_runtime::restore_conformance_tests!(fresh_store);

@@ -368,6 +368,58 @@ fn broken_s15_no_drop_guard_is_caught() {
     caught("no drop guard", &cfg, Property::S15DroppedClaimEnds);
 }
 
+/// Issue 41 #1 (S27), as before the fix: a call dropped while its claim was in flight kept the
+/// record as ambiguous, so a key whose body never ran was left with an unknown outcome (the
+/// measured 10-48 of 120 SQLite keys).
+#[test]
+fn broken_s27_a_dropped_unused_claim_kept_ambiguous_is_caught() {
+    let cfg = Config {
+        exec: Exec {
+            gives_back: false,
+            ..GATED
+        },
+        ..two_callers()
+    };
+    caught(
+        "dropped unused claim kept ambiguous",
+        &cfg,
+        Property::S27DroppedUnusedClaimLeavesTheRecordAsItWas,
+    );
+}
+
+/// S27's broken variant (the reason for the seed-1856 fix): a claim given back released, not
+/// restored, forgets the ambiguity its takeover took over; the next caller sends again.
+#[test]
+fn broken_s27_a_claim_given_back_released_without_restore_is_caught() {
+    let cfg = Config {
+        exec: Exec {
+            restores: false,
+            ..GATED
+        },
+        ..two_callers()
+    };
+    caught(
+        "released without restore",
+        &cfg,
+        Property::S27DroppedUnusedClaimLeavesTheRecordAsItWas,
+    );
+    caught(
+        "released without restore",
+        &cfg,
+        Property::S14AmbiguityClearedOnlyByNotAppliedOrOperator,
+    );
+    // A third caller sends again.
+    let three = Config {
+        exec: cfg.exec,
+        ..three_callers()
+    };
+    caught(
+        "released without restore, 3 callers",
+        &three,
+        Property::S20AtMostOneEffect,
+    );
+}
+
 /// S20: an unknown outcome re-sent blindly to a provider that does not deduplicate (the tool
 /// says `resend = true` wrongly, or before S20).
 #[test]

@@ -35,6 +35,7 @@ async fn fresh_store() -> PostgresStore {
 
 idem_runtime::conformance_tests!(fresh_store);
 idem_runtime::records_conformance_tests!(fresh_store);
+idem_runtime::restore_conformance_tests!(fresh_store);
 
 /// 32 tasks over 4 pools of 4 client connections each (16 clients on PgBouncer's 4 server
 /// connections) call one key at once: one body runs, all get its output.

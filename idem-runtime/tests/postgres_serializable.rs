@@ -51,6 +51,7 @@ async fn fresh_store() -> PostgresStore {
 
 idem_runtime::conformance_tests!(fresh_store);
 idem_runtime::records_conformance_tests!(fresh_store);
+idem_runtime::restore_conformance_tests!(fresh_store);
 
 /// 32 tasks over 4 pools (SERIALIZABLE) call one key at once: one body runs, all get its output
 /// (the claims that collide are serialization failures the store sends again).

@@ -8,8 +8,12 @@
 //! SQLite and PostgreSQL schema 4): beside the same records, one resolved as applied and one as
 //! not applied, which must read back with their decisions.
 //!
+//! A third set (`*-s27.*`, SQLite and PostgreSQL schema 5) keeps what a takeover replaced (S27):
+//! beside the same records, an ambiguous record and an expired holder's, each taken over by a
+//! claim still running, which must give them back as they were.
+//!
 //! `IDEMKIT_WRITE_FIXTURES=1 cargo test -p idem-runtime --test record_format` writes the newest
-//! fixtures (the `*-s24.*` ones) anew; do that only for a new fixture file (name it after the
+//! fixtures (the `*-s27.*` ones) anew; do that only for a new fixture file (name it after the
 //! format that writes it, and point the `NEWEST_*` constants at it), never over an existing one:
 //! an old fixture is what proves an upgrade reads old records.
 
@@ -30,6 +34,33 @@ use idem_runtime::{
 const FIXTURE: &str = "tests/fixtures/sqlite-0.1.0.db";
 /// The fixture in the format that keeps operators' decisions (schema 4).
 const FIXTURE_S24: &str = "tests/fixtures/sqlite-s24.db";
+/// The fixture in the format that keeps what a takeover replaced (schema 5).
+const FIXTURE_S27: &str = "tests/fixtures/sqlite-s27.db";
+
+/// Which records a fixture holds: those of 0.1.0; with operators' decisions (S24); with
+/// takeovers to give back (S27, the newest).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    V010,
+    S24,
+    S27,
+}
+
+impl Format {
+    fn resolved(self) -> bool {
+        self != Format::V010
+    }
+    fn given_back(self) -> bool {
+        self == Format::S27
+    }
+}
+
+/// The tokens of the S27 fixture's claims: order 7's takeover of an ambiguous record, order 8's
+/// expired holder and its takeover.
+const T7: LeaseToken = LeaseToken(uuid::Uuid::from_u128(0x2707));
+const T8_HOLDER: LeaseToken = LeaseToken(uuid::Uuid::from_u128(0x2708));
+const T8: LeaseToken = LeaseToken(uuid::Uuid::from_u128(0x2718));
+const NOTE_7: &str = "1 attempt(s); the last failed and may have taken effect";
 /// Records that outlive every test run: 80 years.
 const FOREVER: Duration = Duration::from_secs(80 * 365 * 24 * 3600);
 
@@ -63,8 +94,9 @@ const RESOLVED_OUTCOME: &[u8] = br#"{"charge_id":"ch_5","cents":4200}"#;
 /// "plan-42/step-3", which is returned.
 async fn write_records(
     store: impl Store + OperationIds + Records + Clone,
-    resolved: bool,
+    format: Format,
 ) -> String {
+    let resolved = format.resolved();
     for order in 1..=4 {
         let req = request(order);
         assert_eq!(
@@ -110,15 +142,83 @@ async fn write_records(
         let resolved = store.resolve(&key, decision, outcome, Some(&note), FOREVER);
         assert_eq!(resolved.await.unwrap(), Resolved::Resolved);
     }
+    if format.given_back() {
+        // Order 7: kept ambiguous, then taken over by T7, which still runs.
+        let req = request(7);
+        let _ = store.claim(&req).await.unwrap();
+        let marked = store.mark_ambiguous(key(7), req.token, NOTE_7, FOREVER);
+        assert_eq!(marked.await.unwrap(), Written::Applied);
+        let took = ClaimRequest::new(key(7), "charge", fingerprint(), T7, FOREVER, FOREVER);
+        assert_eq!(
+            store.claim(&took).await.unwrap(),
+            Claim::Acquired {
+                takeover: Some(Takeover::Ambiguous)
+            }
+        );
+        // Order 8: a holder whose lease ran out, taken over by T8, which still runs.
+        let holder = ClaimRequest::new(
+            key(8),
+            "charge",
+            fingerprint(),
+            T8_HOLDER,
+            Duration::from_millis(50),
+            FOREVER,
+        );
+        let _ = store.claim(&holder).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let took = ClaimRequest::new(key(8), "charge", fingerprint(), T8, FOREVER, FOREVER);
+        assert_eq!(
+            store.claim(&took).await.unwrap(),
+            Claim::Acquired {
+                takeover: Some(Takeover::ExpiredHolder)
+            }
+        );
+    }
     let id = Idem::new(store).operation("plan-42/step-3").await.unwrap();
     id.to_string()
+}
+
+/// S27: the claims of the S27 fixture give back what they took over: order 7 ambiguous as it
+/// was, order 8 its expired holder's again (whose completion is then applied).
+async fn check_given_back(store: &(impl Store + Records)) {
+    let given = store
+        .restore(key(7), T7, "given back", FOREVER)
+        .await
+        .unwrap();
+    assert_eq!(given, Written::Applied);
+    let rec = Records::get(store, &key(7))
+        .await
+        .unwrap()
+        .expect("order 7");
+    assert_eq!(
+        rec.state,
+        RecordState::Ambiguous {
+            note: NOTE_7.into()
+        }
+    );
+    let given = store
+        .restore(key(8), T8, "given back", FOREVER)
+        .await
+        .unwrap();
+    assert_eq!(given, Written::Applied);
+    let rec = Records::get(store, &key(8))
+        .await
+        .unwrap()
+        .expect("order 8");
+    assert!(
+        matches!(rec.state, RecordState::Running { token, .. } if token == T8_HOLDER),
+        "order 8 is its holder's again: {:?}",
+        rec.state
+    );
+    let done = store.complete(key(8), T8_HOLDER, Outcome::from(OUTCOME), FOREVER);
+    assert_eq!(done.await.unwrap(), Written::Applied);
 }
 
 /// Writes the SQLite fixture file (and the operation id beside it).
 async fn write_sqlite_fixture(path: &Path) {
     let _ = std::fs::remove_file(path);
     let store = SqliteStore::open(path).unwrap();
-    let id = write_records(store.clone(), true).await;
+    let id = write_records(store.clone(), Format::S27).await;
     std::fs::write(path.with_extension("operation-id"), id).unwrap();
     drop(store);
     // One file, no WAL beside it: fold the WAL in.
@@ -156,9 +256,12 @@ fn manifest_path(relative: &str) -> PathBuf {
 async fn check_records(
     store: impl Store + OperationIds + Records + Clone,
     operation_id: &str,
-    resolved: bool,
+    format: Format,
 ) {
-    if resolved {
+    if format.given_back() {
+        check_given_back(&store).await;
+    }
+    if format.resolved() {
         check_resolved(&store).await;
     } else {
         for order in [5, 6] {
@@ -287,26 +390,31 @@ fn writing() -> bool {
 
 #[tokio::test]
 async fn a_sqlite_file_written_by_0_1_0_reads_back_as_it_was_meant() {
-    check_sqlite(FIXTURE, false).await;
+    check_sqlite(FIXTURE, Format::V010).await;
 }
 
 #[tokio::test]
 async fn s24_a_sqlite_file_with_operators_decisions_reads_back_as_it_was_meant() {
-    let fixture = manifest_path(FIXTURE_S24);
+    check_sqlite(FIXTURE_S24, Format::S24).await;
+}
+
+#[tokio::test]
+async fn s27_a_sqlite_file_with_claims_to_give_back_reads_back_as_it_was_meant() {
+    let fixture = manifest_path(FIXTURE_S27);
     if writing() {
         write_sqlite_fixture(&fixture).await;
     }
-    check_sqlite(FIXTURE_S24, true).await;
+    check_sqlite(FIXTURE_S27, Format::S27).await;
 }
 
-async fn check_sqlite(fixture: &str, resolved: bool) {
+async fn check_sqlite(fixture: &str, format: Format) {
     let fixture = manifest_path(fixture);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("idemkit.db");
     std::fs::copy(&fixture, &path).expect("the checked-in fixture");
     let store = SqliteStore::open(&path).unwrap();
     let id = std::fs::read_to_string(fixture.with_extension("operation-id")).unwrap();
-    check_records(store, &id, resolved).await;
+    check_records(store, &id, format).await;
 }
 
 mod servers;
@@ -318,37 +426,46 @@ const PG_FIXTURE: &str = "tests/fixtures/postgres-0.1.0.sql";
 /// The same in the format that keeps operators' decisions (schema 4).
 #[cfg(feature = "postgres")]
 const PG_FIXTURE_S24: &str = "tests/fixtures/postgres-s24.sql";
+/// The same in the format that keeps what a takeover replaced (schema 5).
+#[cfg(feature = "postgres")]
+const PG_FIXTURE_S27: &str = "tests/fixtures/postgres-s27.sql";
 
 #[cfg(feature = "postgres")]
 #[tokio::test]
 async fn a_postgres_dump_written_by_0_1_0_reads_back_as_it_was_meant() {
-    check_postgres(PG_FIXTURE, false).await;
+    check_postgres(PG_FIXTURE, Format::V010).await;
 }
 
 #[cfg(feature = "postgres")]
 #[tokio::test]
 async fn s24_a_postgres_dump_with_operators_decisions_reads_back_as_it_was_meant() {
-    check_postgres(PG_FIXTURE_S24, true).await;
+    check_postgres(PG_FIXTURE_S24, Format::S24).await;
 }
 
-/// Restores the dump `fixture` (written anew first when writing the newest, `resolved`, one)
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn s27_a_postgres_dump_with_claims_to_give_back_reads_back_as_it_was_meant() {
+    check_postgres(PG_FIXTURE_S27, Format::S27).await;
+}
+
+/// Restores the dump `fixture` (written anew first when writing the newest, S27, one)
 /// and checks its records.
 #[cfg(feature = "postgres")]
-async fn check_postgres(fixture: &str, resolved: bool) {
+async fn check_postgres(fixture: &str, format: Format) {
     use idem_runtime::PostgresStore;
     let Some(url) = servers::server_url("IDEMKIT_TEST_POSTGRES_URL", "PostgreSQL") else {
         return;
     };
     let fixture = manifest_path(fixture);
     let id_file = fixture.with_extension("operation-id");
-    if writing() && resolved {
+    if writing() && format == Format::S27 {
         let schema = format!("fixture_{}", uuid::Uuid::new_v4().simple());
         let store = PostgresStore::builder(&url)
             .schema(&schema)
             .connect()
             .await
             .unwrap();
-        let id = write_records(store, true).await;
+        let id = write_records(store, format).await;
         let dump = std::process::Command::new("pg_dump")
             .args([
                 "--schema",
@@ -389,7 +506,7 @@ async fn check_postgres(fixture: &str, resolved: bool) {
         .connect()
         .await
         .unwrap();
-    check_records(store, &std::fs::read_to_string(&id_file).unwrap(), resolved).await;
+    check_records(store, &std::fs::read_to_string(&id_file).unwrap(), format).await;
 }
 
 /// The Redis fixture: every key a store with the prefix `__PREFIX__` wrote, as JSON (type,
@@ -399,23 +516,32 @@ const REDIS_FIXTURE: &str = "tests/fixtures/redis-0.1.0.json";
 /// The same in the format that keeps operators' decisions.
 #[cfg(feature = "redis")]
 const REDIS_FIXTURE_S24: &str = "tests/fixtures/redis-s24.json";
+/// The same in the format that keeps what a takeover replaced (the `p:` fields).
+#[cfg(feature = "redis")]
+const REDIS_FIXTURE_S27: &str = "tests/fixtures/redis-s27.json";
 
 #[cfg(feature = "redis")]
 #[tokio::test]
 async fn a_redis_dump_written_by_0_1_0_reads_back_as_it_was_meant() {
-    check_redis(REDIS_FIXTURE, false).await;
+    check_redis(REDIS_FIXTURE, Format::V010).await;
 }
 
 #[cfg(feature = "redis")]
 #[tokio::test]
 async fn s24_a_redis_dump_with_operators_decisions_reads_back_as_it_was_meant() {
-    check_redis(REDIS_FIXTURE_S24, true).await;
+    check_redis(REDIS_FIXTURE_S24, Format::S24).await;
 }
 
-/// Loads the dump `fixture` (written anew first when writing the newest, `resolved`, one) and
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn s27_a_redis_dump_with_claims_to_give_back_reads_back_as_it_was_meant() {
+    check_redis(REDIS_FIXTURE_S27, Format::S27).await;
+}
+
+/// Loads the dump `fixture` (written anew first when writing the newest, S27, one) and
 /// checks its records.
 #[cfg(feature = "redis")]
-async fn check_redis(fixture: &str, resolved: bool) {
+async fn check_redis(fixture: &str, format: Format) {
     use idem_runtime::RedisStore;
     use redis::AsyncCommands;
     let Some(url) = servers::server_url("IDEMKIT_TEST_REDIS_URL", "Redis") else {
@@ -424,14 +550,14 @@ async fn check_redis(fixture: &str, resolved: bool) {
     let fixture = manifest_path(fixture);
     let client = redis::Client::open(url.as_str()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    if writing() && resolved {
+    if writing() && format == Format::S27 {
         let prefix = format!("fixture:{}:", uuid::Uuid::new_v4().simple());
         let store = RedisStore::builder(&url)
             .prefix(&prefix)
             .connect()
             .await
             .unwrap();
-        let id = write_records(store, true).await;
+        let id = write_records(store, format).await;
         let keys: Vec<String> = conn.keys(format!("{prefix}*")).await.unwrap();
         let mut entries = Vec::new();
         for k in keys {
@@ -496,5 +622,5 @@ async fn check_redis(fixture: &str, resolved: bool) {
         .connect()
         .await
         .unwrap();
-    check_records(store, dump["operation_id"].as_str().unwrap(), resolved).await;
+    check_records(store, dump["operation_id"].as_str().unwrap(), format).await;
 }

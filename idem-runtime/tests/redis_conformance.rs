@@ -24,3 +24,4 @@ fn server_url() -> Option<String> {
 
 idem_runtime::conformance_tests!(fresh_store);
 idem_runtime::records_conformance_tests!(fresh_store);
+idem_runtime::restore_conformance_tests!(fresh_store);

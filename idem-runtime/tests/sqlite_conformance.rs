@@ -27,6 +27,7 @@ mod full {
     }
     idem_runtime::conformance_tests!(fresh_store);
     idem_runtime::records_conformance_tests!(fresh_store);
+    idem_runtime::restore_conformance_tests!(fresh_store);
 }
 
 mod normal {
@@ -36,4 +37,5 @@ mod normal {
     }
     idem_runtime::conformance_tests!(fresh_store);
     idem_runtime::records_conformance_tests!(fresh_store);
+    idem_runtime::restore_conformance_tests!(fresh_store);
 }

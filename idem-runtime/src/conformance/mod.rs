@@ -12,6 +12,7 @@
 //! async fn fresh_store() -> MyStore { MyStore::connect_to_a_new_empty_namespace().await }
 //! idem_runtime::conformance_tests!(fresh_store); // the protocol's rows
 //! idem_runtime::records_conformance_tests!(fresh_store); // the operator reads
+//! idem_runtime::restore_conformance_tests!(fresh_store); // S27: claims given back
 //! ```
 //!
 //! `idem-runtime/tests/third_party_store.rs` is a complete store written that way, with nothing
@@ -39,6 +40,7 @@ mod happy;
 mod lease;
 mod records;
 mod resolve;
+mod restore;
 mod takeover;
 
 pub use self::answers::unpolled_answers_change_nothing;
@@ -81,6 +83,14 @@ pub use self::resolve::{
     s24_resolve_is_refused_while_a_lease_is_live,
     s24_resolve_not_applied_releases_the_record_and_keeps_the_decision,
     s24_resolve_of_an_expired_holder_fences_it, s24_resolve_of_no_record_is_not_found,
+};
+pub use self::restore::{
+    a_claim_sent_again_under_its_token_is_the_same_claim,
+    s27_a_claim_is_given_back_only_under_its_token_and_before_its_end,
+    s27_a_holders_record_brought_back_keeps_an_unknown_outcome_when_given_back,
+    s27_a_new_record_given_back_is_absent,
+    s27_a_taken_over_ambiguous_record_given_back_is_ambiguous_as_it_was,
+    s27_a_taken_over_expired_holder_given_back_is_that_holders_again,
 };
 pub use self::takeover::{
     s6_a_claim_of_an_ambiguous_record_is_a_takeover_from_ambiguity,

@@ -27,6 +27,8 @@ pub enum Step {
     Release,
     /// [`Store::mark_ambiguous`].
     MarkAmbiguous,
+    /// [`Store::restore`].
+    Restore,
 }
 
 /// `inner` with `hook` called before each transition: the hook answers `Some(error)` to fail
@@ -150,6 +152,18 @@ where
     ) -> StoreFuture<'a, Written> {
         self.forward(Step::MarkAmbiguous, key, move || {
             self.inner.mark_ambiguous(key, token, note, ttl)
+        })
+    }
+
+    fn restore<'a>(
+        &'a self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        note: &'a str,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Written> {
+        self.forward(Step::Restore, key, move || {
+            self.inner.restore(key, token, note, ttl)
         })
     }
 }

@@ -18,6 +18,11 @@
 //!          claim, same fingerprint, and the lease expired or the record is Ambiguous: take over
 //! ```
 //!
+//! A holder whose call was cancelled before anything ran under its claim gives the claim back
+//! with [`Store::restore`] (S27): the record becomes what it was before that claim (absent,
+//! Ambiguous, or the expired holder's Running), so a cancellation never makes an unknown
+//! outcome of its own.
+//!
 //! A record whose time-to-live has passed is absent for every operation. A write by a holder
 //! whose token is no longer the record's is refused ([`Written::Fenced`]); a write the holder
 //! already made, sent again under its token (its reply was lost), is [`Written::Applied`] again.
@@ -444,6 +449,18 @@ pub trait AsyncStore: Send + Sync + 'static {
         note: &str,
         ttl: Duration,
     ) -> impl Future<Output = Result<Written, StoreError>> + Send;
+
+    /// [`Store::restore`]; the default, like [`Store::restore`]'s, keeps the record as
+    /// ambiguous with `note`.
+    fn restore(
+        &self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        note: &str,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Written, StoreError>> + Send {
+        AsyncStore::mark_ambiguous(self, key, token, note, ttl)
+    }
 }
 
 impl<S: AsyncStore> Store for S {
@@ -478,6 +495,15 @@ impl<S: AsyncStore> Store for S {
         ttl: Duration,
     ) -> StoreFuture<'a, Written> {
         StoreFuture::boxed(AsyncStore::mark_ambiguous(self, key, token, note, ttl))
+    }
+    fn restore<'a>(
+        &'a self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        note: &'a str,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Written> {
+        StoreFuture::boxed(AsyncStore::restore(self, key, token, note, ttl))
     }
 }
 
@@ -526,6 +552,15 @@ impl<S: Store + ?Sized> Store for Arc<S> {
         ttl: Duration,
     ) -> StoreFuture<'a, Written> {
         (**self).mark_ambiguous(key, token, note, ttl)
+    }
+    fn restore<'a>(
+        &'a self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        note: &'a str,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Written> {
+        (**self).restore(key, token, note, ttl)
     }
 }
 

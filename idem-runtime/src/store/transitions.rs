@@ -71,4 +71,25 @@ pub trait Store: Send + Sync + 'static {
         note: &'a str,
         ttl: Duration,
     ) -> StoreFuture<'a, Written>;
+
+    /// **Running → what the claim found** (S27): the holder gives its claim back unused (its
+    /// call was cancelled before anything ran under it), and the record becomes what it was
+    /// before that claim: absent after a new record; Ambiguous again, as it was, after a
+    /// takeover of an Ambiguous record; Running under the earlier holder's token and lease end
+    /// after a takeover of an expired holder's. Never a new unknown outcome. Guarded by `token`
+    /// like every holder's write (`Fenced`: the claim was not applied, or was taken over since).
+    ///
+    /// A store that does not keep what a claim replaced cannot tell a new record from a taken
+    /// over one; the default keeps the record as ambiguous with `note`
+    /// ([`mark_ambiguous`](Store::mark_ambiguous)), which never loses an unknown outcome but
+    /// makes one where nothing ran. Every store of this crate keeps it.
+    fn restore<'a>(
+        &'a self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        note: &'a str,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Written> {
+        self.mark_ambiguous(key, token, note, ttl)
+    }
 }

@@ -16,6 +16,7 @@ pub const SAFETY: &[Property] = &[
     Property::S14AmbiguityClearedOnlyByNotAppliedOrOperator,
     Property::S19NeverNotRunAfterAnAttempt,
     Property::S15DroppedClaimEnds,
+    Property::S27DroppedUnusedClaimLeavesTheRecordAsItWas,
 ];
 
 /// What a check found.

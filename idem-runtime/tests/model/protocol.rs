@@ -47,6 +47,13 @@ pub struct Exec {
     pub takeover_keeps_ambiguity: bool,
     /// S15: a dropped call's claim is ended at once (ambiguous if an attempt ran, else released).
     pub drop_guard: bool,
+    /// S27: a call dropped before anything ran under its claim gives the claim back (a new
+    /// record released, a takeover restored). `false`: as before issue 41, kept as ambiguous
+    /// (a claim dropped in flight).
+    pub gives_back: bool,
+    /// S27: the store restores what a takeover replaced. `false`: it releases instead (the
+    /// broken variant the seed-1856 fix guarded against).
+    pub restores: bool,
 }
 
 impl Exec {
@@ -59,6 +66,8 @@ impl Exec {
         ambiguity_sticky: true,
         takeover_keeps_ambiguity: true,
         drop_guard: true,
+        gives_back: true,
+        restores: true,
     };
 }
 
@@ -129,9 +138,25 @@ pub enum Rec {
     Running {
         holder: u8,
         rem: i8,
+        /// What the holder's claim replaced, kept for its claim given back unused (S27).
+        prior: Prior,
     },
     Completed,
     Ambiguous,
+}
+
+/// What a claim replaced, as the stores keep it (one level: a holder's record brought back
+/// has lost its own, `Unknown`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Prior {
+    Absent,
+    Ambiguous,
+    /// An expired holder's running record, `rem` as in [`Rec::Running`].
+    Expired {
+        holder: u8,
+        rem: i8,
+    },
+    Unknown,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -170,6 +195,8 @@ pub struct Run {
     pub ends: u8,
     /// Time until the next renewal is due.
     pub due: u8,
+    /// An attempt or a verification was started: something ran under the claim (S27).
+    pub stepped: bool,
     /// The `Renewal` exists (made at the first pending poll, or by a gate).
     pub renewed: bool,
 }
@@ -179,6 +206,8 @@ pub enum Write {
     Complete,
     MarkAmbiguous,
     Release,
+    /// S27: the claim given back (`Store::restore`).
+    Restore,
 }
 
 /// What a caller was told.
@@ -354,6 +383,10 @@ pub enum Property {
     S19NeverNotRunAfterAnAttempt,
     /// S15: a dropped call's claim ends at once (unless the store failed the write).
     S15DroppedClaimEnds,
+    /// S27: a call dropped before anything ran under its claim leaves the record as it was
+    /// before the claim (where the store still knows it; else kept ambiguous): never a new
+    /// unknown outcome.
+    S27DroppedUnusedClaimLeavesTheRecordAsItWas,
     /// Every caller ends: from every reachable state, a state where all have ended is reachable
     /// by the protocol's own steps, without a fault or an operator (AG EF, which gives
     /// "eventually" under fairness); so no state but those is stuck either.
@@ -389,8 +422,11 @@ pub fn next(cfg: &Config, s: &State, out: &mut Vec<(Action, State, Broken)>) {
 
 fn tick(cfg: &Config, s: &State) -> Option<State> {
     let mut t = *s;
-    if let Rec::Running { rem, .. } = &mut t.rec {
+    if let Rec::Running { rem, prior, .. } = &mut t.rec {
         *rem = (*rem - 1).max(cfg.floor());
+        if let Prior::Expired { rem, .. } = prior {
+            *rem = (*rem - 1).max(cfg.floor());
+        }
     }
     for c in t.callers.iter_mut() {
         if let Phase::Run(r) = &mut c.phase {
@@ -414,6 +450,7 @@ fn fresh_run(cfg: &Config, i: usize, amb: bool) -> Run {
         ends: l,
         due: l / 3,
         renewed: false,
+        stepped: false,
     }
 }
 
@@ -450,14 +487,14 @@ fn claim(cfg: &Config, s: &State, i: usize, push: &mut impl FnMut(Action, State)
     let mut t = *s;
     let takeover = match s.rec {
         Rec::Absent => None,
-        Rec::Running { rem, .. } if rem - o <= 0 => Some(()),
-        Rec::Ambiguous => Some(()),
+        Rec::Running { holder, rem, .. } if rem - o <= 0 => Some(Prior::Expired { holder, rem }),
+        Rec::Ambiguous => Some(Prior::Ambiguous),
         Rec::Completed => {
             t.callers[i].phase = Phase::Done(Told::Replayed);
             push(Action::Claim(me), t);
             return;
         }
-        Rec::Running { holder, rem } => {
+        Rec::Running { holder, rem, prior } => {
             // Another holder's lease is live: wait (the claim loop asks again), or give up.
             if let StoreKind::CallersClocks {
                 cap_by_holders_lease,
@@ -472,6 +509,7 @@ fn claim(cfg: &Config, s: &State, i: usize, push: &mut impl FnMut(Action, State)
                     t.rec = Rec::Running {
                         holder,
                         rem: o + cap,
+                        prior,
                     };
                     push(Action::ClaimWaits(me), t);
                 }
@@ -485,6 +523,7 @@ fn claim(cfg: &Config, s: &State, i: usize, push: &mut impl FnMut(Action, State)
     t.rec = Rec::Running {
         holder: me,
         rem: o + lease(cfg, i) as i8,
+        prior: takeover.unwrap_or(Prior::Absent),
     };
     let amb = takeover.is_some() && cfg.exec.takeover_keeps_ambiguity;
     t.callers[i].phase = Phase::Run(fresh_run(cfg, i, amb));
@@ -517,10 +556,11 @@ fn run_steps(cfg: &Config, s: &State, i: usize, r: Run, push: &mut impl FnMut(Ac
         let late = r.ends == 0;
         let mut t = *s;
         match s.rec {
-            Rec::Running { holder, .. } if holder == me => {
+            Rec::Running { holder, prior, .. } if holder == me => {
                 t.rec = Rec::Running {
                     holder: me,
                     rem: cfg.offset(i) + lease(cfg, i) as i8,
+                    prior,
                 };
                 let l = lease(cfg, i);
                 set(
@@ -571,6 +611,7 @@ fn run_steps(cfg: &Config, s: &State, i: usize, r: Run, push: &mut impl FnMut(Ac
                         &mut t,
                         Run {
                             step: Step::Verifying { after },
+                            stepped: true,
                             ..r
                         },
                     );
@@ -581,6 +622,7 @@ fn run_steps(cfg: &Config, s: &State, i: usize, r: Run, push: &mut impl FnMut(Ac
                             &mut t,
                             Run {
                                 step: Step::Verifying { after: false },
+                                stepped: true,
                                 ..r
                             },
                         );
@@ -595,6 +637,7 @@ fn run_steps(cfg: &Config, s: &State, i: usize, r: Run, push: &mut impl FnMut(Ac
                         Run {
                             step: Step::Attempting { reached: false },
                             attempts: r.attempts + 1,
+                            stepped: true,
                             ..r
                         },
                     );
@@ -693,12 +736,22 @@ fn run_steps(cfg: &Config, s: &State, i: usize, r: Run, push: &mut impl FnMut(Ac
         let mut t = *s;
         t.callers[i].phase = Phase::Done(Told::Dropped);
         if cfg.exec.drop_guard {
-            let w = if may_have_happened {
+            // S27 (`dropped.rs`): nothing ran under the claim.
+            let unused = unused(&r);
+            let w = if unused && !cfg.exec.gives_back {
+                Write::MarkAmbiguous
+            } else if unused && r.amb {
+                Write::Restore
+            } else if may_have_happened {
                 Write::MarkAmbiguous
             } else {
                 Write::Release
             };
             write(&mut t, i, w);
+            if w == Write::Restore && !cfg.exec.restores {
+                // The broken store: a release under the claim's token, the prior forgotten.
+                t.rec = Rec::Absent;
+            }
         }
         push(Action::Drop(me), t);
         if cfg.faults.store_errors && cfg.exec.drop_guard {
@@ -801,9 +854,35 @@ fn lose(t: &mut State, i: usize, r: Run, attempting: bool) {
 
 /// A holder's write, fenced by its token (`MemoryStore::held`: the record Running under it, its
 /// lease ended or not).
+/// S27: nothing ran under the claim (no attempt, no verification started).
+pub fn unused(r: &Run) -> bool {
+    !r.stepped && matches!(r.step, Step::Ready | Step::Verify { .. })
+}
+
+/// What a claim given back leaves (`Store::restore`): the record it replaced; a holder's record
+/// brought back without its own prior; where that is unknown, ambiguous.
+fn restored(prior: Prior) -> Rec {
+    match prior {
+        Prior::Absent => Rec::Absent,
+        Prior::Ambiguous | Prior::Unknown => Rec::Ambiguous,
+        Prior::Expired { holder, rem } => Rec::Running {
+            holder,
+            rem,
+            prior: Prior::Unknown,
+        },
+    }
+}
+
 fn write(t: &mut State, i: usize, w: Write) {
     let held = matches!(t.rec, Rec::Running { holder, .. } if holder as usize == i);
     if !held {
+        return;
+    }
+    if let (Write::Restore, Rec::Running { prior, .. }) = (w, t.rec) {
+        if prior == Prior::Unknown {
+            t.marked = true;
+        }
+        t.rec = restored(prior);
         return;
     }
     t.rec = match w {
@@ -815,7 +894,7 @@ fn write(t: &mut State, i: usize, w: Write) {
             t.marked = true;
             Rec::Ambiguous
         }
-        Write::Release => Rec::Absent,
+        Write::Release | Write::Restore => Rec::Absent,
     };
 }
 
@@ -897,6 +976,31 @@ fn check(cfg: &Config, s: &State, a: Action, t: &State) -> Broken {
         && matches!(t.rec, Rec::Running { holder, .. } if holder == i)
     {
         brk(Property::S15DroppedClaimEnds);
+    }
+    if let Action::Drop(i) = a
+        && let Phase::Run(r) = s.callers[i as usize].phase
+        && unused(&r)
+        && let Rec::Running { holder, prior, .. } = s.rec
+        && holder == i
+    {
+        let as_it_was = match (prior, t.rec) {
+            (Prior::Absent, Rec::Absent) => true,
+            (Prior::Ambiguous, Rec::Ambiguous) => true,
+            // A holder's record brought back (its own prior lost): its call knows whether its
+            // claim took anything over; if it did, ambiguous is the safe side.
+            (Prior::Unknown, Rec::Ambiguous) => r.amb,
+            (Prior::Unknown, Rec::Absent) => !r.amb,
+            (
+                Prior::Expired { holder, rem },
+                Rec::Running {
+                    holder: h, rem: r, ..
+                },
+            ) => holder == h && rem == r,
+            _ => false,
+        };
+        if !as_it_was {
+            brk(Property::S27DroppedUnusedClaimLeavesTheRecordAsItWas);
+        }
     }
     broken
 }

@@ -19,7 +19,7 @@ use idem_runtime::{IdempotencyKey, MemoryStore, Store, StoreError};
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::protocol::{Action, Config, Phase, Rec, Run, State, Step, Write, next};
+use super::protocol::{Action, Config, Phase, Rec, Run, State, Step, Write, next, unused};
 
 /// What the store saw and answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -42,6 +42,10 @@ pub enum Seen {
         applied: bool,
     },
     Release {
+        applied: bool,
+    },
+    /// S27: a claim given back (`Store::restore`).
+    Restore {
         applied: bool,
     },
     /// Not the store's: the provider's log of an effect, by the caller whose body sent it.
@@ -208,6 +212,20 @@ impl<S: Store> Store for Recorder<S> {
             r
         })
     }
+
+    fn restore<'a>(
+        &'a self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        note: &'a str,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Written> {
+        StoreFuture::boxed(async move {
+            let r = self.inner.restore(key, token, note, ttl).await;
+            self.written(token, &r, |applied| Seen::Restore { applied });
+            r
+        })
+    }
 }
 
 #[async_trait::async_trait]
@@ -224,6 +242,7 @@ fn observed(s: &State, a: Action) -> Option<(u8, Seen)> {
         Write::Complete => Seen::Complete { applied },
         Write::MarkAmbiguous => Seen::MarkAmbiguous { applied },
         Write::Release => Seen::Release { applied },
+        Write::Restore => Seen::Restore { applied },
     };
     Some(match a {
         Action::Claim(i) => (
@@ -242,9 +261,11 @@ fn observed(s: &State, a: Action) -> Option<(u8, Seen)> {
             _ => unreachable!(),
         },
         Action::Drop(i) => match s.callers[i as usize].phase {
-            Phase::Run(Run { amb, step, .. }) => {
+            Phase::Run(r @ Run { amb, step, .. }) => {
                 let attempting = matches!(step, Step::Attempting { .. } | Step::Verifying { .. });
-                let w = if amb || attempting {
+                let w = if unused(&r) && amb {
+                    Write::Restore
+                } else if amb || attempting {
                     Write::MarkAmbiguous
                 } else {
                     Write::Release

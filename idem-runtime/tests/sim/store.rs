@@ -263,6 +263,9 @@ impl SimStore {
 /// The transitions, each as the store runs it; [`AsyncStore`] makes them a [`Store`].
 impl AsyncStore for SimStore {
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        // The call that sent it: a claim on its way when its call is dropped is left to land in
+        // the background (S27), outside the call's task.
+        let sender = CALL.try_with(|c| *c).ok();
         self.reach().await?;
         let before = self.shared.get(&req.key).await?;
         if self.world.cfg.protocol == Protocol::NoTakeover
@@ -314,15 +317,21 @@ impl AsyncStore for SimStore {
             _ => {}
         }
         if matches!(claim, Claim::Acquired { .. }) {
-            self.world
-                .token_acquired(CALL.try_with(|c| *c).ok(), req.token.0);
+            self.world.token_acquired(sender, req.token.0);
+            if let Some(call) = sender
+                && self.dead().is_err()
+            {
+                // Landed after its host crashed: nobody ends it, and the next claim takes it
+                // over as an unknown outcome (S8).
+                self.world.uncertain(self.world.op_of_call(call));
+            }
             self.world.claimed_key(req.token.0, req.key.to_string());
             self.held.lock().unwrap().insert(req.token.0);
             w.log(h, || format!("claimed {}", req.key));
         }
         if let Err(e) = self.reply().await {
             if matches!(claim, Claim::Acquired { .. })
-                && let Ok(call) = CALL.try_with(|c| *c)
+                && let Some(call) = sender
             {
                 // Applied, but its caller never learns it: the record is an orphan until its
                 // lease ends, and the next claim takes it over as an unknown outcome.

@@ -2,6 +2,8 @@
 //! bounded wait for another holder (S2, S3, S7).
 
 use std::borrow::Cow;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -14,7 +16,8 @@ use super::lease::Holder;
 use super::trace::CallTrace;
 use super::{Between, Phase};
 use crate::error::{Error, StoreError};
-use crate::idem::Settings;
+use crate::idem::{Idem, Settings};
+use crate::key::IdempotencyKey;
 use crate::store::{Claim, ClaimRequest, Existing, ExistingState, LeaseToken, Outcome, Takeover};
 use crate::wake::Waiting;
 
@@ -25,6 +28,21 @@ pub(super) enum Begun<'a> {
     Run(Run<'a>),
     Replay(CallTrace<'a>, Outcome),
     Refused(Error),
+    /// The call was dropped while its claim was in flight, and the claim did not take the key
+    /// (see [`Claiming`]): nothing to end.
+    Cancelled,
+}
+
+/// What a call dropped while its claim is in flight ends (S27): the claim's answer is awaited in
+/// the background (its request may already be on its way: a write sent after it must not
+/// overtake it), and a claim that took the key gives it back.
+pub(super) struct Claiming {
+    pub(super) idem: Idem,
+    pub(super) key: IdempotencyKey,
+    pub(super) token: LeaseToken,
+    pub(super) ttl: Duration,
+    /// Set when the call is dropped: the claim stops waiting for another holder.
+    pub(super) cancelled: Arc<AtomicBool>,
 }
 
 /// Everything before the first attempt: the span, the runtime in force, the claim. A store
@@ -172,15 +190,38 @@ pub(super) fn start(phase: &mut Phase<'_>) {
         Some(Ok(Answer::Wait(_))) | None => {}
     }
     drop(entered);
-    let on_drop = (idem.clone(), key, token, ttl);
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let on_drop = Claiming {
+        idem: idem.clone(),
+        key,
+        token,
+        ttl,
+        cancelled: Arc::clone(&cancelled),
+    };
+    // Owns what it uses (the tool's name copied), so that a call dropped meanwhile can leave it
+    // to finish in the background (S27).
+    let call = call.into_owned();
+    let name = req.tool.to_owned();
+    let tenant = req.tenant.clone();
     *phase = Phase::Claiming(
         Box::pin(
             async move {
-                let (claimed_at, takeover) = match claim(idem.settings(), &req, wait).await {
-                    Ok(Claimed::Run(sent, takeover)) => (sent, takeover),
-                    Ok(Claimed::Replay(outcome)) => return Begun::Replay(call, outcome),
-                    Err(e) => return Begun::Refused(call.refused(e)),
+                let req = ClaimRequest {
+                    key,
+                    tool: &name,
+                    fingerprint,
+                    token,
+                    lease,
+                    ttl,
+                    tenant,
                 };
+                let (claimed_at, takeover) =
+                    match claim(idem.settings(), &req, wait, &cancelled).await {
+                        Ok(Claimed::Run(sent, takeover)) => (sent, takeover),
+                        Ok(Claimed::Replay(outcome)) => return Begun::Replay(call, outcome),
+                        Ok(Claimed::Cancelled) => return Begun::Cancelled,
+                        Err(e) => return Begun::Refused(call.refused(e)),
+                    };
                 Begun::Run(Run::side_effect(
                     call,
                     holder(idem),
@@ -201,6 +242,8 @@ pub(super) enum Claimed {
     /// The key is ours, by the claim sent at this instant; what it took over, if anything.
     Run(Instant, Option<Takeover>),
     Replay(Outcome),
+    /// The call was dropped while another holder ran the key: it stopped waiting.
+    Cancelled,
 }
 
 /// What a claim's answer means for the call.
@@ -243,32 +286,59 @@ pub(super) fn answer(req: &ClaimRequest<'_>, claim: Claim) -> Result<Answer, Err
     }
 }
 
-/// Claims the key, waiting (bounded) while another holder's lease is live.
+/// Claims the key, waiting (bounded) while another holder's lease is live, and not once the
+/// call is `cancelled`. A claim whose answer did not come within the store timeout is sent again
+/// once under its own token, which a store recognises (the key is then ours, with what the
+/// first one took over): a claim that was applied late leaves no running record behind.
 pub(super) async fn claim(
     s: &Settings,
     req: &ClaimRequest<'_>,
     wait: Duration,
+    cancelled: &AtomicBool,
 ) -> Result<Claimed, Error> {
     let started = Instant::now();
     let mut nap = Duration::from_millis(10);
     // Registered at the first answer that another call holds the key: a holder of this runtime
     // then wakes this call at its end (see `wake`); others are found by polling.
     let mut waiting: Option<Waiting<'_>> = None;
+    let mut sent_again = false;
+    // A claim is to be sent whether or not the call was dropped: the first, and one sent again.
+    let mut must_send = true;
     loop {
+        // Dropped while waiting for another holder: no new claim (one answered late is sent
+        // again all the same, below, so that it is answered).
+        if !must_send && cancelled.load(Ordering::Relaxed) {
+            return Ok(Claimed::Cancelled);
+        }
+        must_send = false;
         let seen = waiting.as_ref().map(|w| w.ends().seen());
         let sent = Instant::now();
-        let claim = timed(s, "claim", s.store.claim(req))
-            .await
-            .map_err(|source| Error::Store {
-                tool: req.tool.to_owned(),
-                key: Some(req.key),
-                source,
-            })?;
+        let claim = match timed_answer(s, "claim", s.store.claim(req)).await {
+            Answered::Yes(result) => result,
+            Answered::Late(_) if !sent_again => {
+                sent_again = true;
+                must_send = true;
+                tracing::warn!(
+                    timeout = ?s.store_timeout,
+                    "the store did not answer the claim in time; sending it again under its own token"
+                );
+                continue;
+            }
+            Answered::Late(e) => Err(e),
+        }
+        .map_err(|source| Error::Store {
+            tool: req.tool.to_owned(),
+            key: Some(req.key),
+            source,
+        })?;
         let lease_remaining = match answer(req, claim)? {
             Answer::Run(takeover) => return Ok(Claimed::Run(sent, takeover)),
             Answer::Replay(outcome) => return Ok(Claimed::Replay(outcome)),
             Answer::Wait(lease_remaining) => lease_remaining,
         };
+        if cancelled.load(Ordering::Relaxed) {
+            return Ok(Claimed::Cancelled);
+        }
         let waited = started.elapsed();
         if waited >= wait {
             return Err(Error::InFlight {
@@ -318,19 +388,38 @@ pub(super) async fn timed<T>(
     what: &'static str,
     op: impl Future<Output = Result<T, StoreError>>,
 ) -> Result<T, StoreError> {
+    match timed_answer(s, what, op).await {
+        Answered::Yes(result) => result,
+        Answered::Late(e) => Err(e),
+    }
+}
+
+/// Whether a store operation answered within the store timeout.
+pub(super) enum Answered<T> {
+    Yes(Result<T, StoreError>),
+    /// No answer in time (or no runtime to wait on): the operation may still apply.
+    Late(StoreError),
+}
+
+/// [`timed`], saying whether the store answered at all.
+pub(super) async fn timed_answer<T>(
+    s: &Settings,
+    what: &'static str,
+    op: impl Future<Output = Result<T, StoreError>>,
+) -> Answered<T> {
     let clock = crate::meters::store_clock();
     let mut op = std::pin::pin!(op);
     let first = std::future::poll_fn(|cx| Poll::Ready(op.as_mut().poll(cx))).await;
     let result = match first {
-        Poll::Ready(result) => result,
+        Poll::Ready(result) => Answered::Yes(result),
         // No tokio runtime (a dropped call ended after its runtime was gone): no timer can be
         // made, and nothing would wake this task; the write is given up (issue 30 #7).
-        Poll::Pending if tokio::runtime::Handle::try_current().is_err() => Err(
+        Poll::Pending if tokio::runtime::Handle::try_current().is_err() => Answered::Late(
             StoreError::unavailable("no tokio runtime to await the store's answer on"),
         ),
         Poll::Pending => match tokio::time::timeout(s.store_timeout, op).await {
-            Ok(result) => result,
-            Err(_) => Err(StoreError::unavailable(format!(
+            Ok(result) => Answered::Yes(result),
+            Err(_) => Answered::Late(StoreError::unavailable(format!(
                 "the store did not answer within {:?}",
                 s.store_timeout
             ))),

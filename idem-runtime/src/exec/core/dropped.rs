@@ -1,18 +1,35 @@
-//! What a dropped call leaves behind (S15): its claim ended at once, in the background.
+//! What a dropped call leaves behind (S15, S27): its claim ended at once, in the background.
 
+use std::sync::atomic::Ordering;
 use std::task::Context;
 
-use super::claim::timed;
-use super::end::write;
+use super::claim::{Begun, Claiming, timed};
+use super::end::{Run, write};
 use super::lease::Holder;
 use super::{Between, Call, Phase};
+use crate::error::Error;
 use crate::store::Written;
+
+/// What a store that cannot give a claim back keeps instead ([`Store::restore`]'s default).
+///
+/// [`Store::restore`]: crate::Store::restore
+const GIVEN_BACK: &str = "the call was dropped (cancelled) before anything ran under its claim, which took over \
+                          a record whose outcome is unknown; this store cannot bring that record back, so it is \
+                          kept as ambiguous";
 
 /// S15: a call dropped before its end (its caller's future was dropped: a timeout, a `select!`,
 /// a cancelled task; or its body panicked) ends its claim at once, in the background: kept as
 /// ambiguous if an attempt was running or one had failed ambiguously, released otherwise; the
 /// runtime's waiters are woken. An end write already under way is finished. (A process that
 /// dies leaves its lease to expire instead: S8.)
+///
+/// S27: a call dropped before anything ran under its claim (no attempt, no verification handed
+/// out; its claim in flight or answered) makes no unknown outcome: a claim in flight is awaited
+/// in the background first (a write sent after it must not overtake it), then a new record is
+/// released, and a taken-over one is given back as it was ([`Store::restore`]): still ambiguous,
+/// or the expired holder's again.
+///
+/// [`Store::restore`]: crate::Store::restore
 impl Drop for Call<'_> {
     fn drop(&mut self) {
         // A call that ended has nothing to end (the common case: no move of the phase).
@@ -24,6 +41,15 @@ impl Drop for Call<'_> {
         }
         match std::mem::replace(&mut self.phase, Phase::Taken) {
             Phase::Running(run, between) => {
+                let unused = !run.stepped && matches!(between, Between::Ready | Between::Verify(_));
+                if unused {
+                    let _span = run.call.span.clone().entered();
+                    tracing::info!(
+                        "the call was dropped before anything ran under its claim; giving the claim back"
+                    );
+                    in_background(give_back(run.into_owned()));
+                    return;
+                }
                 let holder = run.holder;
                 let call = run.call.into_owned();
                 let _span = call.span.clone().entered();
@@ -56,26 +82,29 @@ impl Drop for Call<'_> {
                     s.wakes.ended(&key);
                 });
             }
-            Phase::Claiming(_, (idem, key, token, ttl)) => {
-                // The claim may have been applied, and may have taken over a record whose
-                // outcome is unknown (kept ambiguous, or a dead holder's): a release would forget
-                // that, and the next call of a tool that cannot re-send would send again (found
-                // by the simulation). So the record is kept as ambiguous under this call's token;
-                // refused (nothing changes) if the claim was not applied. A fresh claim cancelled
-                // while its answer was in flight is then kept as ambiguous although nothing ran
-                // under it: the safe side, which a verification or an operator settles.
+            Phase::Claiming(claiming, on_drop) => {
+                let Claiming {
+                    idem,
+                    key,
+                    token,
+                    ttl,
+                    cancelled,
+                } = on_drop;
+                // The claim stops waiting for another holder; one already sent is answered.
+                cancelled.store(true, Ordering::Relaxed);
                 in_background(async move {
-                    let s = idem.settings();
-                    let note = "the call was dropped while its claim was in flight: nothing ran under it, \
-                                but the claim may have taken over a record whose outcome is unknown";
-                    if let Ok(Written::Applied) = timed(
-                        s,
-                        "mark_ambiguous",
-                        s.store.mark_ambiguous(key, token, note, ttl),
-                    )
-                    .await
-                    {
-                        s.wakes.ended(&key);
+                    match claiming.await {
+                        Begun::Run(run) => give_back(run).await,
+                        // No answer (or a failed one): the claim may still have been applied,
+                        // so it is given back all the same (refused if it was not ours).
+                        Begun::Refused(Error::Store { .. }) => {
+                            let s = idem.settings();
+                            let op = s.store.restore(key, token, GIVEN_BACK, ttl);
+                            if let Ok(Written::Applied) = timed(s, "restore", op).await {
+                                s.wakes.ended(&key);
+                            }
+                        }
+                        Begun::Replay(..) | Begun::Refused(_) | Begun::Cancelled => {}
                     }
                 });
             }
@@ -85,6 +114,25 @@ impl Drop for Call<'_> {
             _ => {}
         }
     }
+}
+
+/// S27: a claim under which nothing ran, given back: a new record released, a taken-over one
+/// brought back as it was.
+async fn give_back(run: Run<'static>) {
+    let until = run.holder.lease_ends(run.started);
+    let Holder {
+        idem, token, ttl, ..
+    } = run.holder;
+    let call = run.call;
+    let (s, key) = (idem.settings(), call.key);
+    // What the claim took over is unknown (S14+): `ambiguous` says there was one.
+    if run.ambiguous {
+        let op = || s.store.restore(key, token, GIVEN_BACK, ttl);
+        write(s, &call, "restore", until, op).await;
+    } else {
+        write(s, &call, "release", until, || s.store.release(key, token)).await;
+    }
+    s.wakes.ended(&key);
 }
 
 /// Runs a dropped call's last store write: at once when the store answers at once, else on the

@@ -32,6 +32,8 @@ pub(super) struct Run<'a> {
     /// release (S14, S14+), and nothing is sent again unless the tool may re-send or a
     /// verification says it did not happen (S19, S20).
     pub(super) ambiguous: bool,
+    /// An attempt or a verification was handed out: something ran under the claim (S27).
+    pub(super) stepped: bool,
     /// S20: an attempt whose outcome is unknown may be sent again.
     pub(super) resend: bool,
     /// S19: the call's loop answers verification steps.
@@ -61,9 +63,27 @@ impl<'a> Run<'a> {
             schedule: None,
             attempts: 0,
             ambiguous: takeover.is_some(),
+            stepped: false,
             resend,
             verifies,
             claimed_at_once,
+        }
+    }
+
+    /// The same, owning the tool's name (for a write that may outlive the caller).
+    pub(super) fn into_owned(self) -> Run<'static> {
+        Run {
+            call: self.call.into_owned(),
+            holder: self.holder,
+            policy: self.policy,
+            schedule: self.schedule,
+            started: self.started,
+            attempts: self.attempts,
+            ambiguous: self.ambiguous,
+            stepped: self.stepped,
+            resend: self.resend,
+            verifies: self.verifies,
+            claimed_at_once: self.claimed_at_once,
         }
     }
 

@@ -17,18 +17,16 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use tokio::time::Sleep;
 
 use super::Tool;
 use crate::error::{Error, StoreError};
 use crate::fingerprint::Fingerprint;
-use crate::idem::Idem;
 use crate::key::IdempotencyKey;
 use crate::observe::CallOutcome;
 use crate::retry::Failure;
-use crate::store::{LeaseToken, Outcome};
+use crate::store::Outcome;
 
 mod claim;
 mod dropped;
@@ -121,11 +119,9 @@ enum Phase<'a> {
         key: IdempotencyKey,
         fingerprint: Result<Fingerprint, serde_json::Error>,
     },
-    /// The claim is awaited; what to end if the call is dropped meanwhile (its ttl too).
-    Claiming(
-        BoxFuture<'a, Begun<'a>>,
-        (Idem, IdempotencyKey, LeaseToken, Duration),
-    ),
+    /// The claim is awaited; what to end if the call is dropped meanwhile. Owns everything,
+    /// so a dropped call can leave it to finish in the background (S27).
+    Claiming(BoxFuture<'static, Begun<'static>>, claim::Claiming),
     /// Past the claim: attempts. Changed in place between attempts (a `Run` is a few hundred
     /// bytes; moving it per step was a measurable part of a call).
     Running(Run<'a>, Between),
@@ -439,6 +435,7 @@ impl<'a> Call<'a> {
                         }
                         if let Between::Verify(after) = *between {
                             *between = Between::Verifying(after);
+                            run.stepped = true;
                             return Poll::Ready(Some(run.call.key));
                         }
                         // S19, S20: an outcome that is unknown is not sent again blindly.
@@ -453,6 +450,7 @@ impl<'a> Call<'a> {
                             continue;
                         }
                         run.attempts += 1;
+                        run.stepped = true;
                         *between = Between::Attempting;
                         return Poll::Ready(Some(run.call.key));
                     }
@@ -482,6 +480,9 @@ impl<'a> Call<'a> {
                         Begun::Run(run) => Phase::Running(run, Between::Ready),
                         Begun::Replay(record, outcome) => Phase::Replayed(record, outcome),
                         Begun::Refused(err) => Phase::Refused(err),
+                        Begun::Cancelled => unreachable!(
+                            "idemkit: a claim stopped as cancelled while its call was still polled"
+                        ),
                     };
                 }
                 Phase::Recording(recording) => {

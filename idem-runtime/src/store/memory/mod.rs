@@ -45,6 +45,20 @@ struct Inner {
     /// Operators' decisions (S24), beside the records so that a record stays small: each kept
     /// until `kept_until` or until a new claim of its key replaces the record.
     resolutions: HashMap<[u8; 16], Kept, KeyHashing>,
+    /// What a takeover replaced (S27), beside the records for the same reason: kept while the
+    /// record is Running under the claim that replaced it, so that the claim given back
+    /// unused ([`Store::restore`](crate::Store::restore)) brings it back.
+    priors: HashMap<[u8; 16], Prior, KeyHashing>,
+}
+
+/// What a takeover replaced (see [`Inner::priors`]).
+#[derive(Debug)]
+enum Prior {
+    /// The live record, as it was.
+    Record(Slot),
+    /// Not kept: the record is a holder's brought back, whose own claim's prior is gone (one
+    /// level is kept). Its claim given back keeps it ambiguous (the safe side).
+    Unknown,
 }
 
 /// An operator's decision on a record, and until when it is shown.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use super::clock::Tick;
-use super::{Inner, MemoryStore, Rec, State};
+use super::{Inner, MemoryStore, Prior, Rec, State};
 use crate::error::StoreError;
 use crate::key::IdempotencyKey;
 use crate::store::{
@@ -37,6 +37,15 @@ impl MemoryStore {
     }
 }
 
+impl Inner {
+    /// The holder wrote its own end: what its claim replaced is no longer to be brought back.
+    fn forget_prior(&mut self, key: &IdempotencyKey) {
+        if !self.priors.is_empty() {
+            self.priors.remove(key.as_bytes());
+        }
+    }
+}
+
 impl MemoryStore {
     // Every transition answers at once (`StoreFuture::ready`): the executor neither allocates nor
     // polls for them.
@@ -56,6 +65,9 @@ impl MemoryStore {
                 if !inner.resolutions.is_empty() {
                     inner.resolutions.remove(req.key.as_bytes());
                 }
+                if !inner.priors.is_empty() {
+                    inner.priors.remove(req.key.as_bytes());
+                }
                 absent_or_expired.insert_entry(Box::new(Rec {
                     tool: inner.names.get(req.tool),
                     fingerprint: req.fingerprint,
@@ -69,6 +81,19 @@ impl MemoryStore {
             }
         };
         let same = rec.fingerprint == req.fingerprint;
+        if same && matches!(rec.state, State::Running { token, .. } if token == req.token) {
+            // This claim, sent again (its answer lost): ours still, with what it took over.
+            let takeover = inner
+                .priors
+                .get(req.key.as_bytes())
+                .map(|prior| match prior {
+                    Prior::Record(rec) if matches!(rec.state, State::Ambiguous { .. }) => {
+                        Takeover::Ambiguous
+                    }
+                    _ => Takeover::ExpiredHolder,
+                });
+            return Claim::Acquired { takeover };
+        }
         let existing = match &rec.state {
             State::Running { lease_until, .. } if same && *lease_until <= now => {
                 Err(Takeover::ExpiredHolder)
@@ -88,7 +113,11 @@ impl MemoryStore {
                 state,
             }),
             Err(takeover) => {
-                // Take over: same operation, its holder gone or given up.
+                // Take over: same operation, its holder gone or given up. What it was is kept
+                // until this holder writes, for a claim given back unused (S27).
+                inner
+                    .priors
+                    .insert(*req.key.as_bytes(), Prior::Record(rec.clone()));
                 rec.state = running;
                 rec.expires_at = now.after(req.ttl);
                 (rec.created, rec.updated) = (now, now);
@@ -113,6 +142,7 @@ impl MemoryStore {
             rec.state = State::Completed { outcome, by: token };
             rec.expires_at = now.after(ttl);
             rec.updated = now;
+            inner.forget_prior(&key);
             return Written::Applied;
         }
         // This holder's completion, sent again (its reply was lost): done already.
@@ -147,6 +177,51 @@ impl MemoryStore {
             return Written::Fenced;
         }
         inner.records.remove(key.as_bytes());
+        inner.forget_prior(&key);
+        Written::Applied
+    }
+
+    fn restore_sync(
+        &self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        note: &str,
+        ttl: Duration,
+    ) -> Written {
+        let now = self.clock.now();
+        let mut inner = self.lock();
+        if Self::held(&mut inner, &key, token, now).is_none() {
+            return Written::Fenced;
+        }
+        let prior = match inner.priors.is_empty() {
+            true => None,
+            false => inner.priors.remove(key.as_bytes()),
+        };
+        match prior {
+            // Taken over: back to what it was (one whose time-to-live passed meanwhile is
+            // absent). A holder's record brought back: what its own claim replaced is gone.
+            Some(Prior::Record(prior)) if prior.expires_at > now => {
+                if matches!(prior.state, State::Running { .. }) {
+                    inner.priors.insert(*key.as_bytes(), Prior::Unknown);
+                }
+                inner.records.insert(*key.as_bytes(), prior);
+            }
+            // Not known: kept as ambiguous, the safe side.
+            Some(Prior::Unknown) => {
+                if let Some(rec) = Self::held(&mut inner, &key, token, now) {
+                    rec.state = State::Ambiguous {
+                        note: note.into(),
+                        by: token,
+                    };
+                    rec.expires_at = now.after(ttl);
+                    rec.updated = now;
+                }
+            }
+            // A new record: absent again.
+            _ => {
+                inner.records.remove(key.as_bytes());
+            }
+        }
         Written::Applied
     }
 
@@ -166,6 +241,7 @@ impl MemoryStore {
             };
             rec.expires_at = now.after(ttl);
             rec.updated = now;
+            inner.forget_prior(&key);
             return Written::Applied;
         }
         // This holder's mark, sent again (its reply was lost): done already.
@@ -214,6 +290,16 @@ impl Store for MemoryStore {
         ttl: Duration,
     ) -> StoreFuture<'a, Written> {
         StoreFuture::ready(Ok(self.mark_ambiguous_sync(key, token, note, ttl)))
+    }
+
+    fn restore<'a>(
+        &'a self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        note: &'a str,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Written> {
+        StoreFuture::ready(Ok(self.restore_sync(key, token, note, ttl)))
     }
 }
 

@@ -20,7 +20,7 @@ use self::rows::{Failed, Migration, pg_error, pool_error, quote};
 use self::sql::Sql;
 
 /// The schema version this build writes and understands.
-const SCHEMA_VERSION: i32 = 4;
+const SCHEMA_VERSION: i32 = 5;
 
 /// How often an operation is sent again after the connection it ran on was lost. Every statement
 /// is safe to repeat: the caller's lease token recognises a claim or write that already applied.
@@ -338,6 +338,20 @@ impl PostgresStore {
                  ADD COLUMN IF NOT EXISTS resolved_at timestamptz,
                  ADD COLUMN IF NOT EXISTS resolution_note text,
                  ADD COLUMN IF NOT EXISTS kept_until timestamptz;
+             -- Version 5 (S27): what a takeover replaced, kept while the row runs under the
+             -- claim that took it over, so that a claim given back unused brings it back
+             -- (`prior_state` NULL: the claim made a new record, or the row was written before;
+             -- 'unknown': a holder's row brought back, whose own prior is not kept).
+             ALTER TABLE {records}
+                 ADD COLUMN IF NOT EXISTS prior_state text
+                     CHECK (prior_state IN ('running', 'ambiguous', 'unknown')),
+                 ADD COLUMN IF NOT EXISTS prior_token uuid,
+                 ADD COLUMN IF NOT EXISTS prior_lease_until timestamptz,
+                 ADD COLUMN IF NOT EXISTS prior_note text,
+                 ADD COLUMN IF NOT EXISTS prior_expires_at timestamptz,
+                 ADD COLUMN IF NOT EXISTS prior_created timestamptz,
+                 ADD COLUMN IF NOT EXISTS prior_updated timestamptz,
+                 ADD COLUMN IF NOT EXISTS prior_tenant text;
              INSERT INTO {version_table} (version) VALUES ({SCHEMA_VERSION})
                  ON CONFLICT (singleton) DO UPDATE SET version = EXCLUDED.version;"
         ))

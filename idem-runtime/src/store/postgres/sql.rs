@@ -67,6 +67,9 @@ pub(super) struct Sql {
     pub(super) renew: String,
     pub(super) release: String,
     pub(super) mark_ambiguous: String,
+    pub(super) restore_taken: String,
+    pub(super) restore_unknown: String,
+    pub(super) restore_new: String,
     pub(super) get: String,
     pub(super) prune: String,
     pub(super) operation_id: String,
@@ -90,7 +93,9 @@ impl Sql {
             // absent → running; expired → running (a new record); same fingerprint and
             // (lease over, or ambiguous, or already ours: a retried claim) → running (take over).
             // Anything else is left alone and returns no row. The row returned says what was
-            // taken over: NULL for a new record (or our own, claimed again), else the kind. The
+            // taken over: NULL for a new record, else the kind (for our own, claimed again,
+            // what that claim took over). A live row taken over is kept in the `prior_`
+            // columns (S27: a claim given back unused brings it back); our own keeps its own. The
             // subquery reads the row as the statement's snapshot has it, before the upsert
             // (RETURNING sees only the new row; PostgreSQL 18's `old` is too new to require).
             claim: format!(
@@ -104,7 +109,31 @@ impl Sql {
                         expires_at = EXCLUDED.expires_at, outcome = NULL, note = NULL,
                         created = EXCLUDED.created, updated = EXCLUDED.updated,
                         tenant = EXCLUDED.tenant, resolution = NULL, resolved_at = NULL,
-                        resolution_note = NULL, kept_until = NULL
+                        resolution_note = NULL, kept_until = NULL,
+                        prior_state = CASE WHEN r.expires_at <= now() THEN NULL
+                                         WHEN r.state = 'running' AND r.token = EXCLUDED.token THEN r.prior_state
+                                         ELSE r.state END,
+                        prior_token = CASE WHEN r.expires_at <= now() THEN NULL
+                                         WHEN r.state = 'running' AND r.token = EXCLUDED.token THEN r.prior_token
+                                         ELSE r.token END,
+                        prior_lease_until = CASE WHEN r.expires_at <= now() THEN NULL
+                                         WHEN r.state = 'running' AND r.token = EXCLUDED.token THEN r.prior_lease_until
+                                         ELSE r.lease_until END,
+                        prior_note = CASE WHEN r.expires_at <= now() THEN NULL
+                                         WHEN r.state = 'running' AND r.token = EXCLUDED.token THEN r.prior_note
+                                         ELSE r.note END,
+                        prior_expires_at = CASE WHEN r.expires_at <= now() THEN NULL
+                                         WHEN r.state = 'running' AND r.token = EXCLUDED.token THEN r.prior_expires_at
+                                         ELSE r.expires_at END,
+                        prior_created = CASE WHEN r.expires_at <= now() THEN NULL
+                                         WHEN r.state = 'running' AND r.token = EXCLUDED.token THEN r.prior_created
+                                         ELSE r.created END,
+                        prior_updated = CASE WHEN r.expires_at <= now() THEN NULL
+                                         WHEN r.state = 'running' AND r.token = EXCLUDED.token THEN r.prior_updated
+                                         ELSE r.updated END,
+                        prior_tenant = CASE WHEN r.expires_at <= now() THEN NULL
+                                         WHEN r.state = 'running' AND r.token = EXCLUDED.token THEN r.prior_tenant
+                                         ELSE r.tenant END
                   WHERE r.expires_at <= now()
                      OR (r.fingerprint = EXCLUDED.fingerprint
                          AND (r.state = 'ambiguous'
@@ -112,7 +141,10 @@ impl Sql {
                                   AND (r.lease_until <= now() OR r.token = EXCLUDED.token))))
                  RETURNING (SELECT CASE WHEN p.expires_at <= now() THEN NULL
                                         WHEN p.state = 'ambiguous' THEN 'ambiguous'
-                                        WHEN p.token = $4 THEN NULL
+                                        WHEN p.token = $4 THEN
+                                             CASE WHEN p.prior_state IS NULL THEN NULL
+                                                  WHEN p.prior_state = 'ambiguous' THEN 'ambiguous'
+                                                  ELSE 'expired_holder' END
                                         ELSE 'expired_holder' END
                               FROM {t} p WHERE p.key = $1)"
             ),
@@ -146,9 +178,40 @@ impl Sql {
             // running (our token) → ambiguous, kept for ttl; ambiguous by us already → the same.
             mark_ambiguous: format!(
                 "UPDATE {t} SET state = 'ambiguous', note = $3, outcome = NULL,
-                                expires_at = now() + $4::int8 {us}, updated = now()
+                                expires_at = now() + $4::int8 {us}, updated = now(),
+                                prior_state = NULL
                   WHERE key = $1 AND token = $2 AND expires_at > now()
                     AND state IN ('running', 'ambiguous')"
+            ),
+            // S27, a claim given back unused: running (our token), a takeover → the row it took
+            // over, as it was (an expired holder's running one, under its token and lease end;
+            // or an ambiguous one). A holder's row brought back has `prior_state` 'unknown' (its own
+            // prior is not kept), so that its own claim given back keeps it ambiguous
+            // (`restore_unknown`). With `restore_unknown` and `restore_new`, one of the three applies.
+            restore_taken: format!(
+                "UPDATE {t} SET state = prior_state, token = prior_token,
+                                lease_until = prior_lease_until, note = prior_note,
+                                expires_at = prior_expires_at, created = prior_created,
+                                updated = prior_updated, tenant = prior_tenant,
+                                prior_state = CASE WHEN prior_state = 'running' THEN 'unknown' END,
+                                prior_token = NULL, prior_lease_until = NULL, prior_note = NULL, prior_expires_at = NULL, prior_created = NULL, prior_updated = NULL, prior_tenant = NULL
+                  WHERE key = $1 AND token = $2 AND expires_at > now() AND state = 'running'
+                    AND prior_state IN ('running', 'ambiguous')"
+            ),
+            // S27, a claim given back whose prior is not known: running (our token) → ambiguous
+            // with $3, kept for $4 µs (the safe side).
+            restore_unknown: format!(
+                "UPDATE {t} SET state = 'ambiguous', note = $3, outcome = NULL,
+                                expires_at = now() + $4::int8 {us}, updated = now(),
+                                prior_state = NULL
+                  WHERE key = $1 AND token = $2 AND expires_at > now() AND state = 'running'
+                    AND prior_state = 'unknown'"
+            ),
+            // S27: running (our token), a new record → absent.
+            restore_new: format!(
+                "DELETE FROM {t}
+                  WHERE key = $1 AND token = $2 AND expires_at > now() AND state = 'running'
+                    AND prior_state IS NULL"
             ),
             // The record, for operators: the live one, or one released by an operator's
             // not-applied and kept to show that decision.

@@ -117,6 +117,39 @@ impl AsyncStore for PostgresStore {
         Ok(Written::from_changed(n))
     }
 
+    async fn restore(
+        &self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        note: &str,
+        ttl: Duration,
+    ) -> Result<Written, StoreError> {
+        let (key, token, ttl) = (key.as_uuid(), token.0, micros(ttl));
+        let n = self
+            .run("restore", |c| async move {
+                // The three cases exclude each other: at most one applies.
+                let params: [&(dyn ToSql + Sync); 2] = [&key, &token];
+                let taken = self.changed(&c, &self.sql.restore_taken, types::RELEASE, &params);
+                if let n @ 1.. = taken.await? {
+                    return Ok(n);
+                }
+                let marked: [&(dyn ToSql + Sync); 4] = [&key, &token, &note, &ttl];
+                let unknown = self.changed(
+                    &c,
+                    &self.sql.restore_unknown,
+                    types::MARK_AMBIGUOUS,
+                    &marked,
+                );
+                if let n @ 1.. = unknown.await? {
+                    return Ok(n);
+                }
+                self.changed(&c, &self.sql.restore_new, types::RELEASE, &params)
+                    .await
+            })
+            .await?;
+        Ok(Written::from_changed(n))
+    }
+
     async fn mark_ambiguous(
         &self,
         key: IdempotencyKey,

@@ -13,28 +13,50 @@ local function ms(x) return string.format('%.0f', x) end
 /// absent: none).
 /// absent or expired → running; same fingerprint and (lease over, ambiguous, or already ours:
 /// a retried claim) → running (take over); otherwise the live record is returned untouched.
-/// Taken, it answers what it took over: 1 nothing (a new record, or ours claimed again), 2 a
-/// holder whose lease was over, 3 an ambiguous record.
+/// Taken, it answers what it took over: 1 nothing (a new record), 2 a holder whose lease was
+/// over, 3 an ambiguous record (ours claimed again: what our claim took over). A live record
+/// taken over is kept in fields prefixed `p:` (S27: a claim given back unused, [`RESTORE`],
+/// brings it back); ours claimed again keeps its own.
 const CLAIM: &str = r"
-local r = redis.call('HMGET', KEYS[1], 'fp', 'state', 'token', 'lease_until', 'expires_at', 'outcome')
+local r = redis.call('HMGET', KEYS[1], 'fp', 'state', 'token', 'lease_until', 'expires_at', 'outcome', 'p:state')
 local took = 1
+local prior = {}
 if r[1] and tonumber(r[5]) > now then
   local lease_left = tonumber(r[4]) - now
   local same = r[1] == ARGV[2]
-  local ours = r[3] == ARGV[3]
+  local ours = r[3] == ARGV[3] and r[2] == 'running'
   local take = same and (r[2] == 'ambiguous'
     or (r[2] == 'running' and (lease_left <= 0 or ours)))
   if not take then
     return {r[1], r[2], math.max(lease_left, 0), r[6] or ''}
   end
-  if r[2] == 'ambiguous' then took = 3 elseif not ours then took = 2 end
+  local names = {}
+  for i, f in ipairs(FIELDS) do names[i] = ours and ('p:' .. f) or f end
+  local vals = redis.call('HMGET', KEYS[1], unpack(names))
+  for i, f in ipairs(FIELDS) do
+    if vals[i] then
+      prior[#prior + 1] = 'p:' .. f
+      prior[#prior + 1] = vals[i]
+    end
+  end
+  local was = r[2]
+  if ours then was = r[7] end
+  if was == 'ambiguous' then took = 3 elseif was then took = 2 end
 end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'tool', ARGV[1], 'fp', ARGV[2], 'state', 'running', 'token', ARGV[3],
   'lease_until', ms(now + ARGV[4]), 'expires_at', ms(now + ARGV[5]), 'created', ms(now), 'updated', ms(now),
   'tenant', ARGV[7] or '')
+if #prior > 0 then redis.call('HSET', KEYS[1], unpack(prior)) end
 redis.call('PEXPIREAT', KEYS[1], ms(now + ARGV[5] + ARGV[6]))
 return took
+";
+
+/// The fields of a record, as a claim keeps them for a takeover (prefixed `p:`, S27): read by
+/// name (`HMGET`), so the scripts need no command beyond those the store's ACL lists.
+const FIELDS: &str = r"
+local FIELDS = {'tool', 'fp', 'state', 'token', 'lease_until', 'expires_at', 'outcome', 'note',
+  'created', 'updated', 'tenant', 'res', 'res_at', 'res_note', 'kept_until'}
 ";
 
 /// Whether the live record of KEYS[1] is held by token ARGV[1] in one of the given states.
@@ -77,6 +99,40 @@ return 1
 const RELEASE: &str = r"
 if not held('running') then return 0 end
 redis.call('DEL', KEYS[1])
+return 1
+";
+
+/// KEYS[1] record; ARGV token, note, ttl ms, grace ms. S27, a claim given back unused: running
+/// (our token) → what the claim took over (its `p:` fields, as they were: an expired holder's
+/// running record under that holder's token and lease end, or an ambiguous one), or absent
+/// after a new record. One level is kept: a holder's record brought back gets `p:state`
+/// 'unknown', and its own claim given back later keeps it ambiguous with `note` (the safe side).
+const RESTORE: &str = r"
+if not held('running') then return 0 end
+local names = {}
+for i, f in ipairs(FIELDS) do names[i] = 'p:' .. f end
+local vals = redis.call('HMGET', KEYS[1], unpack(names))
+local prior = {}
+local was = false
+for i, f in ipairs(FIELDS) do
+  if vals[i] then
+    if f == 'state' then was = vals[i] end
+    prior[#prior + 1] = f
+    prior[#prior + 1] = vals[i]
+  end
+end
+if was == 'unknown' then
+  redis.call('HSET', KEYS[1], 'state', 'ambiguous', 'note', ARGV[2], 'expires_at', ms(now + ARGV[3]),
+    'updated', ms(now))
+  redis.call('HDEL', KEYS[1], 'outcome', 'p:state')
+  redis.call('PEXPIREAT', KEYS[1], ms(now + ARGV[3] + ARGV[4]))
+  return 1
+end
+redis.call('DEL', KEYS[1])
+if #prior == 0 then return 1 end
+redis.call('HSET', KEYS[1], unpack(prior))
+if was == 'running' then redis.call('HSET', KEYS[1], 'p:state', 'unknown') end
+redis.call('PEXPIREAT', KEYS[1], ms(tonumber(redis.call('HGET', KEYS[1], 'expires_at')) + ARGV[4]))
 return 1
 ";
 
@@ -129,6 +185,7 @@ pub(super) struct Scripts {
     pub(super) renew: Script,
     pub(super) release: Script,
     pub(super) mark_ambiguous: Script,
+    pub(super) restore: Script,
     pub(super) get: Script,
     pub(super) prune: Script,
     pub(super) operation_id: Script,
@@ -137,7 +194,7 @@ pub(super) struct Scripts {
 /// The claim and complete scripts' sources, as [`scripts`] loads them.
 pub(super) fn claim_and_complete_sources() -> [String; 2] {
     [
-        [PRELUDE, CLAIM].concat(),
+        [PRELUDE, FIELDS, CLAIM].concat(),
         [PRELUDE, HELD, COMPLETE].concat(),
     ]
 }
@@ -147,11 +204,12 @@ pub(super) fn scripts() -> &'static Scripts {
     SCRIPTS.get_or_init(|| {
         let with = |parts: &[&str]| Script::new(&parts.concat());
         Scripts {
-            claim: with(&[PRELUDE, CLAIM]),
+            claim: with(&[PRELUDE, FIELDS, CLAIM]),
             complete: with(&[PRELUDE, HELD, COMPLETE]),
             renew: with(&[PRELUDE, HELD, RENEW]),
             release: with(&[PRELUDE, HELD, RELEASE]),
             mark_ambiguous: with(&[PRELUDE, HELD, MARK_AMBIGUOUS]),
+            restore: with(&[PRELUDE, FIELDS, HELD, RESTORE]),
             get: with(&[PRELUDE, GET]),
             prune: with(&[PRELUDE, PRUNE]),
             operation_id: Script::new(OPERATION_ID),

@@ -54,6 +54,20 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ALTER TABLE records ADD COLUMN resolved_at INTEGER;
     ALTER TABLE records ADD COLUMN resolution_note TEXT;
     ALTER TABLE records ADD COLUMN kept_until INTEGER;",
+    // v4 → v5 (S27): what a takeover replaced, kept while the record runs under the claim that
+    // took it over, so that a claim given back unused (its call cancelled before anything ran)
+    // brings it back: `prior_state` ('running': an expired holder's, 'ambiguous'; 'unknown': a
+    // holder's record brought back, whose own prior is not kept; NULL: the
+    // claim made a new record, or one written before) and that record's own columns.
+    "ALTER TABLE records ADD COLUMN prior_state TEXT CHECK (prior_state IN ('running', 'ambiguous', 'unknown'));
+    ALTER TABLE records ADD COLUMN prior_token BLOB CHECK (length(prior_token) = 16);
+    ALTER TABLE records ADD COLUMN prior_lease_until INTEGER;
+    ALTER TABLE records ADD COLUMN prior_lease_ms INTEGER;
+    ALTER TABLE records ADD COLUMN prior_note TEXT;
+    ALTER TABLE records ADD COLUMN prior_expires_at INTEGER;
+    ALTER TABLE records ADD COLUMN prior_created INTEGER;
+    ALTER TABLE records ADD COLUMN prior_updated INTEGER;
+    ALTER TABLE records ADD COLUMN prior_tenant TEXT;",
 ];
 
 /// absent (no row at all) → running: the usual claim, one statement. Returns the token only when
@@ -66,9 +80,11 @@ pub(super) const INSERT_NEW: &str = "
     RETURNING token";
 
 /// absent | expired → running (a new record);
-/// running with the lease expired | ambiguous, same fingerprint → running (takeover).
+/// running with the lease expired | ambiguous, same fingerprint → running (takeover);
+/// running under :token already (this claim sent again, its answer lost) → the same.
 /// Returns the token only when the caller took the record. An operator's decision on the row
-/// it replaces is dropped (it was that record's).
+/// it replaces is dropped (it was that record's). A live row it takes over is kept in the
+/// `prior_` columns (S27, see [`RESTORE_TAKEN`]); an expired one is not.
 pub(super) const CLAIM: &str = "
     INSERT INTO records (key, tool, fingerprint, state, token, lease_until, lease_ms, expires_at, created, updated, tenant)
     VALUES (:key, :tool, :fingerprint, 'running', :token, :lease_until, :lease_ms, :expires_at, :now, :now, :tenant)
@@ -77,11 +93,39 @@ pub(super) const CLAIM: &str = "
         token = excluded.token, lease_until = excluded.lease_until, lease_ms = excluded.lease_ms,
         outcome = NULL, note = NULL, expires_at = excluded.expires_at,
         created = excluded.created, updated = excluded.updated, tenant = excluded.tenant,
-        resolution = NULL, resolved_at = NULL, resolution_note = NULL, kept_until = NULL
+        resolution = NULL, resolved_at = NULL, resolution_note = NULL, kept_until = NULL,
+        prior_state = CASE WHEN records.expires_at <= :now THEN NULL
+                         WHEN records.state = 'running' AND records.token = excluded.token THEN records.prior_state
+                         ELSE records.state END,
+        prior_token = CASE WHEN records.expires_at <= :now THEN NULL
+                         WHEN records.state = 'running' AND records.token = excluded.token THEN records.prior_token
+                         ELSE records.token END,
+        prior_lease_until = CASE WHEN records.expires_at <= :now THEN NULL
+                         WHEN records.state = 'running' AND records.token = excluded.token THEN records.prior_lease_until
+                         ELSE records.lease_until END,
+        prior_lease_ms = CASE WHEN records.expires_at <= :now THEN NULL
+                         WHEN records.state = 'running' AND records.token = excluded.token THEN records.prior_lease_ms
+                         ELSE records.lease_ms END,
+        prior_note = CASE WHEN records.expires_at <= :now THEN NULL
+                         WHEN records.state = 'running' AND records.token = excluded.token THEN records.prior_note
+                         ELSE records.note END,
+        prior_expires_at = CASE WHEN records.expires_at <= :now THEN NULL
+                         WHEN records.state = 'running' AND records.token = excluded.token THEN records.prior_expires_at
+                         ELSE records.expires_at END,
+        prior_created = CASE WHEN records.expires_at <= :now THEN NULL
+                         WHEN records.state = 'running' AND records.token = excluded.token THEN records.prior_created
+                         ELSE records.created END,
+        prior_updated = CASE WHEN records.expires_at <= :now THEN NULL
+                         WHEN records.state = 'running' AND records.token = excluded.token THEN records.prior_updated
+                         ELSE records.updated END,
+        prior_tenant = CASE WHEN records.expires_at <= :now THEN NULL
+                         WHEN records.state = 'running' AND records.token = excluded.token THEN records.prior_tenant
+                         ELSE records.tenant END
     WHERE records.expires_at <= :now
        OR (records.fingerprint = excluded.fingerprint
            AND (records.state = 'ambiguous'
-                OR (records.state = 'running' AND records.lease_until <= :now)))
+                OR (records.state = 'running'
+                    AND (records.lease_until <= :now OR records.token = excluded.token))))
     RETURNING token";
 
 /// The columns a record is read with (see `decode`), in order.
@@ -93,11 +137,12 @@ macro_rules! record_columns {
 }
 pub(super) use record_columns;
 
-/// The live record a claim did not take (read in the claim's transaction).
+/// The live record a claim did not take (read in the claim's transaction), and what it took
+/// over itself (for a claim sent again under its own token).
 pub(super) const LIVE: &str = concat!(
     "SELECT ",
     record_columns!(),
-    " FROM records WHERE key = :key AND expires_at > :now"
+    ", prior_state FROM records WHERE key = :key AND expires_at > :now"
 );
 
 /// The record an operator asks for: the live one, or one released by an operator's
@@ -112,14 +157,14 @@ pub(super) const SHOWN: &str = concat!(
 /// (its completion sent again after a lost reply). The token stays, to recognise that.
 pub(super) const COMPLETE: &str = "
     UPDATE records SET state = 'completed', outcome = :outcome, lease_until = NULL,
-                       expires_at = :expires_at, updated = :now
+                       expires_at = :expires_at, updated = :now, prior_state = NULL
     WHERE key = :key AND state IN ('running', 'completed') AND token = :token AND expires_at > :now";
 
 /// running, held by :token, not expired → ambiguous (the next same-fingerprint claim takes it);
 /// ambiguous by :token already → the same (sent again after a lost reply).
 pub(super) const MARK_AMBIGUOUS: &str = "
     UPDATE records SET state = 'ambiguous', note = :note, lease_until = NULL,
-                       expires_at = :expires_at, updated = :now
+                       expires_at = :expires_at, updated = :now, prior_state = NULL
     WHERE key = :key AND state IN ('running', 'ambiguous') AND token = :token AND expires_at > :now";
 
 /// An operator's applied (S24): ambiguous | running (lease over) → completed with :outcome, kept
@@ -157,6 +202,39 @@ pub(super) const RENEW: &str = "
 pub(super) const RELEASE: &str = "
     DELETE FROM records
     WHERE key = :key AND state = 'running' AND token = :token AND expires_at > :now";
+
+/// S27, a claim given back unused: running, held by :token, not expired, a takeover → the
+/// record it took over (an expired holder's running one, under that holder's token and lease
+/// end; or an ambiguous one), as it was. What that holder's own claim took over is not kept
+/// (one level is): a holder's record brought back has `prior_state` 'unknown', so that its own
+/// claim given back later keeps it ambiguous ([`RESTORE_UNKNOWN`]) rather than release what may
+/// have been an unknown outcome. With [`RESTORE_UNKNOWN`] and [`RESTORE_NEW`] (the other cases),
+/// one of the three applies.
+pub(super) const RESTORE_TAKEN: &str = "
+    UPDATE records SET state = prior_state, token = prior_token, lease_until = prior_lease_until,
+                       lease_ms = prior_lease_ms, note = prior_note, expires_at = prior_expires_at,
+                       created = prior_created, updated = prior_updated, tenant = prior_tenant,
+                       prior_state = CASE WHEN prior_state = 'running' THEN 'unknown' END,
+                       prior_token = NULL, prior_lease_until = NULL,
+                       prior_lease_ms = NULL, prior_note = NULL, prior_expires_at = NULL,
+                       prior_created = NULL, prior_updated = NULL, prior_tenant = NULL
+    WHERE key = :key AND state = 'running' AND token = :token AND expires_at > :now
+      AND prior_state IN ('running', 'ambiguous')";
+
+/// S27, a claim given back unused whose prior is not known (see [`RESTORE_TAKEN`]): running,
+/// held by :token, not expired → ambiguous with :note (the safe side: an unknown outcome may
+/// have been there).
+pub(super) const RESTORE_UNKNOWN: &str = "
+    UPDATE records SET state = 'ambiguous', note = :note, lease_until = NULL,
+                       expires_at = :expires_at, updated = :now, prior_state = NULL
+    WHERE key = :key AND state = 'running' AND token = :token AND expires_at > :now
+      AND prior_state = 'unknown'";
+
+/// S27, a claim given back unused: running, held by :token, not expired, a new record → absent.
+pub(super) const RESTORE_NEW: &str = "
+    DELETE FROM records
+    WHERE key = :key AND state = 'running' AND token = :token AND expires_at > :now
+      AND prior_state IS NULL";
 
 /// expired → absent, at most :limit rows, oldest first (a record released by an operator is
 /// kept until its `kept_until`).

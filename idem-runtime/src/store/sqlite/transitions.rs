@@ -42,8 +42,14 @@ pub(super) fn remaining(until: i64, now: i64) -> Duration {
 
 /// What a claim that took the record replaced, from the live record it read first: a Running
 /// one (its lease had ended) or an Ambiguous one; a Completed one is never taken while live.
-fn taken_over(before: RecordState) -> Option<Takeover> {
+/// Our own (this claim sent again, its first answer lost): what that one took over, kept as
+/// `prior` (S27).
+fn taken_over(before: RecordState, ours: LeaseToken, prior: Option<&str>) -> Option<Takeover> {
     match before {
+        RecordState::Running { token, .. } if token == ours => match prior? {
+            "ambiguous" => Some(Takeover::Ambiguous),
+            _ => Some(Takeover::ExpiredHolder),
+        },
         RecordState::Running { .. } => Some(Takeover::ExpiredHolder),
         RecordState::Ambiguous { .. } => Some(Takeover::Ambiguous),
         RecordState::Completed { .. } => None,
@@ -67,6 +73,7 @@ impl AsyncStore for SqliteStore {
             let claim = (|| {
                 // What a lease end further ahead is capped by: the holder's lease length.
                 let mut cap_by = lease;
+                let mut own_prior: Option<String> = None;
                 // The write lock first (see `Scope`).
                 let tx = Scope::begin(conn)?;
                 let key_text = key.as_str();
@@ -92,13 +99,19 @@ impl AsyncStore for SqliteStore {
                             named_params! { ":key": key.as_str(), ":now": now },
                             // The holder's lease (column 14, `lease_ms`): NULL in a record
                             // written before it was kept; anything but an integer is an error.
+                            // What it took over itself (column 15, `prior_state`), for this
+                            // claim sent again under its own token.
                             |row| {
                                 let holder_lease = row.get::<_, Option<i64>>(14)?;
-                                Ok(decode(row, &key, path).map(|rec| (rec, holder_lease)))
+                                let prior = row.get::<_, Option<String>>(15)?;
+                                Ok(decode(row, &key, path).map(|rec| (rec, holder_lease, prior)))
                             },
                         ).optional()?;
                         let (before, holder_lease) = match before {
-                            Some(Ok((rec, holder_lease))) => (Some(Ok(rec)), holder_lease),
+                            Some(Ok((rec, holder_lease, prior))) => {
+                                own_prior = prior;
+                                (Some(Ok(rec)), holder_lease)
+                            }
                             Some(Err(e)) => (Some(Err(e)), None),
                             None => (None, None),
                         };
@@ -118,7 +131,7 @@ impl AsyncStore for SqliteStore {
                     }
                 };
                 let (mut live, takeover) = match took {
-                    Some(_) => (None, before.and_then(|rec| taken_over(rec.ok()?.state))),
+                    Some(_) => (None, before.and_then(|rec| taken_over(rec.ok()?.state, token, own_prior.as_deref()))),
                     None => (before, None),
                 };
                 // A lease end further ahead than the holder's own lease from now was written by
@@ -217,6 +230,41 @@ impl AsyncStore for SqliteStore {
                     st.execute(named_params! { ":key": key.as_str(), ":token": token.0.as_bytes(), ":now": now_ms() })
                 })
                 .map_err(|e| sql_error(path, "release a key in", e))?;
+            Ok(Written::from_changed(changed))
+        })
+        .await
+    }
+
+    async fn restore(
+        &self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        note: &str,
+        ttl: Duration,
+    ) -> Result<Written, StoreError> {
+        let (note, ttl) = (note.to_owned(), ms(ttl));
+        self.run(Access::Write, move |conn, path| {
+            let now = now_ms();
+            let params =
+                named_params! { ":key": key.as_str(), ":token": token.0.as_bytes(), ":now": now };
+            // The three cases exclude each other: at most one applies.
+            let changed = (|| {
+                let taken = conn.prepare_cached(sql::RESTORE_TAKEN)?.execute(params)?;
+                if taken > 0 {
+                    return Ok(taken);
+                }
+                let unknown =
+                    conn.prepare_cached(sql::RESTORE_UNKNOWN)?
+                        .execute(named_params! {
+                            ":key": key.as_str(), ":token": token.0.as_bytes(), ":now": now,
+                            ":note": note, ":expires_at": now.saturating_add(ttl),
+                        })?;
+                if unknown > 0 {
+                    return Ok(unknown);
+                }
+                conn.prepare_cached(sql::RESTORE_NEW)?.execute(params)
+            })()
+            .map_err(|e| sql_error(path, "give a claim back in", e))?;
             Ok(Written::from_changed(changed))
         })
         .await
