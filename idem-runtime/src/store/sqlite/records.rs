@@ -69,7 +69,7 @@ const SETTLE_APPLIED: &str = "
 /// A settler's not-applied (S28): running under :token, live → expired now (absent for every
 /// operation), kept until :kept_until to show the decision.
 const SETTLE_NOT_APPLIED: &str = "
-    UPDATE records SET expires_at = :now, updated = :now, token = NULL, lease_until = NULL,
+    UPDATE records SET expires_at = :now, updated = :now,
                        resolution = 'not_applied', resolved_at = :now, resolution_note = :note,
                        kept_until = :kept_until
     WHERE key = :key AND state = 'running' AND token = :token AND expires_at > :now";
