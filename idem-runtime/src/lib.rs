@@ -83,6 +83,7 @@ mod meters;
 mod observe;
 mod registry;
 mod retry;
+pub mod settle;
 pub mod store;
 mod wake;
 
@@ -108,6 +109,7 @@ pub use registry::{
     DuplicateTools, ToolInfo, ToolKind, check_unique_tool_names, tools, tools_manifest,
 };
 pub use retry::{Classify, Failure, RetryPolicy, Schedule};
+pub use settle::{Settled, SettleReport, Settler, SettlerHandle};
 pub use store::memory::MemoryStore;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]

@@ -11,6 +11,7 @@
 //! | `idemkit_fenced_writes_total` | counter | `tool`, `write` (`complete`, `release`, `mark_ambiguous`, `renew`) | a holder's writes refused because its lease was taken over |
 //! | `idemkit_renewals_total` | counter | `tool` | lease renewals applied |
 //! | `idemkit_verifications_total` | counter | `tool`, `answer` (`applied`, `not_applied`, `unknown`, `error`) | answers of tools' verify functions (S19) |
+//! | `idemkit_settled_total` | counter | `tool`, `outcome` (`applied`, `not_applied`, `unknown`, `needs_operator`, `no_verify`, `busy`, `gone`, `fenced`, `error`, `would_verify`) | records kept as ambiguous that a settler looked at (S28), by what it did |
 //! | `idemkit_store_seconds` | histogram | `op` (`claim`, `complete`, `renew`, `release`, `mark_ambiguous`) | how long the store took to answer a transition, failures and timeouts included |
 
 use crate::error::Error;
@@ -157,6 +158,17 @@ mod on {
         })
     }
 
+    /// S28: `idemkit_settled_total{tool, outcome}` (see [`Settled::as_str`](crate::Settled::as_str)).
+    pub(crate) fn settled(tool: &str, outcome: &'static str) {
+        with_recorder(|r| {
+            let labels = vec![
+                Label::new("tool", tool.to_owned()),
+                Label::from_static_parts("outcome", outcome),
+            ];
+            count(r, "idemkit_settled_total", labels, 1);
+        })
+    }
+
     /// Runs `f`, which asks the store for a transition sent at `sent` (a clock the caller read
     /// anyway) and takes its answer if it came at once (`Ok`); records how long it took then
     /// (an answer still to come is timed where it is awaited).
@@ -255,6 +267,8 @@ mod on {
     pub(crate) fn renewed(_tool: &str) {}
     #[inline(always)]
     pub(crate) fn verified(_tool: &str, _answer: &'static str) {}
+    #[inline(always)]
+    pub(crate) fn settled(_tool: &str, _outcome: &'static str) {}
     #[inline(always)]
     pub(crate) fn store_since<T, P>(
         _metered: bool,

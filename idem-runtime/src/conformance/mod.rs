@@ -41,6 +41,7 @@ mod lease;
 mod records;
 mod resolve;
 mod restore;
+mod settle;
 mod takeover;
 
 pub use self::answers::unpolled_answers_change_nothing;
@@ -91,6 +92,15 @@ pub use self::restore::{
     s27_a_new_record_given_back_is_absent,
     s27_a_taken_over_ambiguous_record_given_back_is_ambiguous_as_it_was,
     s27_a_taken_over_expired_holder_given_back_is_that_holders_again,
+};
+pub use self::settle::{
+    s28_a_caller_racing_the_settler_never_runs_body_or_verify_alongside,
+    s28_a_record_a_caller_holds_is_passed_by,
+    s28_applied_completes_the_record_and_callers_replay_it,
+    s28_no_verify_is_left_and_counted_and_a_dry_run_changes_nothing,
+    s28_not_applied_releases_the_record_and_the_next_call_runs,
+    s28_the_hosts_settler_task_settles_without_a_caller_and_stops,
+    s28_unknown_keeps_the_record_and_counts_it_up_to_the_bound,
 };
 pub use self::takeover::{
     s6_a_claim_of_an_ambiguous_record_is_a_takeover_from_ambiguity,
@@ -150,6 +160,23 @@ macro_rules! conformance_tests {
             $crate::conformance::block_on(async { $crate::conformance::$row($make().await).await });
         }
     )*};
+}
+
+/// Generates one `#[test]` per settler row (S28: [`Settler`](crate::Settler) over the store
+/// `make` returns, which implements [`Records::settle`]).
+#[macro_export]
+macro_rules! settle_conformance_tests {
+    ($make:path) => {
+        $crate::conformance_tests!(@rows $make;
+            s28_applied_completes_the_record_and_callers_replay_it,
+            s28_not_applied_releases_the_record_and_the_next_call_runs,
+            s28_unknown_keeps_the_record_and_counts_it_up_to_the_bound,
+            s28_no_verify_is_left_and_counted_and_a_dry_run_changes_nothing,
+            s28_a_record_a_caller_holds_is_passed_by,
+            s28_a_caller_racing_the_settler_never_runs_body_or_verify_alongside,
+            s28_the_hosts_settler_task_settles_without_a_caller_and_stops
+        );
+    };
 }
 
 /// Runs a row on a fresh multi-threaded runtime.

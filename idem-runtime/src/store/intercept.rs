@@ -207,6 +207,19 @@ where
     ) -> Result<Resolved, StoreError> {
         self.inner.resolve(key, decision, outcome, note, ttl).await
     }
+    async fn settle(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        decision: Decision,
+        outcome: Option<&[u8]>,
+        note: Option<&str>,
+        ttl: Duration,
+    ) -> Result<Written, StoreError> {
+        self.inner
+            .settle(key, token, decision, outcome, note, ttl)
+            .await
+    }
     async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
         Records::prune(&self.inner, limit).await
     }

@@ -8,7 +8,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::{Record, RecordState};
+use super::{LeaseToken, Record, RecordState, Written};
 use crate::error::StoreError;
 use crate::key::IdempotencyKey;
 
@@ -431,6 +431,36 @@ pub trait Records: Send + Sync {
         ttl: Duration,
     ) -> Result<Resolved, StoreError>;
 
+    /// A settler's decision (S28) on a record it took over under `token` ([`Store::claim`] of a
+    /// record kept as ambiguous), made from the tool's verify function: as [`Records::resolve`]
+    /// (applied: Completed with `outcome` for `ttl`; not applied: released; the decision, its
+    /// time and `note` kept with the record, shown by [`Records::get`]), but in one atomic step
+    /// only while the record is Running under `token` and live. Otherwise nothing changes and
+    /// the answer is [`Written::Fenced`]: a caller took the record over when the settler's lease
+    /// ran out, and the settler's answer is no longer the record's to give.
+    ///
+    /// The default refuses (kind [`Other`](crate::StoreErrorKind::Other)): a store written
+    /// before S28 cannot be settled by a settler, only by an operator's `resolve`.
+    ///
+    /// [`Store::claim`]: super::Store::claim
+    /// [`Written::Fenced`]: super::Written::Fenced
+    async fn settle(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        decision: Decision,
+        outcome: Option<&[u8]>,
+        note: Option<&str>,
+        ttl: Duration,
+    ) -> Result<Written, StoreError> {
+        let _ = (key, token, decision, outcome, note, ttl);
+        Err(StoreError::new(
+            crate::StoreErrorKind::Other,
+            "this store cannot keep a settler's decision under its lease (`Records::settle`); settle its \
+             records kept as ambiguous with `idemkit resolve`",
+        ))
+    }
+
     /// Deletes up to `limit` expired records (never a live one); returns how many.
     async fn prune(&self, limit: usize) -> Result<usize, StoreError>;
 
@@ -471,6 +501,19 @@ impl<R: Records + ?Sized> Records for Arc<R> {
         ttl: Duration,
     ) -> Result<Resolved, StoreError> {
         (**self).resolve(key, decision, outcome, note, ttl).await
+    }
+    async fn settle(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        decision: Decision,
+        outcome: Option<&[u8]>,
+        note: Option<&str>,
+        ttl: Duration,
+    ) -> Result<Written, StoreError> {
+        (**self)
+            .settle(key, token, decision, outcome, note, ttl)
+            .await
     }
     async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
         (**self).prune(limit).await

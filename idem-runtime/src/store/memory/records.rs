@@ -12,7 +12,7 @@ use crate::store::records::check_resolution;
 use crate::store::records::count_records;
 use crate::store::{
     Count, Decision, Forgot, LeaseToken, Outcome, Record, RecordFilter, RecordState, Records,
-    Released, Resolution, Resolved, StateKind,
+    Released, Resolution, Resolved, StateKind, Written,
 };
 
 fn kind(state: &State) -> StateKind {
@@ -238,6 +238,46 @@ impl Records for MemoryStore {
             },
         );
         Ok(Resolved::Resolved)
+    }
+
+    async fn settle(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        decision: Decision,
+        outcome: Option<&[u8]>,
+        note: Option<&str>,
+        ttl: Duration,
+    ) -> Result<Written, StoreError> {
+        check_resolution(decision, outcome)?;
+        let now = self.clock.now();
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        let Some(rec) = Self::held(inner, key, token, now) else {
+            return Ok(Written::Fenced);
+        };
+        let kept_until = now.after(ttl);
+        match outcome {
+            // Completed by the settler's token: its write sent again is applied again.
+            Some(outcome) => {
+                rec.state = State::Completed {
+                    outcome: Outcome::from(outcome),
+                    by: token,
+                };
+                rec.expires_at = kept_until;
+            }
+            None => rec.expires_at = now,
+        }
+        rec.updated = now;
+        let resolution = Resolution::new(decision, self.clock.wall(now), note.map(str::to_owned));
+        inner.resolutions.insert(
+            *key.as_bytes(),
+            Kept {
+                resolution,
+                kept_until,
+            },
+        );
+        Ok(Written::Applied)
     }
 
     async fn prune(&self, limit: usize) -> Result<usize, StoreError> {

@@ -13,7 +13,7 @@ use crate::error::{StoreError, StoreErrorKind};
 use crate::key::IdempotencyKey;
 use crate::store::records::check_resolution;
 use crate::store::{Count, Forgot, RecordFilter, Records, Released, Resolved, StateKind};
-use crate::store::{Decision, Record};
+use crate::store::{Decision, LeaseToken, Record, Written};
 
 const US: &str = "* interval '1 microsecond'";
 
@@ -284,6 +284,46 @@ impl Records for PostgresStore {
             },
             (other, false) => return Err(bad_state(other)),
         })
+    }
+
+    async fn settle(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        decision: Decision,
+        outcome: Option<&[u8]>,
+        note: Option<&str>,
+        ttl: Duration,
+    ) -> Result<Written, StoreError> {
+        check_resolution(decision, outcome)?;
+        let t = &self.sql.records;
+        // running under $6, live → applied: completed with the outcome, kept for ttl; not
+        // applied: expired now (absent for every operation), kept for ttl to show the decision.
+        // The decision kept as an operator's is (S24). The token stays the settler's, so a
+        // caller that took the record over is never overwritten.
+        let query = format!(
+            "UPDATE {t} SET
+                    state = CASE WHEN $2 = 'applied' THEN 'completed' ELSE state END,
+                    outcome = CASE WHEN $2 = 'applied' THEN $3::bytea ELSE outcome END,
+                    note = CASE WHEN $2 = 'applied' THEN NULL ELSE note END,
+                    expires_at = CASE WHEN $2 = 'applied' THEN now() + $5::int8 {US} ELSE now() END,
+                    kept_until = CASE WHEN $2 = 'applied' THEN NULL ELSE now() + $5::int8 {US} END,
+                    updated = now(), resolution = $2, resolved_at = now(),
+                    resolution_note = $4::text
+              WHERE key = $1 AND state = 'running' AND token = $6::uuid AND expires_at > now()"
+        );
+        let key = key.as_uuid();
+        let word = decision.stored();
+        let ttl = micros(ttl);
+        let holder = token.0;
+        let query = &query;
+        let n = self
+            .run("settling a record", |c| async move {
+                let params: [&(dyn ToSql + Sync); 6] = [&key, &word, &outcome, &note, &ttl, &holder];
+                self.changed(&c, query, types::RESOLVE, &params).await
+            })
+            .await?;
+        Ok(Written::from_changed(n))
     }
 
     async fn prune(&self, limit: usize) -> Result<usize, StoreError> {

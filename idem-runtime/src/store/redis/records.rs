@@ -22,7 +22,7 @@ use crate::store::records::count_records;
 use crate::store::{
     Count, Decision, Forgot, RecordFilter, Records, Released, Resolution, Resolved, StateKind,
 };
-use crate::store::{LeaseToken, Record, RecordState};
+use crate::store::{LeaseToken, Record, RecordState, Written};
 
 /// KEYS[1] record; ARGV force ('1' or '0'). Running → absent, unless its lease is live and not
 /// forced. Returns {what, lease ms left}: 'absent', 'live', 'released', or the state.
@@ -89,10 +89,35 @@ redis.call('PEXPIREAT', KEYS[1], ms(now + ARGV[5] + ARGV[6]))
 return {'resolved', 0}
 ";
 
+/// KEYS[1] record; ARGV token, decision ('applied', 'not_applied'), outcome, note, has a note
+/// ('1' or '0'), ttl ms, grace ms. A settler's decision (S28): running under the token, live →
+/// applied: completed with the outcome, kept for ttl; not applied: expired now (absent for every
+/// operation), kept for ttl to show the decision; kept as an operator's is. Returns 1 if
+/// written, 0 if the record is not held by the token (fenced).
+const SETTLE: &str = r"
+local r = redis.call('HMGET', KEYS[1], 'token', 'state', 'expires_at')
+if r[1] ~= ARGV[1] or r[2] ~= 'running' or tonumber(r[3]) <= now then return 0 end
+if ARGV[2] == 'applied' then
+  redis.call('HSET', KEYS[1], 'state', 'completed', 'outcome', ARGV[3], 'expires_at', ms(now + ARGV[6]))
+  redis.call('HDEL', KEYS[1], 'note', 'kept_until')
+else
+  redis.call('HSET', KEYS[1], 'expires_at', ms(now), 'kept_until', ms(now + ARGV[6]))
+end
+redis.call('HSET', KEYS[1], 'updated', ms(now), 'res', ARGV[2], 'res_at', ms(now))
+if ARGV[5] == '1' then
+  redis.call('HSET', KEYS[1], 'res_note', ARGV[4])
+else
+  redis.call('HDEL', KEYS[1], 'res_note')
+end
+redis.call('PEXPIREAT', KEYS[1], ms(now + ARGV[6] + ARGV[7]))
+return 1
+";
+
 struct OperatorScripts {
     release: Script,
     forget: Script,
     resolve: Script,
+    settle: Script,
 }
 
 fn operator_scripts() -> &'static OperatorScripts {
@@ -101,6 +126,7 @@ fn operator_scripts() -> &'static OperatorScripts {
         release: Script::new(&[PRELUDE, RELEASE_BY_OPERATOR].concat()),
         forget: Script::new(&[PRELUDE, FORGET].concat()),
         resolve: Script::new(&[PRELUDE, RESOLVE].concat()),
+        settle: Script::new(&[PRELUDE, SETTLE].concat()),
     })
 }
 
@@ -385,6 +411,39 @@ impl Records for RedisStore {
             b"completed" => Resolved::Completed,
             other => return Err(bad_state(other)),
         })
+    }
+
+    async fn settle(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        decision: Decision,
+        outcome: Option<&[u8]>,
+        note: Option<&str>,
+        ttl: Duration,
+    ) -> Result<Written, StoreError> {
+        check_resolution(decision, outcome)?;
+        let token = token.0.to_string();
+        let has_note: &[u8] = if note.is_some() { b"1" } else { b"0" };
+        let (ttl, grace) = (ms(ttl), ms(self.grace));
+        let args: [&[u8]; 7] = [
+            token.as_bytes(),
+            decision.stored().as_bytes(),
+            outcome.unwrap_or_default(),
+            note.unwrap_or_default().as_bytes(),
+            has_note,
+            ttl.as_bytes(),
+            grace.as_bytes(),
+        ];
+        let n: i64 = self
+            .invoke(
+                "settling a record",
+                &operator_scripts().settle,
+                &self.record_key(key),
+                &args,
+            )
+            .await?;
+        Ok(Written::from_changed(n))
     }
 
     async fn prune(&self, limit: usize) -> Result<usize, StoreError> {

@@ -15,7 +15,7 @@ use crate::error::StoreError;
 use crate::key::IdempotencyKey;
 use crate::store::records::check_resolution;
 use crate::store::{Count, Forgot, RecordFilter, Records, Released, Resolved, StateKind};
-use crate::store::{Decision, Record};
+use crate::store::{Decision, LeaseToken, Record, Written};
 
 /// Live records that pass the filter (each condition off when its parameter is NULL), newest
 /// first. `:made_before`/`:made_after` are unix ms, `now` minus the ages asked for.
@@ -56,6 +56,23 @@ const RESOLVE_JUDGE: &str = "
 /// record was live.
 const FORGET: &str = "
     DELETE FROM records WHERE key = :key RETURNING expires_at > :now";
+
+/// A settler's applied (S28): running under :token, live → completed with :outcome until
+/// :expires_at, the decision kept as an operator's is.
+const SETTLE_APPLIED: &str = "
+    UPDATE records SET state = 'completed', outcome = :outcome, token = NULL, lease_until = NULL,
+                       note = NULL, expires_at = :expires_at, updated = :now,
+                       resolution = 'applied', resolved_at = :now, resolution_note = :note,
+                       kept_until = NULL
+    WHERE key = :key AND state = 'running' AND token = :token AND expires_at > :now";
+
+/// A settler's not-applied (S28): running under :token, live → expired now (absent for every
+/// operation), kept until :kept_until to show the decision.
+const SETTLE_NOT_APPLIED: &str = "
+    UPDATE records SET expires_at = :now, updated = :now,
+                       resolution = 'not_applied', resolved_at = :now, resolution_note = :note,
+                       kept_until = :kept_until
+    WHERE key = :key AND state = 'running' AND token = :token AND expires_at > :now";
 
 /// Live records by tool and state.
 const COUNTS: &str = "
@@ -327,6 +344,43 @@ impl Records for SqliteStore {
                 Ok::<_, rusqlite::Error>(answer)
             })();
             resolved.map_err(|e| sql_error(path, "resolve a key in", e))
+        })
+        .await
+    }
+
+    async fn settle(
+        &self,
+        key: &IdempotencyKey,
+        token: LeaseToken,
+        decision: Decision,
+        outcome: Option<&[u8]>,
+        note: Option<&str>,
+        ttl: Duration,
+    ) -> Result<Written, StoreError> {
+        check_resolution(decision, outcome)?;
+        let (key, ttl) = (*key, ms(ttl));
+        let outcome = outcome.map(<[u8]>::to_vec);
+        let note = note.map(str::to_owned);
+        self.run(Access::Write, move |conn, path| {
+            let now = now_ms();
+            let until = now.saturating_add(ttl);
+            let token = token.0.as_bytes();
+            let changed = match &outcome {
+                Some(outcome) => conn.prepare_cached(SETTLE_APPLIED).and_then(|mut st| {
+                    st.execute(named_params! {
+                        ":key": key.as_str(), ":token": token, ":outcome": outcome, ":now": now,
+                        ":expires_at": until, ":note": note,
+                    })
+                }),
+                None => conn.prepare_cached(SETTLE_NOT_APPLIED).and_then(|mut st| {
+                    st.execute(named_params! {
+                        ":key": key.as_str(), ":token": token, ":now": now,
+                        ":kept_until": until, ":note": note,
+                    })
+                }),
+            }
+            .map_err(|e| sql_error(path, "settle a key in", e))?;
+            Ok(Written::from_changed(changed))
         })
         .await
     }
