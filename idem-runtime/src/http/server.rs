@@ -23,7 +23,7 @@ use http_body_util::{BodyExt, Either, Full, LengthLimitError, Limited};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::{IDEMPOTENCY_KEY, REPLAYED, parse_sf_string};
+use super::{IDEMPOTENCY_KEY, MAX_KEY_LENGTH, REPLAYED, parse_sf_string};
 use crate::error::{Error, StoreErrorKind};
 use crate::exec::Tool;
 use crate::fingerprint::Fingerprint;
@@ -100,6 +100,7 @@ struct Config {
     stored_headers: Vec<HeaderName>,
     stores: fn(StatusCode) -> bool,
     scope: Option<Arc<Scope>>,
+    handler_resends: bool,
 }
 
 impl std::fmt::Debug for IdempotencyLayer {
@@ -112,6 +113,7 @@ impl std::fmt::Debug for IdempotencyLayer {
             .field("max_body", &c.max_body)
             .field("in_flight_wait", &c.in_flight_wait)
             .field("scoped", &c.scope.is_some())
+            .field("handler_resends", &c.handler_resends)
             .finish_non_exhaustive()
     }
 }
@@ -147,6 +149,7 @@ impl IdempotencyLayer {
                 ],
                 stores: stored_unless_refused,
                 scope: None,
+                handler_resends: false,
             }),
         }
     }
@@ -221,6 +224,17 @@ impl IdempotencyLayer {
     pub fn store_headers(self, names: impl IntoIterator<Item = HeaderName>) -> Self {
         let names = names.into_iter().collect();
         self.with(|c| c.stored_headers = names)
+    }
+
+    /// Whether the handler is itself safe to re-run under the same key (default `false`): it
+    /// deduplicates its own effects by the [`IdempotencyKey`] in the request's extensions (a
+    /// unique constraint on it, a provider it passes the key to). With `true`, a request whose
+    /// handler ran but whose answer is unknown (it panicked, its response broke off, its process
+    /// died) runs the handler again on the next request with the key (S20's re-send); with
+    /// `false` (S25) the record is kept and every such request is told the request ran and how an
+    /// operator settles it (`idemkit resolve`).
+    pub fn handler_resends(self, yes: bool) -> Self {
+        self.with(|c| c.handler_resends = yes)
     }
 
     /// Which of the handler's statuses are stored and replayed (default: all but `429` and
@@ -369,6 +383,8 @@ enum Served<E> {
     Inner(E),
     /// The handler's response body broke off: it ran, and may have done anything.
     Body(BoxError),
+    /// The handler panicked: it ran, and may have done anything.
+    Panicked(String),
     /// idemkit refused or ended the call.
     Idem(Error),
 }
@@ -377,7 +393,7 @@ impl<E> Classify for Served<E> {
     fn classify(&self) -> Failure {
         match self {
             Served::NotStored(..) | Served::Idem(_) => Failure::Permanent,
-            Served::Inner(_) | Served::Body(_) => Failure::Ambiguous,
+            Served::Inner(_) | Served::Body(_) | Served::Panicked(_) => Failure::Ambiguous,
         }
     }
 }
@@ -388,23 +404,83 @@ impl<E> From<Error> for Served<E> {
     }
 }
 
-/// The request's fingerprint: method, path and query, body.
+/// The request's fingerprint: method, path and query, body. A JSON body (`application/json`,
+/// `…+json`) counts by its canonical form (object keys sorted, whitespace insignificant, as a
+/// tool's arguments are fingerprinted), a form body (`application/x-www-form-urlencoded`) by its
+/// decoded pairs sorted by name; any other body, or one that does not parse, by its bytes.
 fn fingerprint(parts: &Parts, body: &[u8]) -> Fingerprint {
     let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let essence = parts
+        .headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .map(|v| v.trim().to_ascii_lowercase())
+        .unwrap_or_default();
+    let canonical = if essence == "application/json" || essence.ends_with("+json") {
+        serde_json::from_slice::<serde_json::Value>(body)
+            .ok()
+            .map(|json| Fingerprint::of_value(&json))
+    } else if essence == "application/x-www-form-urlencoded" {
+        Some(form_fingerprint(body))
+    } else {
+        None
+    };
+    // Bytes keep the first version's tag, so records of byte bodies still match.
+    let (tag, body) = match &canonical {
+        Some(canonical) => (b"idemkit:http:v2:canonical".as_slice(), canonical.0.as_slice()),
+        None => (b"idemkit:http:v1".as_slice(), body),
+    };
     let mut hasher = Sha256::new();
-    for part in [
-        b"idemkit:http:v1".as_slice(),
-        parts.method.as_str().as_bytes(),
-        target.as_bytes(),
-        body,
-    ] {
+    for part in [tag, parts.method.as_str().as_bytes(), target.as_bytes(), body] {
         hasher.update((part.len() as u64).to_be_bytes());
         hasher.update(part);
     }
     Fingerprint(hasher.finalize().into())
 }
 
-/// The client's key, `None` if the request has none, or why the header is unusable.
+/// A form body's pairs, percent-decoded and sorted by name (a name given twice keeps its
+/// values' order), as a JSON list of pairs.
+fn form_fingerprint(body: &[u8]) -> Fingerprint {
+    let mut pairs: Vec<(String, String)> = body
+        .split(|&b| b == b'&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let mut halves = pair.splitn(2, |&b| b == b'=');
+            let name = form_decode(halves.next().unwrap_or_default());
+            (name, form_decode(halves.next().unwrap_or_default()))
+        })
+        .collect();
+    pairs.sort_by(|a, b| a.0.cmp(&b.0));
+    Fingerprint::of_value(&serde_json::json!(pairs))
+}
+
+/// `application/x-www-form-urlencoded` decoding: `+` is a space, `%XX` a byte.
+fn form_decode(part: &[u8]) -> String {
+    let mut out = Vec::with_capacity(part.len());
+    let mut i = 0;
+    while i < part.len() {
+        match part[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < part.len() => {
+                match std::str::from_utf8(&part[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The bound the messages below state is [`MAX_KEY_LENGTH`].
+const _: () = assert!(MAX_KEY_LENGTH == 255);
+
 fn client_key(headers: &http::HeaderMap) -> Result<Option<String>, &'static str> {
     let mut values = headers.get_all(IDEMPOTENCY_KEY).iter();
     let Some(value) = values.next() else {
@@ -413,9 +489,17 @@ fn client_key(headers: &http::HeaderMap) -> Result<Option<String>, &'static str>
     if values.next().is_some() {
         return Err("the request has more than one Idempotency-Key header");
     }
-    parse_sf_string(value.as_bytes())
-        .map(Some)
-        .ok_or("the Idempotency-Key header is not a structured-field string (a quoted key of printable ASCII)")
+    let raw = value.as_bytes().trim_ascii();
+    if raw.is_empty() || raw == b"\"\"" {
+        return Err("the Idempotency-Key is empty: a key is 1 to 255 characters of printable ASCII");
+    }
+    let key = parse_sf_string(raw).ok_or(
+        "the Idempotency-Key header is not a structured-field string (a quoted key of printable ASCII)",
+    )?;
+    if key.len() > MAX_KEY_LENGTH {
+        return Err("the Idempotency-Key is too long: a key is 1 to 255 characters of printable ASCII");
+    }
+    Ok(Some(key))
 }
 
 /// A response the layer makes itself (RFC 9457 problem details, as the draft's examples).
@@ -441,13 +525,13 @@ async fn serve<S, ReqBody, ResBody>(
     req: Request<ReqBody>,
 ) -> Result<Response<ResponseBody<ResBody>>, S::Error>
 where
-    S: tower_service::Service<Request<ReqBody>, Response = Response<ResBody>> + Send,
+    S: tower_service::Service<Request<ReqBody>, Response = Response<ResBody>> + Send + 'static,
     S::Future: Send,
-    S::Error: Send,
-    ReqBody: Body + From<Bytes> + Send,
+    S::Error: Send + 'static,
+    ReqBody: Body + From<Bytes> + Send + 'static,
     ReqBody::Data: Send,
     ReqBody::Error: Into<BoxError>,
-    ResBody: Body<Data = Bytes> + Send,
+    ResBody: Body<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
 {
     let through = |response: Response<ResBody>| response.map(Either::Right);
@@ -517,6 +601,47 @@ where
     let fingerprint = fingerprint(&parts, &body);
     let key = IdempotencyKey::derive(&config.name, &[("idempotency_key", &client_key.as_str())]);
 
+    // S25: the run (claim, handler, its response collected, the record completed) is not the
+    // connection's: a client that goes away, and hyper dropping this future, do not cut it off.
+    let tenant = scope.map(Arc::<str>::from).or_else(crate::idem::task_tenant);
+    let operation = crate::idem::operation_name();
+    let run = run_keyed(config.clone(), key, fingerprint, parts, body, inner);
+    let run = async move {
+        match (tenant, operation) {
+            (Some(t), Some(o)) => as_tenant(t, crate::idem::operation_scope(o, run)).await,
+            (Some(t), None) => as_tenant(t, run).await,
+            (None, Some(o)) => crate::idem::operation_scope(o, run).await,
+            (None, None) => run.await,
+        }
+    };
+    let run = tracing::Instrument::instrument(run, tracing::Span::current());
+    match tokio::spawn(run).await {
+        Ok(answer) => answer,
+        // Not reached: the handler's panic is caught in its attempt; the layer's own would be a bug.
+        Err(e) => Ok(unknown_outcome(&config, &key, &format!("the request's task ended: {e}"))),
+    }
+}
+
+/// One keyed request's run through the executor: the handler at most once per key (unless
+/// [`IdempotencyLayer::handler_resends`]), its response stored, or the stored one replayed.
+async fn run_keyed<S, ReqBody, ResBody>(
+    config: Arc<Config>,
+    key: IdempotencyKey,
+    fingerprint: Fingerprint,
+    parts: Parts,
+    body: Bytes,
+    inner: S,
+) -> Result<Response<ResponseBody<ResBody>>, S::Error>
+where
+    S: tower_service::Service<Request<ReqBody>, Response = Response<ResBody>> + Send,
+    S::Future: Send,
+    S::Error: Send,
+    ReqBody: Body + From<Bytes> + Send,
+    ResBody: Body<Data = Bytes> + Send,
+    ResBody::Error: Into<BoxError>,
+{
+    // The record's key, as `idemkit resolve` takes it.
+    let record_key = crate::idem::task_tenant().map_or(key, |t| key.for_tenant(&t));
     // The handler's own response head, when it ran in this request (absent: a replay).
     let first: Mutex<Option<(response::Parts, Bytes)>> = Mutex::new(None);
     let mut request = Some((parts, body, inner));
@@ -524,7 +649,7 @@ where
     let first_ref = &first;
     let attempt = move |key: IdempotencyKey| {
         let taken = request.take();
-        async move {
+        let handled = async move {
             let Some((mut parts, body, mut inner)) = taken else {
                 unreachable!("idemkit: the layer runs a handler once per request")
             };
@@ -546,12 +671,18 @@ where
             let stored = Stored::of(&head, &config_ref.stored_headers, &body);
             *first_ref.lock().unwrap_or_else(|p| p.into_inner()) = Some((head, body));
             Ok(stored)
+        };
+        // A panic after the handler started is an unknown outcome, not the end of the task.
+        async move {
+            CatchUnwind(Box::pin(handled))
+                .await
+                .unwrap_or_else(|panic| Err(Served::Panicked(panic_message(&*panic))))
         }
     };
     let mut tool = Tool::new(&config.name)
         .idem(&config.idem)
         .max_attempts(1)
-        .resend(true)
+        .resend(config.handler_resends)
         .in_flight_wait(config.in_flight_wait)
         .max_outcome_bytes(config.max_response);
     if let Some(lease) = config.lease {
@@ -560,11 +691,8 @@ where
     if let Some(ttl) = config.ttl {
         tool = tool.ttl(ttl);
     }
-    let call = tool.run_keyed(key, fingerprint, attempt);
-    let result: Result<Stored, Served<S::Error>> = match scope {
-        Some(scope) => as_tenant(scope, call).await,
-        None => call.await,
-    };
+    let result: Result<Stored, Served<S::Error>> =
+        tool.run_keyed(key, fingerprint, attempt).await;
     let first = first.into_inner().unwrap_or_else(|p| p.into_inner());
     match result {
         Ok(stored) => Ok(match first {
@@ -575,27 +703,91 @@ where
             Ok(Response::from_parts(head, Either::Left(Full::new(body))))
         }
         Err(Served::Inner(e)) => Err(e),
-        Err(Served::Body(e)) => Ok(problem(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "Response broke off",
-            &format!(
-                "the request was executed but its response broke off ({e}); retry with the same Idempotency-Key"
-            ),
+        Err(Served::Body(e)) => Ok(unknown_outcome(
+            &config,
+            &record_key,
+            &format!("its response broke off ({e})"),
         )),
-        Err(Served::Idem(e)) => Ok(refusal(&e)),
+        Err(Served::Panicked(why)) => Ok(unknown_outcome(
+            &config,
+            &record_key,
+            &format!("its handler panicked ({why})"),
+        )),
+        Err(Served::Idem(e)) => Ok(refusal(&config, &e)),
     }
 }
 
-/// What idemkit's refusal of a keyed request says to its client.
-fn refusal<B>(e: &Error) -> Response<ResponseBody<B>> {
-    let (status, title) = match e {
+/// Polls a future, catching a panic in it (`futures::FutureExt::catch_unwind` without the crate).
+struct CatchUnwind<F>(Pin<Box<F>>);
+
+impl<F: Future> Future for CatchUnwind<F> {
+    type Output = Result<F::Output, Box<dyn std::any::Any + Send>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let inner = self.0.as_mut();
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(out)) => Poll::Ready(Ok(out)),
+            Err(panic) => Poll::Ready(Err(panic)),
+        }
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".to_owned())
+}
+
+/// S25: the handler ran and its answer is unknown. Kept, never run again under the key (unless
+/// the layer is told the handler is safe to re-run); an operator settles it.
+fn unknown_outcome<B>(config: &Config, key: &IdempotencyKey, why: &str) -> Response<ResponseBody<B>> {
+    let then = if config.handler_resends {
+        "The layer is told the handler is safe to re-run: a request with the same Idempotency-Key runs it again."
+    } else {
+        "It will not be run again under this Idempotency-Key; until an operator settles it, a request with the same key gets this answer."
+    };
+    problem(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "The request ran; its outcome is unknown",
+        &format!(
+            "the request with this Idempotency-Key ran, and {why}: its effect may have happened. {then} \
+             To settle it, look the effect up, then `idemkit resolve {key} applied --outcome JSON` or \
+             `idemkit resolve {key} not-applied` (the record's key)."
+        ),
+    )
+}
+
+/// What idemkit's refusal of a keyed request says to its client, in HTTP's terms (the record's
+/// key only where an operator needs it).
+fn refusal<B>(config: &Config, e: &Error) -> Response<ResponseBody<B>> {
+    let (status, title, detail) = match e {
         Error::KeyReuse { .. } => (
             StatusCode::UNPROCESSABLE_ENTITY,
             "Idempotency-Key is already used with another payload",
+            "this Idempotency-Key was first used for a request with another method, path, query or \
+             body; the request was not run. Send a new request with a new key"
+                .to_owned(),
         ),
         Error::InFlight { .. } => (
             StatusCode::CONFLICT,
             "A request with this Idempotency-Key is being processed",
+            "the first request with this Idempotency-Key has not finished; this one was not run. \
+             Retry later with the same key: once the first finishes, its response is replayed"
+                .to_owned(),
+        ),
+        Error::Ambiguous { key, .. } => {
+            return unknown_outcome(config, key, "its answer is unknown (it panicked, its response broke off, or its process died)");
+        }
+        Error::Unreplayable { key, reason, .. } => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "The request ran; its response cannot be replayed",
+            format!(
+                "the request with this Idempotency-Key ran, but its response was not kept to be replayed \
+                 ({reason}); it will not be run again under this key (record {key})"
+            ),
         ),
         // Fail closed: nothing ran; a retry may find the store back. (A record that cannot be
         // read, corrupt or of another version, is not a retry's to fix: 500, below.)
@@ -608,14 +800,16 @@ fn refusal<B>(e: &Error) -> Response<ResponseBody<B>> {
             (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "The idempotency store is unavailable",
+                format!("the request was not run: {source}. Retry with the same Idempotency-Key"),
             )
         }
         _ => (
             StatusCode::INTERNAL_SERVER_ERROR,
             "The request's outcome under this Idempotency-Key cannot be given",
+            e.to_string(),
         ),
     };
-    problem(status, title, &e.to_string())
+    problem(status, title, &detail)
 }
 
 #[cfg(test)]
@@ -635,7 +829,8 @@ mod tests {
                 key: None,
                 source: StoreError::new(kind, "x"),
             };
-            refusal::<http_body_util::Empty<bytes::Bytes>>(&e).status()
+            let config = super::IdempotencyLayer::new(crate::Idem::new(crate::MemoryStore::new())).config;
+            refusal::<http_body_util::Empty<bytes::Bytes>>(&config, &e).status()
         };
         assert_eq!(
             status(StoreErrorKind::Unavailable),
