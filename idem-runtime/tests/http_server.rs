@@ -744,3 +744,36 @@ async fn a_422_speaks_http_not_the_runtimes_terms() {
     assert!(!body.contains(key.as_str()), "{body}");
     assert!(body.contains("new key"), "{body}");
 }
+
+/// Issue 39 item 8: two layers with the default name on one store would share records (`/b`
+/// getting `/a`'s 422): refused when the app is built, naming both places. One layer on both
+/// routes, or a name each, is fine.
+#[test]
+fn two_layers_with_one_name_on_one_store_are_refused_when_the_app_is_built() {
+    let store = Arc::new(MemoryStore::new());
+    let handler = Shared::default();
+    let one = layer_on(&store);
+    let routes = || {
+        Router::new()
+            .route("/a", post(charge))
+            .route("/b", post(charge))
+    };
+    let _both: Router = routes().layer(one.clone()).with_state(handler.clone());
+    let _named: Router = routes()
+        .layer(layer_on(&store).name("refunds"))
+        .with_state(handler.clone());
+    let _other_store: Router = routes()
+        .layer(layer_on(&Arc::new(MemoryStore::new())))
+        .with_state(handler.clone());
+    let second = std::panic::catch_unwind(|| {
+        let _: Router = Router::new()
+            .route("/b", post(charge))
+            .layer(layer_on(&store))
+            .with_state(handler.clone());
+    });
+    let message = *second.expect_err("refused").downcast::<String>().unwrap();
+    assert!(message.contains("two IdempotencyLayers named `http` on one store"), "{message}");
+    assert!(message.contains("http_server.rs"), "{message}");
+    drop(one);
+    drop(_both);
+}

@@ -101,6 +101,8 @@ struct Config {
     stores: fn(StatusCode) -> bool,
     scope: Option<Arc<Scope>>,
     handler_resends: bool,
+    /// Which layer this is (its clones, configured or not, are the same one), and where it was made.
+    identity: Arc<std::panic::Location<'static>>,
 }
 
 impl std::fmt::Debug for IdempotencyLayer {
@@ -129,6 +131,12 @@ fn stored_unless_refused(status: StatusCode) -> bool {
 
 impl IdempotencyLayer {
     /// The layer, recording in `idem`'s store with its lease and ttl.
+    ///
+    /// Two layers (not clones of one) with the same [`name`](IdempotencyLayer::name) on the same
+    /// store would share records (one's key replayed to, or refused on, the other's routes): the
+    /// second one's [`layer`](tower_layer::Layer::layer), when the app is built, panics naming
+    /// where both were made. Give each its own name.
+    #[track_caller]
     pub fn new(idem: Idem) -> Self {
         IdempotencyLayer {
             config: Arc::new(Config {
@@ -150,6 +158,7 @@ impl IdempotencyLayer {
                 stores: stored_unless_refused,
                 scope: None,
                 handler_resends: false,
+                identity: Arc::new(*std::panic::Location::caller()),
             }),
         }
     }
@@ -249,10 +258,42 @@ impl<S> tower_layer::Layer<S> for IdempotencyLayer {
     type Service = IdempotencyService<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
+        register(&self.config);
         IdempotencyService {
             inner,
             config: self.config.clone(),
         }
+    }
+}
+
+/// The layers in use: (store, name) → the layer, while it lives.
+type Registered = Vec<(usize, String, std::sync::Weak<std::panic::Location<'static>>)>;
+static LAYERS: Mutex<Registered> = Mutex::new(Vec::new());
+
+/// Issue 39 item 8, as S21 is for tools: two layers with one name on one store are refused when
+/// the second is applied, naming both places.
+fn register(config: &Config) {
+    let store = Arc::as_ptr(config.idem.store()).cast::<()>() as usize;
+    let mut layers = LAYERS.lock().unwrap_or_else(|p| p.into_inner());
+    layers.retain(|(_, _, layer)| layer.strong_count() > 0);
+    let other = layers.iter().find_map(|(s, name, layer)| {
+        let layer = layer.upgrade()?;
+        (*s == store && *name == config.name && !Arc::ptr_eq(&layer, &config.identity))
+            .then_some(layer)
+    });
+    if let Some(other) = other {
+        panic!(
+            "idemkit: two IdempotencyLayers named `{name}` on one store (made at {other} and at {this}) would share \
+             their records: a key used on one's routes would be replayed or refused on the other's. Give each its \
+             own `.name(\"…\")`, or apply one layer (clones of it are the same layer) to both routes",
+            name = config.name,
+            this = config.identity,
+        );
+    }
+    if !layers.iter().any(|(s, name, layer)| {
+        *s == store && *name == config.name && layer.as_ptr() == Arc::as_ptr(&config.identity)
+    }) {
+        layers.push((store, config.name.clone(), Arc::downgrade(&config.identity)));
     }
 }
 
