@@ -777,3 +777,85 @@ fn two_layers_with_one_name_on_one_store_are_refused_when_the_app_is_built() {
     drop(one);
     drop(_both);
 }
+
+/// `data: 1`, then `data: 2` once released: an event stream.
+async fn events(State(h): State<Shared>) -> Response {
+    h.runs.fetch_add(1, SeqCst);
+    let released = h.release.subscribe();
+    let stream = futures_util::stream::unfold((0, released), |(n, mut released)| async move {
+        match n {
+            0 => {}
+            1 => released.wait_for(|r| *r).await.map(drop).ok()?,
+            _ => return None,
+        }
+        let event = Bytes::from(format!("data: {}\n\n", n + 1));
+        Some((Ok::<_, std::io::Error>(event), (n + 1, released)))
+    });
+    ([("content-type", "text/event-stream")], Body::from_stream(stream)).into_response()
+}
+
+/// 30 bytes in three chunks, no `Content-Length`.
+async fn chunked(State(h): State<Shared>) -> Response {
+    h.runs.fetch_add(1, SeqCst);
+    let chunks = (0..3).map(|i| Ok::<_, std::io::Error>(Bytes::from(format!("chunk {i}..."))));
+    Body::from_stream(futures_util::stream::iter(chunks)).into_response()
+}
+
+fn streaming_routes(layer: IdempotencyLayer, h: &Shared) -> Router {
+    Router::new()
+        .route("/events", post(events))
+        .route("/chunked", post(chunked))
+        .layer(layer)
+        .with_state(h.clone())
+}
+
+/// A keyed event stream (SSE) is not buffered: its first event reaches the client while the
+/// handler still streams; the request is recorded as ran, its response not kept, and a repeat
+/// is told so; the handler is not run again. (The clock is paused: were the layer to buffer the
+/// stream, the hour's timeout would fire at once, the runtime having nothing else to do.)
+#[tokio::test(start_paused = true)]
+async fn an_event_stream_on_a_keyed_route_is_streamed_and_recorded_as_ran_not_kept() {
+    let store = Arc::new(MemoryStore::new());
+    let handler = Shared::default();
+    let app = streaming_routes(layer_on(&store), &handler);
+    let first = tokio::time::timeout(
+        Duration::from_secs(3600),
+        app.clone().oneshot(keyed_as("/events", "\"sse\"")),
+    )
+    .await
+    .expect("the head came before the stream ended")
+    .unwrap();
+    let mut body = first.into_body();
+    let event = http_body_util::BodyExt::frame(&mut body).await.unwrap().unwrap();
+    assert_eq!(event.into_data().unwrap(), "data: 1\n\n");
+    handler.release.send_replace(true);
+    let rest = axum::body::to_bytes(body, 1 << 10).await.unwrap();
+    assert_eq!(rest, "data: 2\n\n");
+
+    let repeat = app.oneshot(keyed_as("/events", "\"sse\"")).await.unwrap();
+    assert_eq!(repeat.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let text = axum::body::to_bytes(repeat.into_body(), 1 << 20).await.unwrap();
+    let text = String::from_utf8_lossy(&text);
+    assert!(text.contains("streamed and is not kept"), "{text}");
+    assert!(text.contains("event stream"), "{text}");
+    assert_eq!(handler.runs.load(SeqCst), 1);
+}
+
+/// A response over `max_response_bytes` is handed on as it comes, never buffered past the
+/// bound: the first request gets all of it, repeats are told it ran and was not kept.
+#[tokio::test]
+async fn a_response_over_the_bound_is_streamed_whole_and_recorded_as_ran_not_kept() {
+    let store = Arc::new(MemoryStore::new());
+    let handler = Shared::default();
+    let app = streaming_routes(layer_on(&store).max_response_bytes(16), &handler);
+    let first = app.clone().oneshot(keyed_as("/chunked", "\"big\"")).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    let body = axum::body::to_bytes(first.into_body(), 1 << 10).await.unwrap();
+    assert_eq!(body, "chunk 0...chunk 1...chunk 2...");
+    let repeat = app.oneshot(keyed_as("/chunked", "\"big\"")).await.unwrap();
+    let text = axum::body::to_bytes(repeat.into_body(), 1 << 20).await.unwrap();
+    let text = String::from_utf8_lossy(&text);
+    assert!(text.contains("streamed and is not kept"), "{text}");
+    assert!(text.contains("max_response_bytes"), "{text}");
+    assert_eq!(handler.runs.load(SeqCst), 1);
+}

@@ -29,7 +29,7 @@ mod server;
 pub use self::client::{HttpError, IdempotentRequest, current_key};
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
-pub use self::server::{IdempotencyLayer, IdempotencyService, ResponseBody};
+pub use self::server::{IdempotencyLayer, IdempotencyService, Prefixed, ResponseBody};
 
 /// The request header that carries the key (draft-09 §2): `Idempotency-Key`, lowercase as the
 /// `http` crate spells header names.

@@ -36,7 +36,84 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// The body of a response through the layer: what the layer made or replayed (`Left`: the first
 /// response, collected to be stored, a replay, or the layer's own 4xx), or the handler's own,
 /// untouched, for a request the layer lets through (`Right`).
-pub type ResponseBody<B> = Either<Full<Bytes>, B>;
+pub type ResponseBody<B> = Either<Full<Bytes>, Either<B, Prefixed<B>>>;
+
+/// A handler's response body streamed on after the layer read its first frames (it went over
+/// [`IdempotencyLayer::max_response_bytes`]): those frames, then the rest as it comes.
+pub struct Prefixed<B> {
+    prefix: std::collections::VecDeque<Bytes>,
+    rest: Pin<Box<B>>,
+}
+
+impl<B> std::fmt::Debug for Prefixed<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prefixed").field("prefix", &self.prefix.len()).finish_non_exhaustive()
+    }
+}
+
+impl<B: Body<Data = Bytes>> Body for Prefixed<B> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, B::Error>>> {
+        if let Some(data) = self.prefix.pop_front() {
+            return Poll::Ready(Some(Ok(http_body::Frame::data(data))));
+        }
+        self.rest.as_mut().poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.prefix.is_empty() && self.rest.is_end_stream()
+    }
+}
+
+/// A handler's response body as the layer hands it on: read whole, or streamed (not stored).
+enum Read<B> {
+    Whole(Bytes),
+    Streamed(ResponseBody<B>, &'static str),
+}
+
+/// Reads `body` whole unless it is an event stream (`text/event-stream`), says it is longer than
+/// `bound`, or turns out to be: those are handed on as they come.
+async fn read_bounded<B: Body<Data = Bytes>>(
+    head: &response::Parts,
+    body: B,
+    bound: usize,
+) -> Result<Read<B>, B::Error> {
+    let event_stream = head
+        .headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("text/event-stream"));
+    if event_stream {
+        return Ok(Read::Streamed(Either::Right(Either::Left(body)), "an event stream (`text/event-stream`)"));
+    }
+    let over = "longer than the layer's `max_response_bytes`";
+    if body.size_hint().lower() > bound as u64 {
+        return Ok(Read::Streamed(Either::Right(Either::Left(body)), over));
+    }
+    let mut body = Box::pin(body);
+    let mut prefix = std::collections::VecDeque::new();
+    let mut len = 0;
+    while let Some(frame) = body.frame().await {
+        // Trailers are not stored (nor were they before a bound).
+        let Ok(data) = frame?.into_data() else { continue };
+        len += data.len();
+        prefix.push_back(data);
+        if len > bound {
+            let rest = Prefixed { prefix, rest: body };
+            return Ok(Read::Streamed(Either::Right(Either::Right(rest)), over));
+        }
+    }
+    let mut whole = bytes::BytesMut::with_capacity(len);
+    for data in prefix {
+        whole.extend_from_slice(&data);
+    }
+    Ok(Read::Whole(whole.freeze()))
+}
 
 type Scope = dyn Fn(&Parts) -> Option<String> + Send + Sync;
 
@@ -356,6 +433,8 @@ struct Stored {
 enum StoredBody {
     Text(String),
     Hex(String),
+    /// Streamed to the first request and not kept (why): the request ran; repeats are told so.
+    Streamed(String),
 }
 
 impl Stored {
@@ -379,11 +458,32 @@ impl Stored {
         }
     }
 
+    /// The record of a response streamed on, not kept.
+    fn streamed(parts: &response::Parts, why: &str) -> Stored {
+        Stored {
+            status: parts.status.as_u16(),
+            headers: Vec::new(),
+            body: StoredBody::Streamed(why.to_owned()),
+        }
+    }
+
     /// The stored response, marked as a replay.
-    fn replay<B>(self) -> Response<ResponseBody<B>> {
+    fn replay<B>(self, key: &IdempotencyKey) -> Response<ResponseBody<B>> {
         let body = match self.body {
             StoredBody::Text(text) => Bytes::from(text),
             StoredBody::Hex(hex) => Bytes::from(unhex(&hex)),
+            StoredBody::Streamed(why) => {
+                return problem(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "The request ran; its response was streamed and is not kept",
+                    &format!(
+                        "the request with this Idempotency-Key ran (status {}), and its response, {why}, went to the \
+                         first request as it came, not kept to be replayed; it will not be run again under this key \
+                         (record {key})",
+                        self.status
+                    ),
+                );
+            }
         };
         let mut response = Response::new(Either::Left(Full::new(body)));
         *response.status_mut() =
@@ -417,9 +517,9 @@ fn unhex(hex: &str) -> Vec<u8> {
 }
 
 /// What a handler's run came to when it is not a response to store.
-enum Served<E> {
+enum Served<E, B> {
     /// A response the handler says did nothing (`stores` refused its status): released.
-    NotStored(response::Parts, Bytes),
+    NotStored(response::Parts, ResponseBody<B>),
     /// The handler failed without a response: it may have done anything.
     Inner(E),
     /// The handler's response body broke off: it ran, and may have done anything.
@@ -430,7 +530,7 @@ enum Served<E> {
     Idem(Error),
 }
 
-impl<E> Classify for Served<E> {
+impl<E, B> Classify for Served<E, B> {
     fn classify(&self) -> Failure {
         match self {
             Served::NotStored(..) | Served::Idem(_) => Failure::Permanent,
@@ -439,7 +539,7 @@ impl<E> Classify for Served<E> {
     }
 }
 
-impl<E> From<Error> for Served<E> {
+impl<E, B> From<Error> for Served<E, B> {
     fn from(e: Error) -> Self {
         Served::Idem(e)
     }
@@ -575,7 +675,7 @@ where
     ResBody: Body<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
 {
-    let through = |response: Response<ResBody>| response.map(Either::Right);
+    let through = |response: Response<ResBody>| response.map(|b| Either::Right(Either::Left(b)));
     if !config.methods.contains(req.method()) {
         return inner.call(req).await.map(through);
     }
@@ -684,7 +784,7 @@ where
     // The record's key, as `idemkit resolve` takes it.
     let record_key = crate::idem::task_tenant().map_or(key, |t| key.for_tenant(&t));
     // The handler's own response head, when it ran in this request (absent: a replay).
-    let first: Mutex<Option<(response::Parts, Bytes)>> = Mutex::new(None);
+    let first: Mutex<Option<(response::Parts, ResponseBody<ResBody>)>> = Mutex::new(None);
     let mut request = Some((parts, body, inner));
     let config_ref = &*config;
     let first_ref = &first;
@@ -701,15 +801,20 @@ where
                 .await
                 .map_err(Served::Inner)?;
             let (head, body) = response.into_parts();
-            let body = body
-                .collect()
+            let read = read_bounded(&head, body, config_ref.max_response)
                 .await
-                .map_err(|e| Served::Body(e.into()))?
-                .to_bytes();
+                .map_err(|e| Served::Body(e.into()))?;
+            let (stored, body) = match read {
+                Read::Whole(body) => (
+                    Stored::of(&head, &config_ref.stored_headers, &body),
+                    Either::Left(Full::new(body)),
+                ),
+                // Recorded as ran, its response not kept: never run again, never replayed.
+                Read::Streamed(body, why) => (Stored::streamed(&head, why), body),
+            };
             if !(config_ref.stores)(head.status) {
                 return Err(Served::NotStored(head, body));
             }
-            let stored = Stored::of(&head, &config_ref.stored_headers, &body);
             *first_ref.lock().unwrap_or_else(|p| p.into_inner()) = Some((head, body));
             Ok(stored)
         };
@@ -725,24 +830,24 @@ where
         .max_attempts(1)
         .resend(config.handler_resends)
         .in_flight_wait(config.in_flight_wait)
-        .max_outcome_bytes(config.max_response);
+        // The body is bounded as it is read; its stored form may be longer (hex for bytes that are
+        // not UTF-8, the headers, the marker of a streamed response).
+        .max_outcome_bytes(config.max_response.saturating_mul(2).saturating_add(4096));
     if let Some(lease) = config.lease {
         tool = tool.lease(lease);
     }
     if let Some(ttl) = config.ttl {
         tool = tool.ttl(ttl);
     }
-    let result: Result<Stored, Served<S::Error>> =
+    let result: Result<Stored, Served<S::Error, ResBody>> =
         tool.run_keyed(key, fingerprint, attempt).await;
     let first = first.into_inner().unwrap_or_else(|p| p.into_inner());
     match result {
         Ok(stored) => Ok(match first {
-            Some((head, body)) => Response::from_parts(head, Either::Left(Full::new(body))),
-            None => stored.replay(),
+            Some((head, body)) => Response::from_parts(head, body),
+            None => stored.replay(&record_key),
         }),
-        Err(Served::NotStored(head, body)) => {
-            Ok(Response::from_parts(head, Either::Left(Full::new(body))))
-        }
+        Err(Served::NotStored(head, body)) => Ok(Response::from_parts(head, body)),
         Err(Served::Inner(e)) => Err(e),
         Err(Served::Body(e)) => Ok(unknown_outcome(
             &config,
