@@ -121,3 +121,8 @@ pub mod __private;
 ))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// `docs/http.md`'s examples, compiled as doctests (issue 39: they once did not compile).
+#[cfg(all(doctest, feature = "reqwest", feature = "tower"))]
+#[doc = include_str!("../docs/http.md")]
+pub struct HttpDoctests;

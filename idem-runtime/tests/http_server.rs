@@ -472,33 +472,390 @@ async fn s12_a_handler_slower_than_its_lease_keeps_its_key() {
     assert_eq!(handler.runs.load(SeqCst), 1);
 }
 
-#[tokio::test(start_paused = true)]
-async fn s8_a_crashed_handlers_key_is_taken_over_once_its_lease_ends() {
+/// The first request's process dies inside the handler: the thread its runtime runs on stops
+/// for good (the handler blocks it), so its run is never polled again nor dropped: no clean-up,
+/// no renewal, as after a SIGKILL. Returns once the handler has started.
+async fn crash_inside_the_handler(app: &Router, handler: &Shared) {
+    let crashed = app.clone();
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(crashed.oneshot(keyed("/freeze")))
+    });
+    handler.entered.notified().await;
+}
+
+/// The first run notifies `entered`, then blocks its thread for good (a process that died);
+/// later runs answer.
+async fn freeze(State(h): State<Shared>) -> Response {
+    let n = h.runs.fetch_add(1, SeqCst) + 1;
+    if n > 1 {
+        return format!("ran {n}").into_response();
+    }
+    h.entered.notify_one();
+    loop {
+        std::thread::park();
+    }
+}
+
+fn crash_routes(layer: IdempotencyLayer, h: &Shared) -> Router {
+    Router::new()
+        .route("/freeze", post(freeze))
+        .layer(layer)
+        .with_state(h.clone())
+}
+
+/// S8 with S25: a crashed handler's key is taken over once its lease ends, and since its handler
+/// started, the request is told it ran and how it is settled; the handler does not run again.
+#[tokio::test]
+async fn s8_s25_a_crashed_handlers_key_is_taken_over_and_it_is_not_run_again() {
     let store = Arc::new(MemoryStore::new());
     let handler = Shared::default();
-    let app = app(layer_on(&store).lease(Duration::from_secs(2)), &handler);
-    // The first request's process dies inside the handler: its future is never polled again,
-    // nor dropped (no clean-up runs), so its record stays running until the lease ends.
-    let mut crashed = Box::pin(app.clone().oneshot(keyed("/slow")));
-    tokio::select! {
-        _ = &mut crashed => panic!("the slow handler answered before it was released"),
-        _ = handler.entered.notified() => {}
-    }
-    std::mem::forget(crashed);
-    let during = app.clone().oneshot(keyed("/slow")).await.unwrap();
-    assert_eq!(during.status(), StatusCode::CONFLICT);
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let after = tokio::spawn(app.clone().oneshot(keyed("/slow")));
-    handler.entered.notified().await;
-    handler.release.send_replace(true);
-    let after = after.await.unwrap().unwrap();
+    let app = crash_routes(layer_on(&store).lease(Duration::from_secs(1)), &handler);
+    crash_inside_the_handler(&app, &handler).await;
+    // Past the lease (waited for, not timed: any longer wait sees the same).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = app.clone().oneshot(keyed("/freeze")).await.unwrap();
+    says_it_ran_and_how_it_is_settled(after).await;
+    assert_eq!(handler.runs.load(SeqCst), 1, "the handler ran again");
+}
+
+/// S8 with `handler_resends(true)`: the handler says it is safe to re-run, so a crashed
+/// handler's key, taken over once its lease ends, runs it again with the same key.
+#[tokio::test]
+async fn s8_with_handler_resends_a_crashed_handlers_key_is_taken_over_and_run_again() {
+    let store = Arc::new(MemoryStore::new());
+    let handler = Shared::default();
+    let layer = layer_on(&store)
+        .lease(Duration::from_secs(1))
+        .handler_resends(true);
+    let app = crash_routes(layer, &handler);
+    crash_inside_the_handler(&app, &handler).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = app.clone().oneshot(keyed("/freeze")).await.unwrap();
     assert_eq!(after.status(), StatusCode::OK);
     assert!(after.headers().get(REPLAYED).is_none());
-    let replay = app.oneshot(keyed("/slow")).await.unwrap();
+    let replay = app.oneshot(keyed("/freeze")).await.unwrap();
     assert_eq!(replay.headers()[REPLAYED], "true");
-    assert_eq!(
-        handler.runs.load(SeqCst),
-        1,
-        "the crashed run never finished"
+    let body = axum::body::to_bytes(replay.into_body(), 1 << 10).await.unwrap();
+    assert_eq!(body, "ran 2");
+    assert_eq!(handler.runs.load(SeqCst), 2);
+}
+
+/// The effect first, then waits for the release (a handler whose client may go away meanwhile).
+async fn charge_then_wait(State(h): State<Shared>) -> Response {
+    let n = h.runs.fetch_add(1, SeqCst) + 1;
+    let mut released = h.release.subscribe();
+    h.entered.notify_one();
+    released.wait_for(|r| *r).await.unwrap();
+    (StatusCode::CREATED, format!("charged {n}")).into_response()
+}
+
+/// The effect, then a panic (the first run only).
+async fn charge_then_panic(State(h): State<Shared>) -> Response {
+    let n = h.runs.fetch_add(1, SeqCst) + 1;
+    assert!(n > 1, "the handler panics after its effect");
+    (StatusCode::CREATED, format!("charged {n}")).into_response()
+}
+
+/// The effect, then a response whose body breaks off (the first run only).
+async fn charge_then_break(State(h): State<Shared>) -> Response {
+    let n = h.runs.fetch_add(1, SeqCst) + 1;
+    if n > 1 {
+        return (StatusCode::CREATED, format!("charged {n}")).into_response();
+    }
+    let chunks: Vec<Result<Bytes, std::io::Error>> = vec![
+        Ok(Bytes::from_static(b"{\"charge\":")),
+        Err(std::io::Error::other("the handler's stream failed")),
+    ];
+    let body = Body::from_stream(futures_util::stream::iter(chunks));
+    (StatusCode::CREATED, body).into_response()
+}
+
+fn unknown_outcome_routes(layer: IdempotencyLayer, h: &Shared) -> Router {
+    Router::new()
+        .route("/wait", post(charge_then_wait))
+        .route("/panic", post(charge_then_panic))
+        .route("/break", post(charge_then_break))
+        .layer(layer)
+        .with_state(h.clone())
+}
+
+fn keyed_as(path: &str, key: &str) -> Request<Body> {
+    Request::post(path)
+        .header("idempotency-key", key)
+        .body(Body::empty())
+        .unwrap()
+}
+
+/// What a response whose handler ran but whose answer is unknown must say: that it ran, and how
+/// it is settled; never to retry (a retry would not run it).
+async fn says_it_ran_and_how_it_is_settled(response: Response) -> String {
+    assert!(
+        !response.status().is_success(),
+        "{:?}: an unknown outcome is not a success",
+        response.status()
     );
+    assert!(response.headers().get(REPLAYED).is_none());
+    assert_eq!(response.headers()["content-type"], "application/problem+json");
+    let body = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+    let body = String::from_utf8(body.to_vec()).unwrap();
+    assert!(body.contains("ran"), "{body}");
+    assert!(body.contains("idemkit resolve"), "{body}");
+    assert!(!body.to_lowercase().contains("retry with"), "{body}");
+    body
+}
+
+/// S25: the client goes away while its handler runs (hyper drops the service's future). The
+/// handler's run is not the connection's: it finishes, and the retry (waiting while it runs)
+/// gets its response, the handler run once.
+#[tokio::test]
+async fn s25_a_handler_whose_client_went_away_is_not_run_again() {
+    let store = Arc::new(MemoryStore::new());
+    let handler = Shared::default();
+    let app = unknown_outcome_routes(
+        layer_on(&store).in_flight_wait(Duration::from_secs(600)),
+        &handler,
+    );
+    let mut first = Box::pin(app.clone().oneshot(keyed_as("/wait", "\"gone\"")));
+    tokio::select! {
+        _ = &mut first => panic!("the handler answered before it was released"),
+        _ = handler.entered.notified() => {}
+    }
+    drop(first); // the client disconnected
+    handler.release.send_replace(true);
+    let retry = app.clone().oneshot(keyed_as("/wait", "\"gone\"")).await.unwrap();
+    assert_eq!(handler.runs.load(SeqCst), 1, "the handler ran again");
+    assert_eq!(retry.status(), StatusCode::CREATED);
+    assert_eq!(retry.headers()[REPLAYED], "true");
+    let body = axum::body::to_bytes(retry.into_body(), 1 << 20).await.unwrap();
+    assert_eq!(body, "charged 1");
+}
+
+/// S25: the handler panics after its effect. The retry does not run it again; both answers say
+/// it ran and that `idemkit resolve` settles it.
+#[tokio::test]
+async fn s25_a_handler_that_panicked_after_its_effect_is_not_run_again() {
+    let store = Arc::new(MemoryStore::new());
+    let handler = Shared::default();
+    let app = unknown_outcome_routes(layer_on(&store), &handler);
+    // Spawned: on the old code the panic reaches the caller of the service.
+    let first = tokio::spawn(app.clone().oneshot(keyed_as("/panic", "\"p\"")))
+        .await;
+    let retry = app.clone().oneshot(keyed_as("/panic", "\"p\"")).await.unwrap();
+    assert_eq!(handler.runs.load(SeqCst), 1, "the handler ran again");
+    says_it_ran_and_how_it_is_settled(retry).await;
+    says_it_ran_and_how_it_is_settled(first.expect("the layer answers a panic").unwrap()).await;
+}
+
+/// S25: the handler's response body breaks off after its effect. The retry does not run it
+/// again, and the first answer does not ask for one.
+#[tokio::test]
+async fn s25_a_handler_whose_response_broke_off_is_not_run_again() {
+    let store = Arc::new(MemoryStore::new());
+    let handler = Shared::default();
+    let app = unknown_outcome_routes(layer_on(&store), &handler);
+    let first = app.clone().oneshot(keyed_as("/break", "\"b\"")).await.unwrap();
+    says_it_ran_and_how_it_is_settled(first).await;
+    let retry = app.clone().oneshot(keyed_as("/break", "\"b\"")).await.unwrap();
+    assert_eq!(handler.runs.load(SeqCst), 1, "the handler ran again");
+    says_it_ran_and_how_it_is_settled(retry).await;
+}
+
+/// S29: an empty key, or one over the documented bound, is refused with `400` saying the bound;
+/// never one record shared by all such requests.
+#[tokio::test]
+async fn s29_an_empty_or_too_long_key_is_400_stating_the_bound() {
+    let s = serve(|l| l).await;
+    let longest = "k".repeat(idem_runtime::http::MAX_KEY_LENGTH);
+    let too_long = format!("\"{longest}k\"");
+    for key in ["\"\"", too_long.as_str()] {
+        let refused = s.post("/v1/charges", Some(key), "{}").await;
+        assert_eq!(refused.status(), StatusCode::BAD_REQUEST, "{key}");
+        let body = refused.text().await.unwrap();
+        assert!(body.contains("1 to 255 characters"), "{body}");
+    }
+    assert_eq!(s.runs(), 0);
+    let at_the_bound = s.post("/v1/charges", Some(&longest), "{}").await;
+    assert_eq!(at_the_bound.status(), StatusCode::CREATED);
+}
+
+/// Issue 39 item 4: a JSON body counts by its canonical form (keys in any order, any
+/// whitespace): the same payload re-sent replays; another value is still `422`. A form body
+/// counts by its pairs, whatever their order.
+#[tokio::test]
+async fn a_json_or_form_body_re_sent_in_another_order_replays_and_another_value_is_422() {
+    let s = serve(|l| l).await;
+    let post = |key: &'static str, content_type: &'static str, body: &'static str| {
+        s.http
+            .post(format!("{}/v1/charges", s.base))
+            .header("Idempotency-Key", key)
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+    };
+    let json = "application/json; charset=utf-8";
+    post("\"j\"", json, r#"{"cents":42,"customer":{"id":"cus_1","tags":["a","b"]}}"#)
+        .await
+        .unwrap();
+    let reordered = post(
+        "\"j\"",
+        json,
+        "{ \"customer\" : { \"tags\": [\"a\", \"b\"], \"id\": \"cus_1\" },\n  \"cents\": 42 }",
+    )
+    .await
+    .unwrap();
+    assert!(replayed(&reordered), "{}", reordered.status());
+    let other = post("\"j\"", json, r#"{"cents":43,"customer":{"id":"cus_1","tags":["a","b"]}}"#)
+        .await
+        .unwrap();
+    assert_eq!(other.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let order = post("\"j\"", json, r#"{"cents":42,"customer":{"id":"cus_1","tags":["b","a"]}}"#)
+        .await
+        .unwrap();
+    assert_eq!(order.status(), StatusCode::UNPROCESSABLE_ENTITY, "a list's order counts");
+
+    let form = "application/x-www-form-urlencoded";
+    post("\"f\"", form, "amount=42&customer=cus%5F1&note=a+b").await.unwrap();
+    let reordered = post("\"f\"", form, "note=a%20b&customer=cus_1&amount=42").await.unwrap();
+    assert!(replayed(&reordered), "{}", reordered.status());
+    let other = post("\"f\"", form, "amount=43&customer=cus_1&note=a+b").await.unwrap();
+    assert_eq!(other.status(), StatusCode::UNPROCESSABLE_ENTITY);
+
+    // Any other body counts by its bytes.
+    post("\"t\"", "text/plain", "a b").await.unwrap();
+    let spaced = post("\"t\"", "text/plain", "a  b").await.unwrap();
+    assert_eq!(spaced.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(s.runs(), 3);
+}
+
+/// Issue 39 item 8: the 422 a client gets speaks HTTP: no "tool", no internal key.
+#[tokio::test]
+async fn a_422_speaks_http_not_the_runtimes_terms() {
+    let s = serve(|l| l).await;
+    s.post("/v1/charges", Some("\"k\""), "{}").await;
+    let reused = s.post("/v1/refunds", Some("\"k\""), "{}").await;
+    assert_eq!(reused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let body = reused.text().await.unwrap();
+    let key = IdempotencyKey::derive("http", &[("idempotency_key", &"k")]);
+    assert!(!body.contains("tool"), "{body}");
+    assert!(!body.contains(key.as_str()), "{body}");
+    assert!(body.contains("new key"), "{body}");
+}
+
+/// Issue 39 item 8: two layers with the default name on one store would share records (`/b`
+/// getting `/a`'s 422): refused when the app is built, naming both places. One layer on both
+/// routes, or a name each, is fine.
+#[test]
+fn two_layers_with_one_name_on_one_store_are_refused_when_the_app_is_built() {
+    let store = Arc::new(MemoryStore::new());
+    let handler = Shared::default();
+    let one = layer_on(&store);
+    let routes = || {
+        Router::new()
+            .route("/a", post(charge))
+            .route("/b", post(charge))
+    };
+    let _both: Router = routes().layer(one.clone()).with_state(handler.clone());
+    let _named: Router = routes()
+        .layer(layer_on(&store).name("refunds"))
+        .with_state(handler.clone());
+    let _other_store: Router = routes()
+        .layer(layer_on(&Arc::new(MemoryStore::new())))
+        .with_state(handler.clone());
+    let second = std::panic::catch_unwind(|| {
+        let _: Router = Router::new()
+            .route("/b", post(charge))
+            .layer(layer_on(&store))
+            .with_state(handler.clone());
+    });
+    let message = *second.expect_err("refused").downcast::<String>().unwrap();
+    assert!(message.contains("two IdempotencyLayers named `http` on one store"), "{message}");
+    assert!(message.contains("http_server.rs"), "{message}");
+    drop(one);
+    drop(_both);
+}
+
+/// `data: 1`, then `data: 2` once released: an event stream.
+async fn events(State(h): State<Shared>) -> Response {
+    h.runs.fetch_add(1, SeqCst);
+    let released = h.release.subscribe();
+    let stream = futures_util::stream::unfold((0, released), |(n, mut released)| async move {
+        match n {
+            0 => {}
+            1 => released.wait_for(|r| *r).await.map(drop).ok()?,
+            _ => return None,
+        }
+        let event = Bytes::from(format!("data: {}\n\n", n + 1));
+        Some((Ok::<_, std::io::Error>(event), (n + 1, released)))
+    });
+    ([("content-type", "text/event-stream")], Body::from_stream(stream)).into_response()
+}
+
+/// 30 bytes in three chunks, no `Content-Length`.
+async fn chunked(State(h): State<Shared>) -> Response {
+    h.runs.fetch_add(1, SeqCst);
+    let chunks = (0..3).map(|i| Ok::<_, std::io::Error>(Bytes::from(format!("chunk {i}..."))));
+    Body::from_stream(futures_util::stream::iter(chunks)).into_response()
+}
+
+fn streaming_routes(layer: IdempotencyLayer, h: &Shared) -> Router {
+    Router::new()
+        .route("/events", post(events))
+        .route("/chunked", post(chunked))
+        .layer(layer)
+        .with_state(h.clone())
+}
+
+/// A keyed event stream (SSE) is not buffered: its first event reaches the client while the
+/// handler still streams; the request is recorded as ran, its response not kept, and a repeat
+/// is told so; the handler is not run again. (The clock is paused: were the layer to buffer the
+/// stream, the hour's timeout would fire at once, the runtime having nothing else to do.)
+#[tokio::test(start_paused = true)]
+async fn an_event_stream_on_a_keyed_route_is_streamed_and_recorded_as_ran_not_kept() {
+    let store = Arc::new(MemoryStore::new());
+    let handler = Shared::default();
+    let app = streaming_routes(layer_on(&store), &handler);
+    let first = tokio::time::timeout(
+        Duration::from_secs(3600),
+        app.clone().oneshot(keyed_as("/events", "\"sse\"")),
+    )
+    .await
+    .expect("the head came before the stream ended")
+    .unwrap();
+    let mut body = first.into_body();
+    let event = http_body_util::BodyExt::frame(&mut body).await.unwrap().unwrap();
+    assert_eq!(event.into_data().unwrap(), "data: 1\n\n");
+    handler.release.send_replace(true);
+    let rest = axum::body::to_bytes(body, 1 << 10).await.unwrap();
+    assert_eq!(rest, "data: 2\n\n");
+
+    let repeat = app.oneshot(keyed_as("/events", "\"sse\"")).await.unwrap();
+    assert_eq!(repeat.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let text = axum::body::to_bytes(repeat.into_body(), 1 << 20).await.unwrap();
+    let text = String::from_utf8_lossy(&text);
+    assert!(text.contains("streamed and is not kept"), "{text}");
+    assert!(text.contains("event stream"), "{text}");
+    assert_eq!(handler.runs.load(SeqCst), 1);
+}
+
+/// A response over `max_response_bytes` is handed on as it comes, never buffered past the
+/// bound: the first request gets all of it, repeats are told it ran and was not kept.
+#[tokio::test]
+async fn a_response_over_the_bound_is_streamed_whole_and_recorded_as_ran_not_kept() {
+    let store = Arc::new(MemoryStore::new());
+    let handler = Shared::default();
+    let app = streaming_routes(layer_on(&store).max_response_bytes(16), &handler);
+    let first = app.clone().oneshot(keyed_as("/chunked", "\"big\"")).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    let body = axum::body::to_bytes(first.into_body(), 1 << 10).await.unwrap();
+    assert_eq!(body, "chunk 0...chunk 1...chunk 2...");
+    let repeat = app.oneshot(keyed_as("/chunked", "\"big\"")).await.unwrap();
+    let text = axum::body::to_bytes(repeat.into_body(), 1 << 20).await.unwrap();
+    let text = String::from_utf8_lossy(&text);
+    assert!(text.contains("streamed and is not kept"), "{text}");
+    assert!(text.contains("max_response_bytes"), "{text}");
+    assert_eq!(handler.runs.load(SeqCst), 1);
 }

@@ -29,11 +29,15 @@ mod server;
 pub use self::client::{HttpError, IdempotentRequest, current_key};
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
-pub use self::server::{IdempotencyLayer, IdempotencyService, ResponseBody};
+pub use self::server::{IdempotencyLayer, IdempotencyService, Prefixed, ResponseBody};
 
 /// The request header that carries the key (draft-09 §2): `Idempotency-Key`, lowercase as the
 /// `http` crate spells header names.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+/// The longest key the layer takes, in characters (Stripe's bound): a longer one, or an empty
+/// one, is refused with `400` saying so (S29), never one record shared by all such requests.
+pub const MAX_KEY_LENGTH: usize = 255;
 
 /// The response header that marks a replayed response: `Idempotent-Replayed: true`, as Stripe
 /// sends it (the draft names no marker).
