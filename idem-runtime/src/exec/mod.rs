@@ -6,10 +6,12 @@
 //! macros calls through [`Tool`].
 
 mod core;
+mod current;
 mod repeats;
 mod typed;
 mod verified;
 
+pub use self::current::current_key;
 pub use self::core::{Next, ReadNext};
 pub use self::typed::{Attempt, ReadCall, SideEffectCall, VerifyStep};
 pub use self::verified::{Verified, Verifying};
@@ -298,7 +300,7 @@ impl<'a> Tool<'a> {
                 // current while the attempt is polled): a request it sends is keyed.
                 #[cfg(feature = "reqwest")]
                 let made = {
-                    let _current = crate::http::client::CurrentKey::enter(Some(key));
+                    let _current = self::current::CurrentKey::enter(Some(key));
                     attempt(key)
                 };
                 #[cfg(not(feature = "reqwest"))]

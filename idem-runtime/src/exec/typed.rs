@@ -189,7 +189,7 @@ where
         // The attempt's key is the current one while its body is polled: requests it sends
         // carry it without the tool writing it (`http::IdempotentRequest`).
         #[cfg(feature = "reqwest")]
-        let _current = crate::http::client::CurrentKey::enter(this.call.call.attempt_key());
+        let _current = super::current::CurrentKey::enter(this.call.call.attempt_key());
         match this.attempt.poll(cx) {
             Poll::Ready(result) => {
                 this.call.ended(result);
