@@ -14,12 +14,10 @@ thread_local! {
 /// Makes a step's key the current one while its future is made and polled (the executor's one
 /// hook), and puts back the one before (a step of a tool called inside another's body) when
 /// dropped, also when the body panics.
-#[cfg_attr(not(feature = "reqwest"), allow(dead_code))]
 pub(crate) struct CurrentKey(Option<IdempotencyKey>);
 
 impl CurrentKey {
-    #[cfg_attr(not(feature = "reqwest"), allow(dead_code))]
-    pub(crate) fn enter(key: Option<IdempotencyKey>) -> CurrentKey {
+        pub(crate) fn enter(key: Option<IdempotencyKey>) -> CurrentKey {
         CurrentKey(CURRENT.with(|current| current.replace(key)))
     }
 }
@@ -38,4 +36,13 @@ impl Drop for CurrentKey {
 /// does not see it (pass the key on, or send from the body itself).
 pub fn current_key() -> Option<IdempotencyKey> {
     CURRENT.with(Cell::get)
+}
+
+/// Makes a step's future with its key current (S26): a closure that builds its request before
+/// its future is polled (`|key| client.post(..).send_idempotent()`) sends under this call's key,
+/// never an outer call's. The one place every entry path (`Tool::side_effect`, `Tool::verify`)
+/// makes a step; the future is then polled under the key by `Attempt` and `VerifyStep`.
+pub(crate) fn made_under<R>(key: IdempotencyKey, make: impl FnOnce() -> R) -> R {
+    let _current = CurrentKey::enter(Some(key));
+    make()
 }
