@@ -95,7 +95,7 @@ pub use classify::{Classified, classify_chain};
 pub use error::{Error, StoreError, StoreErrorKind};
 #[doc(hidden)]
 pub use exec::{Attempt, Next, ReadCall, ReadNext, SideEffectCall, VerifyStep};
-pub use exec::{Tool, Verified, Verifying};
+pub use exec::{Tool, Verified, Verifying, current_key};
 pub use explain::Explanation;
 pub use fingerprint::{Fingerprint, Fingerprinter};
 pub use idem::{

@@ -83,6 +83,8 @@ async fn server() -> Server {
 #[derive(Debug)]
 enum CallError {
     Http(HttpError),
+    /// Sent, but the answer was lost.
+    Lost,
     Idem(#[allow(dead_code)] idem_runtime::Error),
 }
 
@@ -102,6 +104,7 @@ impl Classify for CallError {
     fn classify(&self) -> Failure {
         match self {
             CallError::Http(e) => e.classify(),
+            CallError::Lost => Failure::Ambiguous,
             CallError::Idem(_) => Failure::Permanent,
         }
     }
@@ -314,4 +317,109 @@ async fn a_boxed_error_holding_an_http_error_classifies_as_it() {
         boxed.classify(),
         Failure::RetryAfter(Duration::from_secs(4))
     );
+}
+
+/// A verified tool (`Tool::verify`, S19) that charges `customer` through `url`: its closure
+/// builds the request before its future is polled, as `send_once` does.
+async fn verified_charge(
+    http: &reqwest::Client,
+    url: &str,
+    customer: &str,
+) -> Result<String, CallError> {
+    Tool::new("charge_verified")
+        .max_attempts(1)
+        .resend(false)
+        .verify(|_key| async { Ok(idem_runtime::Verified::NotApplied) })
+        .side_effect(&[("customer", &customer)], &(), |_key| {
+            let sent = http.post(url).send_idempotent();
+            async move { Ok(sent.await?.text().await.map_err(HttpError::from)?) }
+        })
+        .await
+}
+
+/// S26 (issue 40 #4): `Tool::verify(..).side_effect(..)` makes the call's key current while
+/// its closure makes the attempt, as `Tool::side_effect` does: a request built there is keyed
+/// (it was `HttpError::NoCall`).
+#[tokio::test]
+async fn s26_a_verified_tools_closure_sends_under_the_calls_key() {
+    let server = server().await;
+    let http = reqwest::Client::new();
+    let url = format!("{}/status/200", server.base);
+    let idem = Idem::new(MemoryStore::new());
+    let echoed = idem
+        .scope(verified_charge(&http, &url, "cus_a"))
+        .await
+        .unwrap();
+    let key = IdempotencyKey::derive("charge_verified", &[("customer", &"cus_a")]);
+    assert_eq!(echoed, format!("\"{key}\""));
+}
+
+/// S26 (issue 40 #4): verified calls inside another call's body (as every handler behind the
+/// layer is) each send under their own key, never the outer call's: two customers, two keys,
+/// each record its own receipt.
+#[tokio::test]
+async fn s26_verified_calls_nested_in_another_call_send_under_their_own_keys() {
+    let server = server().await;
+    let http = reqwest::Client::new();
+    let url = format!("{}/status/200", server.base);
+    let idem = Idem::new(MemoryStore::new());
+    let (a, b) = idem
+        .scope(async {
+            Tool::new("outer")
+                .max_attempts(1)
+                .side_effect(&[("batch", &1u32)], &(), |_key| async {
+                    let a = verified_charge(&http, &url, "cus_a").await?;
+                    let b = verified_charge(&http, &url, "cus_b").await?;
+                    Ok::<_, CallError>((a, b))
+                })
+                .await
+        })
+        .await
+        .unwrap();
+    let key_a = IdempotencyKey::derive("charge_verified", &[("customer", &"cus_a")]);
+    let key_b = IdempotencyKey::derive("charge_verified", &[("customer", &"cus_b")]);
+    assert_eq!(
+        *server.seen.lock().unwrap(),
+        [Some(format!("\"{key_a}\"")), Some(format!("\"{key_b}\""))]
+    );
+    assert_eq!((a, b), (format!("\"{key_a}\""), format!("\"{key_b}\"")));
+    // Each record holds its own receipt: a repeat of cus_b replays cus_b's.
+    let again = idem
+        .scope(verified_charge(&http, &url, "cus_b"))
+        .await
+        .unwrap();
+    assert_eq!(again, format!("\"{key_b}\""));
+    assert_eq!(server.seen.lock().unwrap().len(), 2, "replayed, not sent");
+}
+
+/// S26: the verify function runs with its call's key current, both where its future is made
+/// and while it is polled, also inside another call's body.
+#[tokio::test]
+async fn s26_a_verify_function_sees_its_calls_key() {
+    let idem = Idem::new(MemoryStore::new());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let inner = || {
+        let seen = Arc::clone(&seen);
+        Tool::new("notify")
+            .max_attempts(1)
+            .resend(false)
+            .verify(move |key| {
+                let made = current_key();
+                let seen = Arc::clone(&seen);
+                async move {
+                    seen.lock().unwrap().push((key, made, current_key()));
+                    Ok(idem_runtime::Verified::Applied(7u32))
+                }
+            })
+            .side_effect(&[("order", &"ord_1")], &(), |_key| async {
+                Err::<u32, _>(CallError::Lost)
+            })
+    };
+    let outer = Tool::new("outer_verify")
+        .max_attempts(1)
+        .side_effect(&[("batch", &2u32)], &(), |_key| async { inner().await });
+    let got: Result<u32, CallError> = idem.scope(outer).await;
+    assert_eq!(got.unwrap(), 7);
+    let key = IdempotencyKey::derive("notify", &[("order", &"ord_1")]);
+    assert_eq!(*seen.lock().unwrap(), [(key, Some(key), Some(key))]);
 }

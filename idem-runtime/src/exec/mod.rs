@@ -6,10 +6,12 @@
 //! macros calls through [`Tool`].
 
 mod core;
+mod current;
 mod repeats;
 mod typed;
 mod verified;
 
+pub use self::current::current_key;
 pub use self::core::{Next, ReadNext};
 pub use self::typed::{Attempt, ReadCall, SideEffectCall, VerifyStep};
 pub use self::verified::{Verified, Verifying};
@@ -294,15 +296,7 @@ impl<'a> Tool<'a> {
         let mut attempt = attempt;
         async move {
             while let Some(key) = call.attempt().await {
-                // The key is current while the closure makes the attempt, too (`Attempt` makes it
-                // current while the attempt is polled): a request it sends is keyed.
-                #[cfg(feature = "reqwest")]
-                let made = {
-                    let _current = crate::http::client::CurrentKey::enter(Some(key));
-                    attempt(key)
-                };
-                #[cfg(not(feature = "reqwest"))]
-                let made = attempt(key);
+                let made = current::made_under(key, || attempt(key));
                 call.run(made).await;
             }
             call.end()

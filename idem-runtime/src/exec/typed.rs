@@ -188,8 +188,7 @@ where
         }
         // The attempt's key is the current one while its body is polled: requests it sends
         // carry it without the tool writing it (`http::IdempotentRequest`).
-        #[cfg(feature = "reqwest")]
-        let _current = crate::http::client::CurrentKey::enter(this.call.call.attempt_key());
+        let _current = super::current::CurrentKey::enter(this.call.call.step_key());
         match this.attempt.poll(cx) {
             Poll::Ready(result) => {
                 this.call.ended(result);
@@ -238,6 +237,8 @@ where
         if std::task::ready!(this.call.call.poll_gate(cx)).is_err() {
             return Poll::Ready(());
         }
+        // S26: the verification asks about this call's key, also inside another call's body.
+        let _current = super::current::CurrentKey::enter(this.call.call.step_key());
         match this.verify.poll(cx) {
             Poll::Ready(answer) => {
                 this.call.verified(answer);

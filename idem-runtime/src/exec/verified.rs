@@ -125,9 +125,11 @@ impl<'a, V> Verifying<'a, V> {
         async move {
             while let Some(key) = call.attempt().await {
                 if call.verifying() {
-                    call.verify(verify(key)).await;
+                    let made = super::current::made_under(key, || verify(key));
+                    call.verify(made).await;
                 } else {
-                    call.run(attempt(key)).await;
+                    let made = super::current::made_under(key, || attempt(key));
+                    call.run(made).await;
                 }
             }
             call.end()

@@ -8,7 +8,6 @@
 //! request), and a request sent outside any call fails where it is written, with
 //! [`HttpError::NoCall`], instead of a middleware silently sending it unkeyed.
 
-use std::cell::Cell;
 use std::future::Future;
 use std::time::{Duration, SystemTime};
 
@@ -19,35 +18,13 @@ use super::{IDEMPOTENCY_KEY, sf_string};
 use crate::key::IdempotencyKey;
 use crate::retry::{Classify, Failure};
 
-thread_local! {
-    /// The key of the attempt whose body is being polled on this thread, if any.
-    static CURRENT: Cell<Option<IdempotencyKey>> = const { Cell::new(None) };
-}
-
-/// Makes an attempt's key the current one while its body is polled (the executor's one hook),
-/// and puts back the one before (an attempt of a tool called inside another's body) when dropped,
-/// also when the body panics.
-pub(crate) struct CurrentKey(Option<IdempotencyKey>);
-
-impl CurrentKey {
-    pub(crate) fn enter(key: Option<IdempotencyKey>) -> CurrentKey {
-        CurrentKey(CURRENT.with(|current| current.replace(key)))
-    }
-}
-
-impl Drop for CurrentKey {
-    fn drop(&mut self) {
-        CURRENT.with(|current| current.set(self.0));
-    }
-}
-
 /// The key of the side-effect attempt whose body is running here, or `None` outside any: what
 /// [`IdempotentRequest::send_idempotent`] sends.
 ///
 /// Set by the executor while it polls an attempt's body, on that thread: a task the body spawns
 /// does not see it (pass the key on, or send from the body itself).
 pub fn current_key() -> Option<IdempotencyKey> {
-    CURRENT.with(Cell::get)
+    crate::exec::current_key()
 }
 
 /// Sends a reqwest request with an idempotency key, and classifies what comes back.

@@ -258,11 +258,11 @@ impl<'a> Call<'a> {
         })
     }
 
-    /// The key of the attempt running now, if one is (what its body was handed).
-    #[cfg(feature = "reqwest")]
-    pub(crate) fn attempt_key(&self) -> Option<IdempotencyKey> {
+    /// The key of the step running now, if one is: what an attempt's body was handed, and what
+    /// a verification asks about (S26: each sees its own call's key as the current one).
+    pub(crate) fn step_key(&self) -> Option<IdempotencyKey> {
         match &self.phase {
-            Phase::Running(run, Between::Attempting) => Some(run.call.key),
+            Phase::Running(run, Between::Attempting | Between::Verifying(_)) => Some(run.call.key),
             _ => None,
         }
     }

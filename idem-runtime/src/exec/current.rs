@@ -1,0 +1,48 @@
+//! The key of the step (an attempt or a verification) being polled on this thread: published by
+//! the executor, read by whatever sends requests on a step's behalf (`http::IdempotentRequest`).
+//! It lives here, with the executor that sets it, so the executor reaches nothing of `http`.
+
+use std::cell::Cell;
+
+use crate::key::IdempotencyKey;
+
+thread_local! {
+    /// The key of the step whose future is being polled (or made) on this thread, if any.
+    static CURRENT: Cell<Option<IdempotencyKey>> = const { Cell::new(None) };
+}
+
+/// Makes a step's key the current one while its future is made and polled (the executor's one
+/// hook), and puts back the one before (a step of a tool called inside another's body) when
+/// dropped, also when the body panics.
+pub(crate) struct CurrentKey(Option<IdempotencyKey>);
+
+impl CurrentKey {
+        pub(crate) fn enter(key: Option<IdempotencyKey>) -> CurrentKey {
+        CurrentKey(CURRENT.with(|current| current.replace(key)))
+    }
+}
+
+impl Drop for CurrentKey {
+    fn drop(&mut self) {
+        CURRENT.with(|current| current.set(self.0));
+    }
+}
+
+/// The key of the side-effect attempt whose body is running here, or `None` outside any: what a
+/// client of a provider that deduplicates by key sends (`http::IdempotentRequest` does), for a
+/// client idemkit has no extension for (gRPC, a queue's message id).
+///
+/// Set by the executor while it polls an attempt's body, on that thread: a task the body spawns
+/// does not see it (pass the key on, or send from the body itself).
+pub fn current_key() -> Option<IdempotencyKey> {
+    CURRENT.with(Cell::get)
+}
+
+/// Makes a step's future with its key current (S26): a closure that builds its request before
+/// its future is polled (`|key| client.post(..).send_idempotent()`) sends under this call's key,
+/// never an outer call's. The one place every entry path (`Tool::side_effect`, `Tool::verify`)
+/// makes a step; the future is then polled under the key by `Attempt` and `VerifyStep`.
+pub(crate) fn made_under<R>(key: IdempotencyKey, make: impl FnOnce() -> R) -> R {
+    let _current = CurrentKey::enter(Some(key));
+    make()
+}
