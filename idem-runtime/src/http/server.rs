@@ -133,6 +133,10 @@ type Scope = dyn Fn(&Parts) -> Option<String> + Send + Sync;
 /// | a key that is not an sf-string (nor a bare token), or given twice | `400` |
 /// | a body over [`max_body_bytes`](IdempotencyLayer::max_body_bytes) | `413` |
 /// | the store fails | `503`, the handler does not run (fail closed) |
+/// | the handler started, then the client went away | the run goes on (it is spawned, detached from the connection): repeats wait or get `409`, then the replay |
+/// | the handler panicked, or its body broke off | `500` saying it ran and how it is settled (`idemkit resolve`); never run again unless [`handler_resends`](IdempotencyLayer::handler_resends) |
+/// | an empty key, or one over [`MAX_KEY_LENGTH`](super::MAX_KEY_LENGTH) | `400` stating the bound |
+/// | a `text/event-stream` response, or one over [`max_response_bytes`](IdempotencyLayer::max_response_bytes) | streamed on, recorded as ran and not kept; repeats get `500` saying so |
 ///
 /// The handler's response is not stored when its status is one that says nothing was done
 /// (default: `429` and `503`, see [`stores`](IdempotencyLayer::stores)): it goes out as it is
