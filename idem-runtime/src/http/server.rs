@@ -141,9 +141,10 @@ type Scope = dyn Fn(&Parts) -> Option<String> + Send + Sync;
 /// The handler's response is not stored when its status is one that says nothing was done
 /// (default: `429` and `503`, see [`stores`](IdempotencyLayer::stores)): it goes out as it is
 /// and the key is released. While the handler runs its lease is renewed (S12); a handler whose
-/// process dies leaves its record to be taken over once the lease ends, and the next request
-/// with the key runs the handler again, with the same key (S8), which the handler finds in the
-/// request's extensions as an [`IdempotencyKey`].
+/// process dies leaves its record to be taken over once the lease ends (S8): the next request
+/// with the key is told it ran and how it is settled (S25), or, with
+/// [`handler_resends`](IdempotencyLayer::handler_resends), runs the handler again with the same
+/// key, which the handler finds in the request's extensions as an [`IdempotencyKey`].
 ///
 /// It wraps any tower service of `http::Request<B>` whose body `B` can be made from `Bytes`
 /// (axum's `Body`, http-body-util's `Full`): a keyed body is read whole, then handed on.
@@ -523,7 +524,7 @@ fn unhex(hex: &str) -> Vec<u8> {
 /// What a handler's run came to when it is not a response to store.
 enum Served<E, B> {
     /// A response the handler says did nothing (`stores` refused its status): released.
-    NotStored(response::Parts, ResponseBody<B>),
+    NotStored(Box<(response::Parts, ResponseBody<B>)>),
     /// The handler failed without a response: it may have done anything.
     Inner(E),
     /// The handler's response body broke off: it ran, and may have done anything.
@@ -817,7 +818,7 @@ where
                 Read::Streamed(body, why) => (Stored::streamed(&head, why), body),
             };
             if !(config_ref.stores)(head.status) {
-                return Err(Served::NotStored(head, body));
+                return Err(Served::NotStored(Box::new((head, body))));
             }
             *first_ref.lock().unwrap_or_else(|p| p.into_inner()) = Some((head, body));
             Ok(stored)
@@ -851,7 +852,7 @@ where
             Some((head, body)) => Response::from_parts(head, body),
             None => stored.replay(&record_key),
         }),
-        Err(Served::NotStored(head, body)) => Ok(Response::from_parts(head, body)),
+        Err(Served::NotStored(first)) => Ok(Response::from_parts(first.0, first.1)),
         Err(Served::Inner(e)) => Err(e),
         Err(Served::Body(e)) => Ok(unknown_outcome(
             &config,
