@@ -133,13 +133,18 @@ type Scope = dyn Fn(&Parts) -> Option<String> + Send + Sync;
 /// | a key that is not an sf-string (nor a bare token), or given twice | `400` |
 /// | a body over [`max_body_bytes`](IdempotencyLayer::max_body_bytes) | `413` |
 /// | the store fails | `503`, the handler does not run (fail closed) |
+/// | the handler started, then the client went away | the run goes on (it is spawned, detached from the connection): repeats wait or get `409`, then the replay |
+/// | the handler panicked, or its body broke off | `500` saying it ran and how it is settled (`idemkit resolve`); never run again unless [`handler_resends`](IdempotencyLayer::handler_resends) |
+/// | an empty key, or one over [`MAX_KEY_LENGTH`](super::MAX_KEY_LENGTH) | `400` stating the bound |
+/// | a `text/event-stream` response, or one over [`max_response_bytes`](IdempotencyLayer::max_response_bytes) | streamed on, recorded as ran and not kept; repeats get `500` saying so |
 ///
 /// The handler's response is not stored when its status is one that says nothing was done
 /// (default: `429` and `503`, see [`stores`](IdempotencyLayer::stores)): it goes out as it is
 /// and the key is released. While the handler runs its lease is renewed (S12); a handler whose
-/// process dies leaves its record to be taken over once the lease ends, and the next request
-/// with the key runs the handler again, with the same key (S8), which the handler finds in the
-/// request's extensions as an [`IdempotencyKey`].
+/// process dies leaves its record to be taken over once the lease ends (S8): the next request
+/// with the key is told it ran and how it is settled (S25), or, with
+/// [`handler_resends`](IdempotencyLayer::handler_resends), runs the handler again with the same
+/// key, which the handler finds in the request's extensions as an [`IdempotencyKey`].
 ///
 /// It wraps any tower service of `http::Request<B>` whose body `B` can be made from `Bytes`
 /// (axum's `Body`, http-body-util's `Full`): a keyed body is read whole, then handed on.
@@ -519,7 +524,7 @@ fn unhex(hex: &str) -> Vec<u8> {
 /// What a handler's run came to when it is not a response to store.
 enum Served<E, B> {
     /// A response the handler says did nothing (`stores` refused its status): released.
-    NotStored(response::Parts, ResponseBody<B>),
+    NotStored(Box<(response::Parts, ResponseBody<B>)>),
     /// The handler failed without a response: it may have done anything.
     Inner(E),
     /// The handler's response body broke off: it ran, and may have done anything.
@@ -813,7 +818,7 @@ where
                 Read::Streamed(body, why) => (Stored::streamed(&head, why), body),
             };
             if !(config_ref.stores)(head.status) {
-                return Err(Served::NotStored(head, body));
+                return Err(Served::NotStored(Box::new((head, body))));
             }
             *first_ref.lock().unwrap_or_else(|p| p.into_inner()) = Some((head, body));
             Ok(stored)
@@ -847,7 +852,7 @@ where
             Some((head, body)) => Response::from_parts(head, body),
             None => stored.replay(&record_key),
         }),
-        Err(Served::NotStored(head, body)) => Ok(Response::from_parts(head, body)),
+        Err(Served::NotStored(first)) => Ok(Response::from_parts(first.0, first.1)),
         Err(Served::Inner(e)) => Err(e),
         Err(Served::Body(e)) => Ok(unknown_outcome(
             &config,
