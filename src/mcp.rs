@@ -213,6 +213,21 @@ fn to_value<T: Serialize>(value: &T) -> Result<Value, ErrorData> {
     })
 }
 
+/// An error's text as an MCP client reads it: a missing operation is the client's to send, in
+/// the request's `_meta` (the runtime's own text tells a Rust host to use `operation_scope`).
+fn for_the_client(reason: &str, error: String) -> String {
+    if reason == "no_operation" {
+        format!(
+            "idemkit: this tool acts once per operation, which the MCP client names, and this request named none; \
+             the tool was not run. Send the operation's name in the request's `_meta`: \
+             `\"_meta\": {{\"{OPERATION_META}\": \"plan-42/step-3\"}}`, named from the client's own durable state \
+             (the plan step, the ticket), never by the model"
+        )
+    } else {
+        error
+    }
+}
+
 /// A tool error: why, in words a model can act on, then the error itself, its reason (a stable
 /// word, see [`Explanation`]) and whether calling again can help.
 fn failure(
@@ -225,7 +240,7 @@ fn failure(
 ) -> CallToolResult {
     let told = Explanation::of(e, failure, kind, info, key_fields);
     let mut out = CallToolResult::structured_error(json!({
-        "error": e.to_string(),
+        "error": for_the_client(told.reason, e.to_string()),
         "reason": told.reason,
         "retryable": told.retryable,
         "idempotencyKey": key,
@@ -578,7 +593,7 @@ impl JsonToolsServer {
                     .and_then(|i| i.key.as_ref())
                     .map(|k| k.to_string());
                 let mut out = CallToolResult::structured_error(json!({
-                    "error": message,
+                    "error": for_the_client(explanation.reason, message),
                     "reason": explanation.reason,
                     "retryable": explanation.retryable,
                     "idempotencyKey": key,

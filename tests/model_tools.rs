@@ -307,6 +307,12 @@ async fn issue33_2_one_json_tool_is_an_mcp_tool_with_one_name_one_description_an
         "no_operation",
         "{unnamed:?}"
     );
+    // Issue 39 #7: the client is told what to send, not Rust advice.
+    let error = structured(&unnamed)["error"].as_str().unwrap().to_owned();
+    assert!(
+        error.contains(r#""_meta": {"idemkit/operation": "#) && !error.contains("operation_scope"),
+        "{error}"
+    );
     client.cancel().await.unwrap();
 }
 
@@ -611,6 +617,11 @@ async fn issue33_1_an_mcp_tool_method_keyed_on_the_hosts_operation_acts_once_per
         structured(&unnamed)["reason"],
         "no_operation",
         "{unnamed:?}"
+    );
+    let error = structured(&unnamed)["error"].as_str().unwrap().to_owned();
+    assert!(
+        error.contains(r#""_meta": {"idemkit/operation": "#) && !error.contains("operation_scope"),
+        "{error}"
     );
     client.cancel().await.unwrap();
 }

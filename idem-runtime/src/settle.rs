@@ -714,11 +714,14 @@ where
     Ok(pass)
 }
 
+/// A pass's number (1, 2, …) and its report, as [`SettlerHandle::next_pass`] hands it out.
+type Numbered = (u64, Arc<Result<SettleReport, StoreError>>);
+
 /// A settler running beside the host's agents ([`Settler::spawn`]).
 #[derive(Debug)]
 pub struct SettlerHandle {
     stop: watch::Sender<bool>,
-    reports: watch::Receiver<Option<(u64, Arc<Result<SettleReport, StoreError>>)>>,
+    reports: watch::Receiver<Option<Numbered>>,
     task: tokio::task::JoinHandle<()>,
 }
 
