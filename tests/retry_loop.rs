@@ -191,7 +191,12 @@ fn issue33_9_concurrent_callers_of_one_key_without_failures_are_not_warned_of() 
 #[test]
 fn issue39_9_without_a_subscriber_the_first_retry_loop_warning_goes_to_stderr_once() {
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["no_subscriber_child", "--exact", "--include-ignored", "--nocapture"])
+        .args([
+            "no_subscriber_child",
+            "--exact",
+            "--include-ignored",
+            "--nocapture",
+        ])
         .env("IDEMKIT_RETRY_LOOP_CHILD", "1")
         .output()
         .unwrap();

@@ -69,7 +69,8 @@ pub trait SettleStore: Store + Records {}
 impl<S: Store + Records + ?Sized> SettleStore for S {}
 
 type Answer = Result<Verified<Vec<u8>>, String>;
-type VerifyFn = dyn Fn(IdempotencyKey) -> Pin<Box<dyn Future<Output = Answer> + Send>> + Send + Sync;
+type VerifyFn =
+    dyn Fn(IdempotencyKey) -> Pin<Box<dyn Future<Output = Answer> + Send>> + Send + Sync;
 
 /// Settles records kept as ambiguous by asking their tools' verify functions (S28): one pass
 /// ([`Settler::run_once`], [`Settler::run_cli`]), or a task beside the host's agents
@@ -455,7 +456,11 @@ impl Settler {
                 ),
             }
             report.records.push((record.key, record.tool, settled));
-            progress(report.records.len(), of, report.records.last().expect("pushed"));
+            progress(
+                report.records.len(),
+                of,
+                report.records.last().expect("pushed"),
+            );
         }
         if !report.records.is_empty() {
             tracing::info!(
@@ -736,7 +741,10 @@ impl SettlerHandle {
         if self.reports.changed().await.is_err() {
             return stopped();
         }
-        self.reports.borrow_and_update().clone().unwrap_or_else(stopped)
+        self.reports
+            .borrow_and_update()
+            .clone()
+            .unwrap_or_else(stopped)
     }
 
     /// Stops it: a pass under way ends first (each record's step is whole), then the task ends.

@@ -473,7 +473,8 @@ fn kill_at_sync_library() -> Option<PathBuf> {
             let cc = common::binary("cc", "gcc")?;
             let dir = tempfile::tempdir().unwrap();
             let lib = dir.path().join("kill_at_sync.so");
-            let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/failover/kill_at_sync.c");
+            let source =
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/failover/kill_at_sync.c");
             let out = Command::new(cc)
                 .args(["-O2", "-shared", "-fPIC", "-Wall", "-Werror", "-o"])
                 .arg(&lib)

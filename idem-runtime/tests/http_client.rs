@@ -415,9 +415,11 @@ async fn s26_a_verify_function_sees_its_calls_key() {
                 Err::<u32, _>(CallError::Lost)
             })
     };
-    let outer = Tool::new("outer_verify")
-        .max_attempts(1)
-        .side_effect(&[("batch", &2u32)], &(), |_key| async { inner().await });
+    let outer = Tool::new("outer_verify").max_attempts(1).side_effect(
+        &[("batch", &2u32)],
+        &(),
+        |_key| async { inner().await },
+    );
     let got: Result<u32, CallError> = idem.scope(outer).await;
     assert_eq!(got.unwrap(), 7);
     let key = IdempotencyKey::derive("notify", &[("order", &"ord_1")]);

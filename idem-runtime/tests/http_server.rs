@@ -539,7 +539,9 @@ async fn s8_with_handler_resends_a_crashed_handlers_key_is_taken_over_and_run_ag
     assert!(after.headers().get(REPLAYED).is_none());
     let replay = app.oneshot(keyed("/freeze")).await.unwrap();
     assert_eq!(replay.headers()[REPLAYED], "true");
-    let body = axum::body::to_bytes(replay.into_body(), 1 << 10).await.unwrap();
+    let body = axum::body::to_bytes(replay.into_body(), 1 << 10)
+        .await
+        .unwrap();
     assert_eq!(body, "ran 2");
     assert_eq!(handler.runs.load(SeqCst), 2);
 }
@@ -599,8 +601,13 @@ async fn says_it_ran_and_how_it_is_settled(response: Response) -> String {
         response.status()
     );
     assert!(response.headers().get(REPLAYED).is_none());
-    assert_eq!(response.headers()["content-type"], "application/problem+json");
-    let body = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
+    let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+        .await
+        .unwrap();
     let body = String::from_utf8(body.to_vec()).unwrap();
     assert!(body.contains("ran"), "{body}");
     assert!(body.contains("idemkit resolve"), "{body}");
@@ -626,11 +633,17 @@ async fn s25_a_handler_whose_client_went_away_is_not_run_again() {
     }
     drop(first); // the client disconnected
     handler.release.send_replace(true);
-    let retry = app.clone().oneshot(keyed_as("/wait", "\"gone\"")).await.unwrap();
+    let retry = app
+        .clone()
+        .oneshot(keyed_as("/wait", "\"gone\""))
+        .await
+        .unwrap();
     assert_eq!(handler.runs.load(SeqCst), 1, "the handler ran again");
     assert_eq!(retry.status(), StatusCode::CREATED);
     assert_eq!(retry.headers()[REPLAYED], "true");
-    let body = axum::body::to_bytes(retry.into_body(), 1 << 20).await.unwrap();
+    let body = axum::body::to_bytes(retry.into_body(), 1 << 20)
+        .await
+        .unwrap();
     assert_eq!(body, "charged 1");
 }
 
@@ -642,9 +655,12 @@ async fn s25_a_handler_that_panicked_after_its_effect_is_not_run_again() {
     let handler = Shared::default();
     let app = unknown_outcome_routes(layer_on(&store), &handler);
     // Spawned: on the old code the panic reaches the caller of the service.
-    let first = tokio::spawn(app.clone().oneshot(keyed_as("/panic", "\"p\"")))
-        .await;
-    let retry = app.clone().oneshot(keyed_as("/panic", "\"p\"")).await.unwrap();
+    let first = tokio::spawn(app.clone().oneshot(keyed_as("/panic", "\"p\""))).await;
+    let retry = app
+        .clone()
+        .oneshot(keyed_as("/panic", "\"p\""))
+        .await
+        .unwrap();
     assert_eq!(handler.runs.load(SeqCst), 1, "the handler ran again");
     says_it_ran_and_how_it_is_settled(retry).await;
     says_it_ran_and_how_it_is_settled(first.expect("the layer answers a panic").unwrap()).await;
@@ -657,9 +673,17 @@ async fn s25_a_handler_whose_response_broke_off_is_not_run_again() {
     let store = Arc::new(MemoryStore::new());
     let handler = Shared::default();
     let app = unknown_outcome_routes(layer_on(&store), &handler);
-    let first = app.clone().oneshot(keyed_as("/break", "\"b\"")).await.unwrap();
+    let first = app
+        .clone()
+        .oneshot(keyed_as("/break", "\"b\""))
+        .await
+        .unwrap();
     says_it_ran_and_how_it_is_settled(first).await;
-    let retry = app.clone().oneshot(keyed_as("/break", "\"b\"")).await.unwrap();
+    let retry = app
+        .clone()
+        .oneshot(keyed_as("/break", "\"b\""))
+        .await
+        .unwrap();
     assert_eq!(handler.runs.load(SeqCst), 1, "the handler ran again");
     says_it_ran_and_how_it_is_settled(retry).await;
 }
@@ -697,9 +721,13 @@ async fn a_json_or_form_body_re_sent_in_another_order_replays_and_another_value_
             .send()
     };
     let json = "application/json; charset=utf-8";
-    post("\"j\"", json, r#"{"cents":42,"customer":{"id":"cus_1","tags":["a","b"]}}"#)
-        .await
-        .unwrap();
+    post(
+        "\"j\"",
+        json,
+        r#"{"cents":42,"customer":{"id":"cus_1","tags":["a","b"]}}"#,
+    )
+    .await
+    .unwrap();
     let reordered = post(
         "\"j\"",
         json,
@@ -708,20 +736,38 @@ async fn a_json_or_form_body_re_sent_in_another_order_replays_and_another_value_
     .await
     .unwrap();
     assert!(replayed(&reordered), "{}", reordered.status());
-    let other = post("\"j\"", json, r#"{"cents":43,"customer":{"id":"cus_1","tags":["a","b"]}}"#)
-        .await
-        .unwrap();
+    let other = post(
+        "\"j\"",
+        json,
+        r#"{"cents":43,"customer":{"id":"cus_1","tags":["a","b"]}}"#,
+    )
+    .await
+    .unwrap();
     assert_eq!(other.status(), StatusCode::UNPROCESSABLE_ENTITY);
-    let order = post("\"j\"", json, r#"{"cents":42,"customer":{"id":"cus_1","tags":["b","a"]}}"#)
-        .await
-        .unwrap();
-    assert_eq!(order.status(), StatusCode::UNPROCESSABLE_ENTITY, "a list's order counts");
+    let order = post(
+        "\"j\"",
+        json,
+        r#"{"cents":42,"customer":{"id":"cus_1","tags":["b","a"]}}"#,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        order.status(),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "a list's order counts"
+    );
 
     let form = "application/x-www-form-urlencoded";
-    post("\"f\"", form, "amount=42&customer=cus%5F1&note=a+b").await.unwrap();
-    let reordered = post("\"f\"", form, "note=a%20b&customer=cus_1&amount=42").await.unwrap();
+    post("\"f\"", form, "amount=42&customer=cus%5F1&note=a+b")
+        .await
+        .unwrap();
+    let reordered = post("\"f\"", form, "note=a%20b&customer=cus_1&amount=42")
+        .await
+        .unwrap();
     assert!(replayed(&reordered), "{}", reordered.status());
-    let other = post("\"f\"", form, "amount=43&customer=cus_1&note=a+b").await.unwrap();
+    let other = post("\"f\"", form, "amount=43&customer=cus_1&note=a+b")
+        .await
+        .unwrap();
     assert_eq!(other.status(), StatusCode::UNPROCESSABLE_ENTITY);
 
     // Any other body counts by its bytes.
@@ -772,7 +818,10 @@ fn two_layers_with_one_name_on_one_store_are_refused_when_the_app_is_built() {
             .with_state(handler.clone());
     });
     let message = *second.expect_err("refused").downcast::<String>().unwrap();
-    assert!(message.contains("two IdempotencyLayers named `http` on one store"), "{message}");
+    assert!(
+        message.contains("two IdempotencyLayers named `http` on one store"),
+        "{message}"
+    );
     assert!(message.contains("http_server.rs"), "{message}");
     drop(one);
     drop(_both);
@@ -791,7 +840,11 @@ async fn events(State(h): State<Shared>) -> Response {
         let event = Bytes::from(format!("data: {}\n\n", n + 1));
         Some((Ok::<_, std::io::Error>(event), (n + 1, released)))
     });
-    ([("content-type", "text/event-stream")], Body::from_stream(stream)).into_response()
+    (
+        [("content-type", "text/event-stream")],
+        Body::from_stream(stream),
+    )
+        .into_response()
 }
 
 /// 30 bytes in three chunks, no `Content-Length`.
@@ -826,7 +879,10 @@ async fn an_event_stream_on_a_keyed_route_is_streamed_and_recorded_as_ran_not_ke
     .expect("the head came before the stream ended")
     .unwrap();
     let mut body = first.into_body();
-    let event = http_body_util::BodyExt::frame(&mut body).await.unwrap().unwrap();
+    let event = http_body_util::BodyExt::frame(&mut body)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(event.into_data().unwrap(), "data: 1\n\n");
     handler.release.send_replace(true);
     let rest = axum::body::to_bytes(body, 1 << 10).await.unwrap();
@@ -834,7 +890,9 @@ async fn an_event_stream_on_a_keyed_route_is_streamed_and_recorded_as_ran_not_ke
 
     let repeat = app.oneshot(keyed_as("/events", "\"sse\"")).await.unwrap();
     assert_eq!(repeat.status(), StatusCode::INTERNAL_SERVER_ERROR);
-    let text = axum::body::to_bytes(repeat.into_body(), 1 << 20).await.unwrap();
+    let text = axum::body::to_bytes(repeat.into_body(), 1 << 20)
+        .await
+        .unwrap();
     let text = String::from_utf8_lossy(&text);
     assert!(text.contains("streamed and is not kept"), "{text}");
     assert!(text.contains("event stream"), "{text}");
@@ -848,12 +906,20 @@ async fn a_response_over_the_bound_is_streamed_whole_and_recorded_as_ran_not_kep
     let store = Arc::new(MemoryStore::new());
     let handler = Shared::default();
     let app = streaming_routes(layer_on(&store).max_response_bytes(16), &handler);
-    let first = app.clone().oneshot(keyed_as("/chunked", "\"big\"")).await.unwrap();
+    let first = app
+        .clone()
+        .oneshot(keyed_as("/chunked", "\"big\""))
+        .await
+        .unwrap();
     assert_eq!(first.status(), StatusCode::OK);
-    let body = axum::body::to_bytes(first.into_body(), 1 << 10).await.unwrap();
+    let body = axum::body::to_bytes(first.into_body(), 1 << 10)
+        .await
+        .unwrap();
     assert_eq!(body, "chunk 0...chunk 1...chunk 2...");
     let repeat = app.oneshot(keyed_as("/chunked", "\"big\"")).await.unwrap();
-    let text = axum::body::to_bytes(repeat.into_body(), 1 << 20).await.unwrap();
+    let text = axum::body::to_bytes(repeat.into_body(), 1 << 20)
+        .await
+        .unwrap();
     let text = String::from_utf8_lossy(&text);
     assert!(text.contains("streamed and is not kept"), "{text}");
     assert!(text.contains("max_response_bytes"), "{text}");

@@ -10,8 +10,7 @@ use super::{Receipt, StoreUnderTest, TestError, fingerprint_of, key_of};
 use crate::settle::{Pass, Settled, Settler};
 use crate::store::{
     Claim, ClaimRequest, Count, Decision, Forgot, LeaseToken, OperationIds, Outcome, Record,
-    RecordFilter,
-    RecordState, Records, Released, Resolved, StoreFuture, Written,
+    RecordFilter, RecordState, Records, Released, Resolved, StoreFuture, Written,
 };
 use crate::{Idem, IdempotencyKey, RetryPolicy, StoreError, Tool, Verified};
 
@@ -87,10 +86,15 @@ pub async fn s28_applied_completes_the_record_and_callers_replay_it<S: StoreUnde
     let store = Arc::new(store);
     ambiguous(&*store, "charge", 1).await;
     let asked = Arc::new(AtomicU32::new(0));
-    let settler =
-        Settler::new(store.clone()).verify("charge", answers(Verified::Applied(receipt()), asked.clone()));
+    let settler = Settler::new(store.clone()).verify(
+        "charge",
+        answers(Verified::Applied(receipt()), asked.clone()),
+    );
     let report = settler.run_once(&Pass::new()).await.unwrap();
-    assert_eq!(report.records, vec![(key_of(1), "charge".to_owned(), Settled::Applied)]);
+    assert_eq!(
+        report.records,
+        vec![(key_of(1), "charge".to_owned(), Settled::Applied)]
+    );
     assert_eq!(report.exit_code(), 0);
     assert_eq!(asked.load(Ordering::SeqCst), 1);
     let record = store.get(&key_of(1)).await.unwrap().expect("kept");
@@ -100,13 +104,19 @@ pub async fn s28_applied_completes_the_record_and_callers_replay_it<S: StoreUnde
             outcome: serde_json::to_vec(&receipt()).unwrap()
         }
     );
-    let resolution = record.resolution.expect("the decision is kept with the record");
+    let resolution = record
+        .resolution
+        .expect("the decision is kept with the record");
     assert_eq!(resolution.decision, Decision::Applied);
     assert!(resolution.note.unwrap().contains("idemkit settler"));
     let runs = AtomicU32::new(0);
     let idem = runtime(store.clone());
     assert_eq!(call(&idem, 1, &runs).await, Ok(receipt()));
-    assert_eq!(runs.load(Ordering::SeqCst), 0, "replayed: no body, no verify");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        0,
+        "replayed: no body, no verify"
+    );
     let again = settler.run_once(&Pass::new()).await.unwrap();
     assert!(again.records.is_empty(), "nothing left to settle");
 }
@@ -119,19 +129,32 @@ pub async fn s28_not_applied_releases_the_record_and_the_next_call_runs<S: Store
     let store = Arc::new(store);
     ambiguous(&*store, "charge", 2).await;
     let asked = Arc::new(AtomicU32::new(0));
-    let settler = Settler::new(store.clone())
-        .verify("charge", answers(Verified::<Receipt>::NotApplied, asked.clone()));
+    let settler = Settler::new(store.clone()).verify(
+        "charge",
+        answers(Verified::<Receipt>::NotApplied, asked.clone()),
+    );
     let report = settler.run_once(&Pass::new()).await.unwrap();
-    assert_eq!(report.records, vec![(key_of(2), "charge".to_owned(), Settled::NotApplied)]);
+    assert_eq!(
+        report.records,
+        vec![(key_of(2), "charge".to_owned(), Settled::NotApplied)]
+    );
     assert_eq!(report.exit_code(), 0);
-    let record = store.get(&key_of(2)).await.unwrap().expect("shown with its decision");
+    let record = store
+        .get(&key_of(2))
+        .await
+        .unwrap()
+        .expect("shown with its decision");
     assert!(!record.is_live());
     assert_eq!(record.resolution.unwrap().decision, Decision::NotApplied);
     let runs = AtomicU32::new(0);
     let idem = runtime(store.clone());
     let ran = call(&idem, 2, &runs).await.unwrap();
     assert_eq!(ran.run, 1);
-    assert_eq!(runs.load(Ordering::SeqCst), 1, "the body ran once, verify was not asked");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "the body ran once, verify was not asked"
+    );
 }
 
 /// S28: verify answers Unknown (or fails): the record stays ambiguous with its note, the answers
@@ -143,7 +166,10 @@ pub async fn s28_unknown_keeps_the_record_and_counts_it_up_to_the_bound<S: Store
     ambiguous(&*store, "charge", 3).await;
     let asked = Arc::new(AtomicU32::new(0));
     let settler = Settler::new(store.clone())
-        .verify("charge", answers(Verified::<Receipt>::Unknown, asked.clone()))
+        .verify(
+            "charge",
+            answers(Verified::<Receipt>::Unknown, asked.clone()),
+        )
         .operator_after(None)
         .operator_after_unknowns(2);
     let first = settler.run_once(&Pass::new()).await.unwrap();
@@ -161,7 +187,10 @@ pub async fn s28_unknown_keeps_the_record_and_counts_it_up_to_the_bound<S: Store
         panic!("still ambiguous: {record:?}");
     };
     assert!(note.starts_with(NOTE), "the call's note is kept: {note}");
-    assert!(note.contains("unknown 1 time(s)"), "the answer is counted: {note}");
+    assert!(
+        note.contains("unknown 1 time(s)"),
+        "the answer is counted: {note}"
+    );
     let second = settler.run_once(&Pass::new()).await.unwrap();
     assert_eq!(
         second.records[0].2,
@@ -175,7 +204,9 @@ pub async fn s28_unknown_keeps_the_record_and_counts_it_up_to_the_bound<S: Store
     assert!(second.summary().contains("needs an operator"));
     // An error of verify counts as Unknown.
     let failing = Settler::new(store.clone())
-        .verify("charge", |_| async { Err::<Verified<Receipt>, _>("provider down") })
+        .verify("charge", |_| async {
+            Err::<Verified<Receipt>, _>("provider down")
+        })
         .operator_after(None);
     let third = failing.run_once(&Pass::new()).await.unwrap();
     assert!(matches!(
@@ -187,7 +218,11 @@ pub async fn s28_unknown_keeps_the_record_and_counts_it_up_to_the_bound<S: Store
     let runs = AtomicU32::new(0);
     let idem = runtime(store.clone());
     assert!(call(&idem, 3, &runs).await.is_err());
-    assert_eq!(runs.load(Ordering::SeqCst), 1, "the caller asked its verify, ran no body");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "the caller asked its verify, ran no body"
+    );
 }
 
 /// S28: a tool the settler has no verify for is left for `idemkit resolve` and counted; a dry
@@ -200,13 +235,16 @@ pub async fn s28_no_verify_is_left_and_counted_and_a_dry_run_changes_nothing<S: 
     ambiguous(&*store, "refund", 5).await;
     let before = store.get(&key_of(4)).await.unwrap().unwrap();
     let asked = Arc::new(AtomicU32::new(0));
-    let settler = Settler::new(store.clone())
-        .verify("charge", answers(Verified::Applied(receipt()), asked.clone()));
-    let dry = settler
-        .run_once(&Pass::new().dry_run(true))
-        .await
-        .unwrap();
-    let mut seen: Vec<_> = dry.records.iter().map(|(_, t, s)| (t.clone(), s.clone())).collect();
+    let settler = Settler::new(store.clone()).verify(
+        "charge",
+        answers(Verified::Applied(receipt()), asked.clone()),
+    );
+    let dry = settler.run_once(&Pass::new().dry_run(true)).await.unwrap();
+    let mut seen: Vec<_> = dry
+        .records
+        .iter()
+        .map(|(_, t, s)| (t.clone(), s.clone()))
+        .collect();
     seen.sort_by(|a, b| a.0.cmp(&b.0));
     assert_eq!(
         seen,
@@ -222,13 +260,13 @@ pub async fn s28_no_verify_is_left_and_counted_and_a_dry_run_changes_nothing<S: 
         (&before.state, &before.resolution, before.updated),
         "and changes nothing"
     );
-    let other_tenant = settler
-        .run_once(&Pass::new().tenant("acme"))
-        .await
-        .unwrap();
+    let other_tenant = settler.run_once(&Pass::new().tenant("acme")).await.unwrap();
     assert!(other_tenant.records.is_empty(), "no record is acme's");
     let refunds = settler.run_once(&Pass::new().tool("refund")).await.unwrap();
-    assert_eq!(refunds.records, vec![(key_of(5), "refund".to_owned(), Settled::NoVerify)]);
+    assert_eq!(
+        refunds.records,
+        vec![(key_of(5), "refund".to_owned(), Settled::NoVerify)]
+    );
     assert_eq!(refunds.exit_code(), 4);
     assert!(refunds.summary().contains("idemkit resolve"));
     let all = settler.run_once(&Pass::new()).await.unwrap();
@@ -256,7 +294,12 @@ impl<S: StoreUnderTest> crate::Store for Watched<S> {
         self.claims.fetch_add(1, Ordering::SeqCst);
         self.inner.claim(req)
     }
-    fn renew(&self, key: IdempotencyKey, token: LeaseToken, lease: Duration) -> StoreFuture<'_, Written> {
+    fn renew(
+        &self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        lease: Duration,
+    ) -> StoreFuture<'_, Written> {
         self.inner.renew(key, token, lease)
     }
     fn complete(
@@ -301,7 +344,10 @@ impl<S: StoreUnderTest> Records for Watched<S> {
             let token = LeaseToken::new();
             let req = ClaimRequest::new(key, "charge", fingerprint_of(4200), token, HOUR, HOUR);
             let took = self.inner.claim(&req).await?;
-            assert!(matches!(took, Claim::Acquired { takeover: Some(_) }), "{took:?}");
+            assert!(
+                matches!(took, Claim::Acquired { takeover: Some(_) }),
+                "{took:?}"
+            );
             *self.caller.lock().unwrap() = Some(token);
         }
         Ok(listed)
@@ -331,7 +377,9 @@ impl<S: StoreUnderTest> Records for Watched<S> {
         note: Option<&str>,
         ttl: Duration,
     ) -> Result<Written, StoreError> {
-        self.inner.settle(key, token, decision, outcome, note, ttl).await
+        self.inner
+            .settle(key, token, decision, outcome, note, ttl)
+            .await
     }
     async fn prune(&self, limit: usize) -> Result<usize, StoreError> {
         self.inner.prune(limit).await
@@ -357,10 +405,15 @@ pub async fn s28_a_record_a_caller_holds_is_passed_by<S: StoreUnderTest>(store: 
     ambiguous(&*store.inner, "charge", 6).await;
     *store.take_after_list.lock().unwrap() = Some(key_of(6));
     let asked = Arc::new(AtomicU32::new(0));
-    let settler = Settler::new(store.clone())
-        .verify("charge", answers(Verified::Applied(receipt()), asked.clone()));
+    let settler = Settler::new(store.clone()).verify(
+        "charge",
+        answers(Verified::Applied(receipt()), asked.clone()),
+    );
     let report = settler.run_once(&Pass::new()).await.unwrap();
-    assert_eq!(report.records, vec![(key_of(6), "charge".to_owned(), Settled::Busy)]);
+    assert_eq!(
+        report.records,
+        vec![(key_of(6), "charge".to_owned(), Settled::Busy)]
+    );
     assert_eq!(report.exit_code(), 0, "left to its caller");
     assert_eq!(asked.load(Ordering::SeqCst), 0, "verify was not asked");
     let caller = store.caller.lock().unwrap().expect("the caller claimed");
@@ -424,7 +477,12 @@ pub async fn s28_a_caller_racing_the_settler_never_runs_body_or_verify_alongside
                 })
                 .side_effect(&[("order", &7u64)], &4200u64, |_key| {
                     enter();
-                    async { Ok(Receipt { run: 99, key: String::new() }) }
+                    async {
+                        Ok(Receipt {
+                            run: 99,
+                            key: String::new(),
+                        })
+                    }
                 })
                 .await
         })
@@ -437,8 +495,15 @@ pub async fn s28_a_caller_racing_the_settler_never_runs_body_or_verify_alongside
     go.notify_one();
     let report = pass.await.unwrap().unwrap();
     assert_eq!(report.records[0].2, Settled::Applied);
-    assert_eq!(caller.await.unwrap(), Ok(receipt()), "the caller replays the settler's answer");
-    assert!(!ran.load(Ordering::SeqCst), "the caller ran neither its body nor its verify");
+    assert_eq!(
+        caller.await.unwrap(),
+        Ok(receipt()),
+        "the caller replays the settler's answer"
+    );
+    assert!(
+        !ran.load(Ordering::SeqCst),
+        "the caller ran neither its body nor its verify"
+    );
     assert_eq!(most.load(Ordering::SeqCst), 1, "never two at once");
 }
 
@@ -450,7 +515,10 @@ pub async fn s28_the_hosts_settler_task_settles_without_a_caller_and_stops<S: St
     ambiguous(&*store, "charge", 8).await;
     let asked = Arc::new(AtomicU32::new(0));
     let mut task = Settler::new(store.clone())
-        .verify("charge", answers(Verified::Applied(receipt()), asked.clone()))
+        .verify(
+            "charge",
+            answers(Verified::Applied(receipt()), asked.clone()),
+        )
         .spawn(Duration::from_millis(20));
     loop {
         let (_, report) = task.next_pass().await;

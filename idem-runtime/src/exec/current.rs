@@ -17,7 +17,7 @@ thread_local! {
 pub(crate) struct CurrentKey(Option<IdempotencyKey>);
 
 impl CurrentKey {
-        pub(crate) fn enter(key: Option<IdempotencyKey>) -> CurrentKey {
+    pub(crate) fn enter(key: Option<IdempotencyKey>) -> CurrentKey {
         CurrentKey(CURRENT.with(|current| current.replace(key)))
     }
 }

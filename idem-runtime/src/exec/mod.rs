@@ -11,8 +11,8 @@ mod repeats;
 mod typed;
 mod verified;
 
-pub use self::current::current_key;
 pub use self::core::{Next, ReadNext};
+pub use self::current::current_key;
 pub use self::typed::{Attempt, ReadCall, SideEffectCall, VerifyStep};
 pub use self::verified::{Verified, Verifying};
 

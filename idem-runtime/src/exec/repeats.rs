@@ -116,8 +116,7 @@ pub(crate) fn enter(tool: &str, key: &IdempotencyKey) -> InProgress {
 /// process that has none is printed to stderr as well, once, with how to see the rest.
 fn to_stderr_once(message: &str) {
     static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    let unheard =
-        tracing::dispatcher::get_default(|d| d.is::<tracing::subscriber::NoSubscriber>());
+    let unheard = tracing::dispatcher::get_default(|d| d.is::<tracing::subscriber::NoSubscriber>());
     if unheard && !SAID.swap(true, Ordering::Relaxed) {
         eprintln!(
             "idemkit: warning: {message}\n\

@@ -47,7 +47,9 @@ pub struct Prefixed<B> {
 
 impl<B> std::fmt::Debug for Prefixed<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Prefixed").field("prefix", &self.prefix.len()).finish_non_exhaustive()
+        f.debug_struct("Prefixed")
+            .field("prefix", &self.prefix.len())
+            .finish_non_exhaustive()
     }
 }
 
@@ -87,9 +89,16 @@ async fn read_bounded<B: Body<Data = Bytes>>(
         .headers
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("text/event-stream"));
+        .is_some_and(|v| {
+            v.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("text/event-stream")
+        });
     if event_stream {
-        return Ok(Read::Streamed(Either::Right(Either::Left(body)), "an event stream (`text/event-stream`)"));
+        return Ok(Read::Streamed(
+            Either::Right(Either::Left(body)),
+            "an event stream (`text/event-stream`)",
+        ));
     }
     let over = "longer than the layer's `max_response_bytes`";
     if body.size_hint().lower() > bound as u64 {
@@ -100,7 +109,9 @@ async fn read_bounded<B: Body<Data = Bytes>>(
     let mut len = 0;
     while let Some(frame) = body.frame().await {
         // Trailers are not stored (nor were they before a bound).
-        let Ok(data) = frame?.into_data() else { continue };
+        let Ok(data) = frame?.into_data() else {
+            continue;
+        };
         len += data.len();
         prefix.push_back(data);
         if len > bound {
@@ -349,7 +360,11 @@ impl<S> tower_layer::Layer<S> for IdempotencyLayer {
 }
 
 /// The layers in use: (store, name) → the layer, while it lives.
-type Registered = Vec<(usize, String, std::sync::Weak<std::panic::Location<'static>>)>;
+type Registered = Vec<(
+    usize,
+    String,
+    std::sync::Weak<std::panic::Location<'static>>,
+)>;
 static LAYERS: Mutex<Registered> = Mutex::new(Vec::new());
 
 /// Issue 39 item 8, as S21 is for tools: two layers with one name on one store are refused when
@@ -574,11 +589,19 @@ fn fingerprint(parts: &Parts, body: &[u8]) -> Fingerprint {
     };
     // Bytes keep the first version's tag, so records of byte bodies still match.
     let (tag, body) = match &canonical {
-        Some(canonical) => (b"idemkit:http:v2:canonical".as_slice(), canonical.0.as_slice()),
+        Some(canonical) => (
+            b"idemkit:http:v2:canonical".as_slice(),
+            canonical.0.as_slice(),
+        ),
         None => (b"idemkit:http:v1".as_slice(), body),
     };
     let mut hasher = Sha256::new();
-    for part in [tag, parts.method.as_str().as_bytes(), target.as_bytes(), body] {
+    for part in [
+        tag,
+        parts.method.as_str().as_bytes(),
+        target.as_bytes(),
+        body,
+    ] {
         hasher.update((part.len() as u64).to_be_bytes());
         hasher.update(part);
     }
@@ -609,7 +632,10 @@ fn form_decode(part: &[u8]) -> String {
         match part[i] {
             b'+' => out.push(b' '),
             b'%' if i + 2 < part.len() => {
-                match std::str::from_utf8(&part[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                match std::str::from_utf8(&part[i + 1..i + 3])
+                    .ok()
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                {
                     Some(b) => {
                         out.push(b);
                         i += 2;
@@ -637,13 +663,17 @@ fn client_key(headers: &http::HeaderMap) -> Result<Option<String>, &'static str>
     }
     let raw = value.as_bytes().trim_ascii();
     if raw.is_empty() || raw == b"\"\"" {
-        return Err("the Idempotency-Key is empty: a key is 1 to 255 characters of printable ASCII");
+        return Err(
+            "the Idempotency-Key is empty: a key is 1 to 255 characters of printable ASCII",
+        );
     }
     let key = parse_sf_string(raw).ok_or(
         "the Idempotency-Key header is not a structured-field string (a quoted key of printable ASCII)",
     )?;
     if key.len() > MAX_KEY_LENGTH {
-        return Err("the Idempotency-Key is too long: a key is 1 to 255 characters of printable ASCII");
+        return Err(
+            "the Idempotency-Key is too long: a key is 1 to 255 characters of printable ASCII",
+        );
     }
     Ok(Some(key))
 }
@@ -749,7 +779,9 @@ where
 
     // S25: the run (claim, handler, its response collected, the record completed) is not the
     // connection's: a client that goes away, and hyper dropping this future, do not cut it off.
-    let tenant = scope.map(Arc::<str>::from).or_else(crate::idem::task_tenant);
+    let tenant = scope
+        .map(Arc::<str>::from)
+        .or_else(crate::idem::task_tenant);
     let operation = crate::idem::operation_name();
     let run = run_keyed(config.clone(), key, fingerprint, parts, body, inner);
     let run = async move {
@@ -764,7 +796,11 @@ where
     match tokio::spawn(run).await {
         Ok(answer) => answer,
         // Not reached: the handler's panic is caught in its attempt; the layer's own would be a bug.
-        Err(e) => Ok(unknown_outcome(&config, &key, &format!("the request's task ended: {e}"))),
+        Err(e) => Ok(unknown_outcome(
+            &config,
+            &key,
+            &format!("the request's task ended: {e}"),
+        )),
     }
 }
 
@@ -894,7 +930,11 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 
 /// S25: the handler ran and its answer is unknown. Kept, never run again under the key (unless
 /// the layer is told the handler is safe to re-run); an operator settles it.
-fn unknown_outcome<B>(config: &Config, key: &IdempotencyKey, why: &str) -> Response<ResponseBody<B>> {
+fn unknown_outcome<B>(
+    config: &Config,
+    key: &IdempotencyKey,
+    why: &str,
+) -> Response<ResponseBody<B>> {
     let then = if config.handler_resends {
         "The layer is told the handler is safe to re-run: a request with the same Idempotency-Key runs it again."
     } else {
@@ -980,7 +1020,8 @@ mod tests {
                 key: None,
                 source: StoreError::new(kind, "x"),
             };
-            let config = super::IdempotencyLayer::new(crate::Idem::new(crate::MemoryStore::new())).config;
+            let config =
+                super::IdempotencyLayer::new(crate::Idem::new(crate::MemoryStore::new())).config;
             refusal::<http_body_util::Empty<bytes::Bytes>>(&config, &e).status()
         };
         assert_eq!(

@@ -319,7 +319,8 @@ impl Records for PostgresStore {
         let query = &query;
         let n = self
             .run("settling a record", |c| async move {
-                let params: [&(dyn ToSql + Sync); 6] = [&key, &word, &outcome, &note, &ttl, &holder];
+                let params: [&(dyn ToSql + Sync); 6] =
+                    [&key, &word, &outcome, &note, &ttl, &holder];
                 self.changed(&c, query, types::RESOLVE, &params).await
             })
             .await?;
