@@ -307,6 +307,24 @@ async fn issue33_2_one_json_tool_is_an_mcp_tool_with_one_name_one_description_an
         "no_operation",
         "{unnamed:?}"
     );
+    // S29: an empty operation is refused saying the bound, not one operation for all such calls.
+    let empty = client
+        .call_tool(mcp_call(
+            "send_apology",
+            json!({"to": "bob@example.com", "text": "Sorry."}),
+            Some(""),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(structured(&empty)["reason"], "settings", "{empty:?}");
+    assert!(
+        structured(&empty)["error"]
+            .as_str()
+            .unwrap()
+            .contains("1 to 512 bytes"),
+        "{empty:?}"
+    );
+    assert_eq!(apologies("bob@example.com"), 1, "not sent");
     // Issue 39 #7: the client is told what to send, not Rust advice.
     let error = structured(&unnamed)["error"].as_str().unwrap().to_owned();
     assert!(

@@ -103,7 +103,32 @@ pub async fn scoped_operation(tool: &str) -> Result<OperationId, Error> {
             tool: tool.to_owned(),
         });
     };
+    check_operation_name(&name, tool)?;
     Idem::current()?.operation(&name).await
+}
+
+/// The longest operation name, in bytes (S29): names come from a host's durable state (a plan
+/// step, a ticket), never that long; a longer one is a mistake (a whole message as the name).
+pub const MAX_OPERATION_NAME_LEN: usize = 512;
+
+/// S29: an empty operation name would make every call without a real one share one operation
+/// (one record per tool for all of them), so it is refused, as is one over the bound.
+fn check_operation_name(name: &str, tool: &str) -> Result<(), Error> {
+    let why = if name.is_empty() {
+        "the operation's name is empty"
+    } else if name.len() > MAX_OPERATION_NAME_LEN {
+        "the operation's name is longer than 512 bytes"
+    } else {
+        return Ok(());
+    };
+    Err(Error::Settings {
+        tool: tool.to_owned(),
+        reason: format!(
+            "{why}; an operation name is 1 to {MAX_OPERATION_NAME_LEN} bytes, named from the host's durable state \
+             (`operation_scope(\"plan-42/step-3\", ...)`, or `_meta: {{\"idemkit/operation\": \"plan-42/step-3\"}}` \
+             over MCP)"
+        ),
+    })
 }
 
 /// Runs `fut` with every call in it made on behalf of `tenant` (an account, an authenticated
@@ -264,6 +289,7 @@ impl Idem {
     /// # }).unwrap();
     /// ```
     pub async fn operation(&self, name: &str) -> Result<OperationId, Error> {
+        check_operation_name(name, &format!("operation `{name}`"))?;
         let fresh = Uuid::new_v4();
         let fut = self.inner.operation_ids.operation_id(name, fresh);
         let stored = match tokio::time::timeout(self.inner.store_timeout, fut).await {
@@ -287,7 +313,10 @@ impl Idem {
     /// that a model calls gets for its `OperationId` parameter.
     pub async fn scoped_operation(&self, tool: &str) -> Result<OperationId, Error> {
         match operation_name() {
-            Some(name) => self.operation(&name).await,
+            Some(name) => {
+                check_operation_name(&name, tool)?;
+                self.operation(&name).await
+            }
             None => Err(Error::NoOperation {
                 tool: tool.to_owned(),
             }),

@@ -99,8 +99,8 @@ pub use exec::{Tool, Verified, Verifying, current_key};
 pub use explain::Explanation;
 pub use fingerprint::{Fingerprint, Fingerprinter};
 pub use idem::{
-    AlreadyInstalled, BuildError, Idem, IdemBuilder, as_tenant, operation, operation_name,
-    operation_scope, scoped_operation,
+    AlreadyInstalled, BuildError, Idem, IdemBuilder, MAX_OPERATION_NAME_LEN, as_tenant, operation,
+    operation_name, operation_scope, scoped_operation,
 };
 pub use key::normalize;
 pub use key::{IdempotencyKey, KeyField, KeyHasher, KeyPart, KeyValue, OperationId};
@@ -109,7 +109,7 @@ pub use registry::{
     DuplicateTools, ToolInfo, ToolKind, check_unique_tool_names, tools, tools_manifest,
 };
 pub use retry::{Classify, Failure, RetryPolicy, Schedule};
-pub use settle::{Settled, SettleReport, Settler, SettlerHandle};
+pub use settle::{SettleReport, Settled, Settler, SettlerHandle};
 pub use store::memory::MemoryStore;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
