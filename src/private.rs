@@ -152,7 +152,8 @@ impl Arguments {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be fingerprinted as an argument of a side effect",
     label = "`{Self}` must implement `serde::Serialize`",
-    note = "the arguments that are not key fields are fingerprinted, so that a retry is told apart from a key reused for another operation: add `#[derive(serde::Serialize)]` to `{Self}`, or make the argument a key field"
+    note = "the arguments that are not key fields are fingerprinted, so that a retry is told apart from a key reused for another operation: add `#[derive(serde::Serialize)]` to `{Self}`, or make the argument a key field",
+    note = "if `{Self}` is a handle rather than data of the operation (an HTTP client, a connection pool, a channel's sender), it does not belong in the arguments: make the tool a method and keep the handle in `self` (`&self` is neither a key field nor fingerprinted)"
 )]
 pub trait Fingerprinted: Serialize {}
 impl<T: Serialize + ?Sized> Fingerprinted for T {}
