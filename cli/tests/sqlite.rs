@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use idem_runtime::SqliteStore;
+use idem_runtime::{CallOutcome, Records, SqliteStore};
 
 #[test]
 fn key_prints_the_golden_key_alone_on_one_line() {
@@ -384,6 +384,109 @@ fn key_operation_with_a_tenant_is_refused_not_ignored() {
     assert_eq!(out.status.code(), Some(2));
     assert!(
         stderr(&out).contains("cannot be used with"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// Issue 39 #6: `resolve … applied --outcome` is checked against the outcomes the tool stored
+/// itself: one of another shape (`{"id": 1}` for a receipt) is refused, nothing written, saying
+/// what it lacks; `--unchecked` writes it with a warning; a right one is written; with nothing
+/// to compare with, a warning says the shape was not checked.
+#[tokio::test]
+async fn issue39_6_resolve_checks_an_outcome_against_the_tools_own_outcomes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agent.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let at = format!("sqlite:{}", path.display());
+    let run = |args: &[&str], code: i32| {
+        let all: Vec<&str> = args
+            .iter()
+            .copied()
+            .chain(["--store", at.as_str()])
+            .collect();
+        expect(&all, code)
+    };
+
+    // Nothing of the tool completed yet: written, with a warning that nothing was checked.
+    ambiguous(&store, 1).await;
+    let k1 = key("charge", 1).to_string();
+    let out = run(&["resolve", &k1, "applied", "--outcome", r#"{"id": 1}"#], 0);
+    assert!(
+        stderr(&out).contains("was not checked") && stderr(&out).contains("`charge`"),
+        "{}",
+        stderr(&out)
+    );
+
+    // A call of the tool completes: its outcome is what the next resolve is compared with.
+    let agent = Agent::new(store.clone());
+    agent.call("charge", 2, DAY).await;
+    ambiguous(&store, 3).await;
+    let k3 = key("charge", 3).to_string();
+    let out = run(&["resolve", &k3, "applied", "--outcome", r#"{"id": 1}"#], 1);
+    let why = stderr(&out);
+    assert!(
+        why.contains("refused")
+            && why.contains("`cents`, `charge_id`")
+            && why.contains("`id`")
+            && why.contains("Nothing was written"),
+        "{why}"
+    );
+    let record = Records::get(&store, &key("charge", 3))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        record.resolution.is_none(),
+        "nothing was written: {record:?}"
+    );
+
+    let out = run(
+        &[
+            "resolve",
+            &k3,
+            "applied",
+            "--outcome",
+            r#"{"charge_id": "ch_op", "cents": 12.5}"#,
+        ],
+        1,
+    );
+    assert!(stderr(&out).contains("`cents` is 12.5"), "{}", stderr(&out));
+
+    // The right shape is written, and a repeat replays it.
+    let out = run(
+        &[
+            "resolve",
+            &k3,
+            "applied",
+            "--outcome",
+            r#"{"charge_id": "ch_op", "cents": 4200}"#,
+        ],
+        0,
+    );
+    assert!(stderr(&out).is_empty(), "{}", stderr(&out));
+    let (receipt, how) = agent.call("charge", 3, DAY).await;
+    assert_eq!(
+        (receipt.charge_id.as_str(), how),
+        ("ch_op", CallOutcome::Replayed)
+    );
+
+    // --unchecked writes the wrong shape, saying so.
+    ambiguous(&store, 4).await;
+    let k4 = key("charge", 4).to_string();
+    let out = run(
+        &[
+            "resolve",
+            &k4,
+            "applied",
+            "--outcome",
+            r#"{"id": 1}"#,
+            "--unchecked",
+        ],
+        0,
+    );
+    assert!(
+        stderr(&out).contains("written unchecked"),
         "{}",
         stderr(&out)
     );

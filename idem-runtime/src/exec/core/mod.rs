@@ -182,9 +182,12 @@ impl Replay<'_> {
         let call = self.record;
         let _span = call.span.enter();
         call.refused(call.store_error(StoreError::corrupt(format!(
-            "the operation already ran and completed under this key, but its stored outcome no longer deserializes \
-             as `{type_name}` ({e}), so it cannot be replayed and is not run again; did the tool's return type change? \
-             Give the changed tool a new `name`, or forget the record to run the operation again"
+            "the operation already ran and completed under this key, but its stored outcome does not deserialize \
+             as `{type_name}` ({e}), so it cannot be replayed and is not run again. Either an operator resolved it \
+             with an outcome of another shape (`idemkit show KEY` says who decided; `idemkit resolve` checks an \
+             outcome against the tool's own unless given `--unchecked`), or the tool's return type changed since it \
+             ran (give the changed tool a new `name`). Forgetting the record (`idemkit forget KEY`) lets the next \
+             call run the operation again"
         ))))
     }
 }
