@@ -318,3 +318,22 @@ fn borrows(ty: &Type) -> bool {
     b.visit_type(ty);
     b.0
 }
+
+/// Whether `ty` is `Copy` by its spelling alone: `&T`, or a primitive number, `bool` or `char`
+/// named by its bare name (a type alias or a path is not looked through).
+pub(crate) fn copy_as_written(ty: &syn::Type) -> bool {
+    const PRIMITIVES: [&str; 16] = [
+        "u8", "u16", "u32", "u64", "u128", "usize", "i8", "i16", "i32", "i64", "i128", "isize",
+        "f32", "f64", "bool", "char",
+    ];
+    match ty {
+        syn::Type::Reference(r) => r.mutability.is_none(),
+        syn::Type::Paren(p) => copy_as_written(&p.elem),
+        syn::Type::Group(g) => copy_as_written(&g.elem),
+        syn::Type::Path(p) if p.qself.is_none() => p
+            .path
+            .get_ident()
+            .is_some_and(|ident| PRIMITIVES.iter().any(|prim| ident == prim)),
+        _ => false,
+    }
+}

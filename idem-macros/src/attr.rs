@@ -4,7 +4,7 @@
 //! every mistake in one attribute is reported at once and the rest still expands.
 
 use proc_macro2::{Span, TokenStream, TokenTree};
-use quote::ToTokens;
+use quote::{ToTokens, quote};
 use syn::ext::IdentExt;
 use syn::parse::{ParseStream, Parser};
 use syn::punctuated::Punctuated;
@@ -170,6 +170,15 @@ impl ToTokens for Private {
 impl std::fmt::Display for Private {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.0.iter().cloned().collect::<TokenStream>().fmt(f)
+    }
+}
+
+/// The id of the operation the host put in force, in the tool's runtime (`idem = ...`, else the
+/// one in force), as an awaited `Result<OperationId, idemkit::Error>`.
+pub(crate) fn scoped_operation(private: &Private, args: &Args, name: &TokenStream) -> TokenStream {
+    match &args.idem {
+        Some((_, expr)) => quote!(#private::Idem::scoped_operation(&#expr, #name).await),
+        None => quote!(#private::scoped_operation(#name).await),
     }
 }
 

@@ -9,8 +9,9 @@ use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Attribute, FnArg, Ident, Pat};
 
+use crate::ast::copy_as_written;
 use crate::ast::{Kind, Param, Role, Tool};
-use crate::attr::{Args, Private, private};
+use crate::attr::{Args, Private, private, scoped_operation};
 use crate::lower::{Plan, VerifyArg, VerifyPlan};
 
 /// The internal local every attempt's key arrives in; invisible to the body (mixed-site hygiene).
@@ -293,25 +294,6 @@ fn per_attempt_clone(private: &Private, p: &Param) -> Option<TokenStream> {
     }
 }
 
-/// Whether `ty` is `Copy` by its spelling alone: `&T`, or a primitive number, `bool` or `char`
-/// named by its bare name (a type alias or a path is not looked through).
-pub(crate) fn copy_as_written(ty: &syn::Type) -> bool {
-    const PRIMITIVES: [&str; 16] = [
-        "u8", "u16", "u32", "u64", "u128", "usize", "i8", "i16", "i32", "i64", "i128", "isize",
-        "f32", "f64", "bool", "char",
-    ];
-    match ty {
-        syn::Type::Reference(r) => r.mutability.is_none(),
-        syn::Type::Paren(p) => copy_as_written(&p.elem),
-        syn::Type::Group(g) => copy_as_written(&g.elem),
-        syn::Type::Path(p) if p.qself.is_none() => p
-            .path
-            .get_ident()
-            .is_some_and(|ident| PRIMITIVES.iter().any(|prim| ident == prim)),
-        _ => false,
-    }
-}
-
 /// What tokens may refer to: a local `name` is mentioned by an identifier of that name, or by a
 /// literal containing it (`format!("{name}")` captures it from inside a string). An argument the
 /// body cannot refer to is not handed to each attempt (no clone per attempt, no capture).
@@ -486,15 +468,6 @@ fn registration(private: &Private, tool: &Tool, plan: &Plan) -> TokenStream {
                 line: ::core::line!(),
             }
         }
-    }
-}
-
-/// The id of the operation the host put in force, in the tool's runtime (`idem = ...`, else the
-/// one in force), as an awaited `Result<OperationId, idemkit::Error>`.
-pub(crate) fn scoped_operation(private: &Private, args: &Args, name: &TokenStream) -> TokenStream {
-    match &args.idem {
-        Some((_, expr)) => quote!(#private::Idem::scoped_operation(&#expr, #name).await),
-        None => quote!(#private::scoped_operation(#name).await),
     }
 }
 

@@ -308,7 +308,7 @@ fn verify_plan(tool: &Tool, path: &syn::ExprPath) -> VerifyPlan {
                 });
                 args.push(VerifyArg::Param {
                     ident: ident.clone(),
-                    copy: crate::expand::copy_as_written(ty),
+                    copy: ast::copy_as_written(ty),
                     span: ty.span(),
                 });
             }

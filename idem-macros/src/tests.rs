@@ -218,7 +218,7 @@ fn errors_keep_the_item_and_collect_every_mistake() {
 /// Which arguments the attempt copies instead of cloning: only what is `Copy` by its spelling.
 #[test]
 fn copy_as_written_is_told_by_spelling_alone() {
-    let copy = |ty: &str| crate::expand::copy_as_written(&syn::parse_str(ty).expect("a type"));
+    let copy = |ty: &str| crate::ast::copy_as_written(&syn::parse_str(ty).expect("a type"));
     for ty in [
         "&str", "&'a [u8]", "u64", "i8", "f64", "bool", "char", "(usize)",
     ] {

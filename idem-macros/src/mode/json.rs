@@ -32,7 +32,7 @@ pub(crate) fn entry(
     let idents: Vec<&Ident> = from_json().map(|p| &p.ident).collect();
     let (ok, err, name) = (&plan.ok, &plan.err, &plan.name);
     // The host's operation, looked up before the call; refused (as the tool's error) without one.
-    let lookup = crate::expand::scoped_operation(private, args_of, &quote!(#name));
+    let lookup = crate::attr::scoped_operation(private, args_of, &quote!(#name));
     let host = params.iter().filter(|p| p.host).map(|p| {
         let ident = &p.ident;
         quote! {
