@@ -226,36 +226,32 @@ pub enum StoreErrorKind {
 ///
 /// One pointer wide (its parts are boxed), so that [`Error`], which carries it, stays under
 /// clippy's `result_large_err` threshold (128 bytes) inside a tool's own error enum.
+#[derive(thiserror::Error)]
+#[error(transparent)]
 pub struct StoreError(Box<StoreErrorInner>);
 
+#[derive(thiserror::Error)]
+#[error("{message}")]
 struct StoreErrorInner {
     kind: StoreErrorKind,
     message: String,
+    #[source]
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
 }
 
-impl std::fmt::Debug for StoreError {
+impl std::fmt::Debug for StoreErrorInner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StoreError")
-            .field("kind", &self.0.kind)
-            .field("message", &self.0.message)
-            .field("source", &self.0.source)
+            .field("kind", &self.kind)
+            .field("message", &self.message)
+            .field("source", &self.source)
             .finish()
     }
 }
 
-impl std::fmt::Display for StoreError {
+impl std::fmt::Debug for StoreError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0.message)
-    }
-}
-
-impl std::error::Error for StoreError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.0
-            .source
-            .as_deref()
-            .map(|e| e as &(dyn std::error::Error + 'static))
+        self.0.fmt(f)
     }
 }
 
@@ -382,5 +378,34 @@ mod ambiguous_wording {
                 "says what settles it: {message}"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod store_error_tests {
+    use std::error::Error as _;
+
+    use super::{StoreError, StoreErrorKind};
+
+    /// `StoreError` (thiserror, through its boxed parts): its message is its `Display`, its
+    /// cause its `source`, its `Debug` names its parts.
+    #[test]
+    fn display_source_and_debug_are_its_parts() {
+        let cause = std::io::Error::other("connection reset");
+        let e = StoreError::unavailable("the store did not answer").with_source(cause);
+        assert_eq!(e.to_string(), "the store did not answer");
+        assert_eq!(e.kind(), StoreErrorKind::Unavailable);
+        assert_eq!(
+            e.source().map(ToString::to_string).as_deref(),
+            Some("connection reset")
+        );
+        let debug = format!("{e:?}");
+        assert!(
+            debug.starts_with(
+                "StoreError { kind: Unavailable, message: \"the store did not answer\""
+            ),
+            "{debug}"
+        );
+        assert!(StoreError::corrupt("x").source().is_none());
     }
 }
