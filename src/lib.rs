@@ -43,6 +43,25 @@
 //!
 //! Without the attribute, [`Tool`] runs the same protocol by hand.
 //!
+//! # Feature flags
+//!
+//! Only SQLite is on by default; everything else is compiled in when asked for:
+//!
+//! | feature | what it adds |
+//! | --- | --- |
+//! | `sqlite` (default) | `SqliteStore`, the embedded store opened at `./.idemkit/idemkit.db` when no runtime is installed |
+//! | `postgres` | `PostgresStore` (tokio-postgres + deadpool): many workers on many machines |
+//! | `redis` | `RedisStore` (redis-rs), with its documented durability limits |
+//! | `json` | tools marked `json`: listed with a JSON Schema, called by name with JSON arguments (`JsonTools`) |
+//! | `rmcp` | rmcp tool methods with MCP annotations from the attributes; with `json`, `mcp::JsonToolsServer` |
+//! | `rig` | rig tools: `#[side_effect(key = "args.…", rig)]` on a rig `Tool`'s `call` |
+//! | `anyhow` | `anyhow::Error` as a tool's error type |
+//! | `reqwest` | `send_idempotent()`: a request sent inside a side effect carries its key (`http`) |
+//! | `tower` | `http::IdempotencyLayer`: an API's server side of the Idempotency-Key draft |
+//! | `metrics` | counters and the store's latency through the `metrics` facade (OpenTelemetry through `metrics-exporter-opentelemetry`) |
+//!
+//! A build without default features has the memory store only (for tests), plus what it names.
+//!
 //! The README's quick start is a whole program to paste into a new crate; the guide below (built
 //! with the features its examples use: `anyhow`, `json`, `postgres`, `rig`, `rmcp`, as on docs.rs)
 //! goes through the rest.
