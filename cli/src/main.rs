@@ -146,6 +146,27 @@ enum Command {
         #[arg(long, default_value_t = 100_000)]
         limit: usize,
     },
+    /// Records kept as ambiguous, counted for an operator's cron: `idemkit settle [--dry-run]
+    /// [--tool NAME] [--tenant NAME]`.
+    ///
+    /// Settling asks each tool's verify function, which is code of your program: the program
+    /// settles them itself (`idemkit::Settler`, as a task beside its agents or as its own
+    /// `settle` subcommand through `Settler::run_cli`, same options and exit codes). This
+    /// command, which has no verify functions, changes nothing: it lists what waits and exits
+    /// 0 when nothing does, 4 when records wait for a verify function or an operator
+    /// (`idemkit resolve`), 1 when the store fails.
+    Settle {
+        /// Only this tool's records.
+        #[arg(long, value_name = "NAME")]
+        tool: Option<String>,
+        /// Only records made under this scope (tenant).
+        #[arg(long, value_name = "NAME")]
+        tenant: Option<String>,
+        /// Accepted for the same command line as the program's own `settle`; nothing is
+        /// changed either way.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Live records by tool and state.
     Counts {
         /// JSON instead of a table.
@@ -254,6 +275,20 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("a tokio runtime");
+    if let Command::Settle {
+        tool,
+        tenant,
+        dry_run,
+    } = &cli.command
+    {
+        return ExitCode::from(runtime.block_on(settle(
+            &cli,
+            &target,
+            tool.as_deref(),
+            tenant.as_deref(),
+            *dry_run,
+        )));
+    }
     match runtime.block_on(run(&cli, &target)) {
         Ok(out) => {
             print!("{out}");
@@ -369,6 +404,69 @@ async fn check_outcome_shape(
          anyway (only if the tool's return type changed since). Nothing was written",
         wrong.join("; ")
     )))
+}
+
+/// `idemkit settle`: the records kept as ambiguous (of `tool`, under `tenant`), reported as a
+/// settler without verify functions would report them; nothing is changed. Returns the exit
+/// status of `SettleReport::exit_code`.
+async fn settle(
+    cli: &Cli,
+    target: &Target,
+    tool: Option<&str>,
+    tenant: Option<&str>,
+    dry_run: bool,
+) -> u8 {
+    use idem_runtime::{SettleReport, Settled};
+
+    let names = Names {
+        pg_schema: cli.pg_schema.clone(),
+        pg_table: cli.pg_table.clone(),
+        redis_prefix: cli.redis_prefix.clone(),
+    };
+    let at = target.describe();
+    let store = match target.open(&names, true).await {
+        Ok(store) => store,
+        Err(e) => {
+            eprintln!("idemkit settle: cannot open the store {at}: {e}");
+            return 1;
+        }
+    };
+    let mut filter = RecordFilter::new().state(StateKind::Ambiguous);
+    if let Some(tool) = tool {
+        filter = filter.tool(tool);
+    }
+    if let Some(tenant) = tenant {
+        filter = filter.tenant(tenant);
+    }
+    let records = match store.list(&filter).await {
+        Ok(records) => records,
+        Err(e) => {
+            eprintln!("idemkit settle: the store {at} failed: {e}");
+            return 1;
+        }
+    };
+    let mut report = SettleReport::default();
+    report.dry_run = dry_run;
+    for record in records {
+        report
+            .records
+            .push((record.key, record.tool, Settled::NoVerify));
+    }
+    if !report.records.is_empty() {
+        let mut tools: Vec<&str> = report.records.iter().map(|(_, t, _)| t.as_str()).collect();
+        tools.sort_unstable();
+        tools.dedup();
+        eprintln!(
+            "idemkit settle: this command has no verify functions (they are your program's code), so it \
+             changes nothing. Records of tools with `verify` ({}) are settled by your program: a \
+             `Settler` task beside the agents, or its own `settle` subcommand (`Settler::run_cli`); the \
+             rest by `idemkit resolve KEY applied --outcome JSON | not-applied` (`idemkit list --state \
+             ambiguous` shows each with its command)",
+            tools.join(", ")
+        );
+    }
+    print!("{}", report.summary());
+    report.exit_code()
 }
 
 /// Runs a store command; returns what to print.
@@ -575,6 +673,7 @@ async fn run(cli: &Cli, target: &Target) -> Result<String, Failed> {
             let n = store.prune(*limit).await.map_err(failed)?;
             Ok(format!("pruned {n} expired record(s)\n"))
         }
+        Command::Settle { .. } => unreachable!("`idemkit settle` is run by `settle`, before `run`"),
         Command::Counts { json } => {
             let counts = store.counts().await.map_err(failed)?;
             if *json {

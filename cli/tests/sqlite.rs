@@ -491,3 +491,64 @@ async fn issue39_6_resolve_checks_an_outcome_against_the_tools_own_outcomes() {
         stderr(&out)
     );
 }
+
+/// S28 for an operator's cron: `idemkit settle` (no verify functions: the program's own
+/// `Settler` has them) changes nothing, exits 0 when nothing waits and 4 when records kept as
+/// ambiguous wait for a verify function or an operator, says where they are settled, and keeps
+/// to `--tool` and `--tenant`.
+#[tokio::test]
+async fn s28_idemkit_settle_counts_what_waits_for_cron_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agent.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let at = format!("sqlite:{}", path.display());
+    let run = |args: &[&str], code: i32| {
+        let all: Vec<&str> = args
+            .iter()
+            .copied()
+            .chain(["--store", at.as_str()])
+            .collect();
+        expect(&all, code)
+    };
+    let out = run(&["settle"], 0);
+    assert!(
+        stdout(&out).contains("settled 0 record(s)"),
+        "{}",
+        stdout(&out)
+    );
+
+    ambiguous(&store, 1).await;
+    ambiguous(&store, 2).await;
+    let out = run(&["settle"], 4);
+    assert!(
+        stdout(&out).contains("2 without a verify function"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stderr(&out).contains("Settler::run_cli") && stderr(&out).contains("(charge)"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run(&["settle", "--dry-run"], 4);
+    assert!(
+        stdout(&out).contains("dry run: 2 record(s)"),
+        "{}",
+        stdout(&out)
+    );
+    run(&["settle", "--tool", "refund"], 0);
+    run(&["settle", "--tenant", "acme"], 0);
+    for order in [1, 2] {
+        let record = Records::get(&store, &key("charge", order))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            matches!(
+                record.state,
+                idem_runtime::store::RecordState::Ambiguous { .. }
+            ) && record.resolution.is_none(),
+            "nothing was changed: {record:?}"
+        );
+    }
+}
