@@ -311,6 +311,10 @@ fn stop_outside_a_write(pid: u32, db: &Path) {
     conn.busy_timeout(Duration::ZERO).unwrap();
     for _ in 0..200 {
         signal(pid, libc::SIGSTOP);
+        // `kill` returns before the signal took effect: on a loaded machine the holder may run
+        // on a little, long enough to begin a write after the probe below. Probe only once
+        // every thread of it is stopped.
+        wait_stopped(pid);
         if conn.execute_batch("BEGIN IMMEDIATE; ROLLBACK;").is_ok() {
             return;
         }
@@ -318,6 +322,22 @@ fn stop_outside_a_write(pid: u32, db: &Path) {
         std::thread::sleep(Duration::from_millis(5));
     }
     panic!("the holder kept a write transaction open through 200 tries");
+}
+
+/// Waits until every thread of `pid` is stopped (state `T` in `/proc/PID/task/*/stat`).
+fn wait_stopped(pid: u32) {
+    let stopped = || {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            return false;
+        };
+        tasks.flatten().all(|task| {
+            let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+            // `PID (COMM) STATE …`: the state follows the last `)` (a name may hold one).
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with(['T', 't', 'Z', 'X']))
+        })
+    };
+    wait_until("the holder stopped", Duration::from_secs(30), stopped);
 }
 
 /// A holder SIGSTOPped in its body (after its effect) for 3 leases: a caller meanwhile takes
