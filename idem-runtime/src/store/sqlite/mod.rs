@@ -147,6 +147,7 @@ impl SqliteStore {
             synchronous: Synchronous::Full,
             busy_timeout: Duration::from_secs(5),
             read_only: false,
+            vfs: None,
         }
     }
 

@@ -38,6 +38,7 @@ pub struct SqliteStoreBuilder {
     pub(super) synchronous: Synchronous,
     pub(super) busy_timeout: Duration,
     pub(super) read_only: bool,
+    pub(super) vfs: Option<String>,
 }
 
 impl SqliteStoreBuilder {
@@ -59,6 +60,15 @@ impl SqliteStoreBuilder {
     /// store of an older schema is refused with what to do. Writes through it fail.
     pub fn read_only(mut self, read_only: bool) -> Self {
         self.read_only = read_only;
+        self
+    }
+
+    /// Opens the file through the SQLite VFS registered as `name` instead of the default one.
+    /// For tests: the power-cut tests open the store through a VFS that simulates a power loss
+    /// (`tests/crashvfs`); a VFS of your own must keep SQLite's durability and locking.
+    #[doc(hidden)]
+    pub fn vfs(mut self, name: impl Into<String>) -> Self {
+        self.vfs = Some(name.into());
         self
     }
 
