@@ -9,11 +9,13 @@
 //!
 //! 1. `charge(1)`, whose body outlasts a third of its lease (a renewal), then completes;
 //! 2. `decline(2)`, whose body fails permanently before any effect: the claim is released;
-//! 3. `charge(3)`, completed.
+//! 3. a checkpoint from another connection (as the store makes every 1000 WAL pages);
+//! 4. `charge(3)`, renewed and completed (its claim starts the WAL over);
+//! 5. `charge(4)` and `charge(5)` at once.
 //!
 //! The power is cut on entering sync N (N = 1, 2, … until a run ends before its N-th sync: every
-//! sync of the claims, the renewal, the completions and the release), and between the steps
-//! (before 1, after 1, 2 and 3). Each cut's files are then rebuilt in fresh directories, once
+//! sync of the claims, renewals, completions, the release and the checkpoint), and between the
+//! steps (before 1, after each). Each cut's files are then rebuilt in fresh directories, once
 //! per loss (every pending write lost, none, a random prefix, a random subset, torn sectors, the
 //! last three with several seeds), a new store (the same setting, the default VFS) opens them,
 //! and every order begun is called again. Counted: **double runs** (a key whose body ran twice)
@@ -21,7 +23,7 @@
 //! Every call after a cut must end `Ok` or `Ambiguous` (S19/S20): the files always open.
 //!
 //! `cargo test -p idem-runtime --all-features --test power_sqlite -- --nocapture` prints the
-//! counts (`POWER …` lines; `IDEMKIT_POWER_SEEDS=N` for N seeds per random loss, default 4).
+//! counts (`POWER …` lines; `IDEMKIT_POWER_SEEDS=N` for N seeds per random loss, default 8).
 
 #[path = "failover/common.rs"]
 mod common;
@@ -40,8 +42,40 @@ use idemkit_crashvfs::{self as crash, Loss};
 const LEASE: Duration = Duration::from_millis(150);
 const BODY: Duration = Duration::from_millis(80);
 
-/// The orders of one run, in order.
-const ORDERS: [u64; 3] = [1, 2, 3];
+/// What one run does, in order.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    /// `charge(order)`, whose body outlasts a third of its lease (a renewal), completed.
+    Renewed(u64),
+    /// `charge(order)`'s key, whose body fails permanently before any effect: released.
+    Declined(u64),
+    /// Another connection checkpoints the WAL into the database (as the store does itself every
+    /// 1000 WAL pages, or another process): the next write starts the WAL over.
+    Checkpoint,
+    /// Two calls at once (under `FULL`, their writes may share a commit).
+    Together(u64, u64),
+}
+
+const STEPS: [Step; 5] = [
+    Step::Renewed(1),
+    Step::Declined(2),
+    Step::Checkpoint,
+    Step::Renewed(3),
+    Step::Together(4, 5),
+];
+
+/// A passive checkpoint through the crash VFS, from a connection of its own.
+fn checkpoint(work: &Path) {
+    let conn = rusqlite::Connection::open_with_flags_and_vfs(
+        db(work),
+        rusqlite::OpenFlags::default(),
+        crash::NAME,
+    )
+    .unwrap();
+    conn.busy_timeout(Duration::from_secs(10)).unwrap();
+    // Cut off mid-way, it fails: the run stops there.
+    let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+}
 
 /// The crash VFS is one world per process: one test at a time.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -130,47 +164,67 @@ fn run(rt: &tokio::runtime::Runtime, sync: Synchronous, at: At) -> Run {
     }
     let idem = open(work, sync, true);
     let mut before = BTreeMap::new();
-    for (step, &order) in ORDERS.iter().enumerate() {
+    for (i, step) in STEPS.iter().enumerate() {
         if crash::is_off() {
             break;
         }
-        let effects = Effects::default();
-        crash::set_label(&format!("claim {order}"));
-        let result = rt.block_on(async {
-            match order {
-                1 => {
-                    charge(&idem, order, LEASE, &effects, async {
-                        crash::set_label("renewal 1");
+        rt.block_on(async {
+            match *step {
+                Step::Renewed(order) => {
+                    let effects = Effects::default();
+                    crash::set_label(&format!("claim {order}"));
+                    let r = charge(&idem, order, LEASE, &effects, async {
+                        crash::set_label(&format!("renewal {order}"));
                         tokio::time::sleep(BODY).await;
-                        crash::set_label("completion 1");
+                        crash::set_label(&format!("completion {order}"));
                     })
-                    .await
+                    .await;
+                    before.insert(order, (r, effects.count(order)));
                 }
-                2 => decline(&idem, order).await.map_err(|e| match e {
-                    Declined::Runtime(e) => E::Runtime(e),
-                    Declined::No => E::Unrecorded("declined".to_owned()),
-                }),
-                _ => {
-                    charge(&idem, order, LEASE, &effects, async {
-                        crash::set_label("completion 3");
-                    })
-                    .await
+                Step::Declined(order) => {
+                    crash::set_label(&format!("claim {order}"));
+                    let r = decline(&idem, order).await.map_err(|e| match e {
+                        Declined::Runtime(e) => E::Runtime(e),
+                        Declined::No => E::Unrecorded("declined".to_owned()),
+                    });
+                    before.insert(order, (r, 0));
+                }
+                Step::Checkpoint => {
+                    crash::set_label("checkpoint");
+                    checkpoint(work);
+                }
+                Step::Together(a, b) => {
+                    crash::set_label(&format!("claims, completions {a} and {b} (together)"));
+                    let (ea, eb) = (Effects::default(), Effects::default());
+                    let (ra, rb) = tokio::join!(
+                        charge(&idem, a, LEASE, &ea, async {}),
+                        charge(&idem, b, LEASE, &eb, async {})
+                    );
+                    before.insert(a, (ra, ea.count(a)));
+                    before.insert(b, (rb, eb.count(b)));
                 }
             }
         });
-        before.insert(order, (result, effects.count(order)));
-        if at == At::Between(step + 1) {
+        if at == At::Between(i + 1) {
             crash::cut_now();
-            label = format!("after step {} (order {order})", step + 1);
+            label = format!("after {step:?}");
         }
     }
     let cut = crash::is_off();
     if let (At::Sync(n), true) = (at, cut) {
         let syncs = crash::syncs();
         assert_eq!(syncs.len() as u64, n, "the cut came at sync {n}: {syncs:?}");
-        label = format!("sync {n} ({}, {})", syncs[syncs.len() - 1].label, syncs[syncs.len() - 1].file);
+        label = format!(
+            "sync {n} ({}, {})",
+            syncs[syncs.len() - 1].label,
+            syncs[syncs.len() - 1].file
+        );
     }
-    assert_eq!(crash::deletions(), 0, "a deletion before the cut (not modelled)");
+    assert_eq!(
+        crash::deletions(),
+        0,
+        "a deletion before the cut (not modelled)"
+    );
     drop(idem);
     wait_closed();
     Run {
@@ -185,14 +239,17 @@ fn run(rt: &tokio::runtime::Runtime, sync: Synchronous, at: At) -> Run {
 fn wait_closed() {
     let start = Instant::now();
     while crash::open_handles() > 0 {
-        assert!(start.elapsed() < Duration::from_secs(30), "the store never closed its files");
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the store never closed its files"
+        );
         std::thread::sleep(Duration::from_millis(2));
     }
 }
 
 /// The losses tried per cut, each with its seeds.
 fn losses() -> Vec<(Loss, u64)> {
-    let seeds: u64 = std::env::var("IDEMKIT_POWER_SEEDS").map_or(4, |s| s.parse().unwrap());
+    let seeds: u64 = std::env::var("IDEMKIT_POWER_SEEDS").map_or(8, |s| s.parse().unwrap());
     let mut all = vec![(Loss::All, 0), (Loss::None, 0)];
     for loss in [Loss::Prefix, Loss::Random, Loss::Torn] {
         all.extend((0..seeds).map(|seed| (loss, seed)));
@@ -228,7 +285,9 @@ impl Matrix {
 
 /// Every cut of `sync`, every loss: the calls again after each.
 fn power_cuts(sync: Synchronous) -> Matrix {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _one = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -244,7 +303,7 @@ fn power_cuts(sync: Synchronous) -> Matrix {
         points.push(r);
     }
     let sync_points = points.len() as u64;
-    for k in 0..=ORDERS.len() {
+    for k in 0..=STEPS.len() {
         points.push(run(&rt, sync, At::Between(k)));
     }
     let mut m = Matrix {
@@ -282,7 +341,11 @@ fn power_cuts(sync: Synchronous) -> Matrix {
             "POWER sqlite synchronous={setting} loss={loss}: {} calls again after {} cuts, {} double \
              runs, {} lost outcomes ({} acknowledged before the cut, {} ambiguous after)",
             t.runs,
-            m.points.len() * losses().iter().filter(|(l, _)| format!("{l:?}") == *loss).count(),
+            m.points.len()
+                * losses()
+                    .iter()
+                    .filter(|(l, _)| format!("{l:?}") == *loss)
+                    .count(),
             t.double_runs,
             t.lost_outcomes,
             t.acknowledged,
@@ -306,7 +369,7 @@ fn power_cuts(sync: Synchronous) -> Matrix {
          (losses: all, none, {} seeds each of a prefix, a subset, torn sectors), {} calls again: \
          {} double runs, {} lost outcomes ({} acknowledged before the cut, {} ambiguous after)",
         m.sync_points,
-        ORDERS.len() + 1,
+        STEPS.len() + 1,
         (losses().len() - 2) / 3,
         t.runs,
         t.double_runs,
@@ -325,7 +388,10 @@ fn sqlite_power_cut_full_loses_nothing_and_runs_nothing_twice() {
     let m = power_cuts(Synchronous::Full);
     let t = m.total();
     assert_eq!((t.double_runs, t.lost_outcomes), (0, 0), "{m:#?}");
-    assert!(m.sync_points >= 7, "a claim, a renewal, a completion per call: {m:#?}");
+    assert!(
+        m.sync_points >= 7,
+        "a claim, a renewal, a completion per call: {m:#?}"
+    );
     assert!(t.acknowledged > 0, "{m:#?}");
 }
 
@@ -340,4 +406,83 @@ fn sqlite_power_cut_normal_loses_the_last_commits_and_runs_them_again() {
     let all = &m.per_loss["All"];
     assert!(all.double_runs > 0 && all.lost_outcomes > 0, "{m:#?}");
     assert!(m.sync_points >= 1, "the WAL's header: {m:#?}");
+}
+
+/// `synchronous = NORMAL`'s window, measured: calls one after the other, then a cut losing every
+/// write not synced. The store checkpoints the WAL every 1000 pages (a sync of the WAL and the
+/// database); what a cut loses is exactly the calls since the last one, the earlier ones kept.
+#[test]
+fn sqlite_power_cut_normal_loses_the_calls_since_the_last_checkpoint() {
+    const CALLS: u64 = 1500;
+    let _one = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path();
+    crash::reset();
+    drop(open(work, Synchronous::Normal, true));
+    wait_closed();
+    crash::reset();
+    let idem = open(work, Synchronous::Normal, true);
+    let effects = Effects::default();
+    let mut acked = BTreeMap::new();
+    for order in 0..CALLS {
+        crash::set_label(&order.to_string());
+        let r = rt.block_on(charge(&idem, order, LEASE, &effects, async {}));
+        acked.insert(order, r.unwrap());
+    }
+    crash::cut_now();
+    // The calls during which the WAL was synced (its header, the checkpoints).
+    let synced_at: Vec<u64> = crash::syncs()
+        .iter()
+        .map(|s| s.label.parse().unwrap())
+        .collect();
+    drop(idem);
+    wait_closed();
+    let cut = crash::snapshot();
+    let after = tempfile::tempdir().unwrap();
+    cut.materialize(Loss::All, 0, after.path()).unwrap();
+    let idem = open(after.path(), Synchronous::Normal, false);
+    let (mut lost, mut ambiguous_after) = (Vec::new(), 0);
+    for order in 0..CALLS {
+        let r = rt.block_on(charge(&idem, order, LEASE, &effects, async {}));
+        ambiguous_after += u32::from(ambiguous(&r));
+        if r.ok().as_ref() != Some(&acked[&order]) {
+            lost.push(order);
+        }
+    }
+    let double_runs = lost.iter().filter(|&&o| effects.count(o) > 1).count();
+    let last_sync = *synced_at.last().unwrap();
+    // Each checkpoint syncs the WAL and the database, then the next write the WAL's new header.
+    let mut checkpoints: Vec<u64> = synced_at.iter().copied().filter(|&o| o > 0).collect();
+    checkpoints.dedup();
+    let checkpoints = checkpoints.len();
+    common::log_line(&format!(
+        "POWER sqlite synchronous=NORMAL window: {CALLS} calls, the WAL synced during calls \
+         {synced_at:?} ({checkpoints} checkpoints), a cut losing every unsynced write lost the \
+         last {} acknowledged outcomes (calls {:?}..={:?}): {double_runs} run again, \
+         {ambiguous_after} ambiguous",
+        lost.len(),
+        lost.first(),
+        lost.last()
+    ));
+    assert!(!lost.is_empty() && lost.len() < CALLS as usize, "{lost:?}");
+    assert!(
+        lost.iter().all(|&o| o >= last_sync),
+        "only calls since the last checkpoint are lost: {lost:?}, synced at {synced_at:?}"
+    );
+    assert_eq!(
+        lost,
+        (lost[0]..CALLS).collect::<Vec<_>>(),
+        "the lost calls are the last ones"
+    );
+    // A call whose claim came after the last sync runs again; the call during which the store
+    // checkpointed may have had its claim checkpointed and only its completion lost (ambiguous).
+    for &order in lost.iter().filter(|&&o| o > last_sync) {
+        assert_eq!(effects.count(order), 2, "order {order} ran again");
+    }
 }

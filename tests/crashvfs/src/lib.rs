@@ -244,7 +244,9 @@ struct World {
 static WORLD: Mutex<Option<World>> = Mutex::new(None);
 
 fn world() -> MutexGuard<'static, Option<World>> {
-    WORLD.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    WORLD
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn with<T>(f: impl FnOnce(&mut World) -> T) -> T {
@@ -266,7 +268,8 @@ pub fn register() -> &'static str {
             let mut vfs: ffi::sqlite3_vfs = *unix;
             vfs.zName = name.into_raw();
             vfs.pNext = std::ptr::null_mut();
-            vfs.szOsFile = c_int::try_from(std::mem::size_of::<CrashFile>()).unwrap() + (*unix).szOsFile;
+            vfs.szOsFile =
+                c_int::try_from(std::mem::size_of::<CrashFile>()).unwrap() + (*unix).szOsFile;
             vfs.xOpen = Some(x_open);
             vfs.xDelete = Some(x_delete);
             let vfs = Box::leak(Box::new(vfs));
@@ -390,7 +393,9 @@ static METHODS: ffi::sqlite3_io_methods = ffi::sqlite3_io_methods {
 ///
 /// # Safety
 /// `f` is a file this VFS opened (its `real` set by `x_open`).
-unsafe fn real(f: *mut ffi::sqlite3_file) -> (*mut ffi::sqlite3_file, &'static ffi::sqlite3_io_methods) {
+unsafe fn real(
+    f: *mut ffi::sqlite3_file,
+) -> (*mut ffi::sqlite3_file, &'static ffi::sqlite3_io_methods) {
     // SAFETY: per the contract, `f` is a `CrashFile` whose `real` file is open (its methods set).
     unsafe {
         let real = (*f.cast::<CrashFile>()).real;
@@ -416,7 +421,10 @@ unsafe extern "C" fn x_open(
     unsafe {
         let me = file.cast::<CrashFile>();
         (*me).base.pMethods = std::ptr::null();
-        let real = file.cast::<u8>().add(std::mem::size_of::<CrashFile>()).cast::<ffi::sqlite3_file>();
+        let real = file
+            .cast::<u8>()
+            .add(std::mem::size_of::<CrashFile>())
+            .cast::<ffi::sqlite3_file>();
         (*me).real = real;
         let path = (!name.is_null()).then(|| CStr::from_ptr(name).to_string_lossy().into_owned());
         let existed = path.as_ref().is_some_and(|p| Path::new(p).exists());
@@ -426,16 +434,24 @@ unsafe extern "C" fn x_open(
         }
         let kind = flags & 0x0FFF_FF00;
         let new_journal = flags & ffi::SQLITE_OPEN_CREATE != 0
-            && [ffi::SQLITE_OPEN_SUPER_JOURNAL, ffi::SQLITE_OPEN_MAIN_JOURNAL, ffi::SQLITE_OPEN_WAL]
-                .iter()
-                .any(|t| kind & t != 0);
+            && [
+                ffi::SQLITE_OPEN_SUPER_JOURNAL,
+                ffi::SQLITE_OPEN_MAIN_JOURNAL,
+                ffi::SQLITE_OPEN_WAL,
+            ]
+            .iter()
+            .any(|t| kind & t != 0);
         let id = with(|w| {
             w.next_handle += 1;
             let id = w.next_handle;
             if let Some(p) = &path {
                 w.files.entry(p.clone()).or_insert_with(|| Tracked {
                     entry_durable: existed,
-                    durable: if existed { std::fs::read(p).unwrap_or_default() } else { Vec::new() },
+                    durable: if existed {
+                        std::fs::read(p).unwrap_or_default()
+                    } else {
+                        Vec::new()
+                    },
                     pending: Vec::new(),
                 });
             }
@@ -455,9 +471,15 @@ unsafe extern "C" fn x_open(
     }
 }
 
-unsafe extern "C" fn x_delete(_vfs: *mut ffi::sqlite3_vfs, name: *const c_char, sync_dir: c_int) -> c_int {
+unsafe extern "C" fn x_delete(
+    _vfs: *mut ffi::sqlite3_vfs,
+    name: *const c_char,
+    sync_dir: c_int,
+) -> c_int {
     // SAFETY: `name` is a path SQLite passes, nul-terminated.
-    let path = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
+    let path = unsafe { CStr::from_ptr(name) }
+        .to_string_lossy()
+        .into_owned();
     let refused = with(|w| {
         if w.off {
             return true;
@@ -491,7 +513,12 @@ unsafe extern "C" fn x_close(f: *mut ffi::sqlite3_file) -> c_int {
     }
 }
 
-unsafe extern "C" fn x_read(f: *mut ffi::sqlite3_file, buf: *mut c_void, n: c_int, off: i64) -> c_int {
+unsafe extern "C" fn x_read(
+    f: *mut ffi::sqlite3_file,
+    buf: *mut c_void,
+    n: c_int,
+    off: i64,
+) -> c_int {
     // SAFETY: forwarding.
     unsafe {
         let (real, m) = real(f);
@@ -499,7 +526,12 @@ unsafe extern "C" fn x_read(f: *mut ffi::sqlite3_file, buf: *mut c_void, n: c_in
     }
 }
 
-unsafe extern "C" fn x_write(f: *mut ffi::sqlite3_file, buf: *const c_void, n: c_int, off: i64) -> c_int {
+unsafe extern "C" fn x_write(
+    f: *mut ffi::sqlite3_file,
+    buf: *const c_void,
+    n: c_int,
+    off: i64,
+) -> c_int {
     // SAFETY: forwarding; `buf` holds `n` bytes.
     unsafe {
         let id = id(f);
@@ -513,7 +545,9 @@ unsafe extern "C" fn x_write(f: *mut ffi::sqlite3_file, buf: *const c_void, n: c
         if rc == ffi::SQLITE_OK {
             let path = w.handles[&id].path.clone();
             if let Some(t) = path.and_then(|p| w.files.get_mut(&p)) {
-                let data = std::slice::from_raw_parts(buf.cast::<u8>(), usize::try_from(n).unwrap()).to_vec();
+                let data =
+                    std::slice::from_raw_parts(buf.cast::<u8>(), usize::try_from(n).unwrap())
+                        .to_vec();
                 t.pending.push(Op::Write {
                     offset: u64::try_from(off).unwrap(),
                     data,
@@ -626,7 +660,11 @@ unsafe extern "C" fn x_check_reserved_lock(f: *mut ffi::sqlite3_file, out: *mut 
     }
 }
 
-unsafe extern "C" fn x_file_control(f: *mut ffi::sqlite3_file, op: c_int, arg: *mut c_void) -> c_int {
+unsafe extern "C" fn x_file_control(
+    f: *mut ffi::sqlite3_file,
+    op: c_int,
+    arg: *mut c_void,
+) -> c_int {
     // SAFETY: forwarding.
     unsafe {
         let (real, m) = real(f);
@@ -664,7 +702,12 @@ unsafe extern "C" fn x_shm_map(
     }
 }
 
-unsafe extern "C" fn x_shm_lock(f: *mut ffi::sqlite3_file, offset: c_int, n: c_int, flags: c_int) -> c_int {
+unsafe extern "C" fn x_shm_lock(
+    f: *mut ffi::sqlite3_file,
+    offset: c_int,
+    n: c_int,
+    flags: c_int,
+) -> c_int {
     // SAFETY: forwarding.
     unsafe {
         let (real, m) = real(f);
@@ -688,7 +731,12 @@ unsafe extern "C" fn x_shm_unmap(f: *mut ffi::sqlite3_file, delete: c_int) -> c_
     }
 }
 
-unsafe extern "C" fn x_fetch(f: *mut ffi::sqlite3_file, off: i64, n: c_int, out: *mut *mut c_void) -> c_int {
+unsafe extern "C" fn x_fetch(
+    f: *mut ffi::sqlite3_file,
+    off: i64,
+    n: c_int,
+    out: *mut *mut c_void,
+) -> c_int {
     // SAFETY: forwarding.
     unsafe {
         let (real, m) = real(f);
@@ -758,7 +806,10 @@ mod tests {
         };
         let dir = std::env::temp_dir().join(format!("crashvfs-unit2-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        assert_eq!(cut.materialize(Loss::All, 0, &dir).unwrap().files_vanished, 1);
+        assert_eq!(
+            cut.materialize(Loss::All, 0, &dir).unwrap().files_vanished,
+            1
+        );
         assert!(!dir.join("g").exists());
         cut.materialize(Loss::None, 0, &dir).unwrap();
         assert_eq!(std::fs::read(dir.join("g")).unwrap(), vec![1; 10]);
