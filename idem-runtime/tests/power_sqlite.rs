@@ -227,6 +227,9 @@ fn run(rt: &tokio::runtime::Runtime, sync: Synchronous, at: At) -> Run {
     );
     drop(idem);
     wait_closed();
+    // Every lease in the files ends before they are opened again: a caller after the cut takes a
+    // dead holder's key over at once instead of waiting out its lease, per loss.
+    std::thread::sleep(LEASE);
     Run {
         before,
         cut,
