@@ -8,7 +8,8 @@
 //!   the database is reopened and each order the child touched is called again.
 //!   `synchronous = FULL` and `NORMAL` are compared. A process kill keeps what reached the
 //!   operating system, so both must keep every acknowledged outcome; what differs between them
-//!   is a power loss (the last commits of `NORMAL` may be lost), which no test here makes.
+//!   is a power loss (the last commits of `NORMAL` may be lost), which `power_sqlite.rs`
+//!   makes with a crash VFS.
 //! - **Killed at every fsync** (exact; needs a C compiler, skipped with a message without one, a
 //!   failure under `CI=true`): a preload library (`failover/kill_at_sync.c`, built here with
 //!   `cc`) numbers the child's `fsync`/`fdatasync` calls process-wide, whichever thread makes

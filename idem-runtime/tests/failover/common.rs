@@ -212,6 +212,12 @@ impl From<Error> for E {
 pub struct Effects(Arc<Mutex<HashMap<u64, u32>>>);
 
 impl Effects {
+    /// A provider that already saw `counts` (order, requests): a body run after them says so in
+    /// its output (`effect n`), so its output differs from the one before.
+    pub fn already(counts: impl IntoIterator<Item = (u64, u32)>) -> Self {
+        Effects(Arc::new(Mutex::new(counts.into_iter().collect())))
+    }
+
     pub fn count(&self, order: u64) -> u32 {
         self.0.lock().unwrap().get(&order).copied().unwrap_or(0)
     }

@@ -95,9 +95,11 @@ pub fn default_path() -> Result<PathBuf, StoreError> {
 ///   parent's connection is never used (nor closed) in the child.
 /// - **A deleted or replaced file** (`git clean -xdf`) is noticed by the next operation (one
 ///   `stat` each), which fails closed saying so, rather than record into an unlinked file.
-/// - **Durability**: WAL with `synchronous=FULL` by default, so a completed outcome is on disk
-///   before `complete` returns; `Synchronous::Normal` may lose the last commits on power loss
-///   (not on a process crash) and is faster.
+/// - **Durability**: WAL with `synchronous=FULL` by default, so a claim is on disk before its
+///   body runs and an outcome before `complete` returns: nothing acknowledged is lost to a power
+///   cut (measured with a crash VFS). `Synchronous::Normal` is faster and keeps every commit
+///   across a process crash, but a power loss may lose the commits since its last checkpoint,
+///   and an operation whose claim is lost runs again (see [`Synchronous::Normal`]).
 /// - **Async callers never block**: one connection per store, and a thread of the store's own
 ///   for what may wait: a commit under `synchronous=FULL` (an fsync), a wait for another
 ///   process's write lock (up to the busy timeout), opening the file, a checkpoint. What cannot
@@ -147,6 +149,7 @@ impl SqliteStore {
             synchronous: Synchronous::Full,
             busy_timeout: Duration::from_secs(5),
             read_only: false,
+            vfs: None,
         }
     }
 

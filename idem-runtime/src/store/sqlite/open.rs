@@ -86,7 +86,13 @@ pub(super) fn open_once(
     }
     private_file(path);
     let opening = |e| sql_error(path, "open", e);
-    let conn = Connection::open(path).map_err(opening)?;
+    let conn = match &settings.vfs {
+        None => Connection::open(path),
+        Some(vfs) => {
+            Connection::open_with_flags_and_vfs(path, rusqlite::OpenFlags::default(), vfs.as_str())
+        }
+    }
+    .map_err(opening)?;
     conn.busy_timeout(settings.busy_timeout).map_err(opening)?;
     // SQLite opens a file it may not write read-only without a word: say so now, not at the
     // first claim.
@@ -127,10 +133,11 @@ fn open_read_only(path: &Path, settings: &SqliteStoreBuilder) -> Result<Connecti
         )));
     }
     let opening = |e| sql_error(path, "open", e);
-    let conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = match &settings.vfs {
+        None => Connection::open_with_flags(path, flags),
+        Some(vfs) => Connection::open_with_flags_and_vfs(path, flags, vfs.as_str()),
+    }
     .map_err(opening)?;
     conn.busy_timeout(settings.busy_timeout).map_err(opening)?;
     let (app_id, version) = versions(&conn).map_err(opening)?;
