@@ -194,6 +194,9 @@ struct Config {
     stores: fn(StatusCode) -> bool,
     scope: Option<Arc<Scope>>,
     handler_resends: bool,
+    /// The run awaited in the request's own future (before S25), not spawned: the broken
+    /// variant of the fault matrix only.
+    attached: bool,
     /// Which layer this is (its clones, configured or not, are the same one), and where it was made.
     identity: Arc<std::panic::Location<'static>>,
 }
@@ -251,6 +254,7 @@ impl IdempotencyLayer {
                 stores: stored_unless_refused,
                 scope: None,
                 handler_resends: false,
+                attached: false,
                 identity: Arc::new(*std::panic::Location::caller()),
             }),
         }
@@ -337,6 +341,15 @@ impl IdempotencyLayer {
     /// operator settles it (`idemkit resolve`).
     pub fn handler_resends(self, yes: bool) -> Self {
         self.with(|c| c.handler_resends = yes)
+    }
+
+    /// Runs the handler inside the request's own future, as the layer did before S25, so that a
+    /// client that goes away cuts the run off. Not a stable API: it exists so that the fault
+    /// matrix (`tests/surface_faults.rs`) can show that it catches issue 40's first hole
+    /// re-introduced; nothing else should set it.
+    #[doc(hidden)]
+    pub fn attached_to_connection(self, yes: bool) -> Self {
+        self.with(|c| c.attached = yes)
     }
 
     /// Which of the handler's statuses are stored and replayed (default: all but `429` and
@@ -793,6 +806,9 @@ where
         }
     };
     let run = tracing::Instrument::instrument(run, tracing::Span::current());
+    if config.attached {
+        return run.await;
+    }
     match tokio::spawn(run).await {
         Ok(answer) => answer,
         // Not reached: the handler's panic is caught in its attempt; the layer's own would be a bug.
