@@ -6,7 +6,8 @@
 //! whose one key field is the client's key (`idempotency_key`, text) and whose fingerprint is the
 //! request's method, path and query, and body (SHA-256). Its scope, when
 //! [`IdempotencyLayer::scope`] gives one, is the call's tenant (S18): the record's key is the
-//! tenant's own, and the handler runs under [`as_tenant`], so tools it calls are scoped too.
+//! tenant's own, and the handler runs under [`as_tenant`](crate::as_tenant), so tools it calls
+//! are scoped too.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -27,7 +28,7 @@ use super::{IDEMPOTENCY_KEY, MAX_KEY_LENGTH, REPLAYED, parse_sf_string};
 use crate::error::{Error, StoreErrorKind};
 use crate::exec::Tool;
 use crate::fingerprint::Fingerprint;
-use crate::idem::{Idem, as_tenant};
+use crate::idem::{Idem, TaskScope};
 use crate::key::IdempotencyKey;
 use crate::retry::{Classify, Failure};
 
@@ -792,19 +793,11 @@ where
 
     // S25: the run (claim, handler, its response collected, the record completed) is not the
     // connection's: a client that goes away, and hyper dropping this future, do not cut it off.
-    let tenant = scope
-        .map(Arc::<str>::from)
-        .or_else(crate::idem::task_tenant);
-    let operation = crate::idem::operation_name();
+    // It runs under what this task's calls run under (S26: the scoped runtime, the tenant, the
+    // operation), the layer's scope as the tenant.
     let run = run_keyed(config.clone(), key, fingerprint, parts, body, inner);
-    let run = async move {
-        match (tenant, operation) {
-            (Some(t), Some(o)) => as_tenant(t, crate::idem::operation_scope(o, run)).await,
-            (Some(t), None) => as_tenant(t, run).await,
-            (None, Some(o)) => crate::idem::operation_scope(o, run).await,
-            (None, None) => run.await,
-        }
-    };
+    let task = TaskScope::capture().tenant(scope.map(Arc::<str>::from));
+    let run = task.run(run);
     let run = tracing::Instrument::instrument(run, tracing::Span::current());
     if config.attached {
         return run.await;
