@@ -165,6 +165,60 @@ pub(crate) fn task_tenant() -> Option<Arc<str>> {
     TENANT.try_with(Arc::clone).ok()
 }
 
+/// What a task's calls run under that lives in the task (the scoped runtime, the tenant, the
+/// operation), taken to be put back around work that moves to a task of its own (the HTTP
+/// layer's run, detached from its connection: S25). One place, so that a move between tasks
+/// cannot carry some of them and forget another (S26).
+pub(crate) struct TaskScope {
+    idem: Option<Idem>,
+    tenant: Option<Arc<str>>,
+    operation: Option<Arc<str>>,
+}
+
+impl TaskScope {
+    /// This task's.
+    pub(crate) fn capture() -> Self {
+        TaskScope {
+            idem: SCOPED.try_with(Idem::clone).ok(),
+            tenant: task_tenant(),
+            operation: operation_name(),
+        }
+    }
+
+    /// With this tenant instead of the task's, when there is one.
+    pub(crate) fn tenant(mut self, tenant: Option<Arc<str>>) -> Self {
+        if tenant.is_some() {
+            self.tenant = tenant;
+        }
+        self
+    }
+
+    /// Runs `fut` under it.
+    pub(crate) async fn run<F: Future>(self, fut: F) -> F::Output {
+        let TaskScope {
+            idem,
+            tenant,
+            operation,
+        } = self;
+        let fut = async move {
+            match operation {
+                Some(operation) => OPERATION.scope(operation, fut).await,
+                None => fut.await,
+            }
+        };
+        let fut = async move {
+            match tenant {
+                Some(tenant) => as_tenant(tenant, fut).await,
+                None => fut.await,
+            }
+        };
+        match idem {
+            Some(idem) => SCOPED.scope(idem, fut).await,
+            None => fut.await,
+        }
+    }
+}
+
 static INSTALLED: OnceLock<Idem> = OnceLock::new();
 
 /// The runtime used when none is installed or scoped, made on first use.

@@ -520,7 +520,8 @@ impl Settler {
                 };
             }
         }
-        let asked = verify(record.key);
+        // S26: asked with the record's key current, as a call's verification is.
+        let asked = crate::exec::current::under(record.key, || verify(record.key));
         let asked = async {
             match tenant {
                 Some(t) => crate::idem::as_tenant(t, asked).await,

@@ -688,6 +688,63 @@ async fn s25_a_handler_whose_response_broke_off_is_not_run_again() {
     says_it_ran_and_how_it_is_settled(retry).await;
 }
 
+/// A tool's error for the handler below.
+#[derive(Debug)]
+struct InnerError;
+
+impl idem_runtime::Classify for InnerError {
+    fn classify(&self) -> idem_runtime::Failure {
+        idem_runtime::Failure::Permanent
+    }
+}
+
+impl From<idem_runtime::Error> for InnerError {
+    fn from(_: idem_runtime::Error) -> Self {
+        InnerError
+    }
+}
+
+/// A handler that calls a tool of the runtime in force (no `.idem(..)` of its own).
+async fn calls_a_tool() -> Response {
+    let done: Result<String, InnerError> = idem_runtime::Tool::new("inner")
+        .side_effect(&[("order", &1u32)], &(), |_key| async {
+            Ok("done".to_owned())
+        })
+        .await;
+    match done {
+        Ok(text) => (StatusCode::CREATED, text).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e:?}")).into_response(),
+    }
+}
+
+/// S26: the layer's run moves to a task of its own (S25); the runtime scoped around the service
+/// (`Idem::scope`) goes with it, as the tenant and the operation do, so a tool the handler calls
+/// records in that runtime's store, not in another (the installed or default one). Failed before:
+/// the inner record was not in the scoped store.
+#[tokio::test]
+async fn s26_a_handler_behind_the_layer_calls_its_tools_on_the_runtime_scoped_around_it() {
+    let layer_store = Arc::new(MemoryStore::new());
+    let tools_store = Arc::new(MemoryStore::new());
+    let tools = Idem::builder()
+        .shared_store(tools_store.clone())
+        .build()
+        .unwrap();
+    let app = Router::new()
+        .route("/inner", post(calls_a_tool))
+        .layer(layer_on(&layer_store));
+    let response = tools
+        .scope(app.oneshot(keyed_as("/inner", "\"scoped\"")))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let key = IdempotencyKey::derive("inner", &[("order", &1u32)]);
+    let record = tools_store.get(&key).await.unwrap();
+    assert!(
+        record.is_some_and(|r| matches!(r.state, RecordState::Completed { .. })),
+        "the handler's tool did not record in the runtime scoped around the service"
+    );
+}
+
 /// S29: an empty key, or one over the documented bound, is refused with `400` saying the bound;
 /// never one record shared by all such requests.
 #[tokio::test]

@@ -65,3 +65,62 @@ mod redis {
     }
     idem_runtime::settle_conformance_tests!(fresh_store);
 }
+
+/// What the ambiguous call below fails with: its answer was lost.
+#[derive(Debug)]
+struct Lost;
+
+impl idem_runtime::Classify for Lost {
+    fn classify(&self) -> idem_runtime::Failure {
+        idem_runtime::Failure::Ambiguous
+    }
+}
+
+impl From<idem_runtime::Error> for Lost {
+    fn from(_: idem_runtime::Error) -> Self {
+        Lost
+    }
+}
+
+/// S26 for the settler (S28): a tool's verify function is asked with the record's key current
+/// where it is made and where it is polled, as in a call (S19), so a verify that looks the
+/// operation up by `current_key()` (a client other than reqwest) finds it there too. Failed
+/// before: neither saw a key.
+#[tokio::test]
+async fn s26_the_settlers_verify_sees_the_records_key_as_current() {
+    use std::sync::{Arc, Mutex};
+
+    use idem_runtime::settle::{Pass, Settled, Settler};
+    use idem_runtime::{Idem, IdempotencyKey, MemoryStore, Tool, Verified, current_key};
+
+    let store = Arc::new(MemoryStore::new());
+    let idem = Idem::builder().shared_store(store.clone()).build().unwrap();
+    let lost: Result<String, Lost> = Tool::new("sms")
+        .idem(&idem)
+        .resend(false)
+        .side_effect(&[("order", &1u32)], &(), |_key| async { Err(Lost) })
+        .await;
+    assert!(lost.is_err());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let seen_by_verify = seen.clone();
+    let settler = Settler::new(store).verify("sms", move |key| {
+        let made = current_key();
+        let seen = seen_by_verify.clone();
+        async move {
+            seen.lock().unwrap().push((key, made, current_key()));
+            Ok::<_, String>(Verified::Applied("sent".to_owned()))
+        }
+    });
+    let report = settler.run_once(&Pass::new()).await.unwrap();
+    let key = IdempotencyKey::derive("sms", &[("order", &1u32)]);
+    assert_eq!(
+        report.records,
+        vec![(key, "sms".to_owned(), Settled::Applied)]
+    );
+    assert_eq!(*seen.lock().unwrap(), vec![(key, Some(key), Some(key))]);
+    assert_eq!(
+        current_key(),
+        None,
+        "the key is current only in the verification"
+    );
+}

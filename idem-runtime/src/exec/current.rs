@@ -3,6 +3,9 @@
 //! It lives here, with the executor that sets it, so the executor reaches nothing of `http`.
 
 use std::cell::Cell;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use crate::key::IdempotencyKey;
 
@@ -45,4 +48,34 @@ pub fn current_key() -> Option<IdempotencyKey> {
 pub(crate) fn made_under<R>(key: IdempotencyKey, make: impl FnOnce() -> R) -> R {
     let _current = CurrentKey::enter(Some(key));
     make()
+}
+
+pin_project_lite::pin_project! {
+    /// A step run outside any call (the settler's verification, S28), polled with its key
+    /// current, as [`Attempt`](super::Attempt) and [`VerifyStep`](super::VerifyStep) poll a
+    /// call's steps.
+    pub(crate) struct Under<F> {
+        key: IdempotencyKey,
+        #[pin]
+        step: F,
+    }
+}
+
+impl<F: Future> Future for Under<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let _current = CurrentKey::enter(Some(*this.key));
+        this.step.poll(cx)
+    }
+}
+
+/// Makes a step outside any call under `key`, and polls it under `key` (S26: a verify function
+/// sees its record's key wherever it is asked).
+pub(crate) fn under<F: Future>(key: IdempotencyKey, make: impl FnOnce() -> F) -> Under<F> {
+    Under {
+        key,
+        step: made_under(key, make),
+    }
 }

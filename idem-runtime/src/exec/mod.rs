@@ -4,9 +4,25 @@
 //!
 //! This is what `#[side_effect]` and `#[read_only]` expand to, and what a program without the
 //! macros calls through [`Tool`].
+//!
+//! **One entry path (S26).** Every surface enters the executor through [`SideEffectCall`]: the
+//! attributes' expansion writes its loop over one (`#[side_effect]` on a function or method, the
+//! rmcp and rig modes, which wrap that expansion, and `json` tools, which call it, so
+//! `JsonTools` and `JsonToolsServer` too); [`Tool::side_effect`], [`Tool::run_keyed`] and
+//! [`Tool::verify`] run one loop over one (`verified::drive`), which the HTTP layer's run uses
+//! too. What a call runs under is set there and nowhere else: the claim (`core::claim`) reads
+//! the tenant and makes the span; `Drop for Call` (`core::dropped`) is the drop guard; the
+//! step futures [`Attempt`] and [`VerifyStep`] make the call's key current while they poll a
+//! step, and `current::made_under` while a [`Tool`] closure makes one (the settler, which asks
+//! verify functions outside any call, makes and polls its steps under the record's key through
+//! `current::under`). The tenant, the operation
+//! (an `OperationId` key field, looked up before the key) and the scoped runtime are
+//! task-locals that the surfaces put in force around a call (`as_tenant`, `operation_scope`,
+//! `Idem::scope`, MCP's `Tenanted` and `Operations`); the one surface that moves a call to a
+//! task of its own, the HTTP layer, carries all three with it through one `TaskScope`.
 
 mod core;
-mod current;
+pub(crate) mod current;
 mod repeats;
 mod typed;
 mod verified;
@@ -292,15 +308,8 @@ impl<'a> Tool<'a> {
         F: FnMut(IdempotencyKey) -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        let mut call = SideEffectCall::new(self, key, fingerprint);
-        let mut attempt = attempt;
-        async move {
-            while let Some(key) = call.attempt().await {
-                let made = current::made_under(key, || attempt(key));
-                call.run(made).await;
-            }
-            call.end()
-        }
+        let call = SideEffectCall::new(self, key, fingerprint);
+        verified::drive(call, attempt, verified::unverified::<T, E>)
     }
 
     /// Runs a read-only tool: retries by [`Classify`], no key, no store. Works without any

@@ -120,19 +120,49 @@ impl<'a, V> Verifying<'a, V> {
         V: FnMut(IdempotencyKey) -> VFut,
         VFut: Future<Output = Result<Verified<T>, E>>,
     {
-        let mut call = SideEffectCall::new(self.tool, key, fingerprint);
-        let (mut attempt, mut verify) = (attempt, self.verify);
-        async move {
-            while let Some(key) = call.attempt().await {
-                if call.verifying() {
-                    let made = super::current::made_under(key, || verify(key));
-                    call.verify(made).await;
-                } else {
-                    let made = super::current::made_under(key, || attempt(key));
-                    call.run(made).await;
-                }
-            }
-            call.end()
-        }
+        drive(
+            SideEffectCall::new(self.tool, key, fingerprint),
+            attempt,
+            self.verify,
+        )
     }
+}
+
+/// The one loop of [`Tool`]'s entry points (with [`Tool::verify`] or without): each step, an
+/// attempt or a verification, made under the call's key ([`made_under`]) and run by the
+/// [`SideEffectCall`] that claims, leases, polls it under the key and ends the call.
+///
+/// [`made_under`]: super::current::made_under
+pub(super) fn drive<'a, T, E, F, Fut, V, VFut>(
+    call: SideEffectCall<'a, T, E>,
+    attempt: F,
+    verify: V,
+) -> impl Future<Output = Result<T, E>> + use<'a, T, E, F, Fut, V, VFut>
+where
+    T: Serialize + DeserializeOwned,
+    E: Classify + From<Error>,
+    F: FnMut(IdempotencyKey) -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    V: FnMut(IdempotencyKey) -> VFut,
+    VFut: Future<Output = Result<Verified<T>, E>>,
+{
+    let (mut call, mut attempt, mut verify) = (call, attempt, verify);
+    async move {
+        while let Some(key) = call.attempt().await {
+            if call.verifying() {
+                let made = super::current::made_under(key, || verify(key));
+                call.verify(made).await;
+            } else {
+                let made = super::current::made_under(key, || attempt(key));
+                call.run(made).await;
+            }
+        }
+        call.end()
+    }
+}
+
+/// The verify function of a [`Tool`] without one: never asked, since its call hands out no
+/// verification (only a tool made [`Tool::with_verify`] does); were it asked, it could not tell.
+pub(super) fn unverified<T, E>(_: IdempotencyKey) -> std::future::Ready<Result<Verified<T>, E>> {
+    std::future::ready(Ok(Verified::Unknown))
 }

@@ -6,7 +6,8 @@
 //! whose one key field is the client's key (`idempotency_key`, text) and whose fingerprint is the
 //! request's method, path and query, and body (SHA-256). Its scope, when
 //! [`IdempotencyLayer::scope`] gives one, is the call's tenant (S18): the record's key is the
-//! tenant's own, and the handler runs under [`as_tenant`], so tools it calls are scoped too.
+//! tenant's own, and the handler runs under [`as_tenant`](crate::as_tenant), so tools it calls
+//! are scoped too.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -27,7 +28,7 @@ use super::{IDEMPOTENCY_KEY, MAX_KEY_LENGTH, REPLAYED, parse_sf_string};
 use crate::error::{Error, StoreErrorKind};
 use crate::exec::Tool;
 use crate::fingerprint::Fingerprint;
-use crate::idem::{Idem, as_tenant};
+use crate::idem::{Idem, TaskScope};
 use crate::key::IdempotencyKey;
 use crate::retry::{Classify, Failure};
 
@@ -194,6 +195,9 @@ struct Config {
     stores: fn(StatusCode) -> bool,
     scope: Option<Arc<Scope>>,
     handler_resends: bool,
+    /// The run awaited in the request's own future (before S25), not spawned: the broken
+    /// variant of the fault matrix only.
+    attached: bool,
     /// Which layer this is (its clones, configured or not, are the same one), and where it was made.
     identity: Arc<std::panic::Location<'static>>,
 }
@@ -251,6 +255,7 @@ impl IdempotencyLayer {
                 stores: stored_unless_refused,
                 scope: None,
                 handler_resends: false,
+                attached: false,
                 identity: Arc::new(*std::panic::Location::caller()),
             }),
         }
@@ -337,6 +342,15 @@ impl IdempotencyLayer {
     /// operator settles it (`idemkit resolve`).
     pub fn handler_resends(self, yes: bool) -> Self {
         self.with(|c| c.handler_resends = yes)
+    }
+
+    /// Runs the handler inside the request's own future, as the layer did before S25, so that a
+    /// client that goes away cuts the run off. Not a stable API: it exists so that the fault
+    /// matrix (`tests/surface_faults.rs`) can show that it catches issue 40's first hole
+    /// re-introduced; nothing else should set it.
+    #[doc(hidden)]
+    pub fn attached_to_connection(self, yes: bool) -> Self {
+        self.with(|c| c.attached = yes)
     }
 
     /// Which of the handler's statuses are stored and replayed (default: all but `429` and
@@ -779,20 +793,15 @@ where
 
     // S25: the run (claim, handler, its response collected, the record completed) is not the
     // connection's: a client that goes away, and hyper dropping this future, do not cut it off.
-    let tenant = scope
-        .map(Arc::<str>::from)
-        .or_else(crate::idem::task_tenant);
-    let operation = crate::idem::operation_name();
+    // It runs under what this task's calls run under (S26: the scoped runtime, the tenant, the
+    // operation), the layer's scope as the tenant.
     let run = run_keyed(config.clone(), key, fingerprint, parts, body, inner);
-    let run = async move {
-        match (tenant, operation) {
-            (Some(t), Some(o)) => as_tenant(t, crate::idem::operation_scope(o, run)).await,
-            (Some(t), None) => as_tenant(t, run).await,
-            (None, Some(o)) => crate::idem::operation_scope(o, run).await,
-            (None, None) => run.await,
-        }
-    };
+    let task = TaskScope::capture().tenant(scope.map(Arc::<str>::from));
+    let run = task.run(run);
     let run = tracing::Instrument::instrument(run, tracing::Span::current());
+    if config.attached {
+        return run.await;
+    }
     match tokio::spawn(run).await {
         Ok(answer) => answer,
         // Not reached: the handler's panic is caught in its attempt; the layer's own would be a bug.
