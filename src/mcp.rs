@@ -146,23 +146,7 @@ where
         .map(|k| k.to_string());
     let replayed = info.as_ref().is_some_and(|i| i.replayed);
     match result {
-        Ok(value) => {
-            let structured = json!({
-                "result": to_value(&value)?,
-                "replayed": replayed,
-                "idempotencyKey": key,
-            });
-            let mut out = CallToolResult::structured(structured);
-            if replayed {
-                let note = format!(
-                    "Replayed: an earlier call with the same arguments already did this (idempotency key {}). \
-                     This is its recorded result; nothing was done again.",
-                    key.as_deref().unwrap_or("?")
-                );
-                out.content.insert(0, ContentBlock::text(note));
-            }
-            Ok(out)
-        }
+        Ok(value) => Ok(success(to_value(&value)?, Some((replayed, key.as_deref())))),
         Err(e) => Ok(failure(
             as_error(&e),
             e.classify(),
@@ -193,9 +177,7 @@ where
     E: Classify,
 {
     match result {
-        Ok(value) => Ok(CallToolResult::structured(
-            json!({ "result": to_value(&value)? }),
-        )),
+        Ok(value) => Ok(success(to_value(&value)?, None)),
         Err(e) => Ok(failure(
             as_error(&e),
             e.classify(),
@@ -205,6 +187,18 @@ where
             &[],
         )),
     }
+}
+
+/// A success as MCP carries it: the one envelope (`success_envelope`) as structured content,
+/// after the one sentence a replay starts with.
+fn success(result: Value, side_effect: Option<(bool, Option<&str>)>) -> CallToolResult {
+    let mut out =
+        CallToolResult::structured(crate::__private::success_envelope(result, side_effect));
+    if let Some((true, key)) = side_effect {
+        let note = crate::__private::replayed_note(key);
+        out.content.insert(0, ContentBlock::text(note));
+    }
+    out
 }
 
 fn to_value<T: Serialize>(value: &T) -> Result<Value, ErrorData> {
@@ -239,13 +233,19 @@ fn failure(
     key_fields: &[&str],
 ) -> CallToolResult {
     let told = Explanation::of(e, failure, kind, info, key_fields);
+    failed(e.to_string(), &told, key)
+}
+
+/// A failure as MCP carries it, for `#[tool]` methods and `JsonToolsServer` alike: the
+/// explanation's sentence first, then `{"error", "reason", "retryable", "idempotencyKey"}`.
+fn failed(error: String, told: &Explanation, key: Option<String>) -> CallToolResult {
     let mut out = CallToolResult::structured_error(json!({
-        "error": for_the_client(told.reason, e.to_string()),
+        "error": for_the_client(told.reason, error),
         "reason": told.reason,
         "retryable": told.retryable,
         "idempotencyKey": key,
     }));
-    out.content.insert(0, ContentBlock::text(told.text));
+    out.content.insert(0, ContentBlock::text(told.text.clone()));
     out
 }
 
@@ -561,26 +561,9 @@ impl JsonToolsServer {
         match ended {
             Ok(reply) => {
                 // A read-only tool's reply has no key (a read has none): its result alone.
-                let structured = match reply.key() {
-                    None => json!({ "result": reply.value }),
-                    Some(key) => json!({
-                        "result": reply.value,
-                        "replayed": reply.replayed(),
-                        "idempotencyKey": key.to_string(),
-                    }),
-                };
-                let mut out = CallToolResult::structured(structured);
-                if reply.replayed() {
-                    let note = format!(
-                        "Replayed: an earlier call with the same arguments already did this (idempotency key {}). \
-                         This is its recorded result; nothing was done again.",
-                        reply
-                            .key()
-                            .map_or_else(|| "?".to_owned(), |k| k.to_string())
-                    );
-                    out.content.insert(0, ContentBlock::text(note));
-                }
-                Ok(out)
+                let key = reply.key().map(|k| k.to_string());
+                let side_effect = key.as_deref().map(|key| (reply.replayed(), Some(key)));
+                Ok(success(reply.value, side_effect))
             }
             Err(crate::JsonCallError::Failed {
                 message,
@@ -592,15 +575,7 @@ impl JsonToolsServer {
                     .as_ref()
                     .and_then(|i| i.key.as_ref())
                     .map(|k| k.to_string());
-                let mut out = CallToolResult::structured_error(json!({
-                    "error": for_the_client(explanation.reason, message),
-                    "reason": explanation.reason,
-                    "retryable": explanation.retryable,
-                    "idempotencyKey": key,
-                }));
-                out.content
-                    .insert(0, ContentBlock::text(explanation.text.clone()));
-                Ok(out)
+                Ok(failed(message, &explanation, key))
             }
             // Nothing ran: what to correct, as a tool error the model reads.
             Err(refused) => {

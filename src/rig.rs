@@ -115,19 +115,14 @@ where
     let replayed = info.as_ref().is_some_and(|i| i.replayed);
     match result {
         Ok(value) => {
-            let value = json!({
-                "result": to_value(&value)?,
-                "replayed": replayed,
-                "idempotencyKey": key,
-            });
+            let value = crate::__private::success_envelope(
+                to_value(&value)?,
+                Some((replayed, key.as_deref())),
+            );
             if !replayed {
                 return Ok(ToolOutput::json(value));
             }
-            let note = format!(
-                "Replayed: an earlier call with the same arguments already did this (idempotency key {}). \
-                 This is its recorded result; nothing was done again.",
-                key.as_deref().unwrap_or("?")
-            );
+            let note = crate::__private::replayed_note(key.as_deref());
             ToolOutput::content(vec![
                 rig_core::message::ToolResultContent::text(note),
                 rig_core::message::ToolResultContent::json(value),
@@ -153,7 +148,10 @@ pub(crate) fn read_only_output_as<T: Serialize, E>(
     fail: FailWith<E>,
 ) -> RigOutput {
     match result {
-        Ok(value) => Ok(ToolOutput::json(json!({ "result": to_value(&value)? }))),
+        Ok(value) => Ok(ToolOutput::json(crate::__private::success_envelope(
+            to_value(&value)?,
+            None,
+        ))),
         Err(e) => Err(fail(e, ToolKind::ReadOnly, None, &[])),
     }
 }

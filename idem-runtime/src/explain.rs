@@ -387,3 +387,33 @@ fn tool_of(error: &Error) -> Option<&str> {
         Error::NoRuntime { .. } => None,
     }
 }
+
+/// What a model reads of a successful call, on every surface that answers a model (MCP results,
+/// rig's tool output, JSON tools served over MCP): a read's `{"result": …}`, or a side effect's
+/// `{"result": …, "replayed": bool, "idempotencyKey": "…"}` (`side_effect`: whether it was
+/// replayed, and its key). Not a stable API: the integrations' one envelope.
+#[doc(hidden)]
+pub fn success_envelope(
+    result: serde_json::Value,
+    side_effect: Option<(bool, Option<&str>)>,
+) -> serde_json::Value {
+    match side_effect {
+        None => serde_json::json!({ "result": result }),
+        Some((replayed, key)) => serde_json::json!({
+            "result": result,
+            "replayed": replayed,
+            "idempotencyKey": key,
+        }),
+    }
+}
+
+/// The sentence a model reads before a replayed result: it was done before, nothing was done
+/// again. Not a stable API: the integrations' one wording.
+#[doc(hidden)]
+pub fn replayed_note(key: Option<&str>) -> String {
+    format!(
+        "Replayed: an earlier call with the same arguments already did this (idempotency key {}). \
+         This is its recorded result; nothing was done again.",
+        key.unwrap_or("?")
+    )
+}

@@ -126,6 +126,7 @@ pub use store::transitions::Store;
 /// What generated code reaches, and nothing else should: the paths are not a stable API.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::explain::{replayed_note, success_envelope};
     pub use crate::fingerprint::sorted::SortedArgs;
     pub use inventory;
     #[cfg(feature = "json")]
