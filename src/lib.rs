@@ -125,7 +125,7 @@ pub mod rig;
 
 /// What the attributes' expansions reach; not a stable API.
 #[doc(hidden)]
-#[path = "private.rs"]
+#[path = "private/mod.rs"]
 pub mod __private;
 
 /// The README's Rust blocks, compiled (and run, unless `no_run`) as doctests of this crate. They
