@@ -374,17 +374,49 @@ async fn issue33_1_key_resolves_an_operation_name_to_its_id_and_key_from_the_sto
     );
 }
 
-/// Operation ids are not kept per tenant: `--tenant` with `--operation` is refused, not ignored.
-#[test]
-fn key_operation_with_a_tenant_is_refused_not_ignored() {
-    let out = idemkit(
-        &["key", "--operation", "plan-42/step-3", "--tenant", "acme"],
-        &[],
-    );
-    assert_eq!(out.status.code(), Some(2));
+/// S18: operation ids are scoped to tenants as keys are: `key --operation NAME --tenant T` prints
+/// tenant T's id, `key TOOL FIELD=op:NAME --tenant T` the key T's call has, and an operation T
+/// never named is not found (not another tenant's, not the one without a tenant).
+#[tokio::test]
+async fn s18_key_operation_with_a_tenant_prints_that_tenants_id_and_key() {
+    use idem_runtime::as_tenant;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agent.db");
+    let at = format!("sqlite:{}", path.display());
+    let (acme, unscoped) = {
+        let idem = idem_runtime::Idem::new(SqliteStore::open(&path).unwrap());
+        let acme = as_tenant("acme", idem.operation("plan-42/step-3"))
+            .await
+            .unwrap();
+        (acme, idem.operation("plan-42/step-3").await.unwrap())
+    };
+    assert_ne!(acme, unscoped);
+    let op = |tenant: &[&str], code| {
+        let mut args = vec!["key", "--operation", "plan-42/step-3", "--store", &at];
+        args.extend_from_slice(tenant);
+        expect(&args, code)
+    };
+    assert_eq!(stdout(&op(&["--tenant", "acme"], 0)), format!("{acme}\n"));
+    assert_eq!(stdout(&op(&[], 0)), format!("{unscoped}\n"));
+    let out = op(&["--tenant", "globex"], 1);
     assert!(
-        stderr(&out).contains("cannot be used with"),
+        stderr(&out).contains("no operation is named `plan-42/step-3` for tenant `globex`"),
         "{}",
         stderr(&out)
     );
+    let out = expect(
+        &[
+            "key",
+            "send_apology",
+            "step=op:plan-42/step-3",
+            "--tenant",
+            "acme",
+            "--store",
+            &at,
+        ],
+        0,
+    );
+    let key =
+        idem_runtime::IdempotencyKey::derive("send_apology", &[("step", &acme)]).for_tenant("acme");
+    assert_eq!(stdout(&out), format!("{key}\n"));
 }

@@ -278,6 +278,23 @@ impl Idem {
     /// is returned, then the same id for ever after, also after a restart (with a durable store).
     /// Use it as a key field of an operation that has no natural identity.
     ///
+    /// Scoped to the tenant calls here are made for ([`as_tenant`], else
+    /// [`IdemBuilder::tenant`]), as keys are (S18): two tenants that name the same operation get
+    /// two ids ([`OperationId::stored_name`] says how it is kept).
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use idem_runtime::{Idem, MemoryStore, as_tenant};
+    ///
+    /// let idem = Idem::new(MemoryStore::new());
+    /// let acme = as_tenant("acme", idem.operation("plan-1")).await?;
+    /// let globex = as_tenant("globex", idem.operation("plan-1")).await?;
+    /// assert_ne!(acme, globex);
+    /// assert_eq!(acme, as_tenant("acme", idem.operation("plan-1")).await?);
+    /// # Ok::<(), idem_runtime::Error>(())
+    /// # }).unwrap();
+    /// ```
+    ///
     /// ```
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
     /// use idem_runtime::{Idem, MemoryStore};
@@ -290,8 +307,21 @@ impl Idem {
     /// ```
     pub async fn operation(&self, name: &str) -> Result<OperationId, Error> {
         check_operation_name(name, &format!("operation `{name}`"))?;
+        // S18: the task's tenant, else the runtime's, as a call's key has it.
+        let tenant = task_tenant().or_else(|| self.inner.tenant.clone());
+        if tenant.is_none() && name.starts_with(OperationId::TENANT_PREFIX) {
+            return Err(Error::Settings {
+                tool: format!("operation `{name}`"),
+                reason: format!(
+                    "an operation name without a tenant may not start with `{}`, the prefix of tenants' \
+                     operations in the store (`OperationId::stored_name`)",
+                    OperationId::TENANT_PREFIX
+                ),
+            });
+        }
+        let stored = OperationId::stored_name(name, tenant.as_deref());
         let fresh = Uuid::new_v4();
-        let fut = self.inner.operation_ids.operation_id(name, fresh);
+        let fut = self.inner.operation_ids.operation_id(&stored, fresh);
         let stored = match tokio::time::timeout(self.inner.store_timeout, fut).await {
             Ok(r) => r,
             Err(_) => Err(crate::StoreError::unavailable(format!(
