@@ -84,7 +84,8 @@ tokio::task_local! {
 /// # }).unwrap();
 /// ```
 ///
-/// Tasks `fut` spawns do not inherit it: wrap them too.
+/// Tasks `fut` spawns do not inherit it (tokio's task-locals stay with their task): spawn
+/// them with [`in_current_scope`], which carries it with the tenant and the runtime.
 pub async fn operation_scope<F: Future>(name: impl Into<Arc<str>>, fut: F) -> F::Output {
     OPERATION.scope(name.into(), fut).await
 }
@@ -135,8 +136,9 @@ fn check_operation_name(name: &str, tool: &str) -> Result<(), Error> {
 /// principal), set once where a request enters: equal key fields of two tenants are two
 /// operations, and neither ever sees the other's outcome (S18). A call's key is then
 /// [`IdempotencyKey::for_tenant`](crate::IdempotencyKey::for_tenant) of its v1 key. Tasks it
-/// spawns do not inherit it: wrap them too. Takes precedence over the runtime's
-/// [`IdemBuilder::tenant`].
+/// spawns do not inherit it (tokio's task-locals stay with their task): spawn them with
+/// [`in_current_scope`], or a spawned call is made for no tenant (or the runtime's). Takes
+/// precedence over the runtime's [`IdemBuilder::tenant`].
 ///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -150,6 +152,49 @@ fn check_operation_name(name: &str, tool: &str) -> Result<(), Error> {
 pub async fn as_tenant<F: Future>(tenant: impl Into<Arc<str>>, fut: F) -> F::Output {
     TENANTS_USED.store(true, std::sync::atomic::Ordering::Relaxed);
     TENANT.scope(tenant.into(), fut).await
+}
+
+/// `fut` with idemkit's scopes in force here carried into it: the runtime ([`Idem::scope`]), the
+/// tenant ([`as_tenant`]) and the operation ([`operation_scope`]). tokio's task-locals stay with
+/// their task, so a task spawned inside `as_tenant` would otherwise make its calls for no tenant
+/// (another key, another record) and on the installed runtime: wrap what you spawn.
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use idem_runtime::{Idem, MemoryStore, as_tenant, in_current_scope, operation_scope, scoped_operation};
+///
+/// let idem = Idem::new(MemoryStore::new());
+/// let (spawned, here) = idem
+///     .scope(as_tenant("acme", operation_scope("plan-42/step-3", async {
+///         let task = tokio::spawn(in_current_scope(scoped_operation("send_email")));
+///         (task.await.unwrap(), scoped_operation("send_email").await)
+///     })))
+///     .await;
+/// assert_eq!(spawned?, here?, "the task has the tenant's id of the operation, in the same store");
+/// # Ok::<(), idem_runtime::Error>(())
+/// # }).unwrap();
+/// ```
+pub fn in_current_scope<F: Future>(fut: F) -> impl Future<Output = F::Output> {
+    let idem = SCOPED.try_with(Idem::clone).ok();
+    let tenant = TENANT.try_with(Arc::clone).ok();
+    let operation = OPERATION.try_with(Arc::clone).ok();
+    async move {
+        let fut = scoped(&OPERATION, operation, fut);
+        let fut = scoped(&TENANT, tenant, fut);
+        scoped(&SCOPED, idem, fut).await
+    }
+}
+
+/// `fut` under `key` set to `value`, if there is one.
+async fn scoped<T: 'static, F: Future>(
+    key: &'static tokio::task::LocalKey<T>,
+    value: Option<T>,
+    fut: F,
+) -> F::Output {
+    match value {
+        Some(value) => key.scope(value, fut).await,
+        None => fut.await,
+    }
 }
 
 /// Whether any task of the process ever ran under a tenant: until one does, a call looks no
@@ -227,7 +272,7 @@ impl Idem {
     }
 
     /// Runs `fut` with this runtime in place of the installed one (tasks it spawns do not
-    /// inherit it: scope them too).
+    /// inherit it: spawn them with [`in_current_scope`], which carries it).
     pub async fn scope<F: Future>(&self, fut: F) -> F::Output {
         SCOPED.scope(self.clone(), fut).await
     }

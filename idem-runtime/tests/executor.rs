@@ -598,3 +598,64 @@ async fn s17_a_completion_retried_near_the_lease_end_renews_the_lease_first() {
     assert_eq!(info.unwrap().outcome, CallOutcome::Replayed);
     assert_eq!(runs.load(SeqCst), 1, "the body ran once");
 }
+
+/// S18 (issue 41): tokio's task-locals stay with their task, so a task spawned inside
+/// `as_tenant` made its calls for no tenant; spawned with `in_current_scope`, it has the tenant,
+/// the operation and the scoped runtime of where it was spawned.
+#[tokio::test]
+async fn s18_a_task_spawned_with_in_current_scope_calls_for_the_tenant() {
+    use idem_runtime::{
+        as_tenant, in_current_scope, operation_name, operation_scope, scoped_operation,
+    };
+    let idem = idem();
+    let charge = |idem: Option<Idem>| async move {
+        let tool = Tool::new("charge");
+        let tool = match &idem {
+            Some(idem) => tool.idem(idem),
+            None => tool,
+        };
+        let key = tool
+            .side_effect(&[("order", &9u8)], &(), |key| async move {
+                Ok::<_, E>(key.to_string())
+            })
+            .await
+            .unwrap();
+        (key, operation_name().map(|n| n.to_string()))
+    };
+    let (wrapped, id, bare) = idem
+        .scope(as_tenant(
+            "acme",
+            operation_scope("plan-42/step-3", async {
+                let wrapped = tokio::spawn(in_current_scope(async move {
+                    let id = scoped_operation("charge").await.unwrap();
+                    (charge(None).await, id)
+                }));
+                // Bare, with the runtime passed in (else it would be the process's default).
+                let bare = tokio::spawn(charge(Some(idem.clone())));
+                let (wrapped, id) = wrapped.await.unwrap();
+                (wrapped, id, bare.await.unwrap())
+            }),
+        ))
+        .await;
+    let key = IdempotencyKey::derive("charge", &[("order", &9u8)]);
+    assert_eq!(
+        wrapped,
+        (
+            key.for_tenant("acme").to_string(),
+            Some("plan-42/step-3".to_owned())
+        ),
+        "the spawned task's call is the tenant's, under the operation"
+    );
+    assert_eq!(
+        id,
+        as_tenant("acme", idem.operation("plan-42/step-3"))
+            .await
+            .unwrap(),
+        "and the operation's id is the tenant's, from the scoped runtime"
+    );
+    assert_eq!(
+        bare,
+        (key.to_string(), None),
+        "a task spawned bare has neither"
+    );
+}
