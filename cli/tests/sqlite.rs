@@ -454,7 +454,7 @@ async fn s28_show_displays_a_settlers_decision() {
     assert_eq!(settled, expected);
     drop(store);
 
-    let shown = stdout(&expect(&["show", &applied.to_string(), "--store", &at], 0));
+    let shown = stdout(&expect(&["show", applied.as_str(), "--store", &at], 0));
     let line = |name: &str| {
         shown
             .lines()
@@ -474,7 +474,7 @@ async fn s28_show_displays_a_settlers_decision() {
     );
 
     let json: serde_json::Value = serde_json::from_str(&stdout(&expect(
-        &["show", &not_applied.to_string(), "--json", "--store", &at],
+        &["show", not_applied.as_str(), "--json", "--store", &at],
         0,
     )))
     .unwrap();
@@ -487,10 +487,7 @@ async fn s28_show_displays_a_settlers_decision() {
             .starts_with("idemkit settler: the tool's verify found the effect did not happen"),
         "{json}"
     );
-    let shown = stdout(&expect(
-        &["show", &not_applied.to_string(), "--store", &at],
-        0,
-    ));
+    let shown = stdout(&expect(&["show", not_applied.as_str(), "--store", &at], 0));
     assert!(
         shown.contains("released by the settler (its tool's verify)")
             && shown.contains("resolved     not-applied at"),
