@@ -270,7 +270,7 @@ pub async fn operation_ids_are_minted_once(store: impl StoreUnderTest) {
 /// the runtime's own [`crate::IdemBuilder::tenant`]) naming one operation get two ids, each
 /// theirs for ever after, and neither is the id the name has without a tenant, which is kept
 /// under the name itself (as before tenants had their own) and read back by
-/// [`Records::operation`].
+/// [`Records::operation`](crate::store::Records::operation).
 pub async fn s18_operation_ids_are_scoped_to_tenants_like_keys(store: impl StoreUnderTest) {
     use crate::{Idem, OperationId, as_tenant};
     let store = Arc::new(store);
