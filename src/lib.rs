@@ -98,8 +98,8 @@ pub use idem_runtime::{
     Error, Failure, Fingerprint, Idem, IdemBuilder, IdempotencyKey, KeyHasher, KeyPart, KeyValue,
     MAX_OPERATION_NAME_LEN, MemoryStore, OperationId, Records, RetryPolicy, Store, StoreError,
     StoreErrorKind, Tool, ToolInfo, ToolKind, Verified, as_tenant, check_unique_tool_names,
-    normalize, observe, operation, operation_name, operation_scope, scoped_operation, store, tools,
-    tools_manifest,
+    in_current_scope, normalize, observe, operation, operation_name, operation_scope,
+    scoped_operation, store, tools, tools_manifest,
 };
 // What a model is told of a failed call (MCP, rig, JSON): kept apart from the list above.
 pub use idem_runtime::Explanation;

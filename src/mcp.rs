@@ -273,7 +273,8 @@ fn failed(error: String, told: &Explanation, key: Option<String>) -> CallToolRes
 ///   agents), never as the boundary between customers.
 ///
 /// The tenant is a task-local of the request's task: work the tool spawns onto other tasks does
-/// not inherit it (wrap those in `as_tenant` too).
+/// not inherit it (spawn it with [`in_current_scope`](crate::in_current_scope), which carries
+/// the tenant, the operation and the runtime).
 ///
 /// ```
 /// use std::sync::Arc;

@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use idem_runtime::IdempotencyKey;
 use idem_runtime::store::{Decision, Forgot, RecordFilter, Released, Resolved, StateKind};
+use idem_runtime::{IdempotencyKey, OperationId};
 
 mod key;
 mod shape;
@@ -197,10 +197,18 @@ enum Command {
         #[arg(long, value_name = "MANIFEST")]
         check: Option<std::path::PathBuf>,
         /// Prints the id of the operation of this name in the store (`idem.operation(NAME)`):
-        /// the value of an `OperationId` key field. Nothing is minted.
-        #[arg(long, value_name = "NAME", conflicts_with_all = ["tool", "fields", "tenant"])]
+        /// the value of an `OperationId` key field; with --tenant, that tenant's (operation ids
+        /// are scoped to tenants as keys are). Nothing is minted.
+        #[arg(long, value_name = "NAME", conflicts_with_all = ["tool", "fields"])]
         operation: Option<String>,
     },
+}
+
+/// " for tenant `T`" when a tenant is named, for messages about an operation's id.
+fn for_tenant(tenant: Option<&str>) -> String {
+    tenant
+        .map(|t| format!(" for tenant `{t}`"))
+        .unwrap_or_default()
 }
 
 fn parse_key(s: &str) -> Result<IdempotencyKey, String> {
@@ -489,12 +497,22 @@ async fn run(cli: &Cli, target: &Target) -> Result<String, Failed> {
     match &cli.command {
         Command::Key {
             operation: Some(name),
+            tenant,
             ..
-        } => match store.operation(name).await.map_err(failed)? {
+        } => match store
+            .operation(&OperationId::stored_name(name, tenant.as_deref()))
+            .await
+            .map_err(failed)?
+        {
             Some(id) => Ok(format!("{id}\n")),
             None => Err(Failed(format!(
-                "no operation is named `{name}` in {at}: an id is minted by the first `idem.operation(\"{name}\")` \
-                 (or a call under `operation_scope(\"{name}\", …)`); nothing was minted here"
+                "no operation is named `{name}`{} in {at}: an id is minted by the first `idem.operation(\"{name}\")` \
+                 (or a call under `operation_scope(\"{name}\", …)`){}; nothing was minted here",
+                for_tenant(tenant.as_deref()),
+                tenant
+                    .as_deref()
+                    .map(|t| format!(" under `as_tenant(\"{t}\", …)`"))
+                    .unwrap_or_default()
             ))),
         },
         Command::Key {
@@ -507,11 +525,13 @@ async fn run(cli: &Cli, target: &Target) -> Result<String, Failed> {
             for (field, value) in fields {
                 let value = match value {
                     key::Value::Operation(name) => {
-                        match store.operation(name).await.map_err(failed)? {
+                        let stored = OperationId::stored_name(name, tenant.as_deref());
+                        match store.operation(&stored).await.map_err(failed)? {
                             Some(id) => key::Value::Uuid(id),
                             None => {
                                 return Err(Failed(format!(
-                                    "no operation is named `{name}` in {at} (for {field}=op:{name}); nothing was minted"
+                                    "no operation is named `{name}`{} in {at} (for {field}=op:{name}); nothing was minted",
+                                    for_tenant(tenant.as_deref())
                                 )));
                             }
                         }

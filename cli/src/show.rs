@@ -227,10 +227,17 @@ pub fn record_text(r: &Record) -> String {
     if r.is_live() {
         field("state", r.state.kind().to_string());
     } else {
+        // S28: a settler's decision is kept as an operator's is; its note says it was the settler.
+        let by = match r.resolution.as_ref().and_then(|res| res.note.as_deref()) {
+            Some(note) if note.starts_with(idem_runtime::settle::SETTLER_NOTE_PREFIX) => {
+                "the settler (its tool's verify)"
+            }
+            _ => "an operator",
+        };
         field(
             "state",
             format!(
-                "released by an operator (it was {}): no longer counts, the next call with this key runs the operation",
+                "released by {by} (it was {}): no longer counts, the next call with this key runs the operation",
                 r.state.kind()
             ),
         );

@@ -374,19 +374,127 @@ async fn issue33_1_key_resolves_an_operation_name_to_its_id_and_key_from_the_sto
     );
 }
 
-/// Operation ids are not kept per tenant: `--tenant` with `--operation` is refused, not ignored.
-#[test]
-fn key_operation_with_a_tenant_is_refused_not_ignored() {
-    let out = idemkit(
-        &["key", "--operation", "plan-42/step-3", "--tenant", "acme"],
-        &[],
-    );
-    assert_eq!(out.status.code(), Some(2));
+/// S18: operation ids are scoped to tenants as keys are: `key --operation NAME --tenant T` prints
+/// tenant T's id, `key TOOL FIELD=op:NAME --tenant T` the key T's call has, and an operation T
+/// never named is not found (not another tenant's, not the one without a tenant).
+#[tokio::test]
+async fn s18_key_operation_with_a_tenant_prints_that_tenants_id_and_key() {
+    use idem_runtime::as_tenant;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agent.db");
+    let at = format!("sqlite:{}", path.display());
+    let (acme, unscoped) = {
+        let idem = idem_runtime::Idem::new(SqliteStore::open(&path).unwrap());
+        let acme = as_tenant("acme", idem.operation("plan-42/step-3"))
+            .await
+            .unwrap();
+        (acme, idem.operation("plan-42/step-3").await.unwrap())
+    };
+    assert_ne!(acme, unscoped);
+    let op = |tenant: &[&str], code| {
+        let mut args = vec!["key", "--operation", "plan-42/step-3", "--store", &at];
+        args.extend_from_slice(tenant);
+        expect(&args, code)
+    };
+    assert_eq!(stdout(&op(&["--tenant", "acme"], 0)), format!("{acme}\n"));
+    assert_eq!(stdout(&op(&[], 0)), format!("{unscoped}\n"));
+    let out = op(&["--tenant", "globex"], 1);
     assert!(
-        stderr(&out).contains("cannot be used with"),
+        stderr(&out).contains("no operation is named `plan-42/step-3` for tenant `globex`"),
         "{}",
         stderr(&out)
     );
+    let out = expect(
+        &[
+            "key",
+            "send_apology",
+            "step=op:plan-42/step-3",
+            "--tenant",
+            "acme",
+            "--store",
+            &at,
+        ],
+        0,
+    );
+    let key =
+        idem_runtime::IdempotencyKey::derive("send_apology", &[("step", &acme)]).for_tenant("acme");
+    assert_eq!(stdout(&out), format!("{key}\n"));
+}
+
+/// S28: a settler's decision is kept with the record and shown by `show` (as S24's are): the
+/// decision, when, and the settler's note, in the text and in `--json`; `list` says the record
+/// was resolved.
+#[tokio::test]
+async fn s28_show_displays_a_settlers_decision() {
+    use idem_runtime::Verified;
+    use idem_runtime::settle::{Pass, Settled, Settler};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agent.db");
+    let at = format!("sqlite:{}", path.display());
+    let store = Arc::new(SqliteStore::open(&path).unwrap());
+    ambiguous(&*store, 11).await;
+    ambiguous(&*store, 12).await;
+    let (applied, not_applied) = (key("charge", 11), key("charge", 12));
+    let settler = Settler::new(store.clone()).verify("charge", move |k| async move {
+        Ok::<_, String>(if k == applied {
+            Verified::Applied(serde_json::json!({"charge_id": "ch_settled"}))
+        } else {
+            Verified::NotApplied
+        })
+    });
+    let report = settler.run_once(&Pass::new()).await.unwrap();
+    let mut settled: Vec<_> = report.records.iter().map(|r| (r.0, r.2.clone())).collect();
+    settled.sort_by_key(|r| r.0.to_string());
+    let mut expected = vec![
+        (applied, Settled::Applied),
+        (not_applied, Settled::NotApplied),
+    ];
+    expected.sort_by_key(|r| r.0.to_string());
+    assert_eq!(settled, expected);
+    drop(store);
+
+    let shown = stdout(&expect(&["show", applied.as_str(), "--store", &at], 0));
+    let line = |name: &str| {
+        shown
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no `{name}` line in:\n{shown}"))
+            .to_owned()
+    };
+    assert!(line("resolved").contains("applied at "), "{shown}");
+    assert!(
+        line("resolve note")
+            .contains("idemkit settler: the tool's verify found the effect happened"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("ch_settled"),
+        "the outcome verify found: {shown}"
+    );
+
+    let json: serde_json::Value = serde_json::from_str(&stdout(&expect(
+        &["show", not_applied.as_str(), "--json", "--store", &at],
+        0,
+    )))
+    .unwrap();
+    assert_eq!(json["resolution"]["decision"], "not-applied", "{json}");
+    assert_eq!(json["live"], false, "released: {json}");
+    assert!(
+        json["resolution"]["note"]
+            .as_str()
+            .unwrap()
+            .starts_with("idemkit settler: the tool's verify found the effect did not happen"),
+        "{json}"
+    );
+    let shown = stdout(&expect(&["show", not_applied.as_str(), "--store", &at], 0));
+    assert!(
+        shown.contains("released by the settler (its tool's verify)")
+            && shown.contains("resolved     not-applied at"),
+        "{shown}"
+    );
+    let listed = stdout(&expect(&["list", "--store", &at], 0));
+    assert!(listed.contains("resolved applied"), "{listed}");
 }
 
 /// Issue 39 #6: `resolve … applied --outcome` is checked against the outcomes the tool stored

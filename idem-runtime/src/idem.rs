@@ -84,7 +84,8 @@ tokio::task_local! {
 /// # }).unwrap();
 /// ```
 ///
-/// Tasks `fut` spawns do not inherit it: wrap them too.
+/// Tasks `fut` spawns do not inherit it (tokio's task-locals stay with their task): spawn
+/// them with [`in_current_scope`], which carries it with the tenant and the runtime.
 pub async fn operation_scope<F: Future>(name: impl Into<Arc<str>>, fut: F) -> F::Output {
     OPERATION.scope(name.into(), fut).await
 }
@@ -135,8 +136,9 @@ fn check_operation_name(name: &str, tool: &str) -> Result<(), Error> {
 /// principal), set once where a request enters: equal key fields of two tenants are two
 /// operations, and neither ever sees the other's outcome (S18). A call's key is then
 /// [`IdempotencyKey::for_tenant`](crate::IdempotencyKey::for_tenant) of its v1 key. Tasks it
-/// spawns do not inherit it: wrap them too. Takes precedence over the runtime's
-/// [`IdemBuilder::tenant`].
+/// spawns do not inherit it (tokio's task-locals stay with their task): spawn them with
+/// [`in_current_scope`], or a spawned call is made for no tenant (or the runtime's). Takes
+/// precedence over the runtime's [`IdemBuilder::tenant`].
 ///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -150,6 +152,49 @@ fn check_operation_name(name: &str, tool: &str) -> Result<(), Error> {
 pub async fn as_tenant<F: Future>(tenant: impl Into<Arc<str>>, fut: F) -> F::Output {
     TENANTS_USED.store(true, std::sync::atomic::Ordering::Relaxed);
     TENANT.scope(tenant.into(), fut).await
+}
+
+/// `fut` with idemkit's scopes in force here carried into it: the runtime ([`Idem::scope`]), the
+/// tenant ([`as_tenant`]) and the operation ([`operation_scope`]). tokio's task-locals stay with
+/// their task, so a task spawned inside `as_tenant` would otherwise make its calls for no tenant
+/// (another key, another record) and on the installed runtime: wrap what you spawn.
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use idem_runtime::{Idem, MemoryStore, as_tenant, in_current_scope, operation_scope, scoped_operation};
+///
+/// let idem = Idem::new(MemoryStore::new());
+/// let (spawned, here) = idem
+///     .scope(as_tenant("acme", operation_scope("plan-42/step-3", async {
+///         let task = tokio::spawn(in_current_scope(scoped_operation("send_email")));
+///         (task.await.unwrap(), scoped_operation("send_email").await)
+///     })))
+///     .await;
+/// assert_eq!(spawned?, here?, "the task has the tenant's id of the operation, in the same store");
+/// # Ok::<(), idem_runtime::Error>(())
+/// # }).unwrap();
+/// ```
+pub fn in_current_scope<F: Future>(fut: F) -> impl Future<Output = F::Output> {
+    let idem = SCOPED.try_with(Idem::clone).ok();
+    let tenant = TENANT.try_with(Arc::clone).ok();
+    let operation = OPERATION.try_with(Arc::clone).ok();
+    async move {
+        let fut = scoped(&OPERATION, operation, fut);
+        let fut = scoped(&TENANT, tenant, fut);
+        scoped(&SCOPED, idem, fut).await
+    }
+}
+
+/// `fut` under `key` set to `value`, if there is one.
+async fn scoped<T: 'static, F: Future>(
+    key: &'static tokio::task::LocalKey<T>,
+    value: Option<T>,
+    fut: F,
+) -> F::Output {
+    match value {
+        Some(value) => key.scope(value, fut).await,
+        None => fut.await,
+    }
 }
 
 /// Whether any task of the process ever ran under a tenant: until one does, a call looks no
@@ -281,7 +326,7 @@ impl Idem {
     }
 
     /// Runs `fut` with this runtime in place of the installed one (tasks it spawns do not
-    /// inherit it: scope them too).
+    /// inherit it: spawn them with [`in_current_scope`], which carries it).
     pub async fn scope<F: Future>(&self, fut: F) -> F::Output {
         SCOPED.scope(self.clone(), fut).await
     }
@@ -332,6 +377,23 @@ impl Idem {
     /// is returned, then the same id for ever after, also after a restart (with a durable store).
     /// Use it as a key field of an operation that has no natural identity.
     ///
+    /// Scoped to the tenant calls here are made for ([`as_tenant`], else
+    /// [`IdemBuilder::tenant`]), as keys are (S18): two tenants that name the same operation get
+    /// two ids ([`OperationId::stored_name`] says how it is kept).
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use idem_runtime::{Idem, MemoryStore, as_tenant};
+    ///
+    /// let idem = Idem::new(MemoryStore::new());
+    /// let acme = as_tenant("acme", idem.operation("plan-1")).await?;
+    /// let globex = as_tenant("globex", idem.operation("plan-1")).await?;
+    /// assert_ne!(acme, globex);
+    /// assert_eq!(acme, as_tenant("acme", idem.operation("plan-1")).await?);
+    /// # Ok::<(), idem_runtime::Error>(())
+    /// # }).unwrap();
+    /// ```
+    ///
     /// ```
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
     /// use idem_runtime::{Idem, MemoryStore};
@@ -344,8 +406,21 @@ impl Idem {
     /// ```
     pub async fn operation(&self, name: &str) -> Result<OperationId, Error> {
         check_operation_name(name, &format!("operation `{name}`"))?;
+        // S18: the task's tenant, else the runtime's, as a call's key has it.
+        let tenant = task_tenant().or_else(|| self.inner.tenant.clone());
+        if tenant.is_none() && name.starts_with(OperationId::TENANT_PREFIX) {
+            return Err(Error::Settings {
+                tool: format!("operation `{name}`"),
+                reason: format!(
+                    "an operation name without a tenant may not start with `{}`, the prefix of tenants' \
+                     operations in the store (`OperationId::stored_name`)",
+                    OperationId::TENANT_PREFIX
+                ),
+            });
+        }
+        let stored = OperationId::stored_name(name, tenant.as_deref());
         let fresh = Uuid::new_v4();
-        let fut = self.inner.operation_ids.operation_id(name, fresh);
+        let fut = self.inner.operation_ids.operation_id(&stored, fresh);
         let stored = match tokio::time::timeout(self.inner.store_timeout, fut).await {
             Ok(r) => r,
             Err(_) => Err(crate::StoreError::unavailable(format!(

@@ -99,8 +99,8 @@ pub use exec::{Tool, Verified, Verifying, current_key};
 pub use explain::Explanation;
 pub use fingerprint::{Fingerprint, Fingerprinter};
 pub use idem::{
-    AlreadyInstalled, BuildError, Idem, IdemBuilder, MAX_OPERATION_NAME_LEN, as_tenant, operation,
-    operation_name, operation_scope, scoped_operation,
+    AlreadyInstalled, BuildError, Idem, IdemBuilder, MAX_OPERATION_NAME_LEN, as_tenant,
+    in_current_scope, operation, operation_name, operation_scope, scoped_operation,
 };
 pub use key::normalize;
 pub use key::{IdempotencyKey, KeyField, KeyHasher, KeyPart, KeyValue, OperationId};

@@ -63,6 +63,12 @@ use crate::store::{
     Records, StateKind, Store, Written,
 };
 
+/// How the note of every decision a [`Settler`] keeps begins ([`Resolution::note`]): what
+/// `idemkit show` reads to say the settler, not an operator, decided.
+///
+/// [`Resolution::note`]: crate::store::Resolution::note
+pub const SETTLER_NOTE_PREFIX: &str = "idemkit settler: ";
+
 /// A store a [`Settler`] can work on: its claim state machine and its operator reads.
 pub trait SettleStore: Store + Records {}
 

@@ -530,3 +530,132 @@ async fn operation_ids_come_from_the_runtime_in_force_in_one_call() {
     let current = idem.scope(async { Idem::current() }).await.unwrap();
     assert_eq!(current.operation("plan-7/step-1").await.unwrap(), first);
 }
+
+/// S17 (issue 41, simulation seed 12433): a completion write that keeps failing as the lease
+/// nears its end renews the lease under its token and goes on retrying, so the record is
+/// completed; before, the retries stopped at the lease's end, the record was left running, and
+/// the next caller took it over and ran the body again after its success.
+#[tokio::test(start_paused = true)]
+async fn s17_a_completion_retried_near_the_lease_end_renews_the_lease_first() {
+    use idem_runtime::store::{Intercept, Step};
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::SeqCst};
+    let body_running = Arc::new(AtomicBool::new(false));
+    let complete_failures = Arc::new(AtomicU32::new(4));
+    let renewed_after_body = Arc::new(AtomicU32::new(0));
+    let (running, failures, renewed) = (
+        body_running.clone(),
+        complete_failures.clone(),
+        renewed_after_body.clone(),
+    );
+    // Renewals fail while the body runs (the lease is not extended past its first second);
+    // the first four completion writes fail (a store busy for ~300 ms).
+    let store = Intercept::new(MemoryStore::new(), move |step, _| match step {
+        Step::Renew if running.load(SeqCst) => Some(idem_runtime::StoreError::unavailable("busy")),
+        Step::Renew => {
+            renewed.fetch_add(1, SeqCst);
+            None
+        }
+        Step::Complete
+            if failures
+                .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+                .is_ok() =>
+        {
+            Some(idem_runtime::StoreError::unavailable("busy"))
+        }
+        _ => None,
+    });
+    let idem = Idem::builder()
+        .store(store)
+        .lease(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let runs = AtomicU32::new(0);
+    let call = || {
+        let (runs, running) = (&runs, &body_running);
+        observe(Tool::new("charge").idem(&idem).side_effect(
+            &[("order", &7u8)],
+            &(),
+            move |_| async move {
+                running.store(true, SeqCst);
+                runs.fetch_add(1, SeqCst);
+                // Ends 60 ms before the lease would: the retries reach its end.
+                tokio::time::sleep(Duration::from_millis(940)).await;
+                running.store(false, SeqCst);
+                Ok::<_, E>(42u32)
+            },
+        ))
+    };
+    let (first, info) = call().await;
+    assert_eq!(first.unwrap(), 42);
+    assert_eq!(info.unwrap().outcome, CallOutcome::Completed);
+    assert!(
+        renewed_after_body.load(SeqCst) >= 1,
+        "the lease was renewed before the completion was retried past its end"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (again, info) = call().await;
+    assert_eq!(again.unwrap(), 42);
+    assert_eq!(info.unwrap().outcome, CallOutcome::Replayed);
+    assert_eq!(runs.load(SeqCst), 1, "the body ran once");
+}
+
+/// S18 (issue 41): tokio's task-locals stay with their task, so a task spawned inside
+/// `as_tenant` made its calls for no tenant; spawned with `in_current_scope`, it has the tenant,
+/// the operation and the scoped runtime of where it was spawned.
+#[tokio::test]
+async fn s18_a_task_spawned_with_in_current_scope_calls_for_the_tenant() {
+    use idem_runtime::{
+        as_tenant, in_current_scope, operation_name, operation_scope, scoped_operation,
+    };
+    let idem = idem();
+    let charge = |idem: Option<Idem>| async move {
+        let tool = Tool::new("charge");
+        let tool = match &idem {
+            Some(idem) => tool.idem(idem),
+            None => tool,
+        };
+        let key = tool
+            .side_effect(&[("order", &9u8)], &(), |key| async move {
+                Ok::<_, E>(key.to_string())
+            })
+            .await
+            .unwrap();
+        (key, operation_name().map(|n| n.to_string()))
+    };
+    let (wrapped, id, bare) = idem
+        .scope(as_tenant(
+            "acme",
+            operation_scope("plan-42/step-3", async {
+                let wrapped = tokio::spawn(in_current_scope(async move {
+                    let id = scoped_operation("charge").await.unwrap();
+                    (charge(None).await, id)
+                }));
+                // Bare, with the runtime passed in (else it would be the process's default).
+                let bare = tokio::spawn(charge(Some(idem.clone())));
+                let (wrapped, id) = wrapped.await.unwrap();
+                (wrapped, id, bare.await.unwrap())
+            }),
+        ))
+        .await;
+    let key = IdempotencyKey::derive("charge", &[("order", &9u8)]);
+    assert_eq!(
+        wrapped,
+        (
+            key.for_tenant("acme").to_string(),
+            Some("plan-42/step-3".to_owned())
+        ),
+        "the spawned task's call is the tenant's, under the operation"
+    );
+    assert_eq!(
+        id,
+        as_tenant("acme", idem.operation("plan-42/step-3"))
+            .await
+            .unwrap(),
+        "and the operation's id is the tenant's, from the scoped runtime"
+    );
+    assert_eq!(
+        bare,
+        (key.to_string(), None),
+        "a task spawned bare has neither"
+    );
+}

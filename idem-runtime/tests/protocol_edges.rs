@@ -348,7 +348,9 @@ async fn f6_a_completion_write_that_fails_for_a_while_is_retried_and_lands() {
 }
 
 /// S17's bound: a completion that keeps failing is given up once the lease would end (the
-/// outcome is then unrecorded), not retried for ever.
+/// outcome is then unrecorded), not retried for ever. Its lease is renewed under its token when
+/// the retries reach its end (issue 41, simulation seed 12433), at most three times: given up
+/// by the end of the fourth lease.
 #[tokio::test(start_paused = true)]
 async fn f6_a_completion_write_that_keeps_failing_is_given_up_at_the_lease_end() {
     let idem = Idem::builder()
@@ -363,8 +365,8 @@ async fn f6_a_completion_write_that_keeps_failing_is_given_up_at_the_lease_end()
         .await;
     assert_eq!((first.unwrap(), how), (1, CallOutcome::Unrecorded));
     assert!(
-        t0.elapsed() <= S(2),
-        "given up by the lease's end: {:?}",
+        t0.elapsed() > S(2) && t0.elapsed() <= S(2) * 4,
+        "retried past the first lease under renewals, given up by the end of the fourth: {:?}",
         t0.elapsed()
     );
 }

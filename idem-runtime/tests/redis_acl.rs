@@ -174,6 +174,7 @@ fn a_user_limited_to_the_prefix_runs_the_store_and_is_refused_outside_it() {
             s18_equal_key_fields_under_two_tenants_are_two_operations,
             contention_64_tasks_one_key,
             operation_ids_are_minted_once,
+            s18_operation_ids_are_scoped_to_tenants_like_keys,
             unpolled_answers_change_nothing,
             complete_retried_under_its_token_is_applied,
             mark_ambiguous_retried_under_its_token_is_applied,

@@ -352,6 +352,10 @@ impl Records for MapStore {
             live.iter().map(|r| (r.tool.as_str(), r.state.kind())),
         ))
     }
+
+    async fn operation(&self, name: &str) -> Result<Option<Uuid>, StoreError> {
+        Ok(self.map.lock().unwrap().1.get(name).copied())
+    }
 }
 
 async fn fresh() -> MapStore {

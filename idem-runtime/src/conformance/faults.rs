@@ -265,3 +265,46 @@ pub async fn operation_ids_are_minted_once(store: impl StoreUnderTest) {
     assert_ne!(idem.operation("plan-42/step-4").await.unwrap(), first);
     assert_eq!(first.as_uuid().get_version_num(), 4);
 }
+
+/// S18: operation ids are scoped to tenants as keys are: two tenants (by [`crate::as_tenant`] or
+/// the runtime's own [`crate::IdemBuilder::tenant`]) naming one operation get two ids, each
+/// theirs for ever after, and neither is the id the name has without a tenant, which is kept
+/// under the name itself (as before tenants had their own) and read back by
+/// [`Records::operation`](crate::store::Records::operation).
+pub async fn s18_operation_ids_are_scoped_to_tenants_like_keys(store: impl StoreUnderTest) {
+    use crate::{Idem, OperationId, as_tenant};
+    let store = Arc::new(store);
+    let idem = runtime(store.clone());
+    let name = "plan-42/step-3";
+    let acme = as_tenant("acme", idem.operation(name)).await.unwrap();
+    let globex = as_tenant("globex", idem.operation(name)).await.unwrap();
+    let unscoped = idem.operation(name).await.unwrap();
+    assert_ne!(acme, globex, "two tenants, one operation name: two ids");
+    assert_ne!(acme, unscoped);
+    assert_ne!(globex, unscoped);
+    assert_eq!(as_tenant("acme", idem.operation(name)).await.unwrap(), acme);
+    assert_eq!(idem.operation(name).await.unwrap(), unscoped);
+    // The runtime's tenant is the task's when none is set, as for keys.
+    let acme_runtime = Idem::builder()
+        .store(store.clone())
+        .tenant("acme")
+        .build()
+        .unwrap();
+    assert_eq!(acme_runtime.operation(name).await.unwrap(), acme);
+    // Kept where `idemkit key --operation NAME [--tenant T]` reads them.
+    assert_eq!(
+        store.operation(name).await.unwrap(),
+        Some(unscoped.as_uuid())
+    );
+    let stored = OperationId::stored_name(name, Some("acme"));
+    assert_eq!(
+        store.operation(&stored).await.unwrap(),
+        Some(acme.as_uuid())
+    );
+    // A name without a tenant cannot take a tenant's stored name.
+    let err = idem.operation(&stored).await.unwrap_err();
+    assert!(
+        err.to_string().contains(OperationId::TENANT_PREFIX),
+        "{err}"
+    );
+}

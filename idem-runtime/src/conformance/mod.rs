@@ -50,6 +50,7 @@ pub use self::faults::{
     s9_corrupt_outcome_fails_closed, s9_unreachable_store_fails_closed,
     s10_records_past_their_ttl_are_absent, s11_a_slow_holder_cannot_overwrite_the_new_record,
     s11_late_writes_of_a_taken_over_lease_are_fenced,
+    s18_operation_ids_are_scoped_to_tenants_like_keys,
 };
 pub use self::happy::{
     contention_64_tasks_one_key, s1_first_call_runs_once_and_is_stored,
@@ -148,6 +149,7 @@ macro_rules! conformance_tests {
             s18_equal_key_fields_under_two_tenants_are_two_operations,
             contention_64_tasks_one_key,
             operation_ids_are_minted_once,
+            s18_operation_ids_are_scoped_to_tenants_like_keys,
             unpolled_answers_change_nothing,
             complete_retried_under_its_token_is_applied,
             mark_ambiguous_retried_under_its_token_is_applied,

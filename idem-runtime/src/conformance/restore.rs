@@ -11,7 +11,7 @@ use crate::store::{
     Takeover, Written,
 };
 
-/// The rows of [`Store::restore`] and of a claim sent again under its token, for a store's test
+/// The rows of [`Store::restore`](crate::Store::restore) and of a claim sent again under its token, for a store's test
 /// file: `idem_runtime::restore_conformance_tests!(fresh_store);`.
 #[macro_export]
 macro_rules! restore_conformance_tests {

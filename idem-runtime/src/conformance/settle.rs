@@ -487,11 +487,14 @@ pub async fn s28_a_caller_racing_the_settler_never_runs_body_or_verify_alongside
                 .await
         })
     };
-    // The caller has asked the store for the key (and found the settler holding it) before the
-    // settler's verify answers.
-    while store.claims.load(Ordering::SeqCst) == claims_before {
+    // The caller has asked the store for the key twice (found the settler holding it, waited,
+    // and asked again) before the settler's verify answers: a settler whose lease did not hold
+    // the key while verify ran would have been taken over by then.
+    while store.claims.load(Ordering::SeqCst) < claims_before + 2 && !caller.is_finished() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    // And it goes on waiting a while (its next claims meanwhile find the settler's lease live).
+    tokio::time::sleep(Duration::from_millis(50)).await;
     go.notify_one();
     let report = pass.await.unwrap().unwrap();
     assert_eq!(report.records[0].2, Settled::Applied);

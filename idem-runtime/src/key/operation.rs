@@ -25,6 +25,40 @@ impl OperationId {
     pub fn as_uuid(&self) -> Uuid {
         self.0
     }
+
+    /// The name the id of the operation `name` is kept under in a store
+    /// ([`OperationIds::operation_id`](crate::store::OperationIds::operation_id),
+    /// [`Records::operation`](crate::store::Records::operation)), for `tenant` if the call is
+    /// made for one: operation ids are scoped to tenants as keys are (S18), so two tenants that
+    /// name the same operation get two ids. Without a tenant it is `name` itself (the ids a
+    /// store kept before tenants had their own are read unchanged); under one it is
+    ///
+    /// ```text
+    /// "idemkit:tenant:v1:" len(tenant) ":" tenant ":" name      (len in decimal bytes)
+    /// ```
+    ///
+    /// a prefix no name without a tenant may take ([`Idem::operation`](crate::Idem::operation)
+    /// refuses one that starts with [`TENANT_PREFIX`](Self::TENANT_PREFIX)).
+    ///
+    /// ```
+    /// use idem_runtime::OperationId;
+    ///
+    /// assert_eq!(OperationId::stored_name("plan-1", None), "plan-1");
+    /// assert_eq!(OperationId::stored_name("plan-1", Some("acme")), "idemkit:tenant:v1:4:acme:plan-1");
+    /// ```
+    pub fn stored_name<'a>(name: &'a str, tenant: Option<&str>) -> std::borrow::Cow<'a, str> {
+        match tenant {
+            None => std::borrow::Cow::Borrowed(name),
+            Some(tenant) => std::borrow::Cow::Owned(format!(
+                "{}{}:{tenant}:{name}",
+                Self::TENANT_PREFIX,
+                tenant.len()
+            )),
+        }
+    }
+
+    /// How the stored name of a tenant's operation begins ([`OperationId::stored_name`]).
+    pub const TENANT_PREFIX: &'static str = "idemkit:tenant:v1:";
 }
 
 impl fmt::Display for OperationId {

@@ -305,7 +305,16 @@ impl AsyncStore for SimStore {
         match &claim {
             Claim::Acquired {
                 takeover: Some(Takeover::ExpiredHolder),
-            } => w.saw(h, "lease taken over (expired holder)"),
+            } => {
+                w.saw(h, "lease taken over (expired holder)");
+                // S19: a running record whose holder's lease ran out is an unknown outcome to
+                // the claimer, whatever the holder did: it may have stalled (SIGSTOP, a paused
+                // VM) between attempts that all failed before commit, which the runtime cannot
+                // tell from a holder that stalled mid-send (seeds 12357, 13064, 17166).
+                if let Some(call) = sender {
+                    w.uncertain(w.op_of_call(call));
+                }
+            }
             Claim::Acquired {
                 takeover: Some(Takeover::Ambiguous),
             } => w.saw(h, "ambiguous record taken over"),

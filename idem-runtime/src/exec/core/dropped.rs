@@ -60,7 +60,7 @@ impl Drop for Call<'_> {
                     may_have_happened,
                     "the call was dropped before its end (cancelled, or its body panicked); ending its claim"
                 );
-                let until = holder.lease_ends(run.started);
+                let until = holder.write_until(call.key, run.started);
                 let Holder {
                     idem, token, ttl, ..
                 } = holder;
@@ -119,7 +119,7 @@ impl Drop for Call<'_> {
 /// S27: a claim under which nothing ran, given back: a new record released, a taken-over one
 /// brought back as it was.
 async fn give_back(run: Run<'static>) {
-    let until = run.holder.lease_ends(run.started);
+    let until = run.holder.write_until(run.call.key, run.started);
     let Holder {
         idem, token, ttl, ..
     } = run.holder;

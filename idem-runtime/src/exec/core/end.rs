@@ -12,6 +12,7 @@ use super::trace::CallTrace;
 use super::{BoxFuture, Ended};
 use crate::error::{Error, StoreError};
 use crate::idem::Settings;
+use crate::key::IdempotencyKey;
 use crate::observe::CallOutcome;
 use crate::retry::{Failure, RetryPolicy, Schedule};
 use crate::store::{LeaseToken, Outcome, Takeover, Written};
@@ -154,7 +155,7 @@ impl<'a> Run<'a> {
         let call = call.into_owned();
         Box::pin(
             async move {
-                let until = holder.lease_ends(started);
+                let until = holder.write_until(call.key, started);
                 let Holder {
                     idem, token, ttl, ..
                 } = holder;
@@ -260,12 +261,15 @@ async fn complete(
     token: LeaseToken,
     outcome: Outcome,
     ttl: Duration,
-    until: Instant,
+    until: Until,
 ) -> bool {
     let key = call.key;
     if outcome.len() > SMALL_OUTCOME {
         let now = Instant::now();
-        let half = now + until.saturating_duration_since(now) / 2;
+        let half = Until {
+            at: now + until.at.saturating_duration_since(now) / 2,
+            renew: None,
+        };
         let op = || s.store.complete(key, token, outcome.clone(), ttl);
         let error = match attempt_until(s, "complete", half, op).await {
             Ok(written) => return written_ok(call, "complete", written),
@@ -287,21 +291,63 @@ async fn complete(
     write(s, call, "complete", until, op).await
 }
 
+/// Until when a holder's write after the body is retried: its lease's end as this process
+/// knows it, which the write renews under the holder's token when its retries reach it.
+#[derive(Clone, Copy)]
+pub(super) struct Until {
+    pub(super) at: Instant,
+    /// The key, the holder's token and its lease, to renew it by; `None`: never renewed.
+    pub(super) renew: Option<(IdempotencyKey, LeaseToken, Duration)>,
+}
+
+impl Holder {
+    /// Until when a write of this holder's end is retried, for the lease its claim took at
+    /// `claimed_at`: [`Holder::lease_ends`], renewed as the retries reach it.
+    pub(super) fn write_until(&self, key: IdempotencyKey, claimed_at: Instant) -> Until {
+        Until {
+            at: self.lease_ends(claimed_at),
+            renew: Some((key, self.token, self.lease)),
+        }
+    }
+}
+
+/// How many times a holder's end write renews its lease to go on retrying: a store that takes
+/// renewals but keeps refusing the write (a value it cannot hold) is not retried for ever.
+const WRITE_RENEWALS: u32 = 3;
+
 /// Runs a holder's write, retried on failure while there is time before `until`: its answer, or
-/// the last failure.
+/// the last failure. A retry that would fall past the lease's end renews the lease under the
+/// token first (applied only if nobody took the key over; S12) and goes on under the renewed
+/// lease: a completion that failed with the lease nearly over is retried, not left to a
+/// takeover that would run the body again after its success (simulation seed 12433).
 async fn attempt_until<F: Future<Output = Result<Written, StoreError>>>(
     s: &Settings,
     what: &'static str,
-    until: Instant,
+    mut until: Until,
     mut op: impl FnMut() -> F,
 ) -> Result<Written, StoreError> {
     let mut pause = Duration::from_millis(20);
+    let mut renewals = 0;
     loop {
         match timed(s, what, op()).await {
-            Err(e)
-                if Instant::now() + pause < until
-                    && tokio::runtime::Handle::try_current().is_ok() =>
-            {
+            Err(e) if tokio::runtime::Handle::try_current().is_ok() => {
+                if Instant::now() + pause >= until.at {
+                    let Some((key, token, lease)) =
+                        until.renew.filter(|_| renewals < WRITE_RENEWALS)
+                    else {
+                        return Err(e);
+                    };
+                    renewals += 1;
+                    let sent = Instant::now();
+                    match timed(s, "renew", s.store.renew(key, token, lease)).await {
+                        Ok(Written::Applied) => {
+                            tracing::warn!(what, error = %e, "store write failed with the lease nearly over; renewed it to retry");
+                            until.at = sent + lease;
+                        }
+                        // Taken over, or the store unreachable: the last failure stands.
+                        _ => return Err(e),
+                    }
+                }
                 tracing::warn!(what, error = %e, ?pause, "store write failed after the body ran; retrying under the lease");
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(1));
@@ -323,7 +369,7 @@ pub(super) async fn write<F: Future<Output = Result<Written, StoreError>>>(
     s: &Settings,
     call: &CallTrace<'_>,
     what: &'static str,
-    until: Instant,
+    until: Until,
     op: impl FnMut() -> F,
 ) -> bool {
     written(call, what, attempt_until(s, what, until, op).await)
