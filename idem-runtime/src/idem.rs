@@ -175,26 +175,7 @@ pub async fn as_tenant<F: Future>(tenant: impl Into<Arc<str>>, fut: F) -> F::Out
 /// # }).unwrap();
 /// ```
 pub fn in_current_scope<F: Future>(fut: F) -> impl Future<Output = F::Output> {
-    let idem = SCOPED.try_with(Idem::clone).ok();
-    let tenant = TENANT.try_with(Arc::clone).ok();
-    let operation = OPERATION.try_with(Arc::clone).ok();
-    async move {
-        let fut = scoped(&OPERATION, operation, fut);
-        let fut = scoped(&TENANT, tenant, fut);
-        scoped(&SCOPED, idem, fut).await
-    }
-}
-
-/// `fut` under `key` set to `value`, if there is one.
-async fn scoped<T: 'static, F: Future>(
-    key: &'static tokio::task::LocalKey<T>,
-    value: Option<T>,
-    fut: F,
-) -> F::Output {
-    match value {
-        Some(value) => key.scope(value, fut).await,
-        None => fut.await,
-    }
+    TaskScope::capture().run(fut)
 }
 
 /// Whether any task of the process ever ran under a tenant: until one does, a call looks no
@@ -212,8 +193,9 @@ pub(crate) fn task_tenant() -> Option<Arc<str>> {
 
 /// What a task's calls run under that lives in the task (the scoped runtime, the tenant, the
 /// operation), taken to be put back around work that moves to a task of its own (the HTTP
-/// layer's run, detached from its connection: S25). One place, so that a move between tasks
-/// cannot carry some of them and forget another (S26).
+/// layer's run, detached from its connection: S25; a task the host spawns through
+/// [`in_current_scope`]). One place, so that a move between tasks cannot carry some of them and
+/// forget another (S26).
 pub(crate) struct TaskScope {
     idem: Option<Idem>,
     tenant: Option<Arc<str>>,
@@ -231,6 +213,7 @@ impl TaskScope {
     }
 
     /// With this tenant instead of the task's, when there is one.
+    #[cfg(feature = "tower")]
     pub(crate) fn tenant(mut self, tenant: Option<Arc<str>>) -> Self {
         if tenant.is_some() {
             self.tenant = tenant;
