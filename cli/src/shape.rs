@@ -86,7 +86,9 @@ fn check(path: &str, refs: &[&Value], given: &Value, found: &mut Vec<String>) {
                 }
                 return;
             }
-            let missing: Vec<&String> = objects[0]
+            // Sorted: serde_json's maps keep insertion order when a crate of the build turns on
+            // its `preserve_order`, and the message must not depend on that.
+            let mut missing: Vec<&String> = objects[0]
                 .iter()
                 .filter(|(name, value)| {
                     !value.is_null()
@@ -97,12 +99,14 @@ fn check(path: &str, refs: &[&Value], given: &Value, found: &mut Vec<String>) {
                 })
                 .map(|(name, _)| name)
                 .collect();
+            missing.sort();
             if !missing.is_empty() {
-                let unknown: Vec<String> = fields
+                let mut unknown: Vec<String> = fields
                     .keys()
                     .filter(|name| !objects.iter().any(|o| o.contains_key(*name)))
                     .map(|name| format!("`{}`", join(path, name)))
                     .collect();
+                unknown.sort();
                 let missing: Vec<String> = missing
                     .iter()
                     .map(|name| format!("`{}`", join(path, name)))
