@@ -80,10 +80,17 @@ fn outcome_json(outcome: &[u8]) -> Value {
 
 /// A record as JSON (`--json`): every field, times in RFC 3339, spans in milliseconds.
 pub fn record_json(r: &Record) -> Value {
+    // A record a not-applied decision released (an operator's or the settler's) no longer
+    // counts: it is shown as released, not as the state it stood in then (a settler's record
+    // stood running under the settler's own lease).
+    let released = !r.is_live()
+        && r.resolution
+            .as_ref()
+            .is_some_and(|res| res.decision == idem_runtime::store::Decision::NotApplied);
     let mut v = json!({
         "key": r.key.to_string(),
         "tool": r.tool,
-        "state": r.state.kind().as_str(),
+        "state": if released { "released" } else { r.state.kind().as_str() },
         "fingerprint": r.fingerprint.to_hex(),
         "created": time(r.created),
         "updated": time(r.updated),
@@ -93,6 +100,7 @@ pub fn record_json(r: &Record) -> Value {
         "resolution": r.resolution.as_ref().map(resolution_json),
     });
     match &r.state {
+        RecordState::Running { .. } if released => {}
         RecordState::Running {
             token,
             lease_remaining,

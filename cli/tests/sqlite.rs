@@ -480,6 +480,11 @@ async fn s28_show_displays_a_settlers_decision() {
     .unwrap();
     assert_eq!(json["resolution"]["decision"], "not-applied", "{json}");
     assert_eq!(json["live"], false, "released: {json}");
+    assert_eq!(
+        (&json["state"], &json["lease"]),
+        (&serde_json::json!("released"), &serde_json::Value::Null),
+        "shown as released, not as the settler's running claim: {json}"
+    );
     assert!(
         json["resolution"]["note"]
             .as_str()
