@@ -783,7 +783,16 @@ where
         .map(Arc::<str>::from)
         .or_else(crate::idem::task_tenant);
     let operation = crate::idem::operation_name();
-    let run = run_keyed(config.clone(), key, fingerprint, parts, body, inner);
+    // Boxed where it is made: the tenant, operation and span wrappers below and the spawned task
+    // then move a pointer, not the run's state (kilobytes, copied a dozen times per request).
+    let run = Box::pin(run_keyed(
+        config.clone(),
+        key,
+        fingerprint,
+        parts,
+        body,
+        inner,
+    ));
     let run = async move {
         match (tenant, operation) {
             (Some(t), Some(o)) => as_tenant(t, crate::idem::operation_scope(o, run)).await,
