@@ -12,6 +12,11 @@
 //! }
 //! call.end()
 //! ```
+//!
+//! An outcome is not decoded when it is stored (issue 42: a deserialization per call, measured at
+//! 849 of a call's 6,024 instructions outside SHA-256); the executor seals it instead
+//! ([`Outcome::seal`]), and [`SideEffectCall::end`] tells at replay an outcome its type does not
+//! read back (sealed, intact: S16, `Error::Unreplayable`) from a damaged one (S9).
 
 use std::future::Future;
 use std::task::Poll;

@@ -83,8 +83,9 @@ impl Outcome {
         buf.extend_from_slice(&tail);
     }
 
-    /// Whether `outcome` is one the executor serialized as `type_name` and sealed, intact
-    /// ([`SEAL`]). Asked only of an outcome that did not decode, at replay: `true` says its type
+    /// Whether `outcome` is one the executor serialized as `type_name` and sealed, intact (after
+    /// the JSON: a newline, a tab, then 16 characters among space, tab, CR and LF giving a
+    /// 32-bit digest of `type_name` and the JSON, two bits each). Asked only of an outcome that did not decode, at replay: `true` says its type
     /// does not read back what it wrote (S16), `false` that the record is not as it was written,
     /// or was written for another type or by someone else (S9). Part of the record format.
     ///
