@@ -599,7 +599,72 @@ fn metrics_rows(c: &mut Criterion, rt: &tokio::runtime::Runtime, next: &AtomicU6
     );
 }
 
+/// `IDEMKIT_COUNT=<variant>:<n>` (what `benches/instructions.sh` runs under callgrind): one
+/// call of the variant to warm up, then `n` calls, and nothing else: no criterion, no summary.
+/// The script counts two values of `n` and divides the difference, so what does not repeat per
+/// call (the process, the runtime, the warm-up) drops out. Variants: `wrapped` (the
+/// `#[side_effect]` call, a fresh key each), `hand` (the hand-written map, a fresh key each),
+/// `replay` and `hand-replay` (one key, completed once, asked again), `verified` (a lost reply
+/// settled by `verify`), `read` (the `#[read_only]` call) and `hand-read`.
+fn count_mode() -> bool {
+    let Ok(spec) = std::env::var("IDEMKIT_COUNT") else {
+        return false;
+    };
+    let (what, n) = spec
+        .split_once(':')
+        .expect("IDEMKIT_COUNT=<variant>:<calls>");
+    let n: u64 = n.parse().expect("IDEMKIT_COUNT's calls: a number");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let next = AtomicU64::new(0);
+    let fresh = || next.fetch_add(1, Ordering::Relaxed);
+    let idem = Idem::new(MemoryStore::new());
+    let hand = HandStore::default();
+    rt.block_on(idem.scope(async {
+        match what {
+            "wrapped" | "replay" => {
+                let fixed = what == "replay";
+                black_box(charge("cus_1", 0, 4200).await.unwrap());
+                for _ in 0..n {
+                    let order = if fixed { 0 } else { fresh() + 1 };
+                    black_box(charge("cus_1", order, 4200).await.unwrap());
+                }
+            }
+            "hand" | "hand-replay" => {
+                let fixed = what == "hand-replay";
+                black_box(charge_by_hand(&hand, "cus_1", 0, 4200).await.unwrap());
+                for _ in 0..n {
+                    let order = if fixed { 0 } else { fresh() + 1 };
+                    black_box(charge_by_hand(&hand, "cus_1", order, 4200).await.unwrap());
+                }
+            }
+            "verified" => {
+                for _ in 0..=n {
+                    black_box(charge_lost_reply("cus_1", fresh(), 4200).await.unwrap());
+                }
+            }
+            "read" => {
+                for _ in 0..=n {
+                    black_box(balance(black_box("cus_1")).await.unwrap());
+                }
+            }
+            "hand-read" => {
+                for _ in 0..=n {
+                    black_box(balance_by_hand(black_box("cus_1")).await.unwrap());
+                }
+            }
+            other => panic!("IDEMKIT_COUNT: no variant {other:?}"),
+        }
+    }));
+    true
+}
+
 fn main() {
+    if count_mode() {
+        return;
+    }
     let mut c = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2))

@@ -126,7 +126,45 @@ fn bench(c: &mut Criterion) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `IDEMKIT_COUNT=<variant>:<n>` (what `benches/instructions.sh` runs under callgrind): one
+/// request to warm up, then `n`, on the memory store, and nothing else. Variants: `http-bare`
+/// (the handler without the layer), `http-first` (through the layer, a fresh key each),
+/// `http-replay` (through the layer, one key stored once).
+fn count_mode() -> bool {
+    let Ok(spec) = std::env::var("IDEMKIT_COUNT") else {
+        return false;
+    };
+    let (what, n) = spec
+        .split_once(':')
+        .expect("IDEMKIT_COUNT=<variant>:<requests>");
+    let n: u64 = n.parse().expect("IDEMKIT_COUNT's requests: a number");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let next = AtomicU64::new(0);
+    let fresh = || Some(next.fetch_add(1, Ordering::Relaxed));
+    let (app, key): (Router, &dyn Fn() -> Option<u64>) = match what {
+        "http-bare" => (app(None), &|| None),
+        "http-first" => (
+            app(Some(IdempotencyLayer::new(Idem::new(MemoryStore::new())))),
+            &fresh,
+        ),
+        "http-replay" => (
+            app(Some(IdempotencyLayer::new(Idem::new(MemoryStore::new())))),
+            &|| Some(u64::MAX),
+        ),
+        other => panic!("IDEMKIT_COUNT: no variant {other:?}"),
+    };
+    requests(&rt, &app, key, 1);
+    requests(&rt, &app, key, n);
+    true
+}
+
 fn main() {
+    if count_mode() {
+        return;
+    }
     let mut c = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2))

@@ -59,6 +59,10 @@ if [[ -n "${IDEMKIT_TEST_POSTGRES_URL:-}${IDEMKIT_TEST_REDIS_URL:-}" ]]; then
 fi
 # The build rows, with the compiler's instruction counts beside the times (skipped without valgrind).
 IDEMKIT_BUILD_COST_INSTRUCTIONS=1 benches/build_cost.sh | tee -a "$out"
+# Instructions per call (callgrind), beside the times; needs valgrind.
+if command -v valgrind >/dev/null; then
+    benches/instructions.sh | tee -a "$out"
+fi
 
 echo
 echo "Measured $(date -u +%Y-%m-%d) on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -102,8 +102,9 @@ pub enum Error {
     },
 
     /// The operation ran and took effect under this key, but its outcome cannot be replayed
-    /// (S16): it did not read back as the tool's output type when it was recorded. It is never
-    /// run again under this key.
+    /// (S16): it did not serialize, fit the size bound or hold finite floats when it was
+    /// recorded, or the JSON this executor wrote for it, intact, does not read back as the
+    /// tool's output type (found at its first replay). It is never run again under this key.
     #[error(
         "idemkit: tool `{tool}` already ran with key {key} and took effect, but its outcome cannot be replayed ({reason}); \
          it will not be run again under this key. Look the effect up at the provider by key {key}; make the output \

@@ -163,6 +163,7 @@ fn a_user_limited_to_the_prefix_runs_the_store_and_is_refused_outside_it() {
             s8_a_claim_past_a_holders_lease_is_a_takeover_from_an_expired_holder,
             s9_unreachable_store_fails_closed,
             s9_corrupt_outcome_fails_closed,
+            s16_an_outcome_that_does_not_read_back_is_unreplayable_and_a_damaged_one_corrupt,
             s10_claims_of_absent_or_expired_records_are_not_takeovers,
             s11_late_writes_of_a_taken_over_lease_are_fenced,
             s11_a_slow_holder_cannot_overwrite_the_new_record,

@@ -108,6 +108,102 @@ pub async fn s9_corrupt_outcome_fails_closed(store: impl StoreUnderTest) {
     assert_eq!(tool.runs(), 0);
 }
 
+/// An outcome that serializes but does not read back: its skipped field has no `default`.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Order {
+    id: u32,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    items: Vec<u32>,
+}
+
+/// S16 and S9 told apart at replay, through the store: the outcome the executor sealed and
+/// stored, kept byte for byte by the store, does not read back, so a repeat is told the
+/// operation ran (`Error::Unreplayable`) and the body never runs again; the same bytes under
+/// another key read the same; a byte of them changed is a damaged record, which fails closed
+/// (`Error::Store { Corrupt }`).
+pub async fn s16_an_outcome_that_does_not_read_back_is_unreplayable_and_a_damaged_one_corrupt(
+    store: impl StoreUnderTest,
+) {
+    let store = Arc::new(store);
+    let idem = runtime(store.clone());
+    let runs = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let call = |order: u64| {
+        let runs = runs.clone();
+        observe(crate::Tool::new("order").idem(&idem).side_effect(
+            &[("order", &order)],
+            &(),
+            move |_| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                async {
+                    Ok::<_, TestError>(Order {
+                        id: 1,
+                        items: Vec::new(),
+                    })
+                }
+            },
+        ))
+    };
+    let (first, info) = call(1).await;
+    assert_eq!(
+        first.unwrap().id,
+        1,
+        "the effect happened: its caller gets it"
+    );
+    assert_eq!(info.unwrap().outcome, CallOutcome::Completed);
+    let (again, info) = call(1).await;
+    assert!(
+        matches!(&again, Err(TestError::Other(e)) if e.contains("already ran") && e.contains("does not read back")),
+        "a repeat is told the operation ran and its outcome does not read back: {again:?}"
+    );
+    assert_eq!(info.unwrap().outcome, CallOutcome::Unreplayable);
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "never run again");
+
+    // The stored bytes, written under two other keys by hand: as they are, and damaged.
+    let key = crate::IdempotencyKey::derive("order", &[("order", &1u64)]);
+    let record = store.get(&key).await.unwrap().expect("the record");
+    let RecordState::Completed { outcome } = record.state else {
+        panic!("completed, got {:?}", record.state)
+    };
+    let mut damaged = outcome.clone();
+    damaged[7] ^= 1;
+    for (order, bytes) in [(2u64, outcome), (3, damaged)] {
+        let req = ClaimRequest::new(
+            crate::IdempotencyKey::derive("order", &[("order", &order)]),
+            "order",
+            record.fingerprint,
+            LeaseToken::new(),
+            LEASE,
+            Duration::from_secs(60),
+        );
+        assert_eq!(
+            idem.store().claim(&req).await.unwrap(),
+            Claim::Acquired { takeover: None }
+        );
+        let written = idem
+            .store()
+            .complete(req.key, req.token, bytes.into(), Duration::from_secs(60))
+            .await;
+        assert_eq!(written.unwrap(), Written::Applied);
+    }
+    let (copied, info) = call(2).await;
+    assert!(
+        matches!(&copied, Err(TestError::Other(e)) if e.contains("does not read back")),
+        "{copied:?}"
+    );
+    assert_eq!(info.unwrap().outcome, CallOutcome::Unreplayable);
+    let (damaged, info) = call(3).await;
+    assert_eq!(
+        damaged.map(|o| o.id),
+        Err(TestError::Store(StoreErrorKind::Corrupt))
+    );
+    assert_eq!(info.unwrap().outcome, CallOutcome::Refused);
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "no body ran for a stored record"
+    );
+}
+
 /// S10: a record older than its time-to-live is treated as absent, and pruned.
 pub async fn s10_records_past_their_ttl_are_absent(store: impl StoreUnderTest) {
     let store = Arc::new(store);

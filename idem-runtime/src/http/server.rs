@@ -794,8 +794,17 @@ where
     // S25: the run (claim, handler, its response collected, the record completed) is not the
     // connection's: a client that goes away, and hyper dropping this future, do not cut it off.
     // It runs under what this task's calls run under (S26: the scoped runtime, the tenant, the
-    // operation), the layer's scope as the tenant.
-    let run = run_keyed(config.clone(), key, fingerprint, parts, body, inner);
+    // operation), the layer's scope as the tenant. Boxed where it is made: the scope's wrappers
+    // and the spawned task then move a pointer, not the run's state (kilobytes, copied a dozen
+    // times per request).
+    let run = Box::pin(run_keyed(
+        config.clone(),
+        key,
+        fingerprint,
+        parts,
+        body,
+        inner,
+    ));
     let task = TaskScope::capture().tenant(scope.map(Arc::<str>::from));
     let run = task.run(run);
     let run = tracing::Instrument::instrument(run, tracing::Span::current());

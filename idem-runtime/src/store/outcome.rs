@@ -19,7 +19,99 @@ pub struct Outcome(Arc<[u8]>);
 /// starts with a NUL byte, which no JSON text does, followed by why. Part of the record format.
 const UNREPLAYABLE: &[u8] = b"\0idemkit:unreplayable\0";
 
+/// How the executor seals an outcome it serialized (S16, S9): after the JSON, a newline and a tab,
+/// then 16 whitespace characters giving a 32-bit digest of the tool's output type name and of
+/// the JSON, two bits each (` `, `\t`, `\r`, `\n` for 0–3, the digest's high bits first).
+/// Whitespace after a JSON text is part of it (RFC 8259), so a sealed outcome is still the same
+/// JSON to every reader (serde, `jq`, PostgreSQL's `::json`); serde_json's compact writer never
+/// ends a text with whitespace. Part of the record format.
+///
+/// Why: a stored outcome that does not decode at replay is either one the executor wrote, intact,
+/// whose type does not read back what it wrote (S16: not replayable, the operation ran), or one
+/// that is not (damaged, an operator's of another shape, the tool's output type changed since:
+/// S9, fail closed). Before, every outcome was decoded once as it was stored, so that the first
+/// case was found at once: 849 instructions of a 6,024-instruction call outside SHA-256
+/// (`benches/instructions.sh`, the calls bench's two-field receipt), more for a larger outcome.
+/// The seal costs a hash of a few words (~130 instructions there, growing by one multiply per 8
+/// bytes), and the decode happens only where it is needed anyway, at replay. A check once per
+/// output type was not taken: a hand-written `Deserialize` may refuse some values only, so one
+/// value reading back proves nothing of the next.
+const SEAL: &[u8] = b"\n\t";
+
+/// Characters of the digest after [`SEAL`].
+const SEAL_DIGITS: usize = 16;
+
+/// The digest's alphabet: whitespace only, two bits a character.
+const SEAL_ALPHABET: [u8; 4] = [b' ', b'\t', b'\r', b'\n'];
+
+/// A 32-bit digest of `type_name` and `json`, eight bytes a step (not a cryptographic hash: it
+/// tells a sealed outcome that was changed, truncated or extended, or sealed for another type,
+/// from an intact one, with 2^-32 odds of a miss).
+fn seal_digest(type_name: &str, json: &[u8]) -> u32 {
+    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+    #[inline(always)]
+    fn mix(h: u64, w: u64) -> u64 {
+        (h ^ w).wrapping_mul(K).rotate_left(29)
+    }
+    #[inline(always)]
+    fn words(mut h: u64, bytes: &[u8]) -> u64 {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            h = mix(h, u64::from_le_bytes(c.try_into().expect("8 bytes")));
+        }
+        let rest = chunks.remainder();
+        let mut last = [0u8; 8];
+        last[..rest.len()].copy_from_slice(rest);
+        mix(mix(h, u64::from_le_bytes(last)), bytes.len() as u64)
+    }
+    let h = words(words(K, type_name.as_bytes()), json);
+    let h = (h ^ (h >> 32)).wrapping_mul(K);
+    (h >> 32) as u32
+}
+
 impl Outcome {
+    /// Appends the seal of `json` (an outcome the executor just serialized as `type_name`) to
+    /// `buf`, which holds it.
+    #[inline]
+    pub(crate) fn seal(buf: &mut Vec<u8>, type_name: &str) {
+        let digest = seal_digest(type_name, buf);
+        let mut tail = [0u8; SEAL.len() + SEAL_DIGITS];
+        tail[..SEAL.len()].copy_from_slice(SEAL);
+        for (i, c) in tail[SEAL.len()..].iter_mut().enumerate() {
+            *c = SEAL_ALPHABET[(digest >> (30 - 2 * i)) as usize & 3];
+        }
+        buf.extend_from_slice(&tail);
+    }
+
+    /// Whether `outcome` is one the executor serialized as `type_name` and sealed, intact (after
+    /// the JSON: a newline, a tab, then 16 characters among space, tab, CR and LF giving a
+    /// 32-bit digest of `type_name` and the JSON, two bits each). Asked only of an outcome that did not decode, at replay: `true` says its type
+    /// does not read back what it wrote (S16), `false` that the record is not as it was written,
+    /// or was written for another type or by someone else (S9). Part of the record format.
+    ///
+    /// ```
+    /// use idem_runtime::store::Outcome;
+    ///
+    /// assert!(!Outcome::sealed_for(br#"{"receipt":"r_1"}"#, "Receipt"));
+    /// ```
+    pub fn sealed_for(outcome: &[u8], type_name: &str) -> bool {
+        let Some(split) = outcome.len().checked_sub(SEAL.len() + SEAL_DIGITS) else {
+            return false;
+        };
+        let (json, tail) = outcome.split_at(split);
+        if !tail.starts_with(SEAL) {
+            return false;
+        }
+        let mut digest = 0u32;
+        for c in &tail[SEAL.len()..] {
+            let Some(bits) = SEAL_ALPHABET.iter().position(|a| a == c) else {
+                return false;
+            };
+            digest = digest << 2 | bits as u32;
+        }
+        digest == seal_digest(type_name, json)
+    }
+
     /// What the executor records in place of an outcome that cannot be replayed (S16): the
     /// marker, then why.
     pub(crate) fn unreplayable(why: &str) -> Outcome {
@@ -129,5 +221,32 @@ mod tests {
         );
         assert_eq!(Outcome::unreplayable_reason(b"{\"id\":1}"), None);
         assert_eq!(Outcome::unreplayable_reason(b"\0idemkit:other\0"), None);
+    }
+
+    /// The seal is part of the record format: these bytes are what this version writes for
+    /// `{"id":1}` of type `app::Order`; a record written with them must keep telling S16 from S9.
+    #[test]
+    fn a_sealed_outcome_is_its_json_then_whitespace_and_tells_intact_from_damaged() {
+        let mut buf = br#"{"id":1}"#.to_vec();
+        Outcome::seal(&mut buf, "app::Order");
+        assert_eq!(buf, b"{\"id\":1}\n\t\n\t\r \t\r \t\t \n\n\n \r\n");
+        // Still the same JSON to a reader.
+        let v: serde_json::Value = serde_json::from_slice(&buf).unwrap();
+        assert_eq!(v, serde_json::json!({"id": 1}));
+        assert!(Outcome::sealed_for(&buf, "app::Order"));
+        // Sealed for another type (the tool's output type changed since): not this one's.
+        assert!(!Outcome::sealed_for(&buf, "app::Receipt"));
+        // Damaged: a byte of the JSON changed, the record cut short or extended.
+        let mut changed = buf.clone();
+        changed[6] = b'2';
+        assert!(!Outcome::sealed_for(&changed, "app::Order"));
+        assert!(!Outcome::sealed_for(&buf[..buf.len() - 1], "app::Order"));
+        assert!(!Outcome::sealed_for(
+            &[&buf[..], b" "].concat(),
+            "app::Order"
+        ));
+        // Not sealed at all: an operator's outcome, a record of an earlier version.
+        assert!(!Outcome::sealed_for(br#"{"id":1}"#, "app::Order"));
+        assert!(!Outcome::sealed_for(b"", "app::Order"));
     }
 }

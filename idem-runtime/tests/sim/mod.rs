@@ -110,11 +110,11 @@ pub enum Protocol {
     CompletionNotIdempotent,
     /// Broken (issue 30 #4, S16): an outcome that serializes but does not read back (a field
     /// skipped when empty, without `default`) is stored as if replayable, so every repeat gets
-    /// `Error::Store { Corrupt }` instead of `Unreplayable`. The executor now checks the
-    /// read-back and records such an outcome as unreplayable (a completion whose outcome starts
-    /// with the unreplayable marker); emulated from the store's side by a store link that
-    /// rewrites that marker, for an operation whose receipt does not read back, into the
-    /// receipt's JSON (what the old executor stored).
+    /// `Error::Store { Corrupt }` instead of `Unreplayable`. The executor now seals the JSON it
+    /// stores (issue 42), so a replay that does not decode tells its own intact outcome (S16)
+    /// from a damaged one (S9); emulated from the store's side by a store link that stores, for
+    /// an operation whose receipt does not read back, the receipt's bare JSON (what the old
+    /// executor stored).
     UnreadableStoredAsReplayable,
     /// Broken (issue 30 #6, S24): an operator's `forget` without `--force` removes a record
     /// whose holder's lease is live (the old stores did; they now answer `LeaseLive`). Emulated

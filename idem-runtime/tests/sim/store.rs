@@ -211,9 +211,11 @@ impl SimStore {
         ))))
     }
 
-    /// `unreadable-stored-as-replayable`: the executor records an outcome that does not read
-    /// back as unreplayable (the marker, then the reason); the old one (issue 30 #4) checked
-    /// floats and serialization only, and stored the receipt's JSON, which does not decode.
+    /// `unreadable-stored-as-replayable`: the executor seals the JSON of every outcome it
+    /// stores, so that one which does not read back is told at replay from a damaged record
+    /// (S16: `Unreplayable`); the old one (issue 30 #4) stored the receipt's bare JSON, which
+    /// does not decode and reads as corrupt (S9). The outcome of the broken protocol, for an
+    /// operation whose receipt does not read back, is that bare JSON.
     fn as_the_old_executor_stored(
         &self,
         key: IdempotencyKey,
@@ -221,7 +223,7 @@ impl SimStore {
         outcome: Outcome,
     ) -> Outcome {
         if self.world.cfg.protocol != Protocol::UnreadableStoredAsReplayable
-            || !outcome.starts_with(UNREPLAYABLE)
+            || outcome.starts_with(UNREPLAYABLE)
         {
             return outcome;
         }
@@ -230,7 +232,7 @@ impl SimStore {
         };
         let spec = &self.world.cfg.ops[op];
         if !spec.unreadable {
-            // A non-finite float: the old executor caught that one too.
+            // It reads back (or holds a non-finite float, which the old executor caught too).
             return outcome;
         }
         let receipt = self

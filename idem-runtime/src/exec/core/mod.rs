@@ -176,6 +176,24 @@ impl Replay<'_> {
         self.record.finish(0, CallOutcome::Replayed);
     }
 
+    /// The stored outcome, sealed by this executor for `type_name` and intact, did not decode as
+    /// it (S16): its type does not read back what it wrote. Not replayable; the operation ran.
+    pub(crate) fn unreplayable(self, type_name: &str, e: serde_json::Error) -> Error {
+        let record = self.record;
+        let _span = record.span.enter();
+        let err = Error::Unreplayable {
+            tool: record.tool.to_string(),
+            key: record.key,
+            reason: format!(
+                "the outcome serializes but does not read back as `{type_name}` ({e}); e.g. a field skipped when \
+                 empty (`skip_serializing_if`) needs `#[serde(default)]`"
+            ),
+        };
+        tracing::warn!(error = %err, "not run");
+        record.finish(0, CallOutcome::Unreplayable);
+        err
+    }
+
     /// The stored outcome did not decode as `type_name`: the call is refused (S9), saying that
     /// the operation did run.
     pub(crate) fn undecodable(self, type_name: &str, e: serde_json::Error) -> Error {
@@ -215,25 +233,20 @@ impl<'a> Call<'a> {
     }
 
     /// The attempt succeeded with `value`, which is serialized to be stored. An outcome that
-    /// would not replay is stored as such (S16): one that does not serialize, or holds a NaN or
-    /// an infinite float (JSON writes `null`, which does not read back as a float). Any other
-    /// way an outcome fails to read back as `T` (a hand-written `Deserialize` that does not
-    /// match its `Serialize`) is found at replay, which then says the operation ran.
-    pub(crate) fn succeeded<T: serde::Serialize>(
-        &mut self,
-        value: &T,
-        reads_back: fn(&[u8]) -> Result<(), serde_json::Error>,
-    ) {
-        let ended = self.outcome_of(value, reads_back);
+    /// would not replay is stored as such (S16): one that does not serialize, is over the size
+    /// bound, or holds a NaN or an infinite float (JSON writes `null`, which does not read back
+    /// as a float). Any other way an outcome fails to read back as `T` (a field skipped when
+    /// empty without `default`, a hand-written `Deserialize` that does not match its
+    /// `Serialize`) is found at its first replay, by the seal written after it
+    /// ([`Outcome::seal`]), which tells it from a damaged record, and then says the operation
+    /// ran (S16) rather than fail as a corrupt store (S9).
+    pub(crate) fn succeeded<T: serde::Serialize>(&mut self, value: &T) {
+        let ended = self.outcome_of(value);
         self.attempt_ended(ended);
     }
 
     /// What a successful result comes to: stored, or not replayable and why.
-    fn outcome_of<T: serde::Serialize>(
-        &self,
-        value: &T,
-        reads_back: fn(&[u8]) -> Result<(), serde_json::Error>,
-    ) -> Ended {
+    fn outcome_of<T: serde::Serialize>(&self, value: &T) -> Ended {
         let bound = match &self.phase {
             Phase::Running(run, _) => run.holder.max_outcome,
             _ => usize::MAX,
@@ -244,14 +257,10 @@ impl<'a> Call<'a> {
                 buf.len()
             )),
             Ok(()) => match crate::fingerprint::finite::first_non_finite(value) {
-                None => match reads_back(buf) {
-                    Ok(()) => Ended::Stored(Outcome::from(&buf[..])),
-                    Err(e) => Ended::Unreplayable(format!(
-                        "the outcome serializes but does not read back as `{}` ({e}); e.g. a field skipped when \
-                         empty (`skip_serializing_if`) needs `#[serde(default)]`",
-                        std::any::type_name::<T>()
-                    )),
-                },
+                None => {
+                    Outcome::seal(buf, std::any::type_name::<T>());
+                    Ended::Stored(Outcome::from(&buf[..]))
+                }
                 Some(v) => Ended::Unreplayable(format!(
                     "the outcome holds the float {v}, which JSON stores as `null`, so it does not read back as `{}`",
                     std::any::type_name::<T>()
@@ -277,12 +286,8 @@ impl<'a> Call<'a> {
 
     /// The verification found the effect applied, with `value` (S19): the record completes
     /// with it.
-    pub(crate) fn verified_applied<T: serde::Serialize>(
-        &mut self,
-        value: &T,
-        reads_back: fn(&[u8]) -> Result<(), serde_json::Error>,
-    ) {
-        let ended = self.outcome_of(value, reads_back);
+    pub(crate) fn verified_applied<T: serde::Serialize>(&mut self, value: &T) {
+        let ended = self.outcome_of(value);
         let run = self.verification_answered("applied");
         run.call.verified = true;
         run.ambiguous = false;
