@@ -3,9 +3,10 @@
 use std::sync::atomic::Ordering;
 use std::task::Context;
 
-use super::claim::{Begun, Claiming, timed};
+use super::claim::{Begun, Claiming};
 use super::end::{Run, write};
 use super::lease::Holder;
+use super::timed::timed;
 use super::{Between, Call, Phase};
 use crate::error::Error;
 use crate::store::Written;

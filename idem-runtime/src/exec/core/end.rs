@@ -6,8 +6,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::claim::timed;
 use super::lease::Holder;
+use super::timed::timed;
 use super::trace::CallTrace;
 use super::{BoxFuture, Ended};
 use crate::error::{Error, StoreError};

@@ -33,6 +33,7 @@ mod dropped;
 mod end;
 mod lease;
 mod read;
+mod timed;
 mod trace;
 
 pub(crate) use self::read::Read;
