@@ -1,5 +1,9 @@
 //! The connection and what shares it: the store's state per process (`Shared`), the
-//! connection behind its mutex (`Db`), and an open connection (`Open`).
+//! connection behind its mutex (`Db`), an open connection (`Open`), and what is handed to it:
+//! an operation's kind of access (`Access`) and a job for the connection thread (`Job`). The
+//! store's files build on this one and on `options` (settings) and `error` (SQLite's failures),
+//! one way: `open` opens, `inline` and `group` run operations on callers' threads and the
+//! connection thread, `transitions` and `records` are the store's operations.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
@@ -8,9 +12,6 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use rusqlite::Connection;
 
-use super::group::Job;
-use super::inline::CHECKPOINT_PAGES;
-use super::open::file_id;
 use super::options::{SqliteStoreBuilder, Synchronous};
 use super::wal::count_wal_frames;
 use crate::error::StoreError;
@@ -138,5 +139,56 @@ impl Open {
         self.wal_frames
             .as_ref()
             .is_some_and(|f| f.load(Ordering::Relaxed) >= CHECKPOINT_PAGES)
+    }
+}
+
+/// An operation handed to the connection thread.
+pub(super) struct Job {
+    pub(super) access: Access,
+    /// Runs the operation (or takes the error that kept it from running) and keeps its result;
+    /// returns what sends that result, once its writes are committed.
+    pub(super) run: Box<dyn FnOnce(Slot<'_>) -> Reply + Send>,
+}
+
+/// What the connection thread hands a [`Job`].
+pub(super) enum Slot<'c> {
+    /// The open connection, maybe inside a group's transaction (see [`Db::run_group`]).
+    Run(&'c mut Connection, &'c Path),
+    /// The operation cannot run: the file did not open, or its group's transaction did not
+    /// start.
+    Fail(StoreError),
+}
+
+/// Sends a job's result: its own, or the error of the group commit it was part of.
+pub(super) type Reply = Box<dyn FnOnce(&Db, Option<&StoreError>) + Send>;
+
+/// What an operation does to the file, which decides where it may run (see [`Db::try_inline`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Access {
+    /// Reads only: no commit, so no fsync.
+    Read,
+    /// Writes a record or two.
+    Write,
+    /// Writes that may take long whatever the settings (a batch of deletes): always on the
+    /// connection thread.
+    Long,
+}
+
+/// Under `synchronous=NORMAL` the store checkpoints the WAL itself, on the connection thread,
+/// once it holds this many pages (SQLite's automatic checkpoint, which it replaces on that
+/// connection, uses the same figure); see [`Db::try_inline`] for why.
+pub(super) const CHECKPOINT_PAGES: u32 = 1000;
+
+/// The device and inode of the file at `path` (`None` where there is none, or off Unix).
+pub(super) fn file_id(path: &Path) -> Option<(u64, u64)> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        None
     }
 }

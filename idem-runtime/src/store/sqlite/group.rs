@@ -1,38 +1,16 @@
 //! The connection thread and group commit: jobs handed to the thread, run in order, the writes
 //! that queued up meanwhile as one transaction with one commit.
 
-use std::path::Path;
 use std::sync::MutexGuard;
 use std::sync::mpsc::Receiver;
 
 use rusqlite::{Connection, TransactionBehavior};
 
-use super::conn::{Db, Open};
-use super::inline::Access;
+use super::conn::{Access, Db, Job, Open, Reply, Slot};
+use super::error::sql_error;
 use super::open::open_connection;
 use super::options::Synchronous;
-use super::transitions::sql_error;
 use crate::error::StoreError;
-
-/// An operation handed to the connection thread.
-pub(super) struct Job {
-    pub(super) access: Access,
-    /// Runs the operation (or takes the error that kept it from running) and keeps its result;
-    /// returns what sends that result, once its writes are committed.
-    pub(super) run: Box<dyn FnOnce(Slot<'_>) -> Reply + Send>,
-}
-
-/// What the connection thread hands a [`Job`].
-pub(super) enum Slot<'c> {
-    /// The open connection, maybe inside a group's transaction (see [`Db::run_group`]).
-    Run(&'c mut Connection, &'c Path),
-    /// The operation cannot run: the file did not open, or its group's transaction did not
-    /// start.
-    Fail(StoreError),
-}
-
-/// Sends a job's result: its own, or the error of the group commit it was part of.
-pub(super) type Reply = Box<dyn FnOnce(&Db, Option<&StoreError>) + Send>;
 
 /// At most this many writes share one commit (see [`Db::run_group`]).
 pub(super) const MAX_GROUP: usize = 64;

@@ -8,26 +8,9 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 
-use super::conn::{Db, Open};
-use super::open::is_busy;
+use super::conn::{Access, Db, Open};
+use super::error::is_busy;
 use crate::error::StoreError;
-
-/// What an operation does to the file, which decides where it may run (see [`Db::try_inline`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Access {
-    /// Reads only: no commit, so no fsync.
-    Read,
-    /// Writes a record or two.
-    Write,
-    /// Writes that may take long whatever the settings (a batch of deletes): always on the
-    /// connection thread.
-    Long,
-}
-
-/// Under `synchronous=NORMAL` the store checkpoints the WAL itself, on the connection thread,
-/// once it holds this many pages (SQLite's automatic checkpoint, which it replaces on that
-/// connection, uses the same figure); see [`Db::try_inline`] for why.
-pub(super) const CHECKPOINT_PAGES: u32 = 1000;
 
 /// Where [`Db::try_inline`] left an operation.
 pub(super) enum Inline<T> {

@@ -13,6 +13,7 @@ use rusqlite::Connection;
 use crate::error::{StoreError, StoreErrorKind};
 
 mod conn;
+mod error;
 mod group;
 mod inline;
 mod open;
@@ -24,9 +25,9 @@ mod tests;
 mod transitions;
 mod wal;
 
-use self::conn::{Db, Shared};
-use self::group::{Job, Reply, Slot, again, serve};
-use self::inline::{Access, Inline};
+use self::conn::{Access, Db, Job, Reply, Shared, Slot};
+use self::group::{again, serve};
+use self::inline::Inline;
 pub use self::options::{SqliteStoreBuilder, Synchronous};
 
 /// The environment variable that overrides where the default store lives.

@@ -4,27 +4,15 @@
 use std::path::Path;
 use std::time::Duration;
 
-use rusqlite::{Connection, ErrorCode};
+use rusqlite::Connection;
 
-use super::conn::Open;
+use std::sync::Arc;
+
+use super::conn::{Open, Shared, file_id};
+use super::error::{is_busy, sql_error};
 use super::options::SqliteStoreBuilder;
-use super::transitions::sql_error;
-use super::{DEFAULT_PATH_ENV, sql};
+use super::{DEFAULT_PATH_ENV, SqliteStore, sql};
 use crate::error::{StoreError, StoreErrorKind};
-
-/// The device and inode of the file at `path` (`None` where there is none, or off Unix).
-pub(super) fn file_id(path: &Path) -> Option<(u64, u64)> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::MetadataExt;
-        std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = path;
-        None
-    }
-}
 
 /// Opens the file (see [`open_once`]), trying again while another opener holds the lock, up to
 /// the busy timeout. SQLite answers some lock upgrades of a first open (switching a new file to
@@ -47,14 +35,6 @@ pub(super) fn open_connection(
             result => return result,
         }
     }
-}
-
-/// Whether a store error is SQLite's "busy" or "locked".
-pub(super) fn is_busy(e: &StoreError) -> bool {
-    std::error::Error::source(e)
-        .and_then(|s| s.downcast_ref::<rusqlite::Error>())
-        .and_then(rusqlite::Error::sqlite_error_code)
-        .is_some_and(|code| matches!(code, ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked))
 }
 
 /// Opens the file: creates its directory, checks it is ours, sets WAL and `synchronous`,
@@ -281,4 +261,26 @@ fn private_file(path: &Path) {
     }
     #[cfg(not(unix))]
     let _ = path;
+}
+
+impl SqliteStoreBuilder {
+    /// Opens the file now (creating it and its directory if missing, migrating an older schema).
+    /// Blocks: call it at start-up, not on an async worker thread.
+    pub fn open(self) -> Result<SqliteStore, StoreError> {
+        let store = self.open_lazily();
+        {
+            let db = &store.shared.db;
+            let mut conn = db.lock();
+            *conn = Some(open_connection(&db.path, &db.settings)?);
+        }
+        Ok(store)
+    }
+
+    /// The store, opened by its first operation (on the store's own thread); until one succeeds,
+    /// each operation tries again and fails with why.
+    pub fn open_lazily(self) -> SqliteStore {
+        SqliteStore {
+            shared: Arc::new(Shared::new(self)),
+        }
+    }
 }

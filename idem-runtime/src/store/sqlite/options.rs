@@ -1,13 +1,7 @@
 //! A store's settings: `Synchronous` and the builder that opens a store.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
-
-use super::SqliteStore;
-use super::conn::Shared;
-use super::open::open_connection;
-use crate::error::StoreError;
 
 /// SQLite's `synchronous` setting: how hard each commit waits for the disk.
 ///
@@ -88,25 +82,5 @@ impl SqliteStoreBuilder {
     pub fn vfs(mut self, name: impl Into<String>) -> Self {
         self.vfs = Some(name.into());
         self
-    }
-
-    /// Opens the file now (creating it and its directory if missing, migrating an older schema).
-    /// Blocks: call it at start-up, not on an async worker thread.
-    pub fn open(self) -> Result<SqliteStore, StoreError> {
-        let store = self.open_lazily();
-        {
-            let db = &store.shared.db;
-            let mut conn = db.lock();
-            *conn = Some(open_connection(&db.path, &db.settings)?);
-        }
-        Ok(store)
-    }
-
-    /// The store, opened by its first operation (on the store's own thread); until one succeeds,
-    /// each operation tries again and fails with why.
-    pub fn open_lazily(self) -> SqliteStore {
-        SqliteStore {
-            shared: Arc::new(Shared::new(self)),
-        }
     }
 }

@@ -6,10 +6,11 @@ use std::time::Duration;
 use rusqlite::{OptionalExtension, named_params};
 use uuid::Uuid;
 
+use super::conn::Access;
+use super::error::sql_error;
 use super::group::Scope;
-use super::inline::Access;
 use super::sql::record_columns;
-use super::transitions::{decode, ms, now_ms, prune_expired, remaining, sql_error};
+use super::transitions::{decode, ms, now_ms, prune_expired, remaining};
 use super::{SqliteStore, sql};
 use crate::error::StoreError;
 use crate::key::IdempotencyKey;

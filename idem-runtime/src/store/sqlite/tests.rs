@@ -3,7 +3,7 @@
 
 use uuid::Uuid;
 
-use super::inline::CHECKPOINT_PAGES;
+use super::conn::CHECKPOINT_PAGES;
 use super::*;
 use crate::store::{
     AsyncStore, Claim, ClaimRequest, Existing, ExistingState, LeaseToken, OperationIds, Outcome,

@@ -6,13 +6,14 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::types::ValueRef;
-use rusqlite::{Connection, ErrorCode, OptionalExtension, named_params};
+use rusqlite::{Connection, OptionalExtension, named_params};
 use uuid::Uuid;
 
+use super::conn::Access;
+use super::error::sql_error;
 use super::group::Scope;
-use super::inline::Access;
-use super::{DEFAULT_PATH_ENV, PRUNE_BATCH, PRUNE_EVERY, SqliteStore, sql};
-use crate::error::{StoreError, StoreErrorKind};
+use super::{PRUNE_BATCH, PRUNE_EVERY, SqliteStore, sql};
+use crate::error::StoreError;
 use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
 use crate::store::{
@@ -432,52 +433,4 @@ pub(super) fn corrupt(path: &Path, key: &IdempotencyKey, column: &str, what: &st
          from a backup",
         path.display()
     ))
-}
-
-/// A SQLite failure while doing `what` (e.g. "claim a key in") the file at `path`, as a
-/// [`StoreError`] that names the file and says what to do.
-pub(super) fn sql_error(path: &Path, what: &str, e: rusqlite::Error) -> StoreError {
-    let p = path.display();
-    let (kind, advice) = match e.sqlite_error_code() {
-        Some(ErrorCode::NotADatabase) => (
-            StoreErrorKind::Incompatible,
-            format!(
-                "it is not a SQLite database (or its header is damaged), so not an idemkit store; \
-                 move that file away, or set {DEFAULT_PATH_ENV} (or the store's path) to another file"
-            ),
-        ),
-        Some(ErrorCode::DatabaseCorrupt) => (
-            StoreErrorKind::Corrupt,
-            "the file is corrupt; restore it from a backup, or move it away to start afresh \
-             (records of operations in flight are then lost)"
-                .to_owned(),
-        ),
-        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => (
-            StoreErrorKind::Unavailable,
-            "it stayed locked by another connection beyond the busy timeout; retry, or raise the store's \
-             `busy_timeout` if many processes write at once"
-                .to_owned(),
-        ),
-        Some(ErrorCode::CannotOpen | ErrorCode::PermissionDenied | ErrorCode::ReadOnly) => (
-            StoreErrorKind::Unavailable,
-            format!(
-                "it cannot be opened for writing; make the file and its directory writable by this user \
-                 (SQLite also creates `-wal` and `-shm` files beside it), or set {DEFAULT_PATH_ENV} \
-                 (or the store's path) to a writable place"
-            ),
-        ),
-        Some(ErrorCode::DiskFull | ErrorCode::SystemIoFailure) => (
-            StoreErrorKind::Unavailable,
-            "it could not be written (disk full or I/O error); free space or fix the disk, then retry".to_string(),
-        ),
-        _ => (
-            StoreErrorKind::Other,
-            format!("check the file with `sqlite3 {p} 'PRAGMA integrity_check'`"),
-        ),
-    };
-    StoreError::new(
-        kind,
-        format!("could not {what} the store at {p} ({e}): {advice}"),
-    )
-    .with_source(e)
 }
