@@ -42,7 +42,7 @@ impl Synchronous {
     }
 }
 
-/// Settings of a [`SqliteStore`]; [`SqliteStore::builder`] starts one.
+/// Settings of a [`SqliteStore`](super::SqliteStore); [`SqliteStore::builder`](super::SqliteStore::builder) starts one.
 #[must_use]
 #[derive(Debug, Clone)]
 pub struct SqliteStoreBuilder {

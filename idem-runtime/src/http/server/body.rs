@@ -1,0 +1,103 @@
+//! The bodies a response through the layer has: what the layer made or replayed, the handler's
+//! own, or a handler's body streamed on after its first frames (`ResponseBody`, `Prefixed`).
+
+use bytes::Bytes;
+use http::header::CONTENT_TYPE;
+use http::response;
+use http_body::Body;
+use http_body_util::{BodyExt, Either, Full};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// The body of a response through the layer: what the layer made or replayed (`Left`: the first
+/// response, collected to be stored, a replay, or the layer's own 4xx), or the handler's own,
+/// untouched, for a request the layer lets through (`Right`).
+pub type ResponseBody<B> = Either<Full<Bytes>, Either<B, Prefixed<B>>>;
+
+/// A handler's response body streamed on after the layer read its first frames (it went over
+/// [`IdempotencyLayer::max_response_bytes`](super::IdempotencyLayer::max_response_bytes)): those frames, then the rest as it comes.
+pub struct Prefixed<B> {
+    prefix: std::collections::VecDeque<Bytes>,
+    rest: Pin<Box<B>>,
+}
+
+impl<B> std::fmt::Debug for Prefixed<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prefixed")
+            .field("prefix", &self.prefix.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: Body<Data = Bytes>> Body for Prefixed<B> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, B::Error>>> {
+        if let Some(data) = self.prefix.pop_front() {
+            return Poll::Ready(Some(Ok(http_body::Frame::data(data))));
+        }
+        self.rest.as_mut().poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.prefix.is_empty() && self.rest.is_end_stream()
+    }
+}
+
+/// A handler's response body as the layer hands it on: read whole, or streamed (not stored).
+pub(super) enum Read<B> {
+    Whole(Bytes),
+    Streamed(ResponseBody<B>, &'static str),
+}
+
+/// Reads `body` whole unless it is an event stream (`text/event-stream`), says it is longer than
+/// `bound`, or turns out to be: those are handed on as they come.
+pub(super) async fn read_bounded<B: Body<Data = Bytes>>(
+    head: &response::Parts,
+    body: B,
+    bound: usize,
+) -> Result<Read<B>, B::Error> {
+    let event_stream = head
+        .headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("text/event-stream")
+        });
+    if event_stream {
+        return Ok(Read::Streamed(
+            Either::Right(Either::Left(body)),
+            "an event stream (`text/event-stream`)",
+        ));
+    }
+    let over = "longer than the layer's `max_response_bytes`";
+    if body.size_hint().lower() > bound as u64 {
+        return Ok(Read::Streamed(Either::Right(Either::Left(body)), over));
+    }
+    let mut body = Box::pin(body);
+    let mut prefix = std::collections::VecDeque::new();
+    let mut len = 0;
+    while let Some(frame) = body.frame().await {
+        // Trailers are not stored (nor were they before a bound).
+        let Ok(data) = frame?.into_data() else {
+            continue;
+        };
+        len += data.len();
+        prefix.push_back(data);
+        if len > bound {
+            let rest = Prefixed { prefix, rest: body };
+            return Ok(Read::Streamed(Either::Right(Either::Right(rest)), over));
+        }
+    }
+    let mut whole = bytes::BytesMut::with_capacity(len);
+    for data in prefix {
+        whole.extend_from_slice(&data);
+    }
+    Ok(Read::Whole(whole.freeze()))
+}

@@ -1,0 +1,432 @@
+//! The service the layer wraps a handler in, and what it does with a request: let it through,
+//! refuse it, or run it as one call of the executor (claimed, spawned apart from its connection,
+//! recorded) and answer with the handler's response, a replay or a problem.
+
+use crate::error::{Error, StoreErrorKind};
+use crate::exec::Tool;
+use crate::fingerprint::Fingerprint;
+use crate::http::{IDEMPOTENCY_KEY, MAX_KEY_LENGTH, parse_sf_string};
+use crate::idem::TaskScope;
+use crate::key::IdempotencyKey;
+use bytes::Bytes;
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use http::request::Parts;
+use http::{Request, Response, StatusCode, response};
+use http_body::Body;
+use http_body_util::{BodyExt, Either, Full, LengthLimitError, Limited};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use super::BoxError;
+use super::body::{Read, ResponseBody, read_bounded};
+use super::fingerprint::fingerprint;
+use super::layer::Config;
+use super::stored::{Served, Stored};
+
+/// The service [`IdempotencyLayer`](super::IdempotencyLayer) wraps a handler in.
+#[derive(Clone)]
+pub struct IdempotencyService<S> {
+    pub(super) inner: S,
+    pub(super) config: Arc<Config>,
+}
+
+impl<S> std::fmt::Debug for IdempotencyService<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdempotencyService")
+            .field("name", &self.config.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, ReqBody, ResBody> tower_service::Service<Request<ReqBody>> for IdempotencyService<S>
+where
+    S: tower_service::Service<Request<ReqBody>, Response = Response<ResBody>>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+    S::Error: Send + 'static,
+    ReqBody: Body + From<Bytes> + Send + 'static,
+    ReqBody::Data: Send,
+    ReqBody::Error: Into<BoxError>,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    type Response = Response<ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        // The clone made ready by `poll_ready` serves this request; its twin the next one.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        Box::pin(serve(self.config.clone(), inner, req))
+    }
+}
+
+/// The bound the messages below state is [`MAX_KEY_LENGTH`].
+const _: () = assert!(MAX_KEY_LENGTH == 255);
+
+pub(super) fn client_key(headers: &http::HeaderMap) -> Result<Option<String>, &'static str> {
+    let mut values = headers.get_all(IDEMPOTENCY_KEY).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err("the request has more than one Idempotency-Key header");
+    }
+    let raw = value.as_bytes().trim_ascii();
+    if raw.is_empty() || raw == b"\"\"" {
+        return Err(
+            "the Idempotency-Key is empty: a key is 1 to 255 characters of printable ASCII",
+        );
+    }
+    let key = parse_sf_string(raw).ok_or(
+        "the Idempotency-Key header is not a structured-field string (a quoted key of printable ASCII)",
+    )?;
+    if key.len() > MAX_KEY_LENGTH {
+        return Err(
+            "the Idempotency-Key is too long: a key is 1 to 255 characters of printable ASCII",
+        );
+    }
+    Ok(Some(key))
+}
+
+/// A response the layer makes itself (RFC 9457 problem details, as the draft's examples).
+pub(super) fn problem<B>(
+    status: StatusCode,
+    title: &str,
+    detail: &str,
+) -> Response<ResponseBody<B>> {
+    let body = serde_json::json!({
+        "type": "about:blank",
+        "title": title,
+        "status": status.as_u16(),
+        "detail": detail,
+    });
+    let mut response = Response::new(Either::Left(Full::new(Bytes::from(body.to_string()))));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    response
+}
+
+pub(super) async fn serve<S, ReqBody, ResBody>(
+    config: Arc<Config>,
+    mut inner: S,
+    req: Request<ReqBody>,
+) -> Result<Response<ResponseBody<ResBody>>, S::Error>
+where
+    S: tower_service::Service<Request<ReqBody>, Response = Response<ResBody>> + Send + 'static,
+    S::Future: Send,
+    S::Error: Send + 'static,
+    ReqBody: Body + From<Bytes> + Send + 'static,
+    ReqBody::Data: Send,
+    ReqBody::Error: Into<BoxError>,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    let through = |response: Response<ResBody>| response.map(|b| Either::Right(Either::Left(b)));
+    if !config.methods.contains(req.method()) {
+        return inner.call(req).await.map(through);
+    }
+    let client_key = match client_key(req.headers()) {
+        Ok(Some(key)) => key,
+        Ok(None) if !config.required => return inner.call(req).await.map(through),
+        Ok(None) => {
+            return Ok(problem(
+                StatusCode::BAD_REQUEST,
+                "Idempotency-Key is missing",
+                "this operation is idempotent and requires an Idempotency-Key header",
+            ));
+        }
+        Err(why) => {
+            return Ok(problem(
+                StatusCode::BAD_REQUEST,
+                "Idempotency-Key is malformed",
+                why,
+            ));
+        }
+    };
+    let (parts, body) = req.into_parts();
+    let scope = match &config.scope {
+        None => None,
+        Some(scope) => match scope(&parts) {
+            Some(scope) => Some(scope),
+            None => {
+                return Ok(problem(
+                    StatusCode::UNAUTHORIZED,
+                    "No scope for the Idempotency-Key",
+                    "keys are kept per principal, and this request has none",
+                ));
+            }
+        },
+    };
+    let too_large = || {
+        problem(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "Request body too large",
+            &format!(
+                "a keyed request's body may be at most {} bytes",
+                config.max_body
+            ),
+        )
+    };
+    let declared = parts
+        .headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > config.max_body as u64) {
+        return Ok(too_large());
+    }
+    let body = match Limited::new(body, config.max_body).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => return Ok(too_large()),
+        Err(_) => {
+            return Ok(problem(
+                StatusCode::BAD_REQUEST,
+                "Request body unreadable",
+                "the request's body broke off before its end",
+            ));
+        }
+    };
+    let fingerprint = fingerprint(&parts, &body);
+    let key = IdempotencyKey::derive(&config.name, &[("idempotency_key", &client_key.as_str())]);
+
+    // S25: the run (claim, handler, its response collected, the record completed) is not the
+    // connection's: a client that goes away, and hyper dropping this future, do not cut it off.
+    // It runs under what this task's calls run under (S26: the scoped runtime, the tenant, the
+    // operation), the layer's scope as the tenant. Boxed where it is made: the scope's wrappers
+    // and the spawned task then move a pointer, not the run's state (kilobytes, copied a dozen
+    // times per request).
+    let run = Box::pin(run_keyed(
+        config.clone(),
+        key,
+        fingerprint,
+        parts,
+        body,
+        inner,
+    ));
+    let task = TaskScope::capture().tenant(scope.map(Arc::<str>::from));
+    let run = task.run(run);
+    let run = tracing::Instrument::instrument(run, tracing::Span::current());
+    if config.attached {
+        return run.await;
+    }
+    match tokio::spawn(run).await {
+        Ok(answer) => answer,
+        // Not reached: the handler's panic is caught in its attempt; the layer's own would be a bug.
+        Err(e) => Ok(unknown_outcome(
+            &config,
+            &key,
+            &format!("the request's task ended: {e}"),
+        )),
+    }
+}
+
+/// One keyed request's run through the executor: the handler at most once per key (unless
+/// [`IdempotencyLayer::handler_resends`](super::IdempotencyLayer::handler_resends)), its response stored, or the stored one replayed.
+pub(super) async fn run_keyed<S, ReqBody, ResBody>(
+    config: Arc<Config>,
+    key: IdempotencyKey,
+    fingerprint: Fingerprint,
+    parts: Parts,
+    body: Bytes,
+    inner: S,
+) -> Result<Response<ResponseBody<ResBody>>, S::Error>
+where
+    S: tower_service::Service<Request<ReqBody>, Response = Response<ResBody>> + Send,
+    S::Future: Send,
+    S::Error: Send,
+    ReqBody: Body + From<Bytes> + Send,
+    ResBody: Body<Data = Bytes> + Send,
+    ResBody::Error: Into<BoxError>,
+{
+    // The record's key, as `idemkit resolve` takes it.
+    let record_key = crate::idem::task_tenant().map_or(key, |t| key.for_tenant(&t));
+    // The handler's own response head, when it ran in this request (absent: a replay).
+    let first: Mutex<Option<(response::Parts, ResponseBody<ResBody>)>> = Mutex::new(None);
+    let mut request = Some((parts, body, inner));
+    let config_ref = &*config;
+    let first_ref = &first;
+    let attempt = move |key: IdempotencyKey| {
+        let taken = request.take();
+        let handled = async move {
+            let Some((mut parts, body, mut inner)) = taken else {
+                unreachable!("idemkit: the layer runs a handler once per request")
+            };
+            // The handler may key what it does itself (a unique constraint on it).
+            parts.extensions.insert(key);
+            let response = inner
+                .call(Request::from_parts(parts, ReqBody::from(body)))
+                .await
+                .map_err(Served::Inner)?;
+            let (head, body) = response.into_parts();
+            let read = read_bounded(&head, body, config_ref.max_response)
+                .await
+                .map_err(|e| Served::Body(e.into()))?;
+            let (stored, body) = match read {
+                Read::Whole(body) => (
+                    Stored::of(&head, &config_ref.stored_headers, &body),
+                    Either::Left(Full::new(body)),
+                ),
+                // Recorded as ran, its response not kept: never run again, never replayed.
+                Read::Streamed(body, why) => (Stored::streamed(&head, why), body),
+            };
+            if !(config_ref.stores)(head.status) {
+                return Err(Served::NotStored(Box::new((head, body))));
+            }
+            *first_ref.lock().unwrap_or_else(|p| p.into_inner()) = Some((head, body));
+            Ok(stored)
+        };
+        // A panic after the handler started is an unknown outcome, not the end of the task.
+        async move {
+            CatchUnwind(Box::pin(handled))
+                .await
+                .unwrap_or_else(|panic| Err(Served::Panicked(panic_message(&*panic))))
+        }
+    };
+    let mut tool = Tool::new(&config.name)
+        .idem(&config.idem)
+        .max_attempts(1)
+        .resend(config.handler_resends)
+        .in_flight_wait(config.in_flight_wait)
+        // The body is bounded as it is read; its stored form may be longer (hex for bytes that are
+        // not UTF-8, the headers, the marker of a streamed response).
+        .max_outcome_bytes(config.max_response.saturating_mul(2).saturating_add(4096));
+    if let Some(lease) = config.lease {
+        tool = tool.lease(lease);
+    }
+    if let Some(ttl) = config.ttl {
+        tool = tool.ttl(ttl);
+    }
+    let result: Result<Stored, Served<S::Error, ResBody>> =
+        tool.run_keyed(key, fingerprint, attempt).await;
+    let first = first.into_inner().unwrap_or_else(|p| p.into_inner());
+    match result {
+        Ok(stored) => Ok(match first {
+            Some((head, body)) => Response::from_parts(head, body),
+            None => stored.replay(&record_key),
+        }),
+        Err(Served::NotStored(first)) => Ok(Response::from_parts(first.0, first.1)),
+        Err(Served::Inner(e)) => Err(e),
+        Err(Served::Body(e)) => Ok(unknown_outcome(
+            &config,
+            &record_key,
+            &format!("its response broke off ({e})"),
+        )),
+        Err(Served::Panicked(why)) => Ok(unknown_outcome(
+            &config,
+            &record_key,
+            &format!("its handler panicked ({why})"),
+        )),
+        Err(Served::Idem(e)) => Ok(refusal(&config, &e)),
+    }
+}
+
+/// Polls a future, catching a panic in it (`futures::FutureExt::catch_unwind` without the crate).
+pub(super) struct CatchUnwind<F>(Pin<Box<F>>);
+
+impl<F: Future> Future for CatchUnwind<F> {
+    type Output = Result<F::Output, Box<dyn std::any::Any + Send>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let inner = self.0.as_mut();
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(out)) => Poll::Ready(Ok(out)),
+            Err(panic) => Poll::Ready(Err(panic)),
+        }
+    }
+}
+
+pub(super) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".to_owned())
+}
+
+/// S25: the handler ran and its answer is unknown. Kept, never run again under the key (unless
+/// the layer is told the handler is safe to re-run); an operator settles it.
+pub(super) fn unknown_outcome<B>(
+    config: &Config,
+    key: &IdempotencyKey,
+    why: &str,
+) -> Response<ResponseBody<B>> {
+    let then = if config.handler_resends {
+        "The layer is told the handler is safe to re-run: a request with the same Idempotency-Key runs it again."
+    } else {
+        "It will not be run again under this Idempotency-Key; until an operator settles it, a request with the same key gets this answer."
+    };
+    problem(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "The request ran; its outcome is unknown",
+        &format!(
+            "the request with this Idempotency-Key ran, and {why}: its effect may have happened. {then} \
+             To settle it, look the effect up, then `idemkit resolve {key} applied --outcome JSON` or \
+             `idemkit resolve {key} not-applied` (the record's key)."
+        ),
+    )
+}
+
+/// What idemkit's refusal of a keyed request says to its client, in HTTP's terms (the record's
+/// key only where an operator needs it).
+pub(super) fn refusal<B>(config: &Config, e: &Error) -> Response<ResponseBody<B>> {
+    let (status, title, detail) = match e {
+        Error::KeyReuse { .. } => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Idempotency-Key is already used with another payload",
+            "this Idempotency-Key was first used for a request with another method, path, query or \
+             body; the request was not run. Send a new request with a new key"
+                .to_owned(),
+        ),
+        Error::InFlight { .. } => (
+            StatusCode::CONFLICT,
+            "A request with this Idempotency-Key is being processed",
+            "the first request with this Idempotency-Key has not finished; this one was not run. \
+             Retry later with the same key: once the first finishes, its response is replayed"
+                .to_owned(),
+        ),
+        Error::Ambiguous { key, .. } => {
+            return unknown_outcome(config, key, "its answer is unknown (it panicked, its response broke off, or its process died)");
+        }
+        Error::Unreplayable { key, reason, .. } => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "The request ran; its response cannot be replayed",
+            format!(
+                "the request with this Idempotency-Key ran, but its response was not kept to be replayed \
+                 ({reason}); it will not be run again under this key (record {key})"
+            ),
+        ),
+        // Fail closed: nothing ran; a retry may find the store back. (A record that cannot be
+        // read, corrupt or of another version, is not a retry's to fix: 500, below.)
+        Error::Store { source, .. }
+            if matches!(
+                source.kind(),
+                StoreErrorKind::Unavailable | StoreErrorKind::Other
+            ) =>
+        {
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "The idempotency store is unavailable",
+                format!("the request was not run: {source}. Retry with the same Idempotency-Key"),
+            )
+        }
+        _ => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "The request's outcome under this Idempotency-Key cannot be given",
+            e.to_string(),
+        ),
+    };
+    problem(status, title, &detail)
+}
