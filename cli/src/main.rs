@@ -12,6 +12,7 @@ use idem_runtime::store::{Decision, Forgot, RecordFilter, Released, Resolved, St
 use idem_runtime::{IdempotencyKey, OperationId};
 
 mod key;
+mod settle;
 mod shape;
 mod show;
 mod target;
@@ -289,7 +290,7 @@ fn main() -> ExitCode {
         dry_run,
     } = &cli.command
     {
-        return ExitCode::from(runtime.block_on(settle(
+        return ExitCode::from(runtime.block_on(settle::settle(
             &cli,
             &target,
             tool.as_deref(),
@@ -341,140 +342,6 @@ fn check_usage(command: &Command) -> Result<(), String> {
             }),
         _ => Ok(()),
     }
-}
-
-/// How many of a tool's own stored outcomes an operator's outcome is compared with.
-const SHAPE_REFERENCES: usize = 20;
-
-/// Refuses an applied outcome whose shape differs from the outcomes the record's tool stored
-/// itself (see `shape`), unless `unchecked`; warns when the store holds none to compare with.
-/// The next call would otherwise fail to replay it, blaming the tool's return type.
-async fn check_outcome_shape(
-    store: &dyn idem_runtime::Records,
-    key: &IdempotencyKey,
-    outcome: &str,
-    unchecked: bool,
-) -> Result<(), Failed> {
-    use idem_runtime::store::{Outcome, RecordState};
-
-    let Ok(Some(record)) = store.get(key).await else {
-        // Absent or unreadable: `resolve` itself says so.
-        return Ok(());
-    };
-    let tool = record.tool;
-    let given: serde_json::Value = serde_json::from_str(outcome).expect("checked to be JSON");
-    let filter = RecordFilter::new()
-        .tool(tool.clone())
-        .state(StateKind::Completed)
-        .limit(SHAPE_REFERENCES * 2);
-    let listed = store.list(&filter).await.unwrap_or_default();
-    // Outcomes the tool wrote itself: not an operator's, not one kept as unreplayable.
-    let references: Vec<(IdempotencyKey, serde_json::Value)> = listed
-        .into_iter()
-        .filter(|r| r.resolution.is_none() && r.key != *key)
-        .filter_map(|r| match r.state {
-            RecordState::Completed { outcome }
-                if Outcome::unreplayable_reason(&outcome).is_none() =>
-            {
-                serde_json::from_slice(&outcome).ok().map(|v| (r.key, v))
-            }
-            _ => None,
-        })
-        .take(SHAPE_REFERENCES)
-        .collect();
-    let Some((example, _)) = references.first() else {
-        eprintln!(
-            "idemkit: warning: the outcome's shape was not checked: no call of tool `{tool}` completed in this \
-             store to compare it with. Later calls of {key} replay it as what the tool returns; if it does not \
-             read back as that type they fail, saying so"
-        );
-        return Ok(());
-    };
-    let values: Vec<serde_json::Value> = references.iter().map(|(_, v)| v.clone()).collect();
-    let wrong = shape::mismatches(&values, &given);
-    if wrong.is_empty() {
-        return Ok(());
-    }
-    let judged = format!(
-        "judged by {} outcome(s) tool `{tool}` stored itself (`idemkit show {example}` shows one)",
-        values.len()
-    );
-    if unchecked {
-        eprintln!(
-            "idemkit: warning: written unchecked, though its shape differs from what tool `{tool}` returns, {judged}: {}",
-            wrong.join("; ")
-        );
-        return Ok(());
-    }
-    Err(Failed(format!(
-        "refused: the outcome does not have the shape of what tool `{tool}` returns, {judged}: {}. Later calls \
-         of {key} would fail to read it back. Give the JSON a call of the tool returns; `--unchecked` writes it \
-         anyway (only if the tool's return type changed since). Nothing was written",
-        wrong.join("; ")
-    )))
-}
-
-/// `idemkit settle`: the records kept as ambiguous (of `tool`, under `tenant`), reported as a
-/// settler without verify functions would report them; nothing is changed. Returns the exit
-/// status of `SettleReport::exit_code`.
-async fn settle(
-    cli: &Cli,
-    target: &Target,
-    tool: Option<&str>,
-    tenant: Option<&str>,
-    dry_run: bool,
-) -> u8 {
-    use idem_runtime::{SettleReport, Settled};
-
-    let names = Names {
-        pg_schema: cli.pg_schema.clone(),
-        pg_table: cli.pg_table.clone(),
-        redis_prefix: cli.redis_prefix.clone(),
-    };
-    let at = target.describe();
-    let store = match target.open(&names, true).await {
-        Ok(store) => store,
-        Err(e) => {
-            eprintln!("idemkit settle: cannot open the store {at}: {e}");
-            return 1;
-        }
-    };
-    let mut filter = RecordFilter::new().state(StateKind::Ambiguous);
-    if let Some(tool) = tool {
-        filter = filter.tool(tool);
-    }
-    if let Some(tenant) = tenant {
-        filter = filter.tenant(tenant);
-    }
-    let records = match store.list(&filter).await {
-        Ok(records) => records,
-        Err(e) => {
-            eprintln!("idemkit settle: the store {at} failed: {e}");
-            return 1;
-        }
-    };
-    let mut report = SettleReport::default();
-    report.dry_run = dry_run;
-    for record in records {
-        report
-            .records
-            .push((record.key, record.tool, Settled::NoVerify));
-    }
-    if !report.records.is_empty() {
-        let mut tools: Vec<&str> = report.records.iter().map(|(_, t, _)| t.as_str()).collect();
-        tools.sort_unstable();
-        tools.dedup();
-        eprintln!(
-            "idemkit settle: this command has no verify functions (they are your program's code), so it \
-             changes nothing. Records of tools with `verify` ({}) are settled by your program: a \
-             `Settler` task beside the agents, or its own `settle` subcommand (`Settler::run_cli`); the \
-             rest by `idemkit resolve KEY applied --outcome JSON | not-applied` (`idemkit list --state \
-             ambiguous` shows each with its command)",
-            tools.join(", ")
-        );
-    }
-    print!("{}", report.summary());
-    report.exit_code()
 }
 
 /// Runs a store command; returns what to print.
@@ -648,7 +515,7 @@ async fn run(cli: &Cli, target: &Target) -> Result<String, Failed> {
             unchecked,
         } => {
             if let (Decision::Applied, Some(outcome)) = (decision, outcome) {
-                check_outcome_shape(store.as_ref(), key, outcome, *unchecked).await?;
+                shape::check_outcome(store.as_ref(), key, outcome, *unchecked).await?;
             }
             let answer = store
                 .resolve(

@@ -8,7 +8,11 @@
 //! A one-field object where they have other one-field objects is taken as another variant of an
 //! enum, and not looked into.
 
+use idem_runtime::IdempotencyKey;
+use idem_runtime::store::{RecordFilter, StateKind};
 use serde_json::Value;
+
+use crate::Failed;
 
 /// What in `given` does not fit the shape of `references` (outcomes the tool wrote), each a
 /// sentence naming the path; empty when it fits.
@@ -136,6 +140,77 @@ fn join(path: &str, name: &str) -> String {
     } else {
         format!("{path}.{name}")
     }
+}
+
+/// How many of a tool's own stored outcomes an operator's outcome is compared with.
+const SHAPE_REFERENCES: usize = 20;
+
+/// Refuses an applied outcome whose shape differs from the outcomes the record's tool stored
+/// itself (see `shape`), unless `unchecked`; warns when the store holds none to compare with.
+/// The next call would otherwise fail to replay it, blaming the tool's return type.
+pub(crate) async fn check_outcome(
+    store: &dyn idem_runtime::Records,
+    key: &IdempotencyKey,
+    outcome: &str,
+    unchecked: bool,
+) -> Result<(), Failed> {
+    use idem_runtime::store::{Outcome, RecordState};
+
+    let Ok(Some(record)) = store.get(key).await else {
+        // Absent or unreadable: `resolve` itself says so.
+        return Ok(());
+    };
+    let tool = record.tool;
+    let given: serde_json::Value = serde_json::from_str(outcome).expect("checked to be JSON");
+    let filter = RecordFilter::new()
+        .tool(tool.clone())
+        .state(StateKind::Completed)
+        .limit(SHAPE_REFERENCES * 2);
+    let listed = store.list(&filter).await.unwrap_or_default();
+    // Outcomes the tool wrote itself: not an operator's, not one kept as unreplayable.
+    let references: Vec<(IdempotencyKey, serde_json::Value)> = listed
+        .into_iter()
+        .filter(|r| r.resolution.is_none() && r.key != *key)
+        .filter_map(|r| match r.state {
+            RecordState::Completed { outcome }
+                if Outcome::unreplayable_reason(&outcome).is_none() =>
+            {
+                serde_json::from_slice(&outcome).ok().map(|v| (r.key, v))
+            }
+            _ => None,
+        })
+        .take(SHAPE_REFERENCES)
+        .collect();
+    let Some((example, _)) = references.first() else {
+        eprintln!(
+            "idemkit: warning: the outcome's shape was not checked: no call of tool `{tool}` completed in this \
+             store to compare it with. Later calls of {key} replay it as what the tool returns; if it does not \
+             read back as that type they fail, saying so"
+        );
+        return Ok(());
+    };
+    let values: Vec<serde_json::Value> = references.iter().map(|(_, v)| v.clone()).collect();
+    let wrong = mismatches(&values, &given);
+    if wrong.is_empty() {
+        return Ok(());
+    }
+    let judged = format!(
+        "judged by {} outcome(s) tool `{tool}` stored itself (`idemkit show {example}` shows one)",
+        values.len()
+    );
+    if unchecked {
+        eprintln!(
+            "idemkit: warning: written unchecked, though its shape differs from what tool `{tool}` returns, {judged}: {}",
+            wrong.join("; ")
+        );
+        return Ok(());
+    }
+    Err(Failed(format!(
+        "refused: the outcome does not have the shape of what tool `{tool}` returns, {judged}: {}. Later calls \
+         of {key} would fail to read it back. Give the JSON a call of the tool returns; `--unchecked` writes it \
+         anyway (only if the tool's return type changed since). Nothing was written",
+        wrong.join("; ")
+    )))
 }
 
 #[cfg(test)]

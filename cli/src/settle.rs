@@ -1,0 +1,69 @@
+//! `idemkit settle`: the records kept as ambiguous, counted for an operator's cron.
+
+use idem_runtime::store::{RecordFilter, StateKind};
+
+use crate::Cli;
+use crate::target::{Names, Target};
+
+/// `idemkit settle`: the records kept as ambiguous (of `tool`, under `tenant`), reported as a
+/// settler without verify functions would report them; nothing is changed. Returns the exit
+/// status of `SettleReport::exit_code`.
+pub(crate) async fn settle(
+    cli: &Cli,
+    target: &Target,
+    tool: Option<&str>,
+    tenant: Option<&str>,
+    dry_run: bool,
+) -> u8 {
+    use idem_runtime::{SettleReport, Settled};
+
+    let names = Names {
+        pg_schema: cli.pg_schema.clone(),
+        pg_table: cli.pg_table.clone(),
+        redis_prefix: cli.redis_prefix.clone(),
+    };
+    let at = target.describe();
+    let store = match target.open(&names, true).await {
+        Ok(store) => store,
+        Err(e) => {
+            eprintln!("idemkit settle: cannot open the store {at}: {e}");
+            return 1;
+        }
+    };
+    let mut filter = RecordFilter::new().state(StateKind::Ambiguous);
+    if let Some(tool) = tool {
+        filter = filter.tool(tool);
+    }
+    if let Some(tenant) = tenant {
+        filter = filter.tenant(tenant);
+    }
+    let records = match store.list(&filter).await {
+        Ok(records) => records,
+        Err(e) => {
+            eprintln!("idemkit settle: the store {at} failed: {e}");
+            return 1;
+        }
+    };
+    let mut report = SettleReport::default();
+    report.dry_run = dry_run;
+    for record in records {
+        report
+            .records
+            .push((record.key, record.tool, Settled::NoVerify));
+    }
+    if !report.records.is_empty() {
+        let mut tools: Vec<&str> = report.records.iter().map(|(_, t, _)| t.as_str()).collect();
+        tools.sort_unstable();
+        tools.dedup();
+        eprintln!(
+            "idemkit settle: this command has no verify functions (they are your program's code), so it \
+             changes nothing. Records of tools with `verify` ({}) are settled by your program: a \
+             `Settler` task beside the agents, or its own `settle` subcommand (`Settler::run_cli`); the \
+             rest by `idemkit resolve KEY applied --outcome JSON | not-applied` (`idemkit list --state \
+             ambiguous` shows each with its command)",
+            tools.join(", ")
+        );
+    }
+    print!("{}", report.summary());
+    report.exit_code()
+}
