@@ -278,3 +278,19 @@ fn expansion_of_a_documented_mcp_tool_tells_the_model_its_summary_and_body_only(
     );
     insta::assert_snapshot!(told.join("\n"));
 }
+
+#[test]
+fn durations_read_as_written() {
+    use crate::attr::parse_duration;
+
+    assert_eq!(parse_duration("250ms"), Some(250));
+    assert_eq!(parse_duration("30s"), Some(30_000));
+    assert_eq!(parse_duration("5m"), Some(300_000));
+    assert_eq!(parse_duration("24h"), Some(86_400_000));
+    assert_eq!(parse_duration("1h30m"), Some(5_400_000));
+    assert_eq!(parse_duration("7d"), Some(604_800_000));
+    assert_eq!(parse_duration("30"), None);
+    assert_eq!(parse_duration("s"), None);
+    assert_eq!(parse_duration("3x"), None);
+    assert_eq!(parse_duration(""), None);
+}
