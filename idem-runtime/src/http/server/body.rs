@@ -2,8 +2,8 @@
 //! own, or a handler's body streamed on after its first frames (`ResponseBody`, `Prefixed`).
 
 use bytes::Bytes;
-use http::header::CONTENT_TYPE;
-use http::response;
+use http::header::{CONTENT_TYPE, HeaderValue};
+use http::{Response, StatusCode, response};
 use http_body::Body;
 use http_body_util::{BodyExt, Either, Full};
 use std::pin::Pin;
@@ -100,4 +100,25 @@ pub(super) async fn read_bounded<B: Body<Data = Bytes>>(
         whole.extend_from_slice(&data);
     }
     Ok(Read::Whole(whole.freeze()))
+}
+
+/// A response the layer makes itself (RFC 9457 problem details, as the draft's examples).
+pub(super) fn problem<B>(
+    status: StatusCode,
+    title: &str,
+    detail: &str,
+) -> Response<ResponseBody<B>> {
+    let body = serde_json::json!({
+        "type": "about:blank",
+        "title": title,
+        "status": status.as_u16(),
+        "detail": detail,
+    });
+    let mut response = Response::new(Either::Left(Full::new(Bytes::from(body.to_string()))));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    response
 }

@@ -8,8 +8,6 @@ use http::{Method, StatusCode};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::service::IdempotencyService;
-
 pub(super) type Scope = dyn Fn(&Parts) -> Option<String> + Send + Sync;
 
 /// A tower [`Layer`](tower_layer::Layer) implementing the server side of the Idempotency-Key
@@ -241,18 +239,6 @@ impl IdempotencyLayer {
     /// handler again.
     pub fn stores(self, stores: fn(StatusCode) -> bool) -> Self {
         self.with(|c| c.stores = stores)
-    }
-}
-
-impl<S> tower_layer::Layer<S> for IdempotencyLayer {
-    type Service = IdempotencyService<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        register(&self.config);
-        IdempotencyService {
-            inner,
-            config: self.config.clone(),
-        }
     }
 }
 

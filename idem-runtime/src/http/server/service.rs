@@ -9,7 +9,7 @@ use crate::http::{IDEMPOTENCY_KEY, MAX_KEY_LENGTH, parse_sf_string};
 use crate::idem::TaskScope;
 use crate::key::IdempotencyKey;
 use bytes::Bytes;
-use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use http::header::CONTENT_LENGTH;
 use http::request::Parts;
 use http::{Request, Response, StatusCode, response};
 use http_body::Body;
@@ -20,9 +20,9 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use super::BoxError;
-use super::body::{Read, ResponseBody, read_bounded};
+use super::body::{Read, ResponseBody, problem, read_bounded};
 use super::fingerprint::fingerprint;
-use super::layer::Config;
+use super::layer::{Config, IdempotencyLayer, register};
 use super::stored::{Served, Stored};
 
 /// The service [`IdempotencyLayer`](super::IdempotencyLayer) wraps a handler in.
@@ -96,27 +96,6 @@ pub(super) fn client_key(headers: &http::HeaderMap) -> Result<Option<String>, &'
         );
     }
     Ok(Some(key))
-}
-
-/// A response the layer makes itself (RFC 9457 problem details, as the draft's examples).
-pub(super) fn problem<B>(
-    status: StatusCode,
-    title: &str,
-    detail: &str,
-) -> Response<ResponseBody<B>> {
-    let body = serde_json::json!({
-        "type": "about:blank",
-        "title": title,
-        "status": status.as_u16(),
-        "detail": detail,
-    });
-    let mut response = Response::new(Either::Left(Full::new(Bytes::from(body.to_string()))));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
-    );
-    response
 }
 
 pub(super) async fn serve<S, ReqBody, ResBody>(
@@ -429,4 +408,16 @@ pub(super) fn refusal<B>(config: &Config, e: &Error) -> Response<ResponseBody<B>
         ),
     };
     problem(status, title, &detail)
+}
+
+impl<S> tower_layer::Layer<S> for IdempotencyLayer {
+    type Service = IdempotencyService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        register(&self.config);
+        IdempotencyService {
+            inner,
+            config: self.config.clone(),
+        }
+    }
 }

@@ -11,8 +11,7 @@ use http_body_util::{Either, Full};
 use serde::{Deserialize, Serialize};
 
 use super::BoxError;
-use super::body::ResponseBody;
-use super::service::problem;
+use super::body::{ResponseBody, problem};
 
 /// A response as stored: status, the chosen headers, the body.
 #[derive(Serialize, Deserialize)]
