@@ -124,3 +124,60 @@ async fn s26_the_settlers_verify_sees_the_records_key_as_current() {
         "the key is current only in the verification"
     );
 }
+
+/// S28 (issue 41's "done when"): a record kept as ambiguous, of a tool whose verify can tell, is
+/// settled without any caller by the host program's `settle` subcommand (`Settler::run_cli`, on
+/// a SQLite file as a second process would open it): a dry run changes nothing and exits 3, the
+/// pass completes the record and exits 0, and the next call replays it without running the body.
+#[tokio::test]
+async fn s28_the_programs_settle_subcommand_settles_without_a_caller() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use idem_runtime::settle::Settler;
+    use idem_runtime::store::RecordState;
+    use idem_runtime::{Idem, IdempotencyKey, Records, SqliteStore, Tool, Verified};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idemkit.db");
+    let sent = AtomicU32::new(0);
+    let agent = Idem::new(SqliteStore::open(&path).unwrap());
+    let send = || {
+        Tool::new("sms")
+            .idem(&agent)
+            .resend(false)
+            .side_effect(&[("order", &1u32)], &(), |_key| {
+                sent.fetch_add(1, Ordering::SeqCst);
+                async { Err::<String, _>(Lost) }
+            })
+    };
+    assert!(send().await.is_err(), "its answer was lost");
+    let key = IdempotencyKey::derive("sms", &[("order", &1u32)]);
+
+    // The operator's cron, in the host's program: another store on the same file.
+    let store = Arc::new(SqliteStore::open(&path).unwrap());
+    let settler = Settler::new(store.clone()).verify("sms", |_key| async {
+        Ok::<_, String>(Verified::Applied("sms-1".to_owned()))
+    });
+    assert_eq!(settler.run_cli(["--dry-run", "--tool", "sms"]).await, 3);
+    let kept = store.get(&key).await.unwrap().unwrap();
+    assert!(
+        matches!(kept.state, RecordState::Ambiguous { .. }),
+        "{kept:?}"
+    );
+    assert_eq!(settler.run_cli(["--tool", "sms"]).await, 0);
+    let settled = store.get(&key).await.unwrap().unwrap();
+    assert!(
+        matches!(&settled.state, RecordState::Completed { outcome } if outcome.starts_with(b"\"sms-1\"")),
+        "{settled:?}"
+    );
+    assert_eq!(settler.run_cli(["--tool", "sms"]).await, 0, "nothing left");
+
+    let replayed: Result<String, Lost> = send().await;
+    assert_eq!(replayed.ok().as_deref(), Some("sms-1"));
+    assert_eq!(
+        sent.load(Ordering::SeqCst),
+        1,
+        "the body ran once, before the settler"
+    );
+}
