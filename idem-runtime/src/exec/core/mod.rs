@@ -13,6 +13,32 @@
 //! its rooms: `claim` (before the first attempt), `lease` (renewals while it runs), `end` (the
 //! attempts' bookkeeping and the end written to the store), `dropped` (a call dropped before its
 //! end), `trace` (what logs and `CallInfo` name); and `read`, a read-only call's own small loop.
+//!
+//! A call's phases ([`Phase`]) and what moves it between them (`poll_next` unless named):
+//!
+//! ```text
+//!  Claim ──first poll: runtime, tenant, S21, settings──▶ Refused ─────────────────┐
+//!    │ the claim sent (claim.rs: `start`)                                          │
+//!    ▼                                                                             │
+//!  Claiming ──Existing(Completed)──▶ Replayed ────────────────────────────────────┤
+//!    │  ├─────refused (key reuse, in flight past the wait, store down)──▶ Refused ┤
+//!    │ Acquired (a new record, or a takeover: expired holder, ambiguous)           │
+//!    ▼                                                                             │
+//!  Running(run, Between)                                                           │
+//!    Ready ──S22 gate──▶ Attempting ──ended: succeeded / failed──▶ Backoff ──▶ Ready
+//!      │  └─ unknown outcome, resend = false ─▶ Verify ──▶ Verifying ──▶ Ready │ end
+//!      └─ lease lost, attempts or time spent, settled, unsettled ──▶ end_run   │
+//!    ▼ end_run (end.rs: complete / mark ambiguous / release, fenced by the token)  │
+//!  Recording ──written──▶ Finished ─────────────────────────────────────────────┤
+//!            └─an error to end with──▶ Refused ─────────────────────────────────┤
+//!                                                                     take_end ▼
+//!                                                                            Taken
+//! ```
+//!
+//! Dropped in any phase, a call ends in the background (`dropped.rs`): in `Claiming`, its claim
+//! finishes and is given back as if never made (S27); in `Running`, an attempt that may have
+//! started leaves the record ambiguous, one that cannot have releases it; in `Recording`, the
+//! write finishes.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -33,6 +59,7 @@ mod dropped;
 mod end;
 mod lease;
 mod read;
+mod scratch;
 mod timed;
 mod trace;
 
@@ -41,39 +68,10 @@ pub use self::read::ReadNext;
 
 use self::claim::{Begun, start};
 use self::end::Run;
+use self::scratch::with_scratch;
 use self::trace::CallTrace;
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// Runs `f` on this thread's empty scratch buffer: an outcome is serialized there, then copied
-/// once into the [`Outcome`] the store keeps (one allocation, the count beside the bytes),
-/// instead of into a vector of its own that the outcome would then wrap (two).
-fn with_scratch<R>(f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
-    use std::cell::RefCell;
-    /// Past this, the buffer is not kept: an outlier outcome does not pin its size per thread.
-    const KEPT: usize = 64 * 1024;
-    thread_local! {
-        static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-    }
-    let mut f = Some(f);
-    let kept = SCRATCH.try_with(|scratch| {
-        // Busy when serializing an outcome ended another call on this thread (a `Serialize`
-        // impl that runs a tool): that one gets a buffer of its own, below.
-        let mut buf = scratch.try_borrow_mut().ok()?;
-        buf.clear();
-        let r = f.take().map(|f| f(&mut buf));
-        if buf.capacity() > KEPT {
-            *buf = Vec::new();
-        }
-        r
-    });
-    match (kept, f) {
-        (Ok(Some(r)), _) => r,
-        // No scratch buffer (busy, or this thread's are being torn down): a fresh one.
-        (_, Some(f)) => f(&mut Vec::new()),
-        (_, None) => unreachable!("idemkit: the outcome was serialized but not returned"),
-    }
-}
 
 /// What one attempt came to, as the protocol needs to know it.
 enum Ended {
