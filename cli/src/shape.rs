@@ -166,7 +166,16 @@ pub(crate) async fn check_outcome(
         .tool(tool.clone())
         .state(StateKind::Completed)
         .limit(SHAPE_REFERENCES * 2);
-    let listed = store.list(&filter).await.unwrap_or_default();
+    let listed = match store.list(&filter).await {
+        Ok(listed) => listed,
+        Err(e) => {
+            eprintln!(
+                "idemkit: warning: the outcome's shape was not checked: the tool's own outcomes could not be read \
+                 ({e})"
+            );
+            return Ok(());
+        }
+    };
     // Outcomes the tool wrote itself: not an operator's, not one kept as unreplayable.
     let references: Vec<(IdempotencyKey, serde_json::Value)> = listed
         .into_iter()

@@ -508,18 +508,10 @@ async fn s28_show_displays_a_settlers_decision() {
 /// to compare with, a warning says the shape was not checked.
 #[tokio::test]
 async fn issue39_6_resolve_checks_an_outcome_against_the_tools_own_outcomes() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("agent.db");
-    let store = SqliteStore::open(&path).unwrap();
-    let at = format!("sqlite:{}", path.display());
-    let run = |args: &[&str], code: i32| {
-        let all: Vec<&str> = args
-            .iter()
-            .copied()
-            .chain(["--store", at.as_str()])
-            .collect();
-        expect(&all, code)
-    };
+    let file = StoreFile::new();
+    let (store, run) = (file.store.clone(), |args: &[&str], code| {
+        file.run(args, code)
+    });
 
     // Nothing of the tool completed yet: written, with a warning that nothing was checked.
     ambiguous(&store, 1).await;
@@ -611,18 +603,10 @@ async fn issue39_6_resolve_checks_an_outcome_against_the_tools_own_outcomes() {
 /// to `--tool` and `--tenant`.
 #[tokio::test]
 async fn s28_idemkit_settle_counts_what_waits_for_cron_and_changes_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("agent.db");
-    let store = SqliteStore::open(&path).unwrap();
-    let at = format!("sqlite:{}", path.display());
-    let run = |args: &[&str], code: i32| {
-        let all: Vec<&str> = args
-            .iter()
-            .copied()
-            .chain(["--store", at.as_str()])
-            .collect();
-        expect(&all, code)
-    };
+    let file = StoreFile::new();
+    let (store, run) = (file.store.clone(), |args: &[&str], code| {
+        file.run(args, code)
+    });
     let out = run(&["settle"], 0);
     assert!(
         stdout(&out).contains("settled 0 record(s)"),
@@ -663,5 +647,34 @@ async fn s28_idemkit_settle_counts_what_waits_for_cron_and_changes_nothing() {
             ) && record.resolution.is_none(),
             "nothing was changed: {record:?}"
         );
+    }
+}
+
+/// A new SQLite store in a temporary directory, and the `idemkit` command run against it.
+struct StoreFile {
+    _dir: tempfile::TempDir,
+    store: SqliteStore,
+    at: String,
+}
+
+impl StoreFile {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.db");
+        StoreFile {
+            store: SqliteStore::open(&path).unwrap(),
+            at: format!("sqlite:{}", path.display()),
+            _dir: dir,
+        }
+    }
+
+    /// `idemkit ARGS --store THIS`, which must exit `code`.
+    fn run(&self, args: &[&str], code: i32) -> std::process::Output {
+        let all: Vec<&str> = args
+            .iter()
+            .copied()
+            .chain(["--store", self.at.as_str()])
+            .collect();
+        expect(&all, code)
     }
 }
