@@ -67,6 +67,8 @@ const RIG_FAIL: &[&str] = &[
     "rig_output_not_envelope",
     "rig_name_differs",
     "rig_context_param",
+    // Issue 44: an error type that is neither an Error, anyhow's nor a boxed one.
+    "rig_error_not_reportable",
 ];
 
 /// One `TestCases` for every case: trybuild builds them in one project, and two test functions

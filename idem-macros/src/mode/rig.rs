@@ -31,7 +31,7 @@ pub(crate) fn serve_rig(
     let check = quote_spanned! {err.span()=>
         let #fail = {
             #[allow(unused_imports)]
-            use #private::rig::{ViaAnyhow as _, ViaBoxed as _, ViaError as _, ViaMissing as _};
+            use #private::rig::{ViaAnyhow as _, ViaBoxed as _, ViaError as _};
             (&&#private::rig::ErrorProbe::<#err>::new()).fail_with()
         };
     };
