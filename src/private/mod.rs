@@ -388,7 +388,7 @@ impl<E> Copy for ErrorProbe<E> {}
 #[cfg(feature = "json")]
 pub mod json {
     pub use idem_runtime::json::{
-        Describe, DescribeChain, DescribeDebug, DescribeDisplay, JsonArgs, JsonEntry,
+        Describe, DescribeChain, DescribeDebug, DescribeDisplay, Described, JsonArgs, JsonEntry,
     };
 }
 

@@ -80,7 +80,7 @@ pub(crate) fn entry(
                     #function(#(#pass),*).await
                 }
             }
-            fn describe(err: &Self::Err) -> ::std::string::String {
+            fn describe(err: &Self::Err) -> #private::json::Described<'_> {
                 #[allow(unused_imports)]
                 use #private::json::{DescribeChain as _, DescribeDebug as _, DescribeDisplay as _};
                 (&&#private::json::Describe(err)).describe()

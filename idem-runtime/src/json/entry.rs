@@ -1,6 +1,7 @@
 //! What a tool marked `json` registers (`JsonArgs`, `JsonEntry`): its arguments' schema, and how a
 //! call of it is prepared and run from JSON.
 
+use super::describe::Described;
 use crate::explain::Explanation;
 use crate::observe::{CallInfo, CallOutcome, observe};
 use crate::registry::{ToolInfo, ToolKind};
@@ -9,7 +10,6 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use std::cell::RefCell;
 use std::future::Future;
 use std::pin::Pin;
 
@@ -28,8 +28,8 @@ pub trait JsonArgs: DeserializeOwned + JsonSchema + Send + 'static {
     type Err;
     /// Calls the tool's wrapper (key, record, retries: as from Rust).
     fn call(self) -> impl Future<Output = Result<Self::Ok, Self::Err>> + Send;
-    /// The error as text for the model.
-    fn describe(err: &Self::Err) -> String;
+    /// The error as text for the model, and as a `std::error::Error` where it is one.
+    fn describe(err: &Self::Err) -> Described<'_>;
 }
 
 /// A call's end: its value, or the error's text and what to tell the model of it.
@@ -131,7 +131,7 @@ pub(super) fn prepare<A: JsonArgs>(
                     format!("the tool ran, but its result could not be written as JSON: {e}");
                 (message, result_not_json(info.as_ref()))
             }),
-            Err(err) => Err(explaining(tool, info.as_ref(), || A::describe(&err))),
+            Err(err) => Err(explained(tool, info.as_ref(), A::describe(&err))),
         };
         (ended, info)
     }))
@@ -157,45 +157,24 @@ pub(super) fn result_not_json(info: Option<&CallInfo>) -> Explanation {
     }
 }
 
-/// What [`explaining`] hands to the description of a tool's error, and what it gets back.
-pub(super) struct Explaining {
-    pub(super) kind: ToolKind,
-    pub(super) key_fields: &'static [&'static str],
-    pub(super) info: Option<CallInfo>,
-    pub(super) told: Option<Explanation>,
-}
-
-thread_local! {
-    /// Set by [`explaining`] around one synchronous `describe`, which sees the concrete error
-    /// type: an error that is a `std::error::Error` is explained there by idemkit's own error in
-    /// its chain.
-    pub(super) static EXPLAINING: RefCell<Option<Explaining>> = const { RefCell::new(None) };
-}
-
-/// The error's text, by `describe`, and what to tell the model: by idemkit's own error when the
-/// error carries one (found by `describe`), else by how the call ended.
-pub(super) fn explaining(
+/// The error's text, from its description, and what to tell the model: by idemkit's own error
+/// when the error carries one, else by how the call ended (`info`).
+pub(super) fn explained(
     tool: Option<&'static ToolInfo>,
     info: Option<&CallInfo>,
-    describe: impl FnOnce() -> String,
+    described: Described<'_>,
 ) -> (String, Explanation) {
     let kind = tool.map_or(ToolKind::SideEffect, |t| t.kind);
-    EXPLAINING.with(|slot| {
-        *slot.borrow_mut() = Some(Explaining {
-            kind,
-            key_fields: tool.map_or(&[], |t| t.key_fields),
-            info: info.cloned(),
-            told: None,
-        })
-    });
-    let message = describe();
-    let told = EXPLAINING.with(|slot| slot.borrow_mut().take().and_then(|e| e.told));
-    let told = told.unwrap_or_else(|| {
-        let failure = match info.map(|i| i.outcome) {
-            Some(CallOutcome::Failed(failure)) => failure,
-            _ => Failure::Permanent,
-        };
-        Explanation::of_failure(failure, kind, info)
-    });
-    (message, told)
+    let failure = match info.map(|i| i.outcome) {
+        Some(CallOutcome::Failed(failure)) => failure,
+        _ => Failure::Permanent,
+    };
+    let told = match described.error {
+        Some(error) => {
+            let key_fields = tool.map_or(&[][..], |t| t.key_fields);
+            Explanation::of(error, failure, kind, info, key_fields)
+        }
+        None => Explanation::of_failure(failure, kind, info),
+    };
+    (described.text, told)
 }

@@ -20,7 +20,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt;
 
-pub use self::describe::{Describe, DescribeChain, DescribeDebug, DescribeDisplay};
+pub use self::describe::{Describe, DescribeChain, DescribeDebug, DescribeDisplay, Described};
 pub use self::entry::{DEFAULT_MAX_ARGUMENTS_LEN, JsonArgs, JsonEntry};
 pub use self::reply::{JsonCallError, JsonReply, ToolDefinition};
 
