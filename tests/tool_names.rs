@@ -194,6 +194,36 @@ async fn s21_a_json_call_of_the_shared_name_is_refused_naming_both_places_and_th
     assert_eq!(REFUND_RUNS.load(Ordering::SeqCst), 0);
 }
 
+/// Issue 44: JSON's shared names are the registry's view of them (one check, not two): the
+/// name and places a JSON call's refusal gives are those the registry's report gives.
+#[test]
+fn issue44_json_refuses_a_shared_name_with_the_places_the_registry_reports() {
+    let report = idemkit::check_unique_tool_names().expect_err("two tools are named `refund`");
+    let (_, registry_places) = report
+        .duplicates
+        .iter()
+        .find(|(name, _)| *name == "refund")
+        .expect("the registry reports `refund`");
+    let mut registry_places: Vec<String> = registry_places
+        .iter()
+        .map(|t| format!("{}:{} ({})", t.file, t.line, t.module_path))
+        .collect();
+    registry_places.sort();
+    let err = JsonTools::only(["refund"]).expect_err("a shared name is refused");
+    let JsonCallError::DuplicateTool { name, places } = &err else {
+        panic!("{err:?}")
+    };
+    let said = format!(
+        "two tools of this program are named `refund` ({}), so a call of `refund` cannot say which it means; \
+         neither was run. Calling again will not help: the program must give each a distinct `name = \"...\"`",
+        places.join(" and ")
+    );
+    assert_eq!(err.to_string(), said);
+    let mut places = places.clone();
+    places.sort();
+    assert_eq!((*name, places), ("refund", registry_places));
+}
+
 /// `notify` is marked `json` here, and another tool of the same name, not marked `json`, is
 /// defined below (in `audit`): the JSON listing describes `notify` by its own doc comment.
 mod notify {

@@ -158,16 +158,50 @@ pub fn check_unique_tool_names() -> Result<(), DuplicateTools> {
 fn find_duplicates(
     infos: impl IntoIterator<Item = &'static ToolInfo>,
 ) -> Result<(), DuplicateTools> {
-    let mut by_name: BTreeMap<&'static str, Vec<&'static ToolInfo>> = BTreeMap::new();
-    for info in infos {
-        by_name.entry(info.name).or_default().push(info);
-    }
-    let duplicates: Vec<_> = by_name.into_iter().filter(|(_, v)| v.len() > 1).collect();
-    if duplicates.is_empty() {
+    let (_, shared) = split_shared(by_name(infos, |info| info.name, |_, _| false));
+    if shared.is_empty() {
         Ok(())
     } else {
-        Err(DuplicateTools { duplicates })
+        Err(DuplicateTools {
+            duplicates: shared.into_iter().collect(),
+        })
     }
+}
+
+/// The registry's one view of registrations by name, for every kind of them (tools, tools
+/// marked `json`): each name with its registrations in the order met, one per place (`same`
+/// says when two are one place registered twice, as one module compiled into two crates is).
+pub(crate) fn by_name<T>(
+    items: impl IntoIterator<Item = T>,
+    name: impl Fn(&T) -> &'static str,
+    same: impl Fn(&T, &T) -> bool,
+) -> ByName<T> {
+    let mut by_name: ByName<T> = BTreeMap::new();
+    for item in items {
+        let places = by_name.entry(name(&item)).or_default();
+        if !places.iter().any(|p| same(p, &item)) {
+            places.push(item);
+        }
+    }
+    by_name
+}
+
+/// Registrations by name: a [`by_name`] view, or the names of one that places share.
+pub(crate) type ByName<T> = BTreeMap<&'static str, Vec<T>>;
+
+/// The names of a [`by_name`] view that one place defines, each with its registration, and
+/// those that two or more share, each with all of them.
+pub(crate) fn split_shared<T>(by_name: ByName<T>) -> (BTreeMap<&'static str, T>, ByName<T>) {
+    let mut one = BTreeMap::new();
+    let mut shared = BTreeMap::new();
+    for (name, mut places) in by_name {
+        if places.len() == 1 {
+            one.insert(name, places.pop().expect("one place"));
+        } else if places.len() > 1 {
+            shared.insert(name, places);
+        }
+    }
+    (one, shared)
 }
 
 /// Where a tool is defined, as messages name it: `file:line (module path)`.
@@ -179,19 +213,14 @@ pub(crate) fn place(info: &ToolInfo) -> String {
 /// once, at the first call of any side-effect tool. A place registered twice (one module compiled
 /// into two crates of one package under one name) is one place; places that never run in one
 /// process (two doctests, below) do not share.
-fn shared_names() -> &'static BTreeMap<&'static str, Vec<&'static ToolInfo>> {
-    static SHARED: OnceLock<BTreeMap<&'static str, Vec<&'static ToolInfo>>> = OnceLock::new();
+fn shared_names() -> &'static ByName<&'static ToolInfo> {
+    static SHARED: OnceLock<ByName<&'static ToolInfo>> = OnceLock::new();
     SHARED.get_or_init(|| {
-        let mut by_name: BTreeMap<&'static str, Vec<&'static ToolInfo>> = BTreeMap::new();
-        for info in tools().filter(|t| t.kind == ToolKind::SideEffect) {
-            let places = by_name.entry(info.name).or_default();
-            let same = |p: &&ToolInfo| {
-                (p.module_path, p.file, p.line) == (info.module_path, info.file, info.line)
-            };
-            if !places.iter().any(same) {
-                places.push(info);
-            }
-        }
+        let same_place = |p: &&ToolInfo, q: &&ToolInfo| {
+            (p.module_path, p.file, p.line) == (q.module_path, q.file, q.line)
+        };
+        let side_effects = tools().filter(|t| t.kind == ToolKind::SideEffect);
+        let mut by_name = by_name(side_effects, |info| info.name, same_place);
         for places in by_name.values_mut() {
             let all = places.clone();
             places.retain(|p| {
@@ -200,8 +229,7 @@ fn shared_names() -> &'static BTreeMap<&'static str, Vec<&'static ToolInfo>> {
             });
             places.sort_by_key(|p| (p.file, p.line, p.module_path));
         }
-        by_name.retain(|_, places| places.len() > 1);
-        by_name
+        split_shared(by_name).1
     })
 }
 

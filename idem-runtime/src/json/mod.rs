@@ -15,7 +15,7 @@ mod describe;
 mod entry;
 mod reply;
 
-use crate::registry::{ToolInfo, tools};
+use crate::registry::{self, ToolInfo, tools};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -79,44 +79,40 @@ impl JsonTools {
     /// refused at any call anyway, S21; see
     /// [`check_unique_tool_names`](crate::check_unique_tool_names) for a test that finds them).
     pub fn all() -> Self {
-        let mut infos: BTreeMap<&'static str, Vec<&'static ToolInfo>> = BTreeMap::new();
-        for info in tools() {
-            infos.entry(info.name).or_default().push(info);
-        }
-        let mut entries: BTreeMap<&'static str, Vec<&'static JsonEntry>> = BTreeMap::new();
-        for json in inventory::iter::<JsonEntry> {
-            let same = entries.entry(json.name).or_default();
-            // One tool registered twice (one module compiled into two crates) is one tool.
-            if !same.iter().any(|e| (e.type_name)() == (json.type_name)()) {
-                same.push(json);
-            }
-        }
-        let mut tools = BTreeMap::new();
-        let mut shared = BTreeMap::new();
-        for (name, same) in entries {
-            let infos = infos.get(name).map_or(&[][..], Vec::as_slice);
-            match same.as_slice() {
-                [json] => {
-                    let info = json.own_info(infos);
-                    tools.insert(name, Entry { json, info });
-                }
-                _ => {
-                    let places: Vec<String> = same
-                        .iter()
-                        .map(|json| match json.own_info(infos) {
-                            Some(info) => crate::registry::place(info),
-                            None => (json.type_name)().to_owned(),
-                        })
-                        .collect();
-                    tracing::warn!(
-                        tool = name,
-                        places = %places.join(" and "),
-                        "two tools marked `json` share a name: neither is listed or called from JSON; give each a distinct `name = \"...\"`"
-                    );
-                    shared.insert(name, places);
-                }
-            }
-        }
+        let infos = registry::by_name(tools(), |info| info.name, |_, _| false);
+        // One tool registered twice (one module compiled into two crates) is one tool.
+        let entries = registry::by_name(
+            inventory::iter::<JsonEntry>,
+            |json| json.name,
+            |a, b| (a.type_name)() == (b.type_name)(),
+        );
+        let infos_of = |name| infos.get(name).map_or(&[][..], Vec::as_slice);
+        let (one, shared) = registry::split_shared(entries);
+        let tools = one
+            .into_iter()
+            .map(|(name, json)| {
+                let info = json.own_info(infos_of(name));
+                (name, Entry { json, info })
+            })
+            .collect();
+        let shared = shared
+            .into_iter()
+            .map(|(name, same)| {
+                let places: Vec<String> = same
+                    .iter()
+                    .map(|json| match json.own_info(infos_of(name)) {
+                        Some(info) => registry::place(info),
+                        None => (json.type_name)().to_owned(),
+                    })
+                    .collect();
+                tracing::warn!(
+                    tool = name,
+                    places = %places.join(" and "),
+                    "two tools marked `json` share a name: neither is listed or called from JSON; give each a distinct `name = \"...\"`"
+                );
+                (name, places)
+            })
+            .collect();
         JsonTools {
             tools,
             shared,
