@@ -289,3 +289,110 @@ fn issue30_5_s20_rig_tells_the_model_the_outcome_is_unknown_and_a_repeat_is_no_r
         assert!(envelope.downcast_ref::<ToolError>().is_some());
     }
 }
+
+/// Issue 44: each sentence idemkit says about how a call ended is written once
+/// (`idem_runtime::sentences`), and every surface takes it from there. One ambiguous failure,
+/// the same record, on four surfaces: the HTTP layer's problem+json, an MCP tool result, rig's
+/// `ToolExecutionError` and idemkit's own error text all carry the same sentence saying that
+/// the effect may or may not have happened and the same sentence saying how it is settled.
+#[cfg(feature = "tower")]
+mod one_wording {
+    use std::sync::Arc;
+
+    use axum::Router;
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use axum::routing::post;
+    use idem_runtime::sentences;
+    use idemkit::http::IdempotencyLayer;
+    use idemkit::{Error, Failure, Idem, IdempotencyKey, MemoryStore};
+    use tower::ServiceExt;
+
+    use super::ToolError;
+
+    /// The handler acts, then panics: its answer is unknown, and the record is kept as ambiguous.
+    async fn charge_then_panic() -> &'static str {
+        panic!("after the charge")
+    }
+
+    /// The problem+json body a repeat of the request gets once its first run's outcome is unknown.
+    async fn http_problem(key: &str) -> String {
+        let store = Arc::new(MemoryStore::new());
+        let layer = IdempotencyLayer::new(Idem::builder().shared_store(store).build().unwrap());
+        let app = Router::new()
+            .route("/charge", post(charge_then_panic))
+            .layer(layer);
+        let request = || {
+            Request::post("/charge")
+                .header("idempotency-key", key)
+                .body(Body::empty())
+                .unwrap()
+        };
+        let first = tokio::spawn(app.clone().oneshot(request())).await;
+        drop(first);
+        let again = app.oneshot(request()).await.unwrap();
+        assert_eq!(again.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(again.headers()["content-type"], "application/problem+json");
+        let body = axum::body::to_bytes(again.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(problem["title"], "The request ran; its outcome is unknown");
+        problem["detail"].as_str().unwrap().to_owned()
+    }
+
+    /// The same failure as idemkit reports it to a tool: the record of `key` is ambiguous and this
+    /// call sent nothing.
+    fn ambiguous(key: IdempotencyKey) -> Error {
+        Error::Ambiguous {
+            tool: "http".into(),
+            key,
+            attempts: 0,
+            last: Failure::Ambiguous,
+        }
+    }
+
+    #[tokio::test]
+    async fn issue44_http_mcp_rig_and_the_error_carry_the_same_sentences_for_one_ambiguous_failure()
+    {
+        // The HTTP layer's record of Idempotency-Key `pay-1` (its tool name is `http`).
+        let key = IdempotencyKey::derive("http", &[("idempotency_key", &"pay-1")]);
+        let settle = sentences::how_to_settle(key);
+        let effect = sentences::EFFECT_UNKNOWN;
+
+        let http = http_problem("pay-1").await;
+
+        let mcp = idemkit::mcp::side_effect_output::<(), _>(
+            Err(ToolError(ambiguous(key))),
+            None,
+            &["idempotency_key"],
+        )
+        .unwrap();
+        assert_eq!(mcp.is_error, Some(true));
+        let mcp = serde_json::to_string(&mcp.content).unwrap();
+
+        let rig = idemkit::rig::tool_error(ToolError(ambiguous(key)), None, &["idempotency_key"]);
+        let rig = rig.model_output().render();
+
+        let error = ambiguous(key).to_string();
+
+        for (surface, text) in [
+            ("http", &http),
+            ("mcp", &mcp),
+            ("rig", &rig),
+            ("error", &error),
+        ] {
+            assert!(text.contains(&settle), "{surface}: {settle:?} in {text}");
+            assert!(text.contains(effect), "{surface}: {effect:?} in {text}");
+            assert!(!text.contains(sentences::NOT_RUN), "{surface}: {text}");
+        }
+    }
+
+    /// The sentence a model reads before a replayed result is the table's, on MCP and rig alike.
+    #[test]
+    fn issue44_the_replayed_sentence_is_written_once() {
+        let note = sentences::replayed(Some("k"));
+        assert_eq!(idemkit::__private::replayed_note(Some("k")), note);
+        assert!(note.starts_with("Replayed:") && note.contains("nothing was done again"));
+    }
+}

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use idem_runtime::sentences::{self, EFFECT_UNKNOWN};
 use idem_runtime::store::{Decision, Forgot, RecordFilter, Released, Resolved, StateKind};
 use idem_runtime::{IdempotencyKey, OperationId};
 
@@ -467,9 +468,8 @@ async fn run(cli: &Cli, target: &Target) -> Result<String, Failed> {
                     show::span(remaining)
                 ))),
                 Released::NotRunning(StateKind::Ambiguous) => Err(Failed(format!(
-                    "{key} is ambiguous, not running: its call may have acted. Settle it: `idemkit resolve {key} \
-                     applied --outcome JSON` if the effect happened (later calls replay that outcome), \
-                     `idemkit resolve {key} not-applied` if it did not (the next call runs it)"
+                    "{key} is ambiguous, not running: its call ran, and {EFFECT_UNKNOWN}. {}",
+                    sentences::how_to_settle(key)
                 ))),
                 Released::NotRunning(state) => Err(Failed(format!(
                     "{key} is {state}, not running: nothing to release. `idemkit forget {key}` removes it, so that the \

@@ -59,9 +59,9 @@ pub(crate) async fn settle(
             "idemkit settle: this command has no verify functions (they are your program's code), so it \
              changes nothing. Records of tools with `verify` ({}) are settled by your program: a \
              `Settler` task beside the agents, or its own `settle` subcommand (`Settler::run_cli`); the \
-             rest by `idemkit resolve KEY applied --outcome JSON | not-applied` (`idemkit list --state \
-             ambiguous` shows each with its command)",
-            tools.join(", ")
+             rest by an operator. {} (`idemkit list --state ambiguous` shows each with its command)",
+            tools.join(", "),
+            idem_runtime::sentences::how_to_settle("KEY")
         );
     }
     print!("{}", report.summary());

@@ -2,6 +2,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use idem_runtime::sentences::{self, EFFECT_UNKNOWN};
 use idem_runtime::store::{Count, Outcome, Record, RecordState, Resolution};
 use serde_json::{Value, json};
 
@@ -115,8 +116,8 @@ pub fn record_json(r: &Record) -> Value {
             v["note"] = json!(note);
             if r.is_live() {
                 v["settle"] = json!({
-                    "applied": format!("idemkit resolve {} applied --outcome JSON --note TEXT", r.key),
-                    "not_applied": format!("idemkit resolve {} not-applied --note TEXT", r.key),
+                    "applied": format!("{} --note TEXT", sentences::resolve_applied(r.key)),
+                    "not_applied": format!("{} --note TEXT", sentences::resolve_not_applied(r.key)),
                 });
             }
         }
@@ -139,16 +140,16 @@ pub fn settle_hint(records: &[Record]) -> String {
         return "no record waits for a decision\n".to_owned();
     }
     let mut out = format!(
-        "\n{} record(s) wait for a decision: each call may have acted. Find out whether the effect \
-         happened (the provider's records, the recipient), then settle it (with the same --store):\n  \
-         it happened:      idemkit resolve KEY applied --outcome JSON --note TEXT   (later calls replay JSON)\n  \
-         it did not:       idemkit resolve KEY not-applied --note TEXT              (the next call runs it)\n",
-        records.len()
+        "\n{} record(s) wait for a decision: each call ran, and {EFFECT_UNKNOWN}. {}. Each with the same \
+         --store, and --note TEXT to keep a note with the decision:\n",
+        records.len(),
+        sentences::how_to_settle("KEY")
     );
     for r in records {
         out += &format!(
-            "idemkit resolve {k} applied --outcome JSON --note TEXT  |  idemkit resolve {k} not-applied --note TEXT\n",
-            k = r.key
+            "{} --note TEXT  |  {} --note TEXT\n",
+            sentences::resolve_applied(r.key),
+            sentences::resolve_not_applied(r.key)
         );
     }
     out
@@ -283,14 +284,7 @@ pub fn record_text(r: &Record) -> String {
         }
         RecordState::Ambiguous { note } => {
             field("note", note.clone());
-            field(
-                "settle",
-                format!(
-                    "idemkit resolve {k} applied --outcome JSON (it happened; later calls replay JSON) or \
-                     idemkit resolve {k} not-applied (it did not; the next call runs it)",
-                    k = r.key
-                ),
-            );
+            field("settle", sentences::how_to_settle(r.key));
         }
         RecordState::Completed { outcome } => {
             out += "outcome:\n";

@@ -14,8 +14,9 @@ pub enum Error {
     /// was not run.
     #[error(
         "idemkit: tool `{tool}` was called with key {key}, which an earlier call made with different arguments; \
-         the tool was not run. A key names one operation: if this is a new operation, add the field that tells it \
-         apart to the tool's key; if it is a retry, pass the same arguments"
+         {not_run}. A key names one operation: if this is a new operation, add the field that tells it \
+         apart to the tool's key; if it is a retry, pass the same arguments",
+        not_run = crate::sentences::was_not_run("the tool")
     )]
     KeyReuse {
         /// The tool's name.
@@ -60,9 +61,10 @@ pub enum Error {
     /// further attempt was started; whether the effect happened is unknown.
     #[error(
         "idemkit: tool `{tool}` with key {key} lost its lease after {attempts} attempt(s) ({why}); the running attempt \
-         was stopped and the outcome is unknown: it may or may not have taken effect. Retry the call with the same \
+         was stopped and the outcome is unknown: {effect_unknown}. Retry the call with the same \
          arguments: it derives the same key, so the provider can deduplicate it, and it replays the outcome if another \
-         caller recorded one"
+         caller recorded one",
+        effect_unknown = crate::sentences::EFFECT_UNKNOWN
     )]
     LeaseLost {
         /// The tool's name.
@@ -84,11 +86,12 @@ pub enum Error {
     /// ambiguous; only a tool that passes the key on re-sends it, otherwise the tool's `verify`
     /// or an operator settles it.
     #[error(
-        "idemkit: tool `{tool}` with key {key}: {}; the effect may have happened. The record is kept as ambiguous \
-         and the operation is not sent again blindly: a tool that passes the key to a provider that deduplicates \
-         re-sends it on the next call; otherwise check the provider for key {key}, then settle it with the tool's \
-         `verify`, or `idemkit resolve {key} applied --outcome JSON` / `idemkit resolve {key} not-applied`",
-        what_is_unknown(*attempts, *last)
+        "idemkit: tool `{tool}` with key {key}: {}; {}. The record is kept as ambiguous and the operation is not \
+         sent again blindly: a tool that passes the key to a provider that deduplicates re-sends it on the next \
+         call; otherwise the tool's `verify` settles it, or an operator. {}",
+        what_is_unknown(*attempts, *last),
+        crate::sentences::EFFECT_UNKNOWN,
+        crate::sentences::how_to_settle(key)
     )]
     Ambiguous {
         /// The tool's name.
@@ -121,8 +124,9 @@ pub enum Error {
 
     /// The arguments that are not key fields could not be serialized for the fingerprint.
     #[error(
-        "idemkit: the arguments of tool `{tool}` cannot be fingerprinted: {source}; the tool was not run. \
-         Every argument that is not a key field must serialize with serde (e.g. no map with non-string keys)"
+        "idemkit: the arguments of tool `{tool}` cannot be fingerprinted: {source}; {not_run}. \
+         Every argument that is not a key field must serialize with serde (e.g. no map with non-string keys)",
+        not_run = crate::sentences::was_not_run("the tool")
     )]
     Arguments {
         /// The tool's name.
@@ -134,7 +138,10 @@ pub enum Error {
 
     /// The tool's settings cannot be honoured (e.g. a ttl shorter than the lease); the body was
     /// not run.
-    #[error("idemkit: tool `{tool}` was not run: {reason}")]
+    #[error(
+        "idemkit: {}: {reason}",
+        crate::sentences::was_not_run(&format!("tool `{tool}`"))
+    )]
     Settings {
         /// The tool's name.
         tool: String,
@@ -144,9 +151,10 @@ pub enum Error {
 
     /// The tool runs only on behalf of a tenant, and none was set: the body was not run.
     #[error(
-        "idemkit: tool `{tool}` runs only on behalf of a tenant, and none is set here; the tool was not run. Run the \
+        "idemkit: tool `{tool}` runs only on behalf of a tenant, and none is set here; {not_run}. Run the \
          call under `idemkit::as_tenant(\"...\", ...)` where the request enters, or give the runtime one with \
-         `Idem::builder().tenant(\"...\")`"
+         `Idem::builder().tenant(\"...\")`",
+        not_run = crate::sentences::was_not_run("the tool")
     )]
     NoTenant {
         /// The tool's name.
@@ -156,9 +164,10 @@ pub enum Error {
     /// The tool takes an [`OperationId`](crate::OperationId) that the host names (a tool called
     /// by a model: JSON function calling, MCP), and no operation is in force: the body was not run.
     #[error(
-        "idemkit: tool `{tool}` is keyed on an operation the host names, and no operation is in force here; the \
-         tool was not run. Run the model's turn under `idemkit::operation_scope(\"plan-42/step-3\", ...)`, naming \
-         the operation from the host's own durable state (the plan step, the ticket), never from the model"
+        "idemkit: tool `{tool}` is keyed on an operation the host names, and no operation is in force here; \
+         {not_run}. Run the model's turn under `idemkit::operation_scope(\"plan-42/step-3\", ...)`, naming \
+         the operation from the host's own durable state (the plan step, the ticket), never from the model",
+        not_run = crate::sentences::was_not_run("the tool")
     )]
     NoOperation {
         /// The tool's name.
@@ -179,9 +188,10 @@ pub enum Error {
 
     /// No runtime was installed and there is no default store to fall back to.
     #[error(
-        "idemkit: tool `{tool}` has no runtime to record its outcome in ({reason}); the tool was not run. Install one at \
+        "idemkit: tool `{tool}` has no runtime to record its outcome in ({reason}); {not_run}. Install one at \
          start-up with `idemkit::Idem::builder().store(...).build()?.install()`, or enable the `sqlite` feature for \
-         the zero-configuration default"
+         the zero-configuration default",
+        not_run = crate::sentences::was_not_run("the tool")
     )]
     NotConfigured {
         /// The tool's name.
@@ -195,9 +205,10 @@ pub enum Error {
     /// name is refused before anything is claimed, until each tool has a name of its own.
     #[error(
         "idemkit: two tools are named `{tool}`, one at {first} and one at {second}; they would share keys and \
-         records, so one tool's outcome would be replayed as the other's. The tool was not run. Give each a distinct \
+         records, so one tool's outcome would be replayed as the other's. {not_run_lead}. Give each a distinct \
          name with `#[side_effect(name = \"...\")]` (the name is part of every key: the tool that keeps the old name \
-         keeps its records)"
+         keeps its records)",
+        not_run_lead = crate::sentences::was_not_run("The tool")
     )]
     DuplicateTool {
         /// The shared name.

@@ -2,6 +2,9 @@
 //! call can end, shared by every surface that hands a failure back to an agent (MCP results,
 //! rig's `ToolExecutionError`, [`JsonCallError`](crate::JsonCallError)).
 //!
+//! Its sentences that other surfaces say too (not run, the effect unknown, how to settle) are
+//! [`sentences`](crate::sentences)'.
+//!
 //! The rule every answer keeps: "not run" is said only where idemkit refused the call before
 //! any attempt of it, and once an attempt may have started (now or in an earlier call of the
 //! same key) the answer says the effect may have happened, that calling again will not do it
@@ -14,6 +17,7 @@ use crate::key::IdempotencyKey;
 use crate::observe::{CallInfo, CallOutcome};
 use crate::registry::ToolKind;
 use crate::retry::Failure;
+use crate::sentences::{EFFECT_UNKNOWN, NOT_RUN, how_to_settle};
 
 /// What to tell a caller (a model, most often) about a call that failed: a stable reason word,
 /// whether calling again with the same arguments can help, and a sentence saying what happened.
@@ -100,7 +104,7 @@ impl Explanation {
                 "key_reuse",
                 false,
                 format!(
-                    "Not run: the key fields ({fields}) name an operation that an earlier call made with different \
+                    "{NOT_RUN}: the key fields ({fields}) name an operation that an earlier call made with different \
                      arguments (idempotency key {key}). If you are retrying that call, call again with exactly its \
                      arguments to get its result; if this is a new operation, change one of {fields}."
                 ),
@@ -109,7 +113,7 @@ impl Explanation {
                 "in_flight",
                 true,
                 format!(
-                    "Not run: the same operation (idempotency key {key}) is still running in another call. Call \
+                    "{NOT_RUN}: the same operation (idempotency key {key}) is still running in another call. Call \
                      again later with the same arguments: you will get its outcome, and it will not be done twice."
                 ),
             ),
@@ -117,15 +121,16 @@ impl Explanation {
                 StoreErrorKind::Unavailable | StoreErrorKind::Other => Self::new(
                     "store_unavailable",
                     true,
-                    "Not run: the record of operations could not be reached, and the tool does not act when it \
-                     cannot record (it might act twice). Call again later with the same arguments."
-                        .to_owned(),
+                    format!(
+                        "{NOT_RUN}: the record of operations could not be reached, and the tool does not act \
+                         when it cannot record (it might act twice). Call again later with the same arguments."
+                    ),
                 ),
                 StoreErrorKind::Corrupt | StoreErrorKind::Incompatible => Self::new(
                     "store_unreadable",
                     false,
                     format!(
-                        "Not run by this call: the record of this operation{} could not be read, and an earlier \
+                        "{NOT_RUN} by this call: the record of this operation{} could not be read, and an earlier \
                          call with the same arguments may already have done it. Calling again will not help until \
                          an operator repairs the record (`idemkit show KEY`); do not try to do it another way: \
                          tell the user.",
@@ -138,9 +143,7 @@ impl Explanation {
                 key, attempts, why, ..
             } => lease_lost(key, Some((*attempts, why))),
             Error::Ambiguous {
-                key,
-                attempts: 0,
-                ..
+                key, attempts: 0, ..
             } => Self::new(
                 "ambiguous",
                 false,
@@ -160,8 +163,7 @@ impl Explanation {
                 false,
                 format!(
                     "Outcome unknown: the tool was tried {attempts} time(s) under idempotency key {key}; an attempt \
-                     failed in a way that may have taken effect (the last failed as {}), so it may or may not have \
-                     happened. {}",
+                     failed in a way that may have taken effect (the last failed as {}), so {EFFECT_UNKNOWN}. {}",
                     failure_word(*last),
                     unsettled(key)
                 ),
@@ -171,7 +173,7 @@ impl Explanation {
                 "invalid_arguments",
                 false,
                 format!(
-                    "Not run: the tool's arguments could not be recorded ({source}); this is a fault of the tool's \
+                    "{NOT_RUN}: the tool's arguments could not be recorded ({source}); this is a fault of the tool's \
                      code, and calling again with the same arguments will not help. Tell the user."
                 ),
             ),
@@ -179,29 +181,31 @@ impl Explanation {
                 "settings",
                 false,
                 format!(
-                    "Not run: the tool's settings cannot be honoured ({reason}). Calling again will not help until \
+                    "{NOT_RUN}: the tool's settings cannot be honoured ({reason}). Calling again will not help until \
                      the program is fixed; tell the user."
                 ),
             ),
             Error::NoTenant { .. } => Self::new(
                 "no_tenant",
                 false,
-                "Not run: this tool acts only on behalf of a tenant (an account), and none was set for this call. \
-                 Calling again will not help until the server sets one; tell the user."
-                    .to_owned(),
+                format!(
+                    "{NOT_RUN}: this tool acts only on behalf of a tenant (an account), and none was set for this \
+                     call. Calling again will not help until the server sets one; tell the user."
+                ),
             ),
             Error::NoOperation { .. } => Self::new(
                 "no_operation",
                 false,
-                "Not run: this tool acts once per operation of the program that runs you (a plan step, a ticket), \
-                 and that program named none for this call. Calling again will not help; tell the user."
-                    .to_owned(),
+                format!(
+                    "{NOT_RUN}: this tool acts once per operation of the program that runs you (a plan step, a \
+                     ticket), and that program named none for this call. Calling again will not help; tell the user."
+                ),
             ),
             Error::NotConfigured { reason, .. } => Self::new(
                 "not_configured",
                 false,
                 format!(
-                    "Not run: the tool has nowhere to record what it does ({reason}), and it does not act without \
+                    "{NOT_RUN}: the tool has nowhere to record what it does ({reason}), and it does not act without \
                      a record. Calling again will not help until the program is configured; tell the user."
                 ),
             ),
@@ -222,7 +226,7 @@ impl Explanation {
                 "duplicate_tool",
                 false,
                 format!(
-                    "Not run: two tools of this program are named `{tool}` ({first} and {second}), so they would \
+                    "{NOT_RUN}: two tools of this program are named `{tool}` ({first} and {second}), so they would \
                      share their records; idemkit refuses both until each has a name of its own. Calling again will \
                      not help; tell the user."
                 ),
@@ -244,7 +248,7 @@ impl Explanation {
                         "refused",
                         false,
                         format!(
-                            "Not run by this call: idemkit stopped it before the tool ran (idempotency key {key}; \
+                            "{NOT_RUN} by this call: idemkit stopped it before the tool ran (idempotency key {key}; \
                              the error says why)."
                         ),
                     );
@@ -302,9 +306,9 @@ fn unsettled(key: &IdempotencyKey) -> String {
     format!(
         "Calling again with the same arguments will not do it twice: it gets the recorded outcome, or is sent again \
          under the same key only where the provider deduplicates by it, or is refused until the outcome is settled \
-         — by the tool's own check (`verify`) where it has one, or by an operator with `idemkit resolve {key} \
-         applied --outcome JSON` (it took effect) or `idemkit resolve {key} not-applied` (it did not). Do not try to \
-         do it another way: tell the user that the outcome is unknown."
+         — by the tool's own check (`verify`) where it has one, or by an operator. {}. Do not try to do it another \
+         way: tell the user that the outcome is unknown.",
+        how_to_settle(key)
     )
 }
 
@@ -318,7 +322,7 @@ fn lease_lost(key: &IdempotencyKey, detail: Option<(u32, &str)>) -> Explanation 
         false,
         format!(
             "Outcome unknown: this call lost its hold on the operation (idempotency key {key}) while the tool ran{detail} \
-             and was stopped, so the effect may or may not have happened. {}",
+             and was stopped, so {EFFECT_UNKNOWN}. {}",
             unsettled(key)
         ),
     )
@@ -405,15 +409,4 @@ pub fn success_envelope(
             "idempotencyKey": key,
         }),
     }
-}
-
-/// The sentence a model reads before a replayed result: it was done before, nothing was done
-/// again. Not a stable API: the integrations' one wording.
-#[doc(hidden)]
-pub fn replayed_note(key: Option<&str>) -> String {
-    format!(
-        "Replayed: an earlier call with the same arguments already did this (idempotency key {}). \
-         This is its recorded result; nothing was done again.",
-        key.unwrap_or("?")
-    )
 }

@@ -83,6 +83,8 @@ mod meters;
 mod observe;
 mod registry;
 mod retry;
+#[doc(hidden)]
+pub mod sentences;
 pub mod settle;
 pub mod store;
 mod wake;
@@ -126,8 +128,9 @@ pub use store::transitions::Store;
 /// What generated code reaches, and nothing else should: the paths are not a stable API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::explain::{replayed_note, success_envelope};
+    pub use crate::explain::success_envelope;
     pub use crate::fingerprint::sorted::SortedArgs;
+    pub use crate::sentences::replayed as replayed_note;
     pub use inventory;
     #[cfg(feature = "json")]
     pub use schemars;

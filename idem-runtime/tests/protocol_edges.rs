@@ -209,7 +209,11 @@ async fn f4_an_ambiguous_attempt_keeps_the_record_whatever_comes_after() {
         let Err(E::Idem(err @ Error::Ambiguous { .. })) = result else {
             panic!("after {last:?}: {result:?}")
         };
-        assert!(err.to_string().contains("may have happened"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("the effect may or may not have happened"),
+            "{err}"
+        );
         assert_eq!(how, CallOutcome::Failed(Failure::Ambiguous));
         let record = store.get(&key()).await.unwrap().expect("kept");
         assert!(

@@ -323,6 +323,12 @@ pub async fn s24_resolve_and_forget<S: Store + OperationIds + Records + Clone>(
             "{queue}"
         );
     }
+    // Issue 44: the command says how to settle in the words every surface uses.
+    let settle = idem_runtime::sentences::how_to_settle("KEY");
+    assert!(queue.contains(&settle), "{settle:?} in {queue}");
+    let shown = stdout(&run(&["show", &k5], 0));
+    let settle = idem_runtime::sentences::how_to_settle(&k5);
+    assert!(shown.contains(&settle), "{settle:?} in {shown}");
     let listed: serde_json::Value = serde_json::from_str(&stdout(&run(
         &["list", "--state", "ambiguous", "--json"],
         0,

@@ -5,6 +5,7 @@ use crate::explain::Explanation;
 use crate::key::IdempotencyKey;
 use crate::observe::CallInfo;
 use crate::registry::ToolKind;
+use crate::sentences::was_not_run;
 use serde_json::{Value, json};
 use std::fmt;
 
@@ -139,13 +140,15 @@ impl fmt::Display for JsonCallError {
             ),
             JsonCallError::ArgumentsTooLarge { tool, len, limit } => write!(
                 f,
-                "the arguments for `{tool}` are {len} bytes, over the limit of {limit}; the tool was not run. \
-                 Call it again with only the parameters its schema names"
+                "the arguments for `{tool}` are {len} bytes, over the limit of {limit}; {}. Call it again \
+                 with only the parameters its schema names",
+                was_not_run("the tool")
             ),
             JsonCallError::InvalidArguments { tool, message } => write!(
                 f,
-                "invalid arguments for `{tool}`: {message}; the tool was not run. Call it again with a JSON \
-                 object that matches its parameters schema"
+                "invalid arguments for `{tool}`: {message}; {}. Call it again with a JSON object that \
+                 matches its parameters schema",
+                was_not_run("the tool")
             ),
             JsonCallError::Failed {
                 tool,

@@ -183,9 +183,9 @@ impl SettleReport {
                 } => {
                     let _ = writeln!(
                         out,
-                        "needs an operator: {key} ({tool}), verify answered unknown {answers} time(s): \
-                         `idemkit show {key}`, then `idemkit resolve {key} applied --outcome JSON` or \
-                         `idemkit resolve {key} not-applied`"
+                        "needs an operator: {key} ({tool}), verify answered unknown {answers} time(s) \
+                         (`idemkit show {key}`). {}",
+                        crate::sentences::how_to_settle(key)
                     );
                 }
                 Settled::Failed(why) => {

@@ -8,6 +8,7 @@ use crate::fingerprint::Fingerprint;
 use crate::http::{IDEMPOTENCY_KEY, MAX_KEY_LENGTH, parse_sf_string};
 use crate::idem::TaskScope;
 use crate::key::IdempotencyKey;
+use crate::sentences::{self, EFFECT_UNKNOWN};
 use bytes::Bytes;
 use http::header::CONTENT_LENGTH;
 use http::request::Parts;
@@ -351,9 +352,9 @@ pub(super) fn unknown_outcome<B>(
         StatusCode::INTERNAL_SERVER_ERROR,
         "The request ran; its outcome is unknown",
         &format!(
-            "the request with this Idempotency-Key ran, and {why}: its effect may have happened. {then} \
-             To settle it, look the effect up, then `idemkit resolve {key} applied --outcome JSON` or \
-             `idemkit resolve {key} not-applied` (the record's key)."
+            "the request with this Idempotency-Key ran, and {why}: {EFFECT_UNKNOWN}. {then} {}. {key} is \
+             the record's key, derived from the Idempotency-Key.",
+            sentences::how_to_settle(key)
         ),
     )
 }
@@ -365,19 +366,27 @@ pub(super) fn refusal<B>(config: &Config, e: &Error) -> Response<ResponseBody<B>
         Error::KeyReuse { .. } => (
             StatusCode::UNPROCESSABLE_ENTITY,
             "Idempotency-Key is already used with another payload",
-            "this Idempotency-Key was first used for a request with another method, path, query or \
-             body; the request was not run. Send a new request with a new key"
-                .to_owned(),
+            format!(
+                "this Idempotency-Key was first used for a request with another method, path, query or \
+                 body; {}. Send a new request with a new key",
+                sentences::was_not_run("the request")
+            ),
         ),
         Error::InFlight { .. } => (
             StatusCode::CONFLICT,
             "A request with this Idempotency-Key is being processed",
-            "the first request with this Idempotency-Key has not finished; this one was not run. \
-             Retry later with the same key: once the first finishes, its response is replayed"
-                .to_owned(),
+            format!(
+                "the first request with this Idempotency-Key has not finished; {}. Retry later with the \
+                 same key: once the first finishes, its response is replayed",
+                sentences::was_not_run("this one")
+            ),
         ),
         Error::Ambiguous { key, .. } => {
-            return unknown_outcome(config, key, "its answer is unknown (it panicked, its response broke off, or its process died)");
+            return unknown_outcome(
+                config,
+                key,
+                "its answer is unknown (it panicked, its response broke off, or its process died)",
+            );
         }
         Error::Unreplayable { key, reason, .. } => (
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -398,7 +407,10 @@ pub(super) fn refusal<B>(config: &Config, e: &Error) -> Response<ResponseBody<B>
             (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "The idempotency store is unavailable",
-                format!("the request was not run: {source}. Retry with the same Idempotency-Key"),
+                format!(
+                    "{}: {source}. Retry with the same Idempotency-Key",
+                    sentences::was_not_run("the request")
+                ),
             )
         }
         _ => (

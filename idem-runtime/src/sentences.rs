@@ -1,0 +1,61 @@
+//! The sentences idemkit says about how a call ended, to a model or to an operator, each written
+//! once: MCP results, rig's errors and JSON calls (through [`Explanation`](crate::Explanation)),
+//! the HTTP layer's problem+json, idemkit's own errors, the settler's report and the `idemkit`
+//! command take them from here, so that a replay, an unknown outcome, how it is settled and
+//! what was not run read alike on every surface.
+//!
+//! Not a stable API: the surfaces' one wording. Each surface keeps its own wire format (field
+//! names, titles, status codes, exit codes); only the sentences are shared.
+
+use std::fmt::Display;
+
+/// The lead of an answer that says idemkit refused the call before any attempt of it: nothing
+/// was done. Said only there (an attempt that may have started is never "not run").
+pub const NOT_RUN: &str = "Not run";
+
+/// `what` (the tool, the request) was refused before any attempt of it: nothing was done.
+pub fn was_not_run(what: &str) -> String {
+    format!("{what} was not run")
+}
+
+/// What an unknown outcome means for the effect: it may have happened, or not.
+pub const EFFECT_UNKNOWN: &str = "the effect may or may not have happened";
+
+/// The command an operator runs when the effect of `key`'s operation happened: the record
+/// completes with the outcome given, which later calls replay.
+pub fn resolve_applied(key: impl Display) -> String {
+    format!("idemkit resolve {key} applied --outcome JSON")
+}
+
+/// The command an operator runs when the effect of `key`'s operation did not happen: the record
+/// is released, and the next call runs the operation.
+pub fn resolve_not_applied(key: impl Display) -> String {
+    format!("idemkit resolve {key} not-applied")
+}
+
+/// How an operator settles the operation of `key` (a record's key, or `KEY`) whose outcome is
+/// unknown, and what each decision does; a clause with no full stop, for any surface to end.
+///
+/// ```
+/// let said = idem_runtime::sentences::how_to_settle("KEY");
+/// assert!(said.contains("`idemkit resolve KEY applied --outcome JSON` if it happened"));
+/// assert!(said.contains("`idemkit resolve KEY not-applied` if it did not"));
+/// ```
+pub fn how_to_settle(key: impl Display) -> String {
+    format!(
+        "To settle it, look the effect up, then run `{}` if it happened (later calls replay that outcome) or \
+         `{}` if it did not (the next call runs it)",
+        resolve_applied(&key),
+        resolve_not_applied(&key)
+    )
+}
+
+/// The sentence a model reads before a replayed result: it was done before, nothing was done
+/// again.
+pub fn replayed(key: Option<&str>) -> String {
+    format!(
+        "Replayed: an earlier call with the same arguments already did this (idempotency key {}). \
+         This is its recorded result; nothing was done again.",
+        key.unwrap_or("?")
+    )
+}
