@@ -606,6 +606,18 @@ fn metrics_rows(c: &mut Criterion, rt: &tokio::runtime::Runtime, next: &AtomicU6
 /// `#[side_effect]` call, a fresh key each), `hand` (the hand-written map, a fresh key each),
 /// `replay` and `hand-replay` (one key, completed once, asked again), `verified` (a lost reply
 /// settled by `verify`), `read` (the `#[read_only]` call) and `hand-read`.
+/// CHUNK wrapped calls on a fresh store, inside the caller's runtime: the store, to leak.
+async fn wrapped_calls_here(fresh: &impl Fn() -> u64) -> Idem {
+    let idem = Idem::new(MemoryStore::new());
+    idem.scope(async {
+        for _ in 0..CHUNK {
+            black_box(charge("cus_1", fresh(), 4200).await.unwrap());
+        }
+    })
+    .await;
+    idem
+}
+
 fn count_mode() -> bool {
     let Ok(spec) = std::env::var("IDEMKIT_COUNT") else {
         return false;
@@ -653,6 +665,22 @@ fn count_mode() -> bool {
             "hand-read" => {
                 for _ in 0..=n {
                     black_box(balance_by_hand(black_box("cus_1")).await.unwrap());
+                }
+            }
+            // For a sampling profiler (`perf record`): n rounds of CHUNK calls on fresh stores, as
+            // criterion's batches run them (their drop is sampled too: `drop_in_place`).
+            "wrapped-rounds" => {
+                for _ in 0..n {
+                    drop(wrapped_calls_here(&fresh).await);
+                }
+            }
+            "hand-rounds" => {
+                for _ in 0..n {
+                    let hand = HandStore::default();
+                    for _ in 0..CHUNK {
+                        black_box(charge_by_hand(&hand, "cus_1", fresh(), 4200).await.unwrap());
+                    }
+                    drop(hand);
                 }
             }
             other => panic!("IDEMKIT_COUNT: no variant {other:?}"),
