@@ -12,7 +12,8 @@
 //! This module owns the call's state machine ([`Call`], its phases, what an attempt came to);
 //! its rooms: `claim` (before the first attempt), `lease` (renewals while it runs), `end` (the
 //! attempts' bookkeeping and the end written to the store), `dropped` (a call dropped before its
-//! end), `trace` (what logs and `CallInfo` name); and `read`, a read-only call's own small loop.
+//! end), `replay` (an outcome met at the claim, to decode), `trace` (what logs and `CallInfo`
+//! name); and `read`, a read-only call's own small loop.
 //!
 //! A call's phases ([`Phase`]) and what moves it between them (`poll_next` unless named):
 //!
@@ -47,7 +48,7 @@ use std::task::{Context, Poll};
 use tokio::time::Sleep;
 
 use super::Tool;
-use crate::error::{Error, StoreError};
+use crate::error::Error;
 use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
 use crate::observe::CallOutcome;
@@ -59,12 +60,14 @@ mod dropped;
 mod end;
 mod lease;
 mod read;
+mod replay;
 mod scratch;
 mod timed;
 mod trace;
 
 pub(crate) use self::read::Read;
 pub use self::read::ReadNext;
+pub(crate) use self::replay::Replay;
 
 use self::claim::{Begun, start};
 use self::end::Run;
@@ -160,53 +163,6 @@ pub(crate) enum End<'a> {
     Replay(Replay<'a>),
     /// Refused before any attempt, or over with this error (lease lost, ambiguous, unreplayable).
     Refused(Error),
-}
-
-/// A stored outcome to decode.
-pub(crate) struct Replay<'a> {
-    pub(crate) outcome: Outcome,
-    record: CallTrace<'a>,
-}
-
-impl Replay<'_> {
-    /// The stored outcome decoded: the call is over.
-    pub(crate) fn decoded(self) {
-        let _span = self.record.span.enter();
-        self.record.finish(0, CallOutcome::Replayed);
-    }
-
-    /// The stored outcome, sealed by this executor for `type_name` and intact, did not decode as
-    /// it (S16): its type does not read back what it wrote. Not replayable; the operation ran.
-    pub(crate) fn unreplayable(self, type_name: &str, e: serde_json::Error) -> Error {
-        let record = self.record;
-        let _span = record.span.enter();
-        let err = Error::Unreplayable {
-            tool: record.tool.to_string(),
-            key: record.key,
-            reason: format!(
-                "the outcome serializes but does not read back as `{type_name}` ({e}); e.g. a field skipped when \
-                 empty (`skip_serializing_if`) needs `#[serde(default)]`"
-            ),
-        };
-        tracing::warn!(error = %err, "not run");
-        record.finish(0, CallOutcome::Unreplayable);
-        err
-    }
-
-    /// The stored outcome did not decode as `type_name`: the call is refused (S9), saying that
-    /// the operation did run.
-    pub(crate) fn undecodable(self, type_name: &str, e: serde_json::Error) -> Error {
-        let call = self.record;
-        let _span = call.span.enter();
-        call.refused(call.store_error(StoreError::corrupt(format!(
-            "the operation already ran and completed under this key, but its stored outcome does not deserialize \
-             as `{type_name}` ({e}), so it cannot be replayed and is not run again. Either an operator resolved it \
-             with an outcome of another shape (`idemkit show KEY` says who decided; `idemkit resolve` checks an \
-             outcome against the tool's own unless given `--unchecked`), or the tool's return type changed since it \
-             ran (give the changed tool a new `name`). Forgetting the record (`idemkit forget KEY`) lets the next \
-             call run the operation again"
-        ))))
-    }
 }
 
 impl<'a> Call<'a> {
