@@ -15,7 +15,9 @@
 //! end), `replay` (an outcome met at the claim, to decode), `trace` (what logs and `CallInfo`
 //! name); and `read`, a read-only call's own small loop.
 //!
-//! A call's phases ([`Phase`]) and what moves it between them (`poll_next` unless named):
+//! A call's phases ([`Phase`]) and the transitions that move it between them, each a method of
+//! [`Call`] (`start`, `claimed`, `refuse_arguments`, `attempt_ended`, the `verified_*` answers,
+//! `end_run`, `recorded`, `take_end`), driven by `poll_next`:
 //!
 //! ```text
 //!  Claim ──first poll: runtime, tenant, S21, settings──▶ Refused ─────────────────┐
@@ -435,45 +437,21 @@ impl<'a> Call<'a> {
                     ),
                 },
                 Phase::Claiming(claiming, _) => {
-                    let begun = match claiming.as_mut().poll(cx) {
-                        Poll::Pending => return Poll::Pending,
-                        Poll::Ready(begun) => begun,
+                    let Poll::Ready(begun) = claiming.as_mut().poll(cx) else {
+                        return Poll::Pending;
                     };
-                    self.phase = match begun {
-                        Begun::Run(run) => Phase::Running(run, Between::Ready),
-                        Begun::Replay(record, outcome) => Phase::Replayed(record, outcome),
-                        Begun::Refused(err) => Phase::Refused(err),
-                        Begun::Cancelled => unreachable!(
-                            "idemkit: a claim stopped as cancelled while its call was still polled"
-                        ),
-                    };
+                    self.claimed(begun);
                 }
                 Phase::Recording(recording) => {
                     let Poll::Ready(error) = recording.as_mut().poll(cx) else {
                         return Poll::Pending;
                     };
-                    self.phase = match error {
-                        Some(err) => Phase::Refused(err),
-                        None => Phase::Finished,
-                    };
+                    self.recorded(error);
                 }
                 Phase::Claim {
                     fingerprint: Ok(_), ..
                 } => start(&mut self.phase),
-                Phase::Claim { .. } => {
-                    let Phase::Claim {
-                        tool,
-                        fingerprint: Err(source),
-                        ..
-                    } = std::mem::replace(&mut self.phase, Phase::Taken)
-                    else {
-                        unreachable!()
-                    };
-                    self.phase = Phase::Refused(Error::Arguments {
-                        tool: tool.name().to_owned(),
-                        source,
-                    });
-                }
+                Phase::Claim { .. } => self.refuse_arguments(),
                 Phase::Finished | Phase::Replayed(..) | Phase::Refused(_) => {
                     return Poll::Ready(None);
                 }
@@ -482,6 +460,46 @@ impl<'a> Call<'a> {
                 }
             }
         }
+    }
+
+    /// `Claiming` → what the awaited claim began: `Running`, `Replayed` or `Refused`.
+    fn claimed(&mut self, begun: Begun<'a>) {
+        self.phase = match begun {
+            Begun::Run(run) => Phase::Running(run, Between::Ready),
+            Begun::Replay(record, outcome) => Phase::Replayed(record, outcome),
+            Begun::Refused(err) => Phase::Refused(err),
+            Begun::Cancelled => {
+                unreachable!(
+                    "idemkit: a claim stopped as cancelled while its call was still polled"
+                )
+            }
+        };
+    }
+
+    /// `Recording` → `Finished` once the end is written, or `Refused` with the error the call
+    /// then ends with.
+    fn recorded(&mut self, error: Option<Error>) {
+        self.phase = match error {
+            Some(err) => Phase::Refused(err),
+            None => Phase::Finished,
+        };
+    }
+
+    /// `Claim` → `Refused`: the other arguments did not serialize, so there is no fingerprint
+    /// to claim with.
+    fn refuse_arguments(&mut self) {
+        let Phase::Claim {
+            tool,
+            fingerprint: Err(source),
+            ..
+        } = std::mem::replace(&mut self.phase, Phase::Taken)
+        else {
+            unreachable!("idemkit: arguments refused of a call that had its fingerprint")
+        };
+        self.phase = Phase::Refused(Error::Arguments {
+            tool: tool.name().to_owned(),
+            source,
+        });
     }
 
     /// Takes what the attempt came to: retries after a wait, or records the end.
