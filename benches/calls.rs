@@ -303,8 +303,6 @@ const CHUNK: u64 = 4096;
 /// other, swung the ratio of unchanged code by half on this machine.
 const ROUNDS: usize = 100;
 
-/// `n` calls of the wrapped tool on a fresh memory store, each with a key of its own: their time,
-/// and the store, for the caller to drop outside the timing.
 /// `n` calls of [`charge_lost_reply`], each settled by its verify function.
 fn verified_calls(
     rt: &tokio::runtime::Runtime,
@@ -321,6 +319,8 @@ fn verified_calls(
     (start.elapsed(), idem)
 }
 
+/// `n` calls of the wrapped tool on a fresh memory store, each with a key of its own: their time,
+/// and the store, for the caller to drop outside the timing.
 fn wrapped_calls(
     rt: &tokio::runtime::Runtime,
     fresh: impl Fn() -> u64,
@@ -605,7 +605,21 @@ fn metrics_rows(c: &mut Criterion, rt: &tokio::runtime::Runtime, next: &AtomicU6
 /// call (the process, the runtime, the warm-up) drops out. Variants: `wrapped` (the
 /// `#[side_effect]` call, a fresh key each), `hand` (the hand-written map, a fresh key each),
 /// `replay` and `hand-replay` (one key, completed once, asked again), `verified` (a lost reply
-/// settled by `verify`), `read` (the `#[read_only]` call) and `hand-read`.
+/// settled by `verify`), `read` (the `#[read_only]` call) and `hand-read`; and, for a sampling
+/// profiler rather than callgrind, `wrapped-rounds` and `hand-rounds` (`n` rounds of CHUNK calls
+/// on fresh stores, as criterion's batches run them).
+/// CHUNK wrapped calls on a fresh store, inside the caller's runtime: the store, to leak.
+async fn wrapped_calls_here(fresh: &impl Fn() -> u64) -> Idem {
+    let idem = Idem::new(MemoryStore::new());
+    idem.scope(async {
+        for _ in 0..CHUNK {
+            black_box(charge("cus_1", fresh(), 4200).await.unwrap());
+        }
+    })
+    .await;
+    idem
+}
+
 fn count_mode() -> bool {
     let Ok(spec) = std::env::var("IDEMKIT_COUNT") else {
         return false;
@@ -653,6 +667,22 @@ fn count_mode() -> bool {
             "hand-read" => {
                 for _ in 0..=n {
                     black_box(balance_by_hand(black_box("cus_1")).await.unwrap());
+                }
+            }
+            // For a sampling profiler (`perf record`): n rounds of CHUNK calls on fresh stores, as
+            // criterion's batches run them (their drop is sampled too: `drop_in_place`).
+            "wrapped-rounds" => {
+                for _ in 0..n {
+                    drop(wrapped_calls_here(&fresh).await);
+                }
+            }
+            "hand-rounds" => {
+                for _ in 0..n {
+                    let hand = HandStore::default();
+                    for _ in 0..CHUNK {
+                        black_box(charge_by_hand(&hand, "cus_1", fresh(), 4200).await.unwrap());
+                    }
+                    drop(hand);
                 }
             }
             other => panic!("IDEMKIT_COUNT: no variant {other:?}"),

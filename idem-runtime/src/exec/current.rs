@@ -44,7 +44,7 @@ pub fn current_key() -> Option<IdempotencyKey> {
 /// Makes a step's future with its key current (S26): a closure that builds its request before
 /// its future is polled (`|key| client.post(..).send_idempotent()`) sends under this call's key,
 /// never an outer call's. The one place every entry path (`Tool::side_effect`, `Tool::verify`)
-/// makes a step; the future is then polled under the key by `Attempt` and `VerifyStep`.
+/// makes a step; the future is then polled under the key by `Step` (an attempt or a verification).
 pub(crate) fn made_under<R>(key: IdempotencyKey, make: impl FnOnce() -> R) -> R {
     let _current = CurrentKey::enter(Some(key));
     make()

@@ -19,6 +19,7 @@
 //! read back (sealed, intact: S16, `Error::Unreplayable`) from a damaged one (S9).
 
 use std::future::Future;
+use std::marker::PhantomData;
 use std::task::Poll;
 
 use serde::Serialize;
@@ -89,9 +90,10 @@ impl<'a, T: Serialize + DeserializeOwned, E: Classify + From<Error>> SideEffectC
         &mut self,
         attempt: F,
     ) -> Attempt<'_, 'a, T, E, F> {
-        Attempt {
+        Step {
             call: self,
-            attempt,
+            step: attempt,
+            kind: PhantomData,
         }
     }
 
@@ -116,7 +118,11 @@ impl<'a, T: Serialize + DeserializeOwned, E: Classify + From<Error>> SideEffectC
         &mut self,
         verify: F,
     ) -> VerifyStep<'_, 'a, T, E, F> {
-        VerifyStep { call: self, verify }
+        Step {
+            call: self,
+            step: verify,
+            kind: PhantomData,
+        }
     }
 
     /// What the verification answered.
@@ -165,87 +171,94 @@ impl<'a, T: Serialize + DeserializeOwned, E: Classify + From<Error>> SideEffectC
 }
 
 pin_project_lite::pin_project! {
-    /// The future of [`SideEffectCall::run`]: one attempt, awaited in place, the lease kept while
-    /// it is pending. Not a stable API.
+    /// One step of a call, awaited in place, the lease kept while it is pending: an attempt of
+    /// the body ([`Attempt`]) or a verification ([`VerifyStep`]), which differ only in what
+    /// their answer is handed to (`K`). Written once, so that the S22 gate, the current key
+    /// (S26) and the lease (S12, S13) are the same for both. Not a stable API.
     #[doc(hidden)]
     #[must_use = "futures do nothing unless awaited"]
-    pub struct Attempt<'c, 'a, T, E, F> {
+    pub struct Step<'c, 'a, T, E, F, K> {
         call: &'c mut SideEffectCall<'a, T, E>,
         #[pin]
-        attempt: F,
+        step: F,
+        kind: PhantomData<fn() -> K>,
     }
 }
 
-impl<T, E, F> std::fmt::Debug for Attempt<'_, '_, T, E, F> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Attempt").finish_non_exhaustive()
-    }
+/// The future of [`SideEffectCall::run`]: one attempt of the body. Not a stable API.
+#[doc(hidden)]
+pub type Attempt<'c, 'a, T, E, F> = Step<'c, 'a, T, E, F, Body>;
+
+/// The future of [`SideEffectCall::verify`]: one verification (S19). Not a stable API.
+#[doc(hidden)]
+pub type VerifyStep<'c, 'a, T, E, F> = Step<'c, 'a, T, E, F, Verification>;
+
+/// A step that runs the body: its result is what the attempt came to.
+#[doc(hidden)]
+#[derive(Debug)]
+pub enum Body {}
+
+/// A step that runs the verify function: its answer settles an unknown outcome (S19).
+#[doc(hidden)]
+#[derive(Debug)]
+pub enum Verification {}
+
+/// What a kind of step hands its answer to.
+#[doc(hidden)]
+pub trait StepKind<T, E, R> {
+    /// The step answered `answer`.
+    fn answered(call: &mut SideEffectCall<'_, T, E>, answer: R);
 }
 
-impl<T, E, F> Future for Attempt<'_, '_, T, E, F>
+impl<T, E> StepKind<T, E, Result<T, E>> for Body
 where
     T: Serialize + DeserializeOwned,
     E: Classify + From<Error>,
-    F: Future<Output = Result<T, E>>,
+{
+    #[inline]
+    fn answered(call: &mut SideEffectCall<'_, T, E>, answer: Result<T, E>) {
+        call.ended(answer);
+    }
+}
+
+impl<T, E> StepKind<T, E, Result<Verified<T>, E>> for Verification
+where
+    T: Serialize + DeserializeOwned,
+    E: Classify + From<Error>,
+{
+    #[inline]
+    fn answered(call: &mut SideEffectCall<'_, T, E>, answer: Result<Verified<T>, E>) {
+        call.verified(answer);
+    }
+}
+
+impl<T, E, F, K> std::fmt::Debug for Step<'_, '_, T, E, F, K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Step").finish_non_exhaustive()
+    }
+}
+
+impl<T, E, F, K> Future for Step<'_, '_, T, E, F, K>
+where
+    F: Future,
+    K: StepKind<T, E, F::Output>,
 {
     type Output = ();
 
     fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<()> {
         let this = self.project();
-        // S22: past the lease's end by this process's clock, the body is polled no further
+        // S22: past the lease's end by this process's clock, the step is polled no further
         // until a renewal succeeds; the call is over if none does.
         if std::task::ready!(this.call.call.poll_gate(cx)).is_err() {
             return Poll::Ready(());
         }
-        // The attempt's key is the current one while its body is polled: requests it sends
-        // carry it without the tool writing it (`http::IdempotentRequest`).
+        // S26: the step's key is the current one while it is polled: requests it sends carry
+        // it without the tool writing it (`http::IdempotentRequest`), and a verification asks
+        // about this call's key, also inside another call's body.
         let _current = super::current::CurrentKey::enter(this.call.call.step_key());
-        match this.attempt.poll(cx) {
-            Poll::Ready(result) => {
-                this.call.ended(result);
-                Poll::Ready(())
-            }
-            Poll::Pending => this.call.call.poll_lease(cx),
-        }
-    }
-}
-
-pin_project_lite::pin_project! {
-    /// The future of [`SideEffectCall::verify`]: one verification, awaited in place, the lease
-    /// kept while it is pending. Not a stable API.
-    #[doc(hidden)]
-    #[must_use = "futures do nothing unless awaited"]
-    pub struct VerifyStep<'c, 'a, T, E, F> {
-        call: &'c mut SideEffectCall<'a, T, E>,
-        #[pin]
-        verify: F,
-    }
-}
-
-impl<T, E, F> std::fmt::Debug for VerifyStep<'_, '_, T, E, F> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("VerifyStep").finish_non_exhaustive()
-    }
-}
-
-impl<T, E, F> Future for VerifyStep<'_, '_, T, E, F>
-where
-    T: Serialize + DeserializeOwned,
-    E: Classify + From<Error>,
-    F: Future<Output = Result<Verified<T>, E>>,
-{
-    type Output = ();
-
-    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<()> {
-        let this = self.project();
-        if std::task::ready!(this.call.call.poll_gate(cx)).is_err() {
-            return Poll::Ready(());
-        }
-        // S26: the verification asks about this call's key, also inside another call's body.
-        let _current = super::current::CurrentKey::enter(this.call.call.step_key());
-        match this.verify.poll(cx) {
+        match this.step.poll(cx) {
             Poll::Ready(answer) => {
-                this.call.verified(answer);
+                K::answered(this.call, answer);
                 Poll::Ready(())
             }
             Poll::Pending => this.call.call.poll_lease(cx),

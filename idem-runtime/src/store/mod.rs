@@ -111,6 +111,11 @@ pub struct ClaimRequest<'a> {
     /// The scope (tenant) the call runs under, if any, kept with the record for operators
     /// ([`RecordFilter::tenant`]). The key already holds it (S18): a store never compares it.
     pub tenant: Option<Arc<str>>,
+    /// The moment the executor sent the claim, by its own clock (tokio's), when it read that
+    /// clock just before: a store on the same clock (the memory store) takes it as the claim's
+    /// "now" instead of reading the clock again (a clock read is about 20 ns, a tenth of a
+    /// wrapped call's own cost). Private: a store of another crate reads its own clock.
+    pub(crate) sent_at: Option<tokio::time::Instant>,
 }
 
 impl<'a> ClaimRequest<'a> {
@@ -132,6 +137,7 @@ impl<'a> ClaimRequest<'a> {
             lease,
             ttl,
             tenant: None,
+            sent_at: None,
         }
     }
 

@@ -133,6 +133,9 @@ pub(super) fn start(phase: &mut Phase<'_>) {
     }
     let policy = tool.policy(s.retry);
     let wait = tool.in_flight_wait.unwrap_or(s.in_flight_wait);
+    let max_outcome = tool.max_outcome.unwrap_or(s.max_outcome);
+    let sending = (tool.resend.unwrap_or(true), tool.verifies);
+    let claimed_at = Instant::now();
     let req = ClaimRequest {
         key,
         tool: tool.name,
@@ -141,10 +144,9 @@ pub(super) fn start(phase: &mut Phase<'_>) {
         lease,
         ttl,
         tenant,
+        // Read just above: the memory store takes it as its "now" (one clock read fewer).
+        sent_at: Some(claimed_at),
     };
-    let max_outcome = tool.max_outcome.unwrap_or(s.max_outcome);
-    let sending = (tool.resend.unwrap_or(true), tool.verifies);
-    let claimed_at = Instant::now();
     let holder = move |idem| Holder {
         idem,
         token,
@@ -215,6 +217,7 @@ pub(super) fn start(phase: &mut Phase<'_>) {
                     lease,
                     ttl,
                     tenant,
+                    sent_at: None,
                 };
                 let (claimed_at, takeover) =
                     match claim(idem.settings(), &req, wait, &cancelled).await {

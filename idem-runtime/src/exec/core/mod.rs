@@ -12,9 +12,12 @@
 //! This module owns the call's state machine ([`Call`], its phases, what an attempt came to);
 //! its rooms: `claim` (before the first attempt), `lease` (renewals while it runs), `end` (the
 //! attempts' bookkeeping and the end written to the store), `dropped` (a call dropped before its
-//! end), `trace` (what logs and `CallInfo` name); and `read`, a read-only call's own small loop.
+//! end), `replay` (an outcome met at the claim, to decode), `trace` (what logs and `CallInfo`
+//! name); and `read`, a read-only call's own small loop.
 //!
-//! A call's phases ([`Phase`]) and what moves it between them (`poll_next` unless named):
+//! A call's phases ([`Phase`]) and the transitions that move it between them, each a method of
+//! [`Call`] (`start`, `claimed`, `refuse_arguments`, `attempt_ended`, the `verified_*` answers,
+//! `end_run`, `recorded`, `take_end`), driven by `poll_next`:
 //!
 //! ```text
 //!  Claim ──first poll: runtime, tenant, S21, settings──▶ Refused ─────────────────┐
@@ -47,7 +50,7 @@ use std::task::{Context, Poll};
 use tokio::time::Sleep;
 
 use super::Tool;
-use crate::error::{Error, StoreError};
+use crate::error::Error;
 use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
 use crate::observe::CallOutcome;
@@ -59,12 +62,14 @@ mod dropped;
 mod end;
 mod lease;
 mod read;
+mod replay;
 mod scratch;
 mod timed;
 mod trace;
 
 pub(crate) use self::read::Read;
 pub use self::read::ReadNext;
+pub(crate) use self::replay::Replay;
 
 use self::claim::{Begun, start};
 use self::end::Run;
@@ -160,53 +165,6 @@ pub(crate) enum End<'a> {
     Replay(Replay<'a>),
     /// Refused before any attempt, or over with this error (lease lost, ambiguous, unreplayable).
     Refused(Error),
-}
-
-/// A stored outcome to decode.
-pub(crate) struct Replay<'a> {
-    pub(crate) outcome: Outcome,
-    record: CallTrace<'a>,
-}
-
-impl Replay<'_> {
-    /// The stored outcome decoded: the call is over.
-    pub(crate) fn decoded(self) {
-        let _span = self.record.span.enter();
-        self.record.finish(0, CallOutcome::Replayed);
-    }
-
-    /// The stored outcome, sealed by this executor for `type_name` and intact, did not decode as
-    /// it (S16): its type does not read back what it wrote. Not replayable; the operation ran.
-    pub(crate) fn unreplayable(self, type_name: &str, e: serde_json::Error) -> Error {
-        let record = self.record;
-        let _span = record.span.enter();
-        let err = Error::Unreplayable {
-            tool: record.tool.to_string(),
-            key: record.key,
-            reason: format!(
-                "the outcome serializes but does not read back as `{type_name}` ({e}); e.g. a field skipped when \
-                 empty (`skip_serializing_if`) needs `#[serde(default)]`"
-            ),
-        };
-        tracing::warn!(error = %err, "not run");
-        record.finish(0, CallOutcome::Unreplayable);
-        err
-    }
-
-    /// The stored outcome did not decode as `type_name`: the call is refused (S9), saying that
-    /// the operation did run.
-    pub(crate) fn undecodable(self, type_name: &str, e: serde_json::Error) -> Error {
-        let call = self.record;
-        let _span = call.span.enter();
-        call.refused(call.store_error(StoreError::corrupt(format!(
-            "the operation already ran and completed under this key, but its stored outcome does not deserialize \
-             as `{type_name}` ({e}), so it cannot be replayed and is not run again. Either an operator resolved it \
-             with an outcome of another shape (`idemkit show KEY` says who decided; `idemkit resolve` checks an \
-             outcome against the tool's own unless given `--unchecked`), or the tool's return type changed since it \
-             ran (give the changed tool a new `name`). Forgetting the record (`idemkit forget KEY`) lets the next \
-             call run the operation again"
-        ))))
-    }
 }
 
 impl<'a> Call<'a> {
@@ -479,45 +437,21 @@ impl<'a> Call<'a> {
                     ),
                 },
                 Phase::Claiming(claiming, _) => {
-                    let begun = match claiming.as_mut().poll(cx) {
-                        Poll::Pending => return Poll::Pending,
-                        Poll::Ready(begun) => begun,
+                    let Poll::Ready(begun) = claiming.as_mut().poll(cx) else {
+                        return Poll::Pending;
                     };
-                    self.phase = match begun {
-                        Begun::Run(run) => Phase::Running(run, Between::Ready),
-                        Begun::Replay(record, outcome) => Phase::Replayed(record, outcome),
-                        Begun::Refused(err) => Phase::Refused(err),
-                        Begun::Cancelled => unreachable!(
-                            "idemkit: a claim stopped as cancelled while its call was still polled"
-                        ),
-                    };
+                    self.claimed(begun);
                 }
                 Phase::Recording(recording) => {
                     let Poll::Ready(error) = recording.as_mut().poll(cx) else {
                         return Poll::Pending;
                     };
-                    self.phase = match error {
-                        Some(err) => Phase::Refused(err),
-                        None => Phase::Finished,
-                    };
+                    self.recorded(error);
                 }
                 Phase::Claim {
                     fingerprint: Ok(_), ..
                 } => start(&mut self.phase),
-                Phase::Claim { .. } => {
-                    let Phase::Claim {
-                        tool,
-                        fingerprint: Err(source),
-                        ..
-                    } = std::mem::replace(&mut self.phase, Phase::Taken)
-                    else {
-                        unreachable!()
-                    };
-                    self.phase = Phase::Refused(Error::Arguments {
-                        tool: tool.name().to_owned(),
-                        source,
-                    });
-                }
+                Phase::Claim { .. } => self.refuse_arguments(),
                 Phase::Finished | Phase::Replayed(..) | Phase::Refused(_) => {
                     return Poll::Ready(None);
                 }
@@ -526,6 +460,46 @@ impl<'a> Call<'a> {
                 }
             }
         }
+    }
+
+    /// `Claiming` → what the awaited claim began: `Running`, `Replayed` or `Refused`.
+    fn claimed(&mut self, begun: Begun<'a>) {
+        self.phase = match begun {
+            Begun::Run(run) => Phase::Running(run, Between::Ready),
+            Begun::Replay(record, outcome) => Phase::Replayed(record, outcome),
+            Begun::Refused(err) => Phase::Refused(err),
+            Begun::Cancelled => {
+                unreachable!(
+                    "idemkit: a claim stopped as cancelled while its call was still polled"
+                )
+            }
+        };
+    }
+
+    /// `Recording` → `Finished` once the end is written, or `Refused` with the error the call
+    /// then ends with.
+    fn recorded(&mut self, error: Option<Error>) {
+        self.phase = match error {
+            Some(err) => Phase::Refused(err),
+            None => Phase::Finished,
+        };
+    }
+
+    /// `Claim` → `Refused`: the other arguments did not serialize, so there is no fingerprint
+    /// to claim with.
+    fn refuse_arguments(&mut self) {
+        let Phase::Claim {
+            tool,
+            fingerprint: Err(source),
+            ..
+        } = std::mem::replace(&mut self.phase, Phase::Taken)
+        else {
+            unreachable!("idemkit: arguments refused of a call that had its fingerprint")
+        };
+        self.phase = Phase::Refused(Error::Arguments {
+            tool: tool.name().to_owned(),
+            source,
+        });
     }
 
     /// Takes what the attempt came to: retries after a wait, or records the end.

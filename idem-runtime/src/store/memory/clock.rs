@@ -46,7 +46,12 @@ impl Origin {
     /// Now, on the store's clock.
     #[inline]
     pub(super) fn now(&self) -> Tick {
-        let now = Instant::now();
+        self.at(Instant::now())
+    }
+
+    /// `at` (read from tokio's clock), on the store's clock.
+    #[inline]
+    pub(super) fn at(&self, now: Instant) -> Tick {
         match now.checked_duration_since(self.instant) {
             Some(since) => Tick(nanos(since)),
             None => Tick(-nanos(self.instant - now)),

@@ -50,7 +50,11 @@ impl MemoryStore {
     // Every transition answers at once (`StoreFuture::ready`): the executor neither allocates nor
     // polls for them.
     fn claim_sync(&self, req: &ClaimRequest<'_>) -> Claim {
-        let now = self.clock.now();
+        // The executor's reading of the same clock, taken just before it sent the claim.
+        let now = match req.sent_at {
+            Some(at) => self.clock.at(at),
+            None => self.clock.now(),
+        };
         let mut guard = self.lock();
         let inner = &mut *guard;
         let running = State::Running {
