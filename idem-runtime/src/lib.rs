@@ -85,6 +85,7 @@ mod registry;
 mod retry;
 pub mod settle;
 pub mod store;
+mod testing;
 mod wake;
 
 #[cfg(feature = "conformance")]

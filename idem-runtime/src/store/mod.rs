@@ -53,18 +53,16 @@ pub(crate) mod redis;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
 
-mod future;
-mod intercept;
-mod outcome;
-mod record;
+pub(crate) mod future;
+pub(crate) mod outcome;
+pub(crate) mod record;
 mod redact;
-mod token;
+pub(crate) mod token;
 pub(crate) mod transitions;
 
 // The types of the store implementer's API have their one public path here; `Store`,
 // `Records` and the stores themselves have theirs at the crate's top level.
 pub use self::future::StoreFuture;
-pub use self::intercept::{Intercept, Step};
 pub use self::outcome::Outcome;
 pub use self::record::{Record, RecordState};
 pub(crate) use self::records::Records;
@@ -77,9 +75,11 @@ pub use self::redact::redacted_url;
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use self::sqlite::{DEFAULT_PATH_ENV, default_path};
 pub use self::token::LeaseToken;
+// A test hook, kept out of this folder; its public path is here, beside what it wraps.
 #[cfg_attr(not(feature = "sqlite"), allow(unused_imports))]
 pub(crate) use self::token::fork_generation;
 pub(crate) use self::transitions::Store;
 pub use self::transitions::{
     AsyncStore, Claim, ClaimRequest, Existing, ExistingState, OperationIds, Takeover, Written,
 };
+pub use crate::testing::{Intercept, Step};
