@@ -87,6 +87,7 @@ mod retry;
 pub mod sentences;
 pub mod settle;
 pub mod store;
+mod testing;
 mod wake;
 
 #[cfg(feature = "conformance")]

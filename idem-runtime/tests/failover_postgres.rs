@@ -1,8 +1,9 @@
 //! The PostgreSQL store's guarantees under failover, measured (issue 32).
 //!
-//! Each repetition makes its own primary (a copy of one `initdb` per run) and a streaming
-//! replica of it (`pg_basebackup -R`, its WAL stream through a [`Link`] that can lag), on ports
-//! of their own (`IDEMKIT_FAILOVER_PG_PORT`, default 55440, for the primary; a free one for the replica), runs a call,
+//! Each repetition makes its own primary (a copy, `cp -a`, of one `initdb` made once per run of
+//! this binary) and a streaming replica of it (`pg_basebackup -R`, its WAL stream through a
+//! [`Link`] that can lag), each on a free port the OS picks (so two runs on one machine do not
+//! meet), runs a call,
 //! stops the primary as a crash does (`pg_ctl stop -m immediate`: no shutdown checkpoint, no
 //! last WAL sent) and promotes the replica (`pg_ctl promote`); then calls the same key on it.
 //! Asynchronous replication (the default) is compared with `synchronous_commit = remote_apply`
@@ -17,10 +18,11 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use common::{
-    E, Effects, Link, Tally, binary, charge, free_port, is_root, port, ports_lock, run, wait_until,
+    E, Effects, Link, Tally, binary, charge, free_port, is_root, one_at_a_time, run, wait_until,
     workdir,
 };
 use idem_runtime::{Idem, PostgresStore};
@@ -44,28 +46,46 @@ fn pg(bin: &Path, name: &str) -> Command {
     }
 }
 
-/// What a test needs: the binaries, the primary's port, and one `initdb` copied for each
-/// primary (deleted with it).
+/// What a test needs: the binaries, and the cluster each primary starts as a copy of.
 struct Setup {
     bin: PathBuf,
-    base: u16,
-    template: tempfile::TempDir,
+    template: &'static Path,
 }
 
 /// The setup, or `None` (skipped: no PostgreSQL binaries).
 fn setup() -> Option<Setup> {
     let bin = bindir()?;
-    let template = workdir("idemkit-failover-pg-template");
-    chown(template.path());
-    run(pg(&bin, "initdb")
-        .arg("-D")
-        .arg(template.path().join("data"))
-        .args(["-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8"]));
-    let base = port("IDEMKIT_FAILOVER_PG_PORT", 55440);
-    Some(Setup {
-        bin,
-        base,
-        template,
+    let template = template(&bin);
+    Some(Setup { bin, template })
+}
+
+/// The directory holding one fresh cluster (`data`), made by `initdb` once per run of this
+/// binary; each primary is a copy of it (`cp -a` of a fresh cluster is faster than another
+/// `initdb`). Deleted when the process exits.
+static TEMPLATE: OnceLock<PathBuf> = OnceLock::new();
+
+fn template(bin: &Path) -> &'static Path {
+    TEMPLATE.get_or_init(|| {
+        let dir = workdir("idemkit-failover-pg-template").keep();
+        chown(&dir);
+        run(pg(bin, "initdb").arg("-D").arg(dir.join("data")).args([
+            "-U",
+            "postgres",
+            "-A",
+            "trust",
+            "--no-sync",
+            "-E",
+            "UTF8",
+        ]));
+        extern "C" fn remove_template() {
+            if let Some(dir) = TEMPLATE.get() {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+        // SAFETY: registers a function that takes no arguments and does not unwind (it
+        // ignores the removal's error), to run at the process's normal exit.
+        unsafe { libc::atexit(remove_template) };
+        dir
     })
 }
 
@@ -83,11 +103,11 @@ struct Server {
 }
 
 impl Server {
-    /// Starts a server on `port` (or, if that port is taken — it lies in the range the OS hands
-    /// out to outgoing connections —, on a free one, saying so).
-    fn start(bin: &Path, data: PathBuf, port: u16, settings: &str) -> Server {
-        let mut port = port;
+    /// Starts a server on a [`free_port`] (if another process took it by the time the server
+    /// binds, on another, saying so).
+    fn start(bin: &Path, data: PathBuf, settings: &str) -> Server {
         for _ in 0..3 {
+            let port = free_port();
             let sock = data.parent().unwrap().to_owned();
             let log = data.parent().unwrap().join(format!("server-{port}.log"));
             let out = pg(bin, "pg_ctl")
@@ -116,8 +136,7 @@ impl Server {
                 said.contains("could not bind") || said.contains("already in use"),
                 "PostgreSQL did not start on {port}:\n{said}"
             );
-            eprintln!("PostgreSQL could not bind {port}, trying a free port:\n{said}");
-            port = free_port();
+            eprintln!("PostgreSQL could not bind {port}, trying another free port:\n{said}");
         }
         panic!("PostgreSQL did not start on three ports");
     }
@@ -180,11 +199,11 @@ enum Commit {
 
 /// One repetition; see the module docs.
 async fn failover_once(setup: &Setup, phase: Phase, lag: bool, commit: Commit, tally: &mut Tally) {
-    let (bin, base) = (setup.bin.as_path(), setup.base);
+    let bin = setup.bin.as_path();
     let dir = workdir("idemkit-failover-pg");
     run(Command::new("cp")
         .arg("-a")
-        .arg(setup.template.path().join("data"))
+        .arg(setup.template.join("data"))
         .arg(dir.path().join("primary")));
     chown(dir.path());
     let sync = match commit {
@@ -193,7 +212,7 @@ async fn failover_once(setup: &Setup, phase: Phase, lag: bool, commit: Commit, t
             "-c synchronous_standby_names='*' -c synchronous_commit=remote_apply"
         }
     };
-    let primary = Server::start(bin, dir.path().join("primary"), base, sync);
+    let primary = Server::start(bin, dir.path().join("primary"), sync);
     let link = Link::start(primary.port);
     let replica_data = dir.path().join("replica");
     run(pg(bin, "pg_basebackup")
@@ -217,8 +236,7 @@ async fn failover_once(setup: &Setup, phase: Phase, lag: bool, commit: Commit, t
     ));
     std::fs::write(&conf, text).unwrap();
     chown(dir.path());
-    let replica_port = free_port();
-    let replica = Server::start(bin, replica_data, replica_port, "-c hot_standby=on");
+    let replica = Server::start(bin, replica_data, "-c hot_standby=on");
     wait_until("the replica streaming", Duration::from_secs(30), || {
         primary
             .sql("select count(*) from pg_stat_replication where state = 'streaming'")
@@ -337,7 +355,7 @@ async fn failover_case(setup: &Setup, phase: Phase, lag: bool, commit: Commit, r
 /// runs again on the promoted replica, every time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_failover_async_lagging_replica_loses_the_claim_and_runs_twice() {
-    let _ports = ports_lock().await;
+    let _one = one_at_a_time().await;
     let Some(setup) = setup() else { return };
     let t = failover_case(&setup, Phase::AfterClaim, true, Commit::Async, 2).await;
     assert_eq!((t.double_runs, t.cut_off), (2, 2), "{t:?}");
@@ -347,7 +365,7 @@ async fn postgres_failover_async_lagging_replica_loses_the_claim_and_runs_twice(
 /// lost; the next caller ends ambiguous (S20), nothing runs twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_failover_async_lagging_replica_loses_the_outcome() {
-    let _ports = ports_lock().await;
+    let _one = one_at_a_time().await;
     let Some(setup) = setup() else { return };
     let t = failover_case(&setup, Phase::AfterComplete, true, Commit::Async, 2).await;
     assert_eq!(
@@ -361,7 +379,7 @@ async fn postgres_failover_async_lagging_replica_loses_the_outcome() {
 /// replica lacks; no double run, no lost outcome.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_failover_remote_apply_lagging_replica_no_double_run_no_lost_outcome() {
-    let _ports = ports_lock().await;
+    let _one = one_at_a_time().await;
     let Some(setup) = setup() else { return };
     for phase in [Phase::AfterClaim, Phase::AfterComplete] {
         let t = failover_case(&setup, phase, true, Commit::RemoteApply, 2).await;
@@ -377,7 +395,7 @@ async fn postgres_failover_remote_apply_lagging_replica_no_double_run_no_lost_ou
 /// `remote_apply` must give 0 and 0; asynchronous replication is measured and bounded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_failover_mid_stream_remote_apply_holds_and_async_is_measured() {
-    let _ports = ports_lock().await;
+    let _one = one_at_a_time().await;
     let Some(setup) = setup() else { return };
     for phase in [Phase::AfterClaim, Phase::AfterComplete] {
         let t = failover_case(&setup, phase, false, Commit::RemoteApply, 2).await;

@@ -1,7 +1,7 @@
 //! The Redis store's guarantees under failover and restart, measured (issue 32).
 //!
-//! Each test starts its own `redis-server` processes from the installed binary, on ports of its
-//! own (`IDEMKIT_FAILOVER_REDIS_PORT`, default 56390, for the primary; a free one for the replica), and
+//! Each test starts its own `redis-server` processes from the installed binary, each on a free
+//! port the OS picks (so two runs on one machine do not meet), and
 //! kills them with SIGKILL: a primary with a replica that is promoted (`REPLICAOF NO ONE`), and a
 //! single server restarted from its append-only file. Without `redis-server` the tests skip
 //! with a message (and fail under CI, which installs it).
@@ -25,7 +25,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::{
-    E, Effects, Link, Tally, binary, charge, free_port, port, ports_lock, wait_until, workdir,
+    E, Effects, Link, Tally, binary, charge, free_port, one_at_a_time, wait_until, workdir,
 };
 use idem_runtime::store::{
     Claim, ClaimRequest, LeaseToken, OperationIds, Outcome, StoreFuture, Written,
@@ -43,16 +43,18 @@ struct Redis {
 }
 
 impl Redis {
-    /// Starts a server on `port` (or, if that port is taken — it lies in the range the OS
-    /// hands out to outgoing connections —, on a free one, saying so) with data in `dir` and
-    /// the extra `args`; waits until it answers.
+    /// Starts a server on `port` (a [`free_port`], or the port of a server it restarts; if
+    /// another process took it meanwhile, on another free one, saying so) with data in `dir`
+    /// and the extra `args`; waits until it answers.
     fn start(bin: &Path, port: u16, dir: &Path, args: &[&str]) -> Redis {
         let mut port = port;
         for _ in 0..3 {
             match Redis::try_start(bin, port, dir, args) {
                 Ok(redis) => return redis,
                 Err(log) => {
-                    eprintln!("redis-server could not start on {port}, trying a free port:\n{log}");
+                    eprintln!(
+                        "redis-server could not start on {port}, trying another free port:\n{log}"
+                    );
                     port = free_port();
                 }
             }
@@ -135,10 +137,9 @@ impl Drop for Redis {
     }
 }
 
-/// The ports and binary, or `None` (skipped).
-fn setup() -> Option<(std::path::PathBuf, u16)> {
-    let bin = binary("redis-server", "redis-server")?;
-    Some((bin, port("IDEMKIT_FAILOVER_REDIS_PORT", 56390)))
+/// The binary, or `None` (skipped).
+fn setup() -> Option<std::path::PathBuf> {
+    binary("redis-server", "redis-server")
 }
 
 /// Where the primary is killed.
@@ -150,14 +151,14 @@ enum Phase {
     AfterComplete,
 }
 
-/// A primary on `base` and its replica (on a free port) replicating through a [`Link`], in
-/// sync; the directory they keep their files in.
-fn pair(bin: &Path, base: u16) -> (tempfile::TempDir, Redis, Link, Redis) {
+/// A primary and its replica (each on a free port) replicating through a [`Link`], in sync;
+/// the directory they keep their files in.
+fn pair(bin: &Path) -> (tempfile::TempDir, Redis, Link, Redis) {
     let dir = workdir("idemkit-failover-redis");
     // Diskless full sync at once (the default waits 5 s for more replicas).
     let primary = Redis::start(
         bin,
-        base,
+        free_port(),
         dir.path(),
         &["--appendonly", "no", "--repl-diskless-sync-delay", "0"],
     );
@@ -186,15 +187,8 @@ fn pair(bin: &Path, base: u16) -> (tempfile::TempDir, Redis, Link, Redis) {
 /// One repetition: a primary and a replica (through a [`Link`]), caller A's call of `order`,
 /// the replica held back (`lag`) from a point of `phase`, the primary killed at `phase` and the
 /// replica promoted; caller B's call of the same order on the new primary.
-async fn failover_once(
-    bin: &Path,
-    base: u16,
-    phase: Phase,
-    lag: bool,
-    wait: bool,
-    tally: &mut Tally,
-) {
-    let (_dir, primary, link, replica) = pair(bin, base);
+async fn failover_once(bin: &Path, phase: Phase, lag: bool, wait: bool, tally: &mut Tally) {
+    let (_dir, primary, link, replica) = pair(bin);
     // Long against a loaded machine: the no-WAIT cases count on every claim going through.
     let mut builder = RedisStore::builder(primary.url()).timeout(Duration::from_secs(5));
     if wait {
@@ -263,10 +257,10 @@ async fn failover_once(
 }
 
 async fn failover_case(phase: Phase, lag: bool, wait: bool, reps: u32) -> Option<Tally> {
-    let (bin, base) = setup()?;
+    let bin = setup()?;
     let mut tally = Tally::default();
     for _ in 0..reps {
-        failover_once(&bin, base, phase, lag, wait, &mut tally).await;
+        failover_once(&bin, phase, lag, wait, &mut tally).await;
     }
     let case = format!(
         "redis primary+replica, killed {}{}, {}",
@@ -289,7 +283,7 @@ async fn failover_case(phase: Phase, lag: bool, wait: bool, reps: u32) -> Option
 /// new primary, every time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_failover_lagging_replica_without_wait_loses_the_claim_and_runs_twice() {
-    let _ports = ports_lock().await;
+    let _one = one_at_a_time().await;
     let Some(t) = failover_case(Phase::AfterClaim, true, false, 3).await else {
         return;
     };
@@ -300,7 +294,7 @@ async fn redis_failover_lagging_replica_without_wait_loses_the_claim_and_runs_tw
 /// primary): no double run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_failover_lagging_replica_with_wait_refuses_the_claim_no_double_run() {
-    let _ports = ports_lock().await;
+    let _one = one_at_a_time().await;
     let Some(t) = failover_case(Phase::AfterClaim, true, true, 3).await else {
         return;
     };
@@ -313,7 +307,7 @@ async fn redis_failover_lagging_replica_with_wait_refuses_the_claim_no_double_ru
 /// run (S20), but the outcome is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_failover_lagging_replica_without_wait_loses_the_outcome() {
-    let _ports = ports_lock().await;
+    let _one = one_at_a_time().await;
     let Some(t) = failover_case(Phase::AfterComplete, true, false, 3).await else {
         return;
     };
@@ -328,7 +322,7 @@ async fn redis_failover_lagging_replica_without_wait_loses_the_outcome() {
 /// is lost, nothing runs twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_failover_lagging_replica_with_wait_acknowledges_nothing_it_loses() {
-    let _ports = ports_lock().await;
+    let _one = one_at_a_time().await;
     let Some(t) = failover_case(Phase::AfterComplete, true, true, 3).await else {
         return;
     };
@@ -341,7 +335,7 @@ async fn redis_failover_lagging_replica_with_wait_acknowledges_nothing_it_loses(
 /// are printed (nondeterministic), not asserted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_failover_mid_stream_wait_holds_and_no_wait_is_measured() {
-    let _ports = ports_lock().await;
+    let _one = one_at_a_time().await;
     for phase in [Phase::AfterClaim, Phase::AfterComplete] {
         let Some(t) = failover_case(phase, false, true, 5).await else {
             return;
@@ -358,8 +352,8 @@ async fn redis_failover_mid_stream_wait_holds_and_no_wait_is_measured() {
 /// power loss may not) is measured; without persistence every outcome is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_restart_aof_always_keeps_every_outcome_everysec_is_measured() {
-    let _ports = ports_lock().await;
-    let Some((bin, base)) = setup() else {
+    let _one = one_at_a_time().await;
+    let Some(bin) = setup() else {
         return;
     };
     const REPS: u32 = 8;
@@ -378,7 +372,7 @@ async fn redis_restart_aof_always_keeps_every_outcome_everysec_is_measured() {
         let mut tally = Tally::default();
         let effects = Effects::default();
         for order in 0..u64::from(REPS) {
-            let server = Redis::start(&bin, base, dir.path(), args);
+            let server = Redis::start(&bin, free_port(), dir.path(), args);
             let a = Idem::new(RedisStore::connect(&server.url()).await.unwrap());
             let before = charge(&a, order, LEASE, &effects, async {}).await;
             let port = server.port;
@@ -469,11 +463,10 @@ impl OperationIds for Follows {
 /// model (`model_stores.rs`'s check): the trace and its verdict.
 async fn failover_trace(
     bin: &Path,
-    base: u16,
     wait: bool,
 ) -> (Vec<traces::Event>, Result<usize, traces::Divergence>) {
     const TICK: Duration = Duration::from_millis(200);
-    let (_dir, primary, link, replica) = pair(bin, base);
+    let (_dir, primary, link, replica) = pair(bin);
     let mut builder = RedisStore::builder(primary.url()).timeout(Duration::from_secs(1));
     if wait {
         builder = builder.wait_for_replicas(1, WAIT);
@@ -566,11 +559,11 @@ fn show(trace: &[traces::Event]) -> String {
 /// same failover with `wait_for_replicas` is a model behaviour.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_failover_trace_without_wait_is_rejected_by_the_model_with_wait_accepted() {
-    let _ports = ports_lock().await;
-    let Some((bin, base)) = setup() else {
+    let _one = one_at_a_time().await;
+    let Some(bin) = setup() else {
         return;
     };
-    let (trace, verdict) = failover_trace(&bin, base, false).await;
+    let (trace, verdict) = failover_trace(&bin, false).await;
     print!("without WAIT:\n{}", show(&trace));
     let d = verdict.expect_err("a lost claim is a model behaviour");
     common::log_line(&format!(
@@ -585,7 +578,7 @@ async fn redis_failover_trace_without_wait_is_rejected_by_the_model_with_wait_ac
         show(&trace)
     );
 
-    let (trace, verdict) = failover_trace(&bin, base, true).await;
+    let (trace, verdict) = failover_trace(&bin, true).await;
     print!("with WAIT:\n{}", show(&trace));
     let visited = verdict.unwrap_or_else(|d| panic!("{d:?}\n{}", show(&trace)));
     common::log_line(&format!(
@@ -602,11 +595,11 @@ async fn redis_failover_trace_without_wait_is_rejected_by_the_model_with_wait_ac
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_wait_for_replicas_passes_the_conformance_rows() {
     use idem_runtime::conformance;
-    let _ports = ports_lock().await;
-    let Some((bin, base)) = setup() else {
+    let _one = one_at_a_time().await;
+    let Some(bin) = setup() else {
         return;
     };
-    let (_dir, primary, _link, _replica) = pair(&bin, base);
+    let (_dir, primary, _link, _replica) = pair(&bin);
     let url = primary.url();
     let store = || {
         RedisStore::builder(url.clone())

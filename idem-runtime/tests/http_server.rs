@@ -615,17 +615,10 @@ async fn says_it_ran_and_how_it_is_settled(response: Response) -> String {
     body
 }
 
-/// S25: the client goes away while its handler runs (hyper drops the service's future). The
-/// handler's run is not the connection's: it finishes, and the retry (waiting while it runs)
-/// gets its response, the handler run once.
-#[tokio::test]
-async fn s25_a_handler_whose_client_went_away_is_not_run_again() {
-    let store = Arc::new(MemoryStore::new());
-    let handler = Shared::default();
-    let app = unknown_outcome_routes(
-        layer_on(&store).in_flight_wait(Duration::from_secs(600)),
-        &handler,
-    );
+/// A keyed request to `/wait` behind `layer` whose client goes away (its future dropped) once
+/// the handler is in; the handler released; the retry's response.
+async fn client_goes_away_then_retry(layer: IdempotencyLayer, handler: &Shared) -> Response {
+    let app = unknown_outcome_routes(layer, handler);
     let mut first = Box::pin(app.clone().oneshot(keyed_as("/wait", "\"gone\"")));
     tokio::select! {
         _ = &mut first => panic!("the handler answered before it was released"),
@@ -633,11 +626,18 @@ async fn s25_a_handler_whose_client_went_away_is_not_run_again() {
     }
     drop(first); // the client disconnected
     handler.release.send_replace(true);
-    let retry = app
-        .clone()
-        .oneshot(keyed_as("/wait", "\"gone\""))
-        .await
-        .unwrap();
+    app.oneshot(keyed_as("/wait", "\"gone\"")).await.unwrap()
+}
+
+/// S25: the client goes away while its handler runs (hyper drops the service's future). The
+/// handler's run is not the connection's: it finishes, and the retry (waiting while it runs)
+/// gets its response, the handler run once.
+#[tokio::test]
+async fn s25_a_handler_whose_client_went_away_is_not_run_again() {
+    let store = Arc::new(MemoryStore::new());
+    let handler = Shared::default();
+    let layer = layer_on(&store).in_flight_wait(Duration::from_secs(600));
+    let retry = client_goes_away_then_retry(layer, &handler).await;
     assert_eq!(handler.runs.load(SeqCst), 1, "the handler ran again");
     assert_eq!(retry.status(), StatusCode::CREATED);
     assert_eq!(retry.headers()[REPLAYED], "true");
@@ -645,6 +645,39 @@ async fn s25_a_handler_whose_client_went_away_is_not_run_again() {
         .await
         .unwrap();
     assert_eq!(body, "charged 1");
+}
+
+/// S25 with `cancel_on_disconnect(true)`: the run is the connection's. The client goes away
+/// while its handler runs: the handler is dropped there (released later, it does not finish),
+/// and the record is kept as unknown. The retry is told it ran and how it is settled, and does
+/// not run it; with `handler_resends(true)` as well, the retry runs it again.
+#[tokio::test]
+async fn s25_cancel_on_disconnect_drops_the_handler_with_its_client_and_keeps_it_unknown() {
+    for resends in [false, true] {
+        let store = Arc::new(MemoryStore::new());
+        let handler = Shared::default();
+        let layer = layer_on(&store)
+            .in_flight_wait(Duration::from_secs(600))
+            .cancel_on_disconnect(true)
+            .handler_resends(resends);
+        let retry = client_goes_away_then_retry(layer, &handler).await;
+        if resends {
+            assert_eq!(
+                handler.runs.load(SeqCst),
+                2,
+                "the handler was not run again"
+            );
+            assert_eq!(retry.status(), StatusCode::CREATED);
+            assert!(retry.headers().get(REPLAYED).is_none());
+            let body = axum::body::to_bytes(retry.into_body(), 1 << 20)
+                .await
+                .unwrap();
+            assert_eq!(body, "charged 2");
+        } else {
+            assert_eq!(handler.runs.load(SeqCst), 1, "the handler ran again");
+            says_it_ran_and_how_it_is_settled(retry).await;
+        }
+    }
 }
 
 /// S25: the handler panics after its effect. The retry does not run it again; both answers say

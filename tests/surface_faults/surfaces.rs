@@ -489,7 +489,7 @@ impl Http {
                     .lease(LEASE)
                     .in_flight_wait(cx.in_flight_wait)
                     .handler_resends(self.resends)
-                    .attached_to_connection(self.attached);
+                    .cancel_on_disconnect(self.attached);
                 Router::new().route("/charges", post(charge)).layer(layer)
             })
             .clone()

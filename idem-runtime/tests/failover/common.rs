@@ -52,16 +52,10 @@ pub fn binary(name: &str, package: &str) -> Option<PathBuf> {
     None
 }
 
-/// A port from `var`, else `default`: the failover tests' primaries have a port of their own,
-/// apart from `scripts/test-servers.sh`'s (their replicas take a [`free_port`]).
-pub fn port(var: &str, default: u16) -> u16 {
-    std::env::var(var)
-        .ok()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(default)
-}
-
-/// A loopback port nobody listens on now (the OS's pick).
+/// A loopback port nobody listens on now: the OS's pick (bound at port 0 and read back), so
+/// that two runs on one machine, and `scripts/test-servers.sh`'s servers, never meet. Every
+/// server the failover tests start takes one; one that finds it taken by the time it binds
+/// (another process got it meanwhile) takes another.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -355,11 +349,13 @@ pub fn ambiguous(r: &Result<String, E>) -> bool {
     matches!(r, Err(E::Runtime(e)) if matches!(**e, Error::Ambiguous { .. }))
 }
 
-/// Serialises the tests of one binary that use the same ports (held across awaits: tokio's).
-static PORTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// Runs the tests of one binary one at a time (held across awaits: tokio's): each starts and
+/// kills servers, and its waits (a replica's lag, a primary's patience) assume the machine is
+/// not also running another test's.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-pub async fn ports_lock() -> tokio::sync::MutexGuard<'static, ()> {
-    PORTS.lock().await
+pub async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().await
 }
 
 /// Runs `cmd` to its end; panics with its output if it failed.

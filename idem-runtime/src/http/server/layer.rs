@@ -26,7 +26,7 @@ pub(super) type Scope = dyn Fn(&Parts) -> Option<String> + Send + Sync;
 /// | a key that is not an sf-string (nor a bare token), or given twice | `400` |
 /// | a body over [`max_body_bytes`](IdempotencyLayer::max_body_bytes) | `413` |
 /// | the store fails | `503`, the handler does not run (fail closed) |
-/// | the handler started, then the client went away | the run goes on (it is spawned, detached from the connection): repeats wait or get `409`, then the replay |
+/// | the handler started, then the client went away | the run goes on (it is spawned, detached from the connection): repeats wait or get `409`, then the replay (unless [`cancel_on_disconnect`](IdempotencyLayer::cancel_on_disconnect)) |
 /// | the handler panicked, or its body broke off | `500` saying it ran and how it is settled (`idemkit resolve`); never run again unless [`handler_resends`](IdempotencyLayer::handler_resends) |
 /// | an empty key, or one over [`MAX_KEY_LENGTH`](crate::http::MAX_KEY_LENGTH) | `400` stating the bound |
 /// | a `text/event-stream` response, or one over [`max_response_bytes`](IdempotencyLayer::max_response_bytes) | streamed on, recorded as ran and not kept; repeats get `500` saying so |
@@ -76,9 +76,9 @@ pub(super) struct Config {
     pub(super) stores: fn(StatusCode) -> bool,
     pub(super) scope: Option<Arc<Scope>>,
     pub(super) handler_resends: bool,
-    /// The run awaited in the request's own future (before S25), not spawned: the broken
-    /// variant of the fault matrix only.
-    pub(super) attached: bool,
+    /// The run awaited in the request's own future, not spawned
+    /// ([`IdempotencyLayer::cancel_on_disconnect`]).
+    pub(super) cancel_on_disconnect: bool,
     /// Which layer this is (its clones, configured or not, are the same one), and where it was made.
     pub(super) identity: Arc<std::panic::Location<'static>>,
 }
@@ -94,6 +94,7 @@ impl std::fmt::Debug for IdempotencyLayer {
             .field("in_flight_wait", &c.in_flight_wait)
             .field("scoped", &c.scope.is_some())
             .field("handler_resends", &c.handler_resends)
+            .field("cancel_on_disconnect", &c.cancel_on_disconnect)
             .finish_non_exhaustive()
     }
 }
@@ -136,7 +137,7 @@ impl IdempotencyLayer {
                 stores: stored_unless_refused,
                 scope: None,
                 handler_resends: false,
-                attached: false,
+                cancel_on_disconnect: false,
                 identity: Arc::new(*std::panic::Location::caller()),
             }),
         }
@@ -225,13 +226,25 @@ impl IdempotencyLayer {
         self.with(|c| c.handler_resends = yes)
     }
 
-    /// Runs the handler inside the request's own future, as the layer did before S25, so that a
-    /// client that goes away cuts the run off. Not a stable API: it exists so that the fault
-    /// matrix (`tests/surface_faults.rs`) can show that it catches issue 40's first hole
-    /// re-introduced; nothing else should set it.
-    #[doc(hidden)]
-    pub fn attached_to_connection(self, yes: bool) -> Self {
-        self.with(|c| c.attached = yes)
+    /// Whether a keyed request's run is cut off when its client goes away (default `false`).
+    ///
+    /// By default the run (claim, handler, response stored) is spawned, detached from the
+    /// connection (S25): a client that goes away, or a timeout layer outside this one, does not
+    /// stop it, and a repeat gets its stored response. With `true` the run is awaited in the
+    /// request's own future instead: when hyper (or a timeout) drops that future, the handler
+    /// is dropped where it stands, and the record is kept as unknown, as after a panic. That
+    /// saves the handler's work when nobody waits for it (a long generation, a slow report),
+    /// and suits a handler that is itself safe to re-run
+    /// ([`handler_resends(true)`](Self::handler_resends): it deduplicates its own effects by
+    /// the key), whose next request then runs it again. Without `handler_resends`, every
+    /// request whose client went away is kept as unknown: the repeat is told it ran and how it
+    /// is settled (`idemkit resolve`), never run again.
+    ///
+    /// A handler that cannot deduplicate its effects must not have both: the surface × fault
+    /// matrix (`tests/surface_faults.rs`) counts two effects for a client that went away with
+    /// `cancel_on_disconnect(true)` and `handler_resends(true)`.
+    pub fn cancel_on_disconnect(self, yes: bool) -> Self {
+        self.with(|c| c.cancel_on_disconnect = yes)
     }
 
     /// Which of the handler's statuses are stored and replayed (default: all but `429` and

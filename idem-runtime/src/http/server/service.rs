@@ -182,7 +182,8 @@ where
     let key = IdempotencyKey::derive(&config.name, &[("idempotency_key", &client_key.as_str())]);
 
     // S25: the run (claim, handler, its response collected, the record completed) is not the
-    // connection's: a client that goes away, and hyper dropping this future, do not cut it off.
+    // connection's: a client that goes away, and hyper dropping this future, do not cut it off
+    // (unless the layer is told to: `cancel_on_disconnect`).
     // It runs under what this task's calls run under (S26: the scoped runtime, the tenant, the
     // operation), the layer's scope as the tenant. Boxed where it is made: the scope's wrappers
     // and the spawned task then move a pointer, not the run's state (kilobytes, copied a dozen
@@ -198,7 +199,7 @@ where
     let task = TaskScope::capture().tenant(scope.map(Arc::<str>::from));
     let run = task.run(run);
     let run = tracing::Instrument::instrument(run, tracing::Span::current());
-    if config.attached {
+    if config.cancel_on_disconnect {
         return run.await;
     }
     match tokio::spawn(run).await {

@@ -16,6 +16,9 @@ use crate::key::IdempotencyKey;
 // Operator reads (`Records`), beside the claim state machine.
 mod records;
 
+// The map's records read as `Record`s.
+mod rows;
+
 // The transitions (`Store`) and the operation ids, each answering at once.
 mod transitions;
 

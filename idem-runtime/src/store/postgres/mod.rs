@@ -9,15 +9,16 @@ use tokio_postgres::types::{ToSql, Type};
 
 use crate::error::{StoreError, StoreErrorKind};
 
+mod error;
 mod options;
 mod records;
 mod rows;
 mod sql;
 mod transitions;
 
+use self::error::{Failed, Migration, pg_error, pool_error};
 pub use self::options::PostgresStoreBuilder;
-use self::rows::{Failed, Migration, pg_error, pool_error, quote};
-use self::sql::Sql;
+use self::sql::{Sql, quote};
 
 /// The schema version this build writes and understands.
 const SCHEMA_VERSION: i32 = 5;

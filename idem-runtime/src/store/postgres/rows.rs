@@ -1,116 +1,16 @@
-//! Rows decoded into records, PostgreSQL's errors said as store errors, identifiers checked and quoted.
+//! Rows decoded into records (and the units they are stored in).
 
 use std::time::Duration;
 
-use deadpool_postgres::PoolError;
 use tokio_postgres::Row;
-use tokio_postgres::error::SqlState;
 use uuid::Uuid;
 
-use crate::error::{StoreError, StoreErrorKind};
+use crate::error::StoreError;
 use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
 use crate::store::{
     Decision, Existing, ExistingState, LeaseToken, Record, RecordState, Resolution,
 };
-
-pub(super) enum Migration {
-    Store(StoreError),
-    Raced(tokio_postgres::Error),
-    Pg(tokio_postgres::Error),
-}
-
-impl From<tokio_postgres::Error> for Migration {
-    fn from(e: tokio_postgres::Error) -> Self {
-        match e.code() {
-            Some(c) if *c == SqlState::UNIQUE_VIOLATION || *c == SqlState::DUPLICATE_TABLE => {
-                Migration::Raced(e)
-            }
-            _ if pg_serialization_failure(&e) => Migration::Raced(e),
-            _ => Migration::Pg(e),
-        }
-    }
-}
-
-pub(super) enum Failed {
-    Pg(tokio_postgres::Error),
-    Pool(PoolError),
-}
-
-impl Failed {
-    /// Whether the connection went away (terminated backend, reset socket, server restart), so
-    /// the same statement may succeed on a fresh one.
-    pub(super) fn connection_lost(&self) -> bool {
-        match self {
-            Failed::Pg(e) => pg_connection_lost(e),
-            Failed::Pool(PoolError::Backend(e)) => pg_connection_lost(e),
-            Failed::Pool(_) => false,
-        }
-    }
-
-    /// Whether the server rolled the statement back as a serialization failure or a deadlock,
-    /// so that sending it again may succeed.
-    pub(super) fn serialization_failure(&self) -> bool {
-        matches!(self, Failed::Pg(e) if pg_serialization_failure(e))
-    }
-}
-
-/// SQLSTATE `40001` (serialization failure, SERIALIZABLE or REPEATABLE READ) or `40P01`
-/// (deadlock): the transaction did nothing and may be tried again.
-pub(super) fn pg_serialization_failure(e: &tokio_postgres::Error) -> bool {
-    matches!(e.code(), Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE
-        || *c == SqlState::T_R_DEADLOCK_DETECTED)
-}
-
-impl std::fmt::Display for Failed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Failed::Pg(e) => write!(f, "{e}"),
-            Failed::Pool(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-pub(super) fn pg_connection_lost(e: &tokio_postgres::Error) -> bool {
-    use std::error::Error as _;
-    e.is_closed()
-        || matches!(e.code(), Some(c) if *c == SqlState::ADMIN_SHUTDOWN
-            || *c == SqlState::CRASH_SHUTDOWN
-            || *c == SqlState::CANNOT_CONNECT_NOW)
-        || e.source().is_some_and(|s| s.is::<std::io::Error>())
-}
-
-pub(super) fn pg_error(e: tokio_postgres::Error, what: &str) -> StoreError {
-    let kind =
-        if e.as_db_error().is_none() || pg_connection_lost(&e) || pg_serialization_failure(&e) {
-            // A conflict still there after the retries is contention: calling again is safe.
-            StoreErrorKind::Unavailable
-        } else if e.code() == Some(&SqlState::UNDEFINED_TABLE)
-            || e.code() == Some(&SqlState::UNDEFINED_COLUMN)
-        {
-            StoreErrorKind::Incompatible
-        } else {
-            StoreErrorKind::Other
-        };
-    let said = match e.as_db_error() {
-        Some(db) => format!("{} ({})", db.message(), db.code().code()),
-        None => e.to_string(),
-    };
-    StoreError::new(
-        kind,
-        format!(
-            "PostgreSQL failed while {what}: {said}; check that the server is up and the role may use the table"
-        ),
-    )
-    .with_source(e)
-}
-
-pub(super) fn pool_error(e: PoolError) -> StoreError {
-    StoreError::unavailable(format!(
-        "no PostgreSQL connection could be had: {e}; check the URL, that the server is up, and that it accepts this role"
-    ))
-    .with_source(e)
-}
 
 pub(super) fn micros(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
@@ -210,27 +110,4 @@ pub(super) fn corrupt_row(e: tokio_postgres::Error) -> StoreError {
         "a row does not have the columns idemkit wrote; was the table altered by hand?",
     )
     .with_source(e)
-}
-
-/// Checks a table or schema name: letters, digits and `_`, not starting with a digit, at most 40
-/// characters (so the derived names fit PostgreSQL's 63).
-pub(super) fn identifier(name: &str) -> Result<String, StoreError> {
-    let ok = !name.is_empty()
-        && name.len() <= 40
-        && !name.starts_with(|c: char| c.is_ascii_digit())
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if ok {
-        Ok(name.to_owned())
-    } else {
-        Err(StoreError::new(
-            StoreErrorKind::Other,
-            format!(
-                "`{name}` is not a usable table or schema name; use letters, digits and `_` (at most 40, not starting with a digit)"
-            ),
-        ))
-    }
-}
-
-pub(super) fn quote(ident: &str) -> String {
-    format!("\"{ident}\"")
 }

@@ -1,7 +1,6 @@
 //! The statements, each one state transition, for a table named by the store's settings.
 
-use super::rows::{identifier, quote};
-use crate::error::StoreError;
+use crate::error::{StoreError, StoreErrorKind};
 
 /// The PostgreSQL types of each statement's parameters, in order (for unnamed statements).
 pub(super) mod types {
@@ -239,4 +238,27 @@ impl Sql {
             table,
         })
     }
+}
+
+/// Checks a table or schema name: letters, digits and `_`, not starting with a digit, at most 40
+/// characters (so the derived names fit PostgreSQL's 63).
+fn identifier(name: &str) -> Result<String, StoreError> {
+    let ok = !name.is_empty()
+        && name.len() <= 40
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if ok {
+        Ok(name.to_owned())
+    } else {
+        Err(StoreError::new(
+            StoreErrorKind::Other,
+            format!(
+                "`{name}` is not a usable table or schema name; use letters, digits and `_` (at most 40, not starting with a digit)"
+            ),
+        ))
+    }
+}
+
+pub(super) fn quote(ident: &str) -> String {
+    format!("\"{ident}\"")
 }

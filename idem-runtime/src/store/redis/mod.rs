@@ -9,15 +9,16 @@ use redis::{ErrorKind, RedisError, RedisResult, Script, Value};
 use crate::error::StoreError;
 use crate::key::IdempotencyKey;
 
+mod error;
 mod options;
 mod records;
+mod rows;
 mod scripts;
 mod transitions;
-mod values;
 
+use self::error::{connection_lost, redis_error};
 pub use self::options::RedisStoreBuilder;
 use self::scripts::Scripts;
-use self::values::{connection_lost, redis_error};
 
 /// How often an operation is sent again after its connection was lost. Every script is safe to
 /// repeat: the caller's lease token recognises a claim or write that already applied.

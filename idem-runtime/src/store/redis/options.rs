@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
+use super::error::redis_error;
 use super::scripts::scripts;
-use super::values::redis_error;
 use super::{Connection, RedisStore, Replicas};
 use crate::error::{StoreError, StoreErrorKind};
 use crate::store::redacted_url;

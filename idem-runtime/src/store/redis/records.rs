@@ -2,7 +2,7 @@
 //! key; lists and counts `SCAN` this store's prefix on the connected node (not a cluster's other
 //! nodes) and read each record with the same script as `get`.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use std::time::Duration;
 
@@ -10,19 +10,15 @@ use redis::{Script, Value};
 use uuid::Uuid;
 
 use super::RedisStore;
+use super::error::redis_error;
+use super::rows::{bad_state, bytes, corrupt_field, fields, int, ms, record_of, unexpected};
 use super::scripts::PRELUDE;
-use super::values::{
-    bad_state, bytes, corrupt_field, fields, fingerprint_of, glob_escape, int, ms, redis_error,
-    unexpected,
-};
 use crate::error::StoreError;
 use crate::key::IdempotencyKey;
 use crate::store::records::check_resolution;
 use crate::store::records::count_records;
-use crate::store::{
-    Count, Decision, Forgot, RecordFilter, Records, Released, Resolution, Resolved, StateKind,
-};
-use crate::store::{LeaseToken, Record, RecordState, Written};
+use crate::store::{Count, Decision, Forgot, RecordFilter, Records, Released, Resolved, StateKind};
+use crate::store::{LeaseToken, Record, Written};
 
 /// KEYS[1] record; ARGV force ('1' or '0'). Running → absent, unless its lease is live and not
 /// forced. Returns {what, lease ms left}: 'absent', 'live', 'released', or the state.
@@ -130,95 +126,17 @@ fn operator_scripts() -> &'static OperatorScripts {
     })
 }
 
-/// Unix milliseconds as the hash holds them ('' in a record written before they were kept:
-/// the epoch, "unknown").
-fn wall_time(field: &[u8]) -> SystemTime {
-    let ms = std::str::from_utf8(field)
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-        .unwrap_or(0);
-    UNIX_EPOCH + Duration::from_millis(ms)
-}
-
 impl RedisStore {
     /// The live record of `key` and the server's time, read by the `get` script.
     async fn read(&self, key: IdempotencyKey) -> Result<Option<(Record, SystemTime)>, StoreError> {
         let reply: Value = self
             .invoke_read("get", &self.scripts.get, &self.record_key(&key), &[])
             .await?;
-        let items = match reply {
-            Value::Nil => return Ok(None),
-            Value::Array(items) => items,
-            other => return Err(unexpected(&other)),
-        };
-        let [
-            tool,
-            fp,
-            state,
-            token,
-            lease_left,
-            expires_in,
-            outcome,
-            note,
-            created,
-            updated,
-            now,
-            tenant,
-            decision,
-            resolved_at,
-            resolution_note,
-        ] = fields::<15>(items)?;
-        let tool = String::from_utf8(bytes(tool)?).map_err(|_| corrupt_field("tool"))?;
-        let state = match bytes(state)?.as_slice() {
-            b"running" => RecordState::Running {
-                token: LeaseToken(
-                    std::str::from_utf8(&bytes(token)?)
-                        .ok()
-                        .and_then(|t| t.parse().ok())
-                        .ok_or_else(|| corrupt_field("token"))?,
-                ),
-                lease_remaining: Duration::from_millis(int(lease_left)?.max(0) as u64),
-            },
-            b"completed" => RecordState::Completed {
-                outcome: bytes(outcome)?,
-            },
-            b"ambiguous" => RecordState::Ambiguous {
-                note: String::from_utf8_lossy(&bytes(note)?).into_owned(),
-            },
-            other => return Err(bad_state(other)),
-        };
-        let record = Record {
-            key,
-            tool,
-            fingerprint: fingerprint_of(&bytes(fp)?)?,
-            state,
-            expires_in: Duration::from_millis(int(expires_in)?.max(0) as u64),
-            created: wall_time(&bytes(created)?),
-            updated: wall_time(&bytes(updated)?),
-            tenant: Some(bytes(tenant)?)
-                .filter(|t| !t.is_empty())
-                .map(|t| String::from_utf8(t).map_err(|_| corrupt_field("tenant")))
-                .transpose()?,
-            resolution: match bytes(decision)?.as_slice() {
-                b"" => None,
-                word => Some(Resolution::new(
-                    Decision::from_stored(word).ok_or_else(|| corrupt_field("res"))?,
-                    wall_time(&bytes(resolved_at)?),
-                    match resolution_note {
-                        Value::Array(note) => match <[Value; 1]>::try_from(note) {
-                            Ok([note]) => Some(
-                                String::from_utf8(bytes(note)?)
-                                    .map_err(|_| corrupt_field("res_note"))?,
-                            ),
-                            Err(_) => None,
-                        },
-                        other => return Err(unexpected(&other)),
-                    },
-                )),
-            },
-        };
-        let now = UNIX_EPOCH + Duration::from_millis(int(now)?.max(0) as u64);
-        Ok(Some((record, now)))
+        match reply {
+            Value::Nil => Ok(None),
+            Value::Array(items) => record_of(key, items).map(Some),
+            other => Err(unexpected(&other)),
+        }
     }
 
     /// The live record of `key` (for `Store::get` and `Records::get`).
@@ -459,4 +377,16 @@ impl Records for RedisStore {
                 .map(|(r, _)| (r.tool.as_str(), r.state.kind())),
         ))
     }
+}
+
+/// Escapes the glob characters of `SCAN MATCH`, so a prefix matches only itself.
+fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }

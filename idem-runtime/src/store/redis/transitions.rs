@@ -7,12 +7,11 @@ use redis::Value;
 use uuid::Uuid;
 
 use super::RedisStore;
-use super::values::{bad_state, bytes, corrupt_field, fields, fingerprint_of, int, ms, unexpected};
+use super::rows::{corrupt_field, existing_of, ms, unexpected};
 use crate::error::StoreError;
 use crate::key::IdempotencyKey;
 use crate::store::{
-    AsyncStore, Claim, ClaimRequest, Existing, ExistingState, LeaseToken, OperationIds, Outcome,
-    Takeover, Written,
+    AsyncStore, Claim, ClaimRequest, LeaseToken, OperationIds, Outcome, Takeover, Written,
 };
 
 /// The transitions, each as the store runs it; [`AsyncStore`] makes them a [`Store`](crate::Store).
@@ -62,21 +61,7 @@ impl AsyncStore for RedisStore {
             Value::Int(3) => Ok(Claim::Acquired {
                 takeover: Some(Takeover::Ambiguous),
             }),
-            Value::Array(items) => {
-                let [fp, state, lease_left, outcome] = fields::<4>(items)?;
-                let fingerprint = fingerprint_of(&bytes(fp)?)?;
-                let state = match bytes(state)?.as_slice() {
-                    b"running" => ExistingState::Running {
-                        lease_remaining: Duration::from_millis(int(lease_left)?.max(0) as u64),
-                    },
-                    b"completed" => ExistingState::Completed {
-                        outcome: bytes(outcome)?.into(),
-                    },
-                    b"ambiguous" => ExistingState::Ambiguous,
-                    other => return Err(bad_state(other)),
-                };
-                Ok(Claim::Existing(Existing { fingerprint, state }))
-            }
+            Value::Array(items) => Ok(Claim::Existing(existing_of(items)?)),
             other => Err(unexpected(&other)),
         }
     }

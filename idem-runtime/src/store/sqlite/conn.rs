@@ -3,7 +3,8 @@
 //! an operation's kind of access (`Access`) and a job for the connection thread (`Job`). The
 //! store's files build on this one and on `options` (settings) and `error` (SQLite's failures),
 //! one way: `open` opens, `inline` and `group` run operations on callers' threads and the
-//! connection thread, `transitions` and `records` are the store's operations.
+//! connection thread, `transitions` and `records` are the store's operations, `rows` decodes
+//! what they read.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};

@@ -19,6 +19,7 @@ mod inline;
 mod open;
 mod options;
 mod records;
+mod rows;
 mod sql;
 #[cfg(test)]
 mod tests;

@@ -1,45 +1,23 @@
-//! The `Store` implementation: each operation one statement of [`sql`] on the connection, the
-//! rows decoded, SQLite's errors said as store errors.
+//! The `Store` implementation: each operation one statement of [`sql`] on the connection, its
+//! rows decoded by `rows`.
 
-use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OptionalExtension, named_params};
 use uuid::Uuid;
 
 use super::conn::Access;
 use super::error::sql_error;
 use super::group::Scope;
+use super::rows::{corrupt, decode, ms, now_ms};
 use super::{PRUNE_BATCH, PRUNE_EVERY, SqliteStore, sql};
 use crate::error::StoreError;
-use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
 use crate::store::{
-    AsyncStore, Claim, ClaimRequest, Decision, Existing, ExistingState, LeaseToken, OperationIds,
-    Outcome, Record, RecordState, Resolution, Takeover, Written,
+    AsyncStore, Claim, ClaimRequest, Existing, ExistingState, LeaseToken, OperationIds, Outcome,
+    Record, RecordState, Takeover, Written,
 };
-
-pub(super) fn now_ms() -> i64 {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
-}
-
-pub(super) fn ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
-/// Unix milliseconds as a time (0, or anything before: the epoch, "unknown").
-pub(super) fn wall_time(unix_ms: i64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(u64::try_from(unix_ms).unwrap_or(0))
-}
-
-pub(super) fn remaining(until: i64, now: i64) -> Duration {
-    Duration::from_millis(u64::try_from(until.saturating_sub(now)).unwrap_or(0))
-}
 
 /// What a claim that took the record replaced, from the live record it read first: a Running
 /// one (its lease had ended) or an Ambiguous one; a Completed one is never taken while live.
@@ -324,113 +302,4 @@ pub(super) fn prune_expired(conn: &Connection, now: i64, limit: usize) -> rusqli
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     conn.prepare_cached(sql::PRUNE)?
         .execute(named_params! { ":now": now, ":limit": limit })
-}
-
-/// Reads a row of [`sql::LIVE`], refusing anything this build did not write.
-pub(super) fn decode(
-    row: &rusqlite::Row<'_>,
-    key: &IdempotencyKey,
-    path: &Path,
-) -> Result<Record, StoreError> {
-    let bad = |column: &str, what: &str| corrupt(path, key, column, what);
-    let col = |i: usize| row.get_ref(i).map_err(|e| bad("?", &e.to_string()));
-    let text = |i: usize, name: &str| match col(i)? {
-        ValueRef::Text(t) => std::str::from_utf8(t)
-            .map(str::to_owned)
-            .map_err(|_| bad(name, "is not UTF-8")),
-        other => Err(bad(name, &format!("is {:?}, not text", other.data_type()))),
-    };
-    let blob = |i: usize, name: &str, len: Option<usize>| match col(i)? {
-        ValueRef::Blob(b) if len.is_none_or(|n| b.len() == n) => Ok(b.to_vec()),
-        ValueRef::Blob(b) => Err(bad(
-            name,
-            &format!("is {} bytes, not {}", b.len(), len.unwrap_or(0)),
-        )),
-        other => Err(bad(
-            name,
-            &format!("is {:?}, not a blob", other.data_type()),
-        )),
-    };
-    let int = |i: usize, name: &str| match col(i)? {
-        ValueRef::Integer(n) => Ok(n),
-        other => Err(bad(
-            name,
-            &format!("is {:?}, not an integer", other.data_type()),
-        )),
-    };
-    let now = now_ms();
-    let tool = text(0, "tool")?;
-    let fingerprint = Fingerprint(
-        blob(1, "fingerprint", Some(32))?
-            .try_into()
-            .expect("length checked"),
-    );
-    let state = match text(2, "state")?.as_str() {
-        "running" => {
-            let token = Uuid::from_slice(&blob(3, "token", Some(16))?).expect("length checked");
-            RecordState::Running {
-                token: LeaseToken(token),
-                lease_remaining: remaining(int(4, "lease_until")?, now),
-            }
-        }
-        "completed" => RecordState::Completed {
-            outcome: blob(5, "outcome", None)?,
-        },
-        "ambiguous" => RecordState::Ambiguous {
-            note: match col(6)? {
-                ValueRef::Null => String::new(),
-                _ => text(6, "note")?,
-            },
-        },
-        other => {
-            return Err(bad(
-                "state",
-                &format!("is `{other}`, not running, completed or ambiguous"),
-            ));
-        }
-    };
-    Ok(Record {
-        key: *key,
-        tool,
-        fingerprint,
-        state,
-        expires_in: remaining(int(7, "expires_at")?, now),
-        created: wall_time(int(8, "created")?),
-        updated: wall_time(int(9, "updated")?),
-        tenant: match col(10)? {
-            ValueRef::Null => None,
-            _ => Some(text(10, "tenant")?),
-        },
-        resolution: match col(11)? {
-            ValueRef::Null => None,
-            _ => Some(Resolution::new(
-                {
-                    let word = text(11, "resolution")?;
-                    Decision::from_stored(word.as_bytes()).ok_or_else(|| {
-                        bad(
-                            "resolution",
-                            &format!("is `{word}`, not applied or not_applied"),
-                        )
-                    })?
-                },
-                match col(12)? {
-                    ValueRef::Null => UNIX_EPOCH,
-                    _ => wall_time(int(12, "resolved_at")?),
-                },
-                match col(13)? {
-                    ValueRef::Null => None,
-                    _ => Some(text(13, "resolution_note")?),
-                },
-            )),
-        },
-    })
-}
-
-pub(super) fn corrupt(path: &Path, key: &IdempotencyKey, column: &str, what: &str) -> StoreError {
-    StoreError::corrupt(format!(
-        "the record of key {key} in {} is corrupt: its `{column}` {what}; delete that row \
-         (`DELETE FROM records WHERE key = '{key}'`, which forgets whether the operation ran) or restore the file \
-         from a backup",
-        path.display()
-    ))
 }

@@ -1,17 +1,22 @@
-//! [`Intercept`]: a store wrapped with a hook before each transition, for tests and fault
-//! injection (count what the executor asks, fail a transition, answer later than at once).
+//! Test hooks, apart from the production stores: [`Intercept`], a store wrapped with a hook
+//! before each transition, for tests and fault injection (count what the executor asks, fail a
+//! transition, answer later than at once). Its public path is `store::Intercept` (with
+//! [`Step`]), beside the store implementer's API it wraps.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use uuid::Uuid;
 
-use super::{
-    Claim, ClaimRequest, Count, Decision, Forgot, LeaseToken, OperationIds, Outcome, Record,
-    RecordFilter, Records, Released, Resolved, Store, StoreFuture, Written,
-};
+// The store's parts, not its facade (which re-exports this module's types).
 use crate::error::StoreError;
 use crate::key::IdempotencyKey;
+use crate::store::future::StoreFuture;
+use crate::store::outcome::Outcome;
+use crate::store::record::Record;
+use crate::store::records::{Count, Decision, Forgot, RecordFilter, Records, Released, Resolved};
+use crate::store::token::LeaseToken;
+use crate::store::transitions::{Claim, ClaimRequest, OperationIds, Store, Written};
 
 /// A transition the executor asks of a store, as an [`Intercept`] hook sees it.
 #[non_exhaustive]

@@ -1,0 +1,59 @@
+//! The map's records (`Rec`) read as [`Record`]s, their times on the store's clock as wall-clock
+//! times.
+
+use uuid::Uuid;
+
+use super::clock::Tick;
+use super::{Inner, Kept, MemoryStore, Rec, State};
+use crate::key::IdempotencyKey;
+use crate::store::{Record, RecordState, StateKind};
+
+pub(super) fn kind(state: &State) -> StateKind {
+    match state {
+        State::Running { .. } => StateKind::Running,
+        State::Completed { .. } => StateKind::Completed,
+        State::Ambiguous { .. } => StateKind::Ambiguous,
+    }
+}
+
+impl MemoryStore {
+    /// The record `rec` of `key` as operators see it, the decision kept for it included.
+    pub(super) fn record(&self, inner: &Inner, key: [u8; 16], rec: &Rec, now: Tick) -> Record {
+        Record {
+            key: IdempotencyKey::from_uuid(Uuid::from_bytes(key)),
+            tool: rec.tool.as_str().to_owned(),
+            fingerprint: rec.fingerprint,
+            state: match &rec.state {
+                State::Running { token, lease_until } => RecordState::Running {
+                    token: *token,
+                    lease_remaining: now.until(*lease_until),
+                },
+                State::Completed { outcome, .. } => RecordState::Completed {
+                    outcome: outcome.to_vec(),
+                },
+                State::Ambiguous { note, .. } => RecordState::Ambiguous {
+                    note: note.to_string(),
+                },
+            },
+            expires_in: now.until(rec.expires_at),
+            created: self.clock.wall(rec.created),
+            updated: self.clock.wall(rec.updated),
+            tenant: rec.tenant.as_ref().map(|t| t.as_str().to_owned()),
+            resolution: Self::kept(inner, &key, now).map(|k| k.resolution.clone()),
+        }
+    }
+
+    /// The decision kept for `key`, if it is still shown.
+    pub(super) fn kept<'a>(inner: &'a Inner, key: &[u8; 16], now: Tick) -> Option<&'a Kept> {
+        if inner.resolutions.is_empty() {
+            return None;
+        }
+        inner.resolutions.get(key).filter(|k| k.kept_until > now)
+    }
+
+    /// Whether `rec` is shown to operators: live, or released by an operator's not-applied and
+    /// still kept to show that decision.
+    pub(super) fn shown(inner: &Inner, key: &[u8; 16], rec: &Rec, now: Tick) -> bool {
+        rec.expires_at > now || Self::kept(inner, key, now).is_some()
+    }
+}

@@ -1,0 +1,134 @@
+//! A record as operators read it: [`Record`] and where it stands, [`RecordState`].
+
+use std::time::{Duration, SystemTime};
+
+use super::LeaseToken;
+use super::records::{Decision, Resolution};
+use crate::fingerprint::Fingerprint;
+use crate::key::IdempotencyKey;
+
+/// A record as an operator sees it (see [`Records`](super::Records)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Record {
+    /// Its key.
+    pub key: IdempotencyKey,
+    /// The tool that made it.
+    pub tool: String,
+    /// The fingerprint it was made with.
+    pub fingerprint: Fingerprint,
+    /// Where it stands.
+    pub state: RecordState,
+    /// Time until it expires.
+    pub expires_in: Duration,
+    /// When it was made (its first claim, or the takeover that restarted it), by the store's
+    /// clock: SQLite's the machine's, PostgreSQL's `now()`, Redis's `TIME`, the memory store's
+    /// tokio's. [`SystemTime::UNIX_EPOCH`] when the store does not know: a record written before
+    /// stores kept this (schema version 1).
+    pub created: SystemTime,
+    /// When it last changed (a claim, a renewal, completion, marked ambiguous), by the same
+    /// clock; [`SystemTime::UNIX_EPOCH`] when unknown, as for `created`.
+    pub updated: SystemTime,
+    /// The scope (tenant) it was made under, if any (`None` also for a record written before
+    /// stores kept it: schema version 2).
+    pub tenant: Option<String>,
+    /// What an operator decided about it ([`Records::resolve`](super::Records::resolve), S24), if anything.
+    ///
+    /// [`Decision::Applied`]: the record is Completed with the operator's outcome.
+    /// [`Decision::NotApplied`]: the record no longer counts (a claim finds its key absent and
+    /// runs the operation); [`Records::get`](super::Records::get) still returns it as it stood when resolved, with
+    /// [`Record::expires_in`] zero and this resolution, until the time-to-live given to
+    /// `resolve` passes or a new claim of the key replaces it ([`Record::is_live`] tells them
+    /// apart). `None` also for a record written before stores kept decisions.
+    pub resolution: Option<Resolution>,
+}
+
+impl Record {
+    /// A record, made and changed at an unknown time (set [`Record::created`] and
+    /// [`Record::updated`] where the store knows them): for stores written outside this crate.
+    pub fn new(
+        key: IdempotencyKey,
+        tool: impl Into<String>,
+        fingerprint: Fingerprint,
+        state: RecordState,
+        expires_in: Duration,
+    ) -> Self {
+        Record {
+            key,
+            tool: tool.into(),
+            fingerprint,
+            state,
+            expires_in,
+            created: SystemTime::UNIX_EPOCH,
+            updated: SystemTime::UNIX_EPOCH,
+            tenant: None,
+            resolution: None,
+        }
+    }
+
+    /// The same, with an operator's `resolution`.
+    pub fn with_resolution(mut self, resolution: Option<Resolution>) -> Self {
+        self.resolution = resolution;
+        self
+    }
+
+    /// Whether it still counts: `false` only for a record an operator resolved as not applied
+    /// (see [`Record::resolution`]), which [`Records::get`](super::Records::get) returns for a while though a claim
+    /// finds its key absent.
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use idem_runtime::store::{Decision, Record, RecordState, Resolution};
+    /// use idem_runtime::{Fingerprint, IdempotencyKey};
+    ///
+    /// let key = IdempotencyKey::derive("charge", &[("order", &1)]);
+    /// let ambiguous = RecordState::Ambiguous { note: "timed out".into() };
+    /// let record = Record::new(key, "charge", Fingerprint::of(&1).unwrap(), ambiguous, Duration::ZERO)
+    ///     .with_resolution(Some(Resolution::new(Decision::NotApplied, SystemTime::now(), None)));
+    /// assert!(!record.is_live());
+    /// ```
+    pub fn is_live(&self) -> bool {
+        !matches!(
+            self.resolution,
+            Some(Resolution {
+                decision: Decision::NotApplied,
+                ..
+            })
+        )
+    }
+
+    /// The same, made under `tenant`.
+    pub fn with_tenant(mut self, tenant: Option<String>) -> Self {
+        self.tenant = tenant;
+        self
+    }
+
+    /// The same, made at `created` and last changed at `updated`.
+    pub fn with_times(mut self, created: SystemTime, updated: SystemTime) -> Self {
+        self.created = created;
+        self.updated = updated;
+        self
+    }
+}
+
+/// Where a record stands, as an operator sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordState {
+    /// A holder is running it.
+    Running {
+        /// The holder's token.
+        token: LeaseToken,
+        /// Time until its lease expires (zero when it already has).
+        lease_remaining: Duration,
+    },
+    /// Completed with this serialized outcome.
+    Completed {
+        /// The outcome (JSON).
+        outcome: Vec<u8>,
+    },
+    /// Ran out of attempts after a failure that may have taken effect.
+    Ambiguous {
+        /// The last error, as the executor wrote it.
+        note: String,
+    },
+}
