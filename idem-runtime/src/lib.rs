@@ -97,10 +97,7 @@ pub mod conformance;
 pub use classify::{Classified, classify_chain};
 pub use error::{Error, StoreError, StoreErrorKind};
 #[doc(hidden)]
-pub use exec::{
-    Attempt, Body, Next, ReadCall, ReadNext, SideEffectCall, Step, StepKind, Verification,
-    VerifyStep,
-};
+pub use exec::{Attempt, Next, ReadCall, ReadNext, SideEffectCall, VerifyStep};
 pub use exec::{Tool, Verified, Verifying, current_key};
 pub use explain::Explanation;
 pub use fingerprint::{Fingerprint, Fingerprinter};

@@ -29,9 +29,7 @@ mod verified;
 
 pub use self::core::{Next, ReadNext};
 pub use self::current::current_key;
-pub use self::typed::{
-    Attempt, Body, ReadCall, SideEffectCall, Step, StepKind, Verification, VerifyStep,
-};
+pub use self::typed::{Attempt, ReadCall, SideEffectCall, VerifyStep};
 pub use self::verified::{Verified, Verifying};
 
 use std::future::Future;
