@@ -328,12 +328,25 @@ fn wrapped_calls(
 ) -> (Duration, Idem) {
     let idem = Idem::new(MemoryStore::new());
     let start = Instant::now();
-    rt.block_on(idem.scope(async {
+    rt.block_on(wrapped_on(&idem, &fresh, n));
+    (start.elapsed(), idem)
+}
+
+/// `n` calls of the wrapped tool on `idem`, each with a key of its own.
+async fn wrapped_on(idem: &Idem, fresh: &impl Fn() -> u64, n: u64) {
+    idem.scope(async {
         for _ in 0..n {
             black_box(charge("cus_1", fresh(), 4200).await.unwrap());
         }
-    }));
-    (start.elapsed(), idem)
+    })
+    .await;
+}
+
+/// `n` calls of the hand-written map on `hand`, each with a key of its own.
+async fn by_hand_on(hand: &HandStore, fresh: &impl Fn() -> u64, n: u64) {
+    for _ in 0..n {
+        black_box(charge_by_hand(hand, "cus_1", fresh(), 4200).await.unwrap());
+    }
 }
 
 /// Runs `iters` calls in chunks of at most [`CHUNK`], each on a fresh store that `run` makes and
@@ -387,11 +400,7 @@ fn bench(c: &mut Criterion) {
         chunked(n, |n| {
             let hand = HandStore::default();
             let start = Instant::now();
-            rt.block_on(async {
-                for _ in 0..n {
-                    black_box(charge_by_hand(&hand, "cus_1", fresh(), 4200).await.unwrap());
-                }
-            });
+            rt.block_on(by_hand_on(&hand, &fresh, n));
             (start.elapsed(), hand)
         })
     };
@@ -608,18 +617,6 @@ fn metrics_rows(c: &mut Criterion, rt: &tokio::runtime::Runtime, next: &AtomicU6
 /// settled by `verify`), `read` (the `#[read_only]` call) and `hand-read`; and, for a sampling
 /// profiler rather than callgrind, `wrapped-rounds` and `hand-rounds` (`n` rounds of CHUNK calls
 /// on fresh stores, as criterion's batches run them).
-/// CHUNK wrapped calls on a fresh store, inside the caller's runtime: the store, to leak.
-async fn wrapped_calls_here(fresh: &impl Fn() -> u64) -> Idem {
-    let idem = Idem::new(MemoryStore::new());
-    idem.scope(async {
-        for _ in 0..CHUNK {
-            black_box(charge("cus_1", fresh(), 4200).await.unwrap());
-        }
-    })
-    .await;
-    idem
-}
-
 fn count_mode() -> bool {
     let Ok(spec) = std::env::var("IDEMKIT_COUNT") else {
         return false;
@@ -673,16 +670,12 @@ fn count_mode() -> bool {
             // criterion's batches run them (their drop is sampled too: `drop_in_place`).
             "wrapped-rounds" => {
                 for _ in 0..n {
-                    drop(wrapped_calls_here(&fresh).await);
+                    wrapped_on(&Idem::new(MemoryStore::new()), &fresh, CHUNK).await;
                 }
             }
             "hand-rounds" => {
                 for _ in 0..n {
-                    let hand = HandStore::default();
-                    for _ in 0..CHUNK {
-                        black_box(charge_by_hand(&hand, "cus_1", fresh(), 4200).await.unwrap());
-                    }
-                    drop(hand);
+                    by_hand_on(&HandStore::default(), &fresh, CHUNK).await;
                 }
             }
             other => panic!("IDEMKIT_COUNT: no variant {other:?}"),
