@@ -185,9 +185,8 @@ where
     // connection's: a client that goes away, and hyper dropping this future, do not cut it off
     // (unless the layer is told to: `cancel_on_disconnect`).
     // It runs under what this task's calls run under (S26: the scoped runtime, the tenant, the
-    // operation), the layer's scope as the tenant. Boxed where it is made: the scope's wrappers
-    // and the spawned task then move a pointer, not the run's state (kilobytes, copied a dozen
-    // times per request).
+    // operation), the layer's scope as the tenant. The run's state (kilobytes) is boxed where it
+    // is made, and its wrappers once more: from then on a pointer moves, not the state.
     let run = Box::pin(run_keyed(
         config.clone(),
         key,
@@ -197,20 +196,34 @@ where
         inner,
     ));
     let task = TaskScope::capture().tenant(scope.map(Arc::<str>::from));
-    let run = task.run(run);
-    let run = tracing::Instrument::instrument(run, tracing::Span::current());
+    let mut run = Box::pin(tracing::Instrument::instrument(
+        task.run(run),
+        tracing::Span::current(),
+    ));
     if config.cancel_on_disconnect {
         return run.await;
     }
-    match tokio::spawn(run).await {
-        Ok(answer) => answer,
-        // Not reached: the handler's panic is caught in its attempt; the layer's own would be a bug.
-        Err(e) => Ok(unknown_outcome(
-            &config,
-            &key,
-            &format!("the request's task ended: {e}"),
-        )),
-    }
+    // Polled once here first: a run that ends in its first poll (a replay, a refusal, a handler
+    // that never waits, on a store that answers at once) needs no task of its own, and nothing
+    // can cut a poll short (a connection's future is dropped between polls, never inside one).
+    // A run that waits goes on in a task of its own, apart from the connection, which waits for
+    // its answer.
+    let first = std::future::poll_fn(|cx| {
+        let polled =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run.as_mut().poll(cx)));
+        Poll::Ready(polled)
+    })
+    .await;
+    let why = match first {
+        Ok(Poll::Ready(answer)) => return answer,
+        Ok(Poll::Pending) => match tokio::spawn(run).await {
+            Ok(answer) => return answer,
+            Err(e) => format!("the request's task ended: {e}"),
+        },
+        Err(panic) => format!("the request's run panicked: {}", panic_message(&*panic)),
+    };
+    // Not reached: the handler's panic is caught in its attempt; the layer's own would be a bug.
+    Ok(unknown_outcome(&config, &key, &why))
 }
 
 /// One keyed request's run through the executor: the handler at most once per key (unless
