@@ -433,12 +433,8 @@ async fn records_are_the_operators_like_a_tool_calls() {
         stored["headers"][1],
         serde_json::json!(["location", "/v1/charges/ch_1"])
     );
-    assert!(
-        stored["body"]["text"]
-            .as_str()
-            .unwrap()
-            .starts_with(r#"{"charge":1"#)
-    );
+    // A JSON body is kept as that JSON (issue 42: not as a string of it).
+    assert_eq!(stored["body"]["json"]["charge"], 1);
     // Forgotten by the operator (`idemkit forget`), the key runs again.
     s.store.forget(&key, false).await.unwrap();
     let after = s.post("/v1/charges", Some("\"k-9\""), "{}").await;

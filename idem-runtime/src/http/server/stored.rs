@@ -9,6 +9,7 @@ use http::header::{HeaderName, HeaderValue};
 use http::{Response, StatusCode, response};
 use http_body_util::{Either, Full};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 
 use super::BoxError;
 use super::body::{ResponseBody, problem};
@@ -21,10 +22,14 @@ pub(super) struct Stored {
     body: StoredBody,
 }
 
-/// A body as stored: as text when it is UTF-8 (JSON APIs: readable in `idemkit show`), else hex.
+/// A body as stored: as the JSON it is when it is one JSON text exactly (JSON APIs), else as
+/// text when it is UTF-8 (readable in `idemkit show` either way), else hex.
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub(super) enum StoredBody {
+    /// Kept as it came, not as a string of it: a replay copies it once instead of unescaping it
+    /// (a string of JSON escapes every quote), and the record reads as the API's own JSON.
+    Json(Box<RawValue>),
     Text(String),
     Hex(String),
     /// Streamed to the first request and not kept (why): the request ran; repeats are told so.
@@ -41,9 +46,10 @@ impl Stored {
                 })
             })
             .collect();
-        let body = match std::str::from_utf8(body) {
-            Ok(text) => StoredBody::Text(text.to_owned()),
-            Err(_) => StoredBody::Hex(hex(body)),
+        let body = match (json_text(body), std::str::from_utf8(body)) {
+            (Some(json), _) => StoredBody::Json(json),
+            (None, Ok(text)) => StoredBody::Text(text.to_owned()),
+            (None, Err(_)) => StoredBody::Hex(hex(body)),
         };
         Stored {
             status: parts.status.as_u16(),
@@ -64,6 +70,7 @@ impl Stored {
     /// The stored response, marked as a replay.
     pub(super) fn replay<B>(self, key: &IdempotencyKey) -> Response<ResponseBody<B>> {
         let body = match self.body {
+            StoredBody::Json(json) => Bytes::from(Box::<str>::from(json).into_boxed_bytes()),
             StoredBody::Text(text) => Bytes::from(text),
             StoredBody::Hex(hex) => Bytes::from(unhex(&hex)),
             StoredBody::Streamed(why) => {
@@ -93,6 +100,13 @@ impl Stored {
         headers.insert(REPLAYED, HeaderValue::from_static("true"));
         response
     }
+}
+
+/// `body` as JSON to keep as it is, when it is one JSON text and nothing else (whitespace
+/// around it would be lost: such a body is kept as text, byte for byte).
+fn json_text(body: &[u8]) -> Option<Box<RawValue>> {
+    let json: &RawValue = serde_json::from_slice(body).ok()?;
+    (json.get().len() == body.len()).then(|| json.to_owned())
 }
 
 pub(super) fn hex(bytes: &[u8]) -> String {

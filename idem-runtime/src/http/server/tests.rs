@@ -30,3 +30,75 @@ fn a_store_failure_is_503_only_when_a_retry_can_help() {
         StatusCode::INTERNAL_SERVER_ERROR
     );
 }
+
+/// The response `body` as the layer stores it (its outcome's JSON, sealed as the executor seals
+/// it), and as a repeat gets it back.
+fn stored_and_replayed(body: &[u8]) -> (serde_json::Value, bytes::Bytes) {
+    let (head, _) = http::Response::new(()).into_parts();
+    let stored = super::stored::Stored::of(&head, &[], &bytes::Bytes::copy_from_slice(body));
+    let mut outcome = serde_json::to_vec(&stored).unwrap();
+    crate::store::Outcome::seal(&mut outcome, "Stored");
+    let json = serde_json::from_slice(&outcome).unwrap();
+    let replayed = replay(&outcome);
+    (json, replayed)
+}
+
+fn replay(outcome: &[u8]) -> bytes::Bytes {
+    use http_body_util::BodyExt;
+    let stored: super::stored::Stored = serde_json::from_slice(outcome).unwrap();
+    let key = crate::IdempotencyKey::derive("t", &[("k", &"v")]);
+    let response = stored.replay::<http_body_util::Empty<bytes::Bytes>>(&key);
+    let body = response.into_body();
+    now(body.collect())
+        .unwrap_or_else(|_| unreachable!("a stored body is whole"))
+        .to_bytes()
+}
+
+/// Polls a future that is ready at once (a `Full` body's collection).
+fn now<F: std::future::Future>(fut: F) -> F::Output {
+    let mut fut = std::pin::pin!(fut);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match fut.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(out) => out,
+        std::task::Poll::Pending => panic!("a stored body is ready at once"),
+    }
+}
+
+/// A body that is one JSON text is kept as that JSON (no string of it to unescape at each
+/// replay); anything else, whitespace around JSON too, as text or hex, byte for byte.
+#[test]
+fn issue42_a_json_body_is_kept_as_json_and_every_body_is_replayed_byte_for_byte() {
+    let json = br#"{"id":"ch_1","request":{"customer":"cus_\"1\"","amount_cents":4200}}"#;
+    let (stored, replayed) = stored_and_replayed(json);
+    assert_eq!(
+        stored["body"]["json"],
+        serde_json::json!({"id": "ch_1", "request": {"customer": "cus_\"1\"", "amount_cents": 4200}})
+    );
+    assert_eq!(&replayed[..], json);
+    // Kept as written: its own spacing and key order, not re-encoded.
+    let spaced = b"[1, {\"b\" : 2,\"a\":1.50}]";
+    let (stored, replayed) = stored_and_replayed(spaced);
+    assert!(stored["body"]["json"].is_array());
+    assert_eq!(&replayed[..], spaced);
+    for text in [
+        &b"{\"id\":1}\n"[..],
+        b" 42",
+        b"flaky 1",
+        b"{\"unclosed\":",
+        b"",
+    ] {
+        let (stored, replayed) = stored_and_replayed(text);
+        assert!(stored["body"]["text"].is_string(), "{stored}");
+        assert_eq!(&replayed[..], text);
+    }
+    let (stored, replayed) = stored_and_replayed(b"\xff\x00{}");
+    assert_eq!(stored["body"]["hex"], "ff007b7d");
+    assert_eq!(&replayed[..], b"\xff\x00{}");
+}
+
+/// Records written before JSON bodies were kept as JSON (as text) still replay.
+#[test]
+fn issue42_a_json_body_stored_as_text_by_an_earlier_version_still_replays() {
+    let earlier = br#"{"status":201,"headers":[["content-type","application/json"]],"body":{"text":"{\"charge\":1}"}}"#;
+    assert_eq!(&replay(earlier)[..], br#"{"charge":1}"#);
+}
