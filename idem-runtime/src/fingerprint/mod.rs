@@ -8,6 +8,9 @@
 //! refused ([`Error::Arguments`](crate::Error::Arguments)), since JSON would write it as `null`.
 
 pub(crate) mod finite;
+// Only the HTTP server will fingerprint JSON texts (request bodies); its tests until then.
+#[cfg(all(test, feature = "tower"))]
+mod json;
 pub(crate) mod sorted;
 
 use std::borrow::Cow;
