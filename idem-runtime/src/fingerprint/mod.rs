@@ -8,8 +8,8 @@
 //! refused ([`Error::Arguments`](crate::Error::Arguments)), since JSON would write it as `null`.
 
 pub(crate) mod finite;
-// Only the HTTP server will fingerprint JSON texts (request bodies); its tests until then.
-#[cfg(all(test, feature = "tower"))]
+// Only the HTTP server fingerprints JSON texts (request bodies).
+#[cfg(feature = "tower")]
 mod json;
 pub(crate) mod sorted;
 
