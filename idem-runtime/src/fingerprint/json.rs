@@ -354,8 +354,6 @@ mod tests {
             ".5",
             "+1",
             "1e",
-            "1e400",
-            "-1e400",
             "0x10",
             r#""\ud800""#,
             r#""\udc00""#,
@@ -405,12 +403,18 @@ mod tests {
         assert!(!texts.iter().all(parsed), "some depth is refused");
     }
 
-    /// serde_json's private keys (which `Value` reads as a number or as JSON text when the
-    /// feature using them is on; this crate's tests build serde_json with `raw_value`) read
-    /// as `Value` reads them.
+    /// Texts that `Value` reads one way or another by serde_json's features (any crate in a
+    /// build may switch them on; this crate's tests build it with `raw_value`): numbers beyond
+    /// `f64` (refused, but kept as text under `arbitrary_precision`), and serde_json's private
+    /// keys (read as a number or as JSON text when the feature using them is on).
     #[test]
-    fn reads_serde_json_private_keys_as_value_does() {
+    fn reads_feature_dependent_texts_as_value_does() {
         let texts: &[&str] = &[
+            "1e400",
+            "-1e400",
+            "[1e400]",
+            "123456789012345678901234567890",
+            "-123456789012345678901234567890.5e-3",
             r#"{"$serde_json::private::Number":"12"}"#,
             r#"{"$serde_json::private::Number":"1.50"}"#,
             r#"{"$serde_json::private::Number":"x"}"#,
