@@ -8,13 +8,16 @@
 //! refused ([`Error::Arguments`](crate::Error::Arguments)), since JSON would write it as `null`.
 
 pub(crate) mod finite;
+// Only the HTTP server fingerprints JSON texts (request bodies).
+#[cfg(feature = "tower")]
+mod json;
 pub(crate) mod sorted;
 
 use std::borrow::Cow;
 use std::fmt;
 
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Number, Value};
 use sha2::{Digest, Sha256};
 
 /// SHA-256 of the canonical JSON of a call's other arguments.
@@ -166,9 +169,17 @@ fn write_canonical(sha: &mut Sha256, value: &Value) {
             }
             sha.update(b"]");
         }
-        // -0.0 == 0.0: one text for both.
-        Value::Number(n) if n.as_f64() == Some(0.0) && n.is_f64() => sha.update(b"0.0"),
+        Value::Number(n) => write_number(sha, n),
         scalar => write_json(sha, scalar),
+    }
+}
+
+/// A number as serde_json writes it, but `-0.0` as `0.0`: they compare equal, so one text for both.
+fn write_number(sha: &mut Sha256, n: &Number) {
+    if n.as_f64() == Some(0.0) && n.is_f64() {
+        sha.update(b"0.0");
+    } else {
+        write_json(sha, n);
     }
 }
 

@@ -19,9 +19,7 @@ pub(super) fn fingerprint(parts: &Parts, body: &[u8]) -> Fingerprint {
         .map(|v| v.trim().to_ascii_lowercase())
         .unwrap_or_default();
     let canonical = if essence == "application/json" || essence.ends_with("+json") {
-        serde_json::from_slice::<serde_json::Value>(body)
-            .ok()
-            .map(|json| Fingerprint::of_value(&json))
+        Fingerprint::of_json_slice(body)
     } else if essence == "application/x-www-form-urlencoded" {
         Some(form_fingerprint(body))
     } else {

@@ -1,0 +1,519 @@
+//! The fingerprint of a JSON text, hashed from a tree that borrows its strings from the text:
+//! the HTTP server fingerprints every keyed JSON body, and a `serde_json::Value` (a map, and a
+//! `String` for every key and string, all freed again) was most of that cost.
+//!
+//! The bytes hashed are exactly those [`Fingerprint::of_value`] hashes for the `Value` the same
+//! text parses into, since records already stored hold them: the tests below compare the two.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::OnceLock;
+
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Number, Value};
+use sha2::{Digest, Sha256};
+
+use super::{Fingerprint, write_json, write_number};
+
+impl Fingerprint {
+    /// The fingerprint of a JSON text, as [`Fingerprint::of_value`] of the `Value` it parses
+    /// into; `None` where `serde_json::from_slice::<Value>` fails (same recursion limit, same
+    /// refusal of trailing characters).
+    pub(crate) fn of_json_slice(text: &[u8]) -> Option<Fingerprint> {
+        let json: Json<'_> = serde_json::from_slice(text).ok()?;
+        let mut sha = Sha256::new();
+        write_canonical(&mut sha, json);
+        Some(Fingerprint(sha.finalize().into()))
+    }
+}
+
+/// A JSON value as `Value` holds it, but strings borrowed from the text where they hold no
+/// escape, and an object's entries in the text's order, repeated keys and all.
+enum Json<'a> {
+    Null,
+    Bool(bool),
+    Number(Number),
+    String(Cow<'a, str>),
+    Array(Vec<Json<'a>>),
+    Object(Vec<(Cow<'a, str>, Json<'a>)>),
+}
+
+impl Json<'_> {
+    /// The same value, owning its strings.
+    fn into_owned(self) -> Json<'static> {
+        let owned = |s: Cow<'_, str>| Cow::Owned(s.into_owned());
+        match self {
+            Json::Null => Json::Null,
+            Json::Bool(b) => Json::Bool(b),
+            Json::Number(n) => Json::Number(n),
+            Json::String(s) => Json::String(owned(s)),
+            Json::Array(items) => Json::Array(items.into_iter().map(Json::into_owned).collect()),
+            Json::Object(entries) => Json::Object(
+                entries
+                    .into_iter()
+                    .map(|(k, v)| (owned(k), v.into_owned()))
+                    .collect(),
+            ),
+        }
+    }
+}
+
+/// `write_canonical`'s text for the `Value` this tree stands for: object keys sorted by `str`
+/// order, of a key given twice the last value (the one serde_json's map keeps), numbers and
+/// strings as serde_json writes them, `-0.0` as `0.0`.
+fn write_canonical(sha: &mut Sha256, value: Json<'_>) {
+    match value {
+        Json::Null => write_json(sha, &()),
+        Json::Bool(b) => write_json(sha, &b),
+        Json::Number(n) => write_number(sha, &n),
+        Json::String(s) => write_json(sha, &*s),
+        Json::Array(items) => {
+            sha.update(b"[");
+            for (i, item) in items.into_iter().enumerate() {
+                if i > 0 {
+                    sha.update(b",");
+                }
+                write_canonical(sha, item);
+            }
+            sha.update(b"]");
+        }
+        Json::Object(mut entries) => {
+            // Stable, so of a repeated key the last given stays last: the one written.
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            sha.update(b"{");
+            let mut entries = entries.into_iter().peekable();
+            let mut first = true;
+            while let Some((key, value)) = entries.next() {
+                if entries.peek().is_some_and(|(next, _)| *next == key) {
+                    continue;
+                }
+                if !first {
+                    sha.update(b",");
+                }
+                first = false;
+                write_json(sha, &*key);
+                sha.update(b":");
+                write_canonical(sha, value);
+            }
+            sha.update(b"}");
+        }
+    }
+}
+
+/// serde_json's private map keys. Where the serde_json feature using one is on (any crate in a
+/// build may switch it on), `Value` reads a map whose first key it is as no map: under
+/// `NUMBER` (`arbitrary_precision`, which hands every number over so) as the number its string
+/// spells, under `RAW` (`raw_value`) as the JSON text its string holds. Without the feature, or
+/// further on in a map, either is an ordinary key.
+const NUMBER: &str = "$serde_json::private::Number";
+const RAW: &str = "$serde_json::private::RawValue";
+
+/// Whether `Value` reads a map whose first key is `token` as no map, asked of `Value` itself
+/// once per process.
+fn value_reads(token: &'static str) -> bool {
+    static NUMBER_READ: OnceLock<bool> = OnceLock::new();
+    static RAW_READ: OnceLock<bool> = OnceLock::new();
+    let read = if token == NUMBER {
+        &NUMBER_READ
+    } else {
+        &RAW_READ
+    };
+    *read.get_or_init(|| {
+        let probe = format!(r#"{{"{token}":"0"}}"#);
+        serde_json::from_str::<Value>(&probe).is_ok_and(|v| v.is_number())
+    })
+}
+
+impl<'de> Deserialize<'de> for Json<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(JsonVisitor)
+    }
+}
+
+/// `Value`'s visitor, borrowing.
+struct JsonVisitor;
+
+impl<'de> Visitor<'de> for JsonVisitor {
+    type Value = Json<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any valid JSON value")
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(Json::Null)
+    }
+
+    fn visit_bool<E>(self, b: bool) -> Result<Self::Value, E> {
+        Ok(Json::Bool(b))
+    }
+
+    fn visit_i64<E>(self, n: i64) -> Result<Self::Value, E> {
+        Ok(Json::Number(n.into()))
+    }
+
+    fn visit_u64<E>(self, n: u64) -> Result<Self::Value, E> {
+        Ok(Json::Number(n.into()))
+    }
+
+    fn visit_f64<E>(self, n: f64) -> Result<Self::Value, E> {
+        // As `Value`: a float with no JSON form is null (serde_json's parser makes none).
+        Ok(Number::from_f64(n).map_or(Json::Null, Json::Number))
+    }
+
+    fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Self::Value, E> {
+        Ok(Json::String(Cow::Borrowed(s)))
+    }
+
+    fn visit_str<E>(self, s: &str) -> Result<Self::Value, E> {
+        Ok(Json::String(Cow::Owned(s.to_owned())))
+    }
+
+    fn visit_string<E>(self, s: String) -> Result<Self::Value, E> {
+        Ok(Json::String(Cow::Owned(s)))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Json::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let Some(Text(first)) = map.next_key()? else {
+            return Ok(Json::Object(Vec::new()));
+        };
+        if first == NUMBER && value_reads(NUMBER) {
+            let Text(number) = map.next_value()?;
+            return number.parse().map(Json::Number).map_err(de::Error::custom);
+        }
+        if first == RAW && value_reads(RAW) {
+            let Text(raw) = map.next_value()?;
+            return serde_json::from_str::<Json<'_>>(&raw)
+                .map(Json::into_owned)
+                .map_err(de::Error::custom);
+        }
+        let mut entries = vec![(first, map.next_value()?)];
+        while let Some((Text(key), value)) = map.next_entry()? {
+            entries.push((key, value));
+        }
+        Ok(Json::Object(entries))
+    }
+}
+
+/// A key (or a private key's string value), borrowed where it holds no escape.
+struct Text<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Text<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct TextVisitor;
+        impl<'de> Visitor<'de> for TextVisitor {
+            type Value = Text<'de>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+
+            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Borrowed(s)))
+            }
+
+            fn visit_str<E>(self, s: &str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(s.to_owned())))
+            }
+
+            fn visit_string<E>(self, s: String) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(s)))
+            }
+        }
+        deserializer.deserialize_str(TextVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::Value;
+
+    use super::Fingerprint;
+
+    /// The reference: the `Value` path the HTTP server took before.
+    fn by_value(text: &[u8]) -> Option<Fingerprint> {
+        serde_json::from_slice::<Value>(text)
+            .ok()
+            .map(|v| Fingerprint::of_value(&v))
+    }
+
+    /// Each text whose fingerprint differs from the `Value` path's, with both.
+    fn differing<'a>(texts: impl IntoIterator<Item = &'a [u8]>) -> Vec<String> {
+        texts
+            .into_iter()
+            .filter_map(|text| {
+                let (got, want) = (Fingerprint::of_json_slice(text), by_value(text));
+                (got != want)
+                    .then(|| format!("{:?}: {got:?}, not {want:?}", String::from_utf8_lossy(text)))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn fingerprints_json_as_the_value_path_does() {
+        let texts: &[&str] = &[
+            // Nesting, keys out of order, empty containers.
+            r#"{"b":{"d":[1,{"z":0,"a":0}],"c":null},"a":0.25}"#,
+            r#"[{"y":[],"x":{}},[[[]]],{},[]]"#,
+            r#"{}"#,
+            r#"[]"#,
+            r#"{"zeta":1,"alpha":2,"mike":{"b":[3,2,1],"a":"x"}}"#,
+            // A key given more than once: the last value is kept, at any depth, whatever the
+            // earlier one held.
+            r#"{"a":1,"a":2}"#,
+            r#"{"a":1,"b":0,"a":2,"a":3}"#,
+            r#"{"b":{"x":1,"x":2},"a":[{"k":1,"k":{"z":1,"y":2}}]}"#,
+            r#"{"a":{"deep":{"x":1}},"b":1,"a":2}"#,
+            r#"{"a":[1,{"b":2}],"a":{"z":2,"y":1}}"#,
+            r#"{"é":1,"\u00e9":2}"#,
+            r#"{"\u00e9":1,"é":2}"#,
+            // Escapes in strings and keys, borrowed nowhere.
+            r#""quote \" backslash \\ slash \/ \b\f\n\r\t \u00e9 \ud83d\ude00 \u0000 \u001f \u2028""#,
+            r#"{"k\"ey":"v\\al","n\nl":"\u00e9","\ud83d\ude00":"😀","é":"\u00E9"}"#,
+            r#"["héllo wörld — 日本語 😀", "\u65e5\u672c"]"#,
+            // Keys whose orders differ: bytes (= chars) against UTF-16 or case.
+            r#"{"\uffff":1,"😀":2,"\ue000":3,"z":4,"é":5,"E":6,"e":7,"":8,"a\u0000":9,"a":10,"ab":11}"#,
+            // Numbers.
+            "0",
+            "-0",
+            "0.0",
+            "-0.0",
+            "1e3",
+            "1E-7",
+            "12345678901234567890",
+            "18446744073709551615",
+            "18446744073709551616",
+            "-9223372036854775808",
+            "-9223372036854775809",
+            "1.5",
+            "4200",
+            "2.5E+10",
+            "5e-324",
+            "1.7976931348623157e308",
+            "0.1",
+            "100.000",
+            r#"[0,-0,0.0,-0.0,1e3,1E-7,12345678901234567890,-9223372036854775808,1.5,4200]"#,
+            r#"{"n":-0,"m":{"z":-0.0,"a":0}}"#,
+            // Literals.
+            "true",
+            "false",
+            "null",
+            r#"[true,false,null,"",{"t":true,"f":false,"n":null}]"#,
+            // Whitespace everywhere.
+            " \t\n\r{ \"b\" :\n[ 1 ,\t2 ] , \"a\" : { } , \"c\":\r\"x\" }\r\n ",
+            "  [ ]  ",
+            "\n\"s\"\n",
+        ];
+        let wrong = differing(texts.iter().map(|t| t.as_bytes()));
+        assert!(wrong.is_empty(), "differs:\n{}", wrong.join("\n"));
+        // Not vacuous: each of those is JSON.
+        for text in texts {
+            assert!(by_value(text.as_bytes()).is_some(), "{text}");
+        }
+    }
+
+    #[test]
+    fn refuses_exactly_what_value_refuses() {
+        let mut texts: Vec<Vec<u8>> = [
+            "",
+            "   ",
+            r#"{"a":1}x"#,
+            r#"{"a":1} {"b":2}"#,
+            "[1] [2]",
+            r#"{"a":1"#,
+            r#"{"a":"#,
+            r#"{"a""#,
+            r#"{"a"}"#,
+            r#"{"a":}"#,
+            "[1,2",
+            "[1,]",
+            r#"{"a":1,}"#,
+            "{'a':1}",
+            r#"{a:1}"#,
+            r#""abc"#,
+            "[",
+            "{",
+            "nul",
+            "tru",
+            "NaN",
+            "[NaN]",
+            "Infinity",
+            "-Infinity",
+            "-",
+            "01",
+            "1.",
+            ".5",
+            "+1",
+            "1e",
+            "0x10",
+            r#""\ud800""#,
+            r#""\udc00""#,
+            r#""\x41""#,
+            "\"a\nb\"",
+            "\"tab\there\"",
+            r#"{"a":1,"a":}"#,
+        ]
+        .iter()
+        .map(|t| t.as_bytes().to_vec())
+        .collect();
+        // Bytes that are not UTF-8, in a string and in a key.
+        texts.push(b"\"\xff\"".to_vec());
+        texts.push(b"{\"\xc3\":1}".to_vec());
+        for text in &texts {
+            assert_eq!(
+                Fingerprint::of_json_slice(text),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(text)
+            );
+            assert_eq!(by_value(text), None, "{:?}", String::from_utf8_lossy(text));
+        }
+    }
+
+    /// serde_json stops at a depth of 128: one limit for both, arrays and objects alike.
+    #[test]
+    fn nests_as_deep_as_value_and_no_deeper() {
+        let mut texts = Vec::new();
+        for depth in 120..=135 {
+            texts.push(format!("{}1{}", "[".repeat(depth), "]".repeat(depth)));
+            texts.push(format!(
+                "{}1{}",
+                r#"{"a":"#.repeat(depth),
+                "}".repeat(depth)
+            ));
+            texts.push(format!(
+                "{}[]{}",
+                r#"[{"a":"#.repeat(depth / 2),
+                "}]".repeat(depth / 2)
+            ));
+        }
+        let wrong = differing(texts.iter().map(|t| t.as_bytes()));
+        assert!(wrong.is_empty(), "differs:\n{}", wrong.join("\n"));
+        let parsed = |t: &String| Fingerprint::of_json_slice(t.as_bytes()).is_some();
+        assert!(texts.iter().any(parsed), "some depth parses");
+        assert!(!texts.iter().all(parsed), "some depth is refused");
+    }
+
+    /// Texts that `Value` reads one way or another by serde_json's features (any crate in a
+    /// build may switch them on; this crate's tests build it with `raw_value`): numbers beyond
+    /// `f64` (refused, but kept as text under `arbitrary_precision`), and serde_json's private
+    /// keys (read as a number or as JSON text when the feature using them is on).
+    #[test]
+    fn reads_feature_dependent_texts_as_value_does() {
+        let texts: &[&str] = &[
+            "1e400",
+            "-1e400",
+            "[1e400]",
+            "123456789012345678901234567890",
+            "-123456789012345678901234567890.5e-3",
+            r#"{"$serde_json::private::Number":"12"}"#,
+            r#"{"$serde_json::private::Number":"1.50"}"#,
+            r#"{"$serde_json::private::Number":"x"}"#,
+            r#"{"$serde_json::private::Number":12}"#,
+            r#"{"$serde_json::private::Number":"12","b":1}"#,
+            r#"{"b":1,"$serde_json::private::Number":"12"}"#,
+            r#"{"$serde_json::private::RawValue":"{\"b\":[1,-0.0],\"a\":\"\\u00e9\"}"}"#,
+            r#"{"$serde_json::private::RawValue":"[1, 2]"}"#,
+            r#"{"$serde_json::private::RawValue":"[1, 2"}"#,
+            r#"{"$serde_json::private::RawValue":"1 x"}"#,
+            r#"{"$serde_json::private::RawValue":[1]}"#,
+            r#"{"$serde_json::private::RawValue":"1","b":1}"#,
+            r#"{"b":1,"$serde_json::private::RawValue":"1"}"#,
+            r#"[{"$serde_json::private::RawValue":"{\"$serde_json::private::RawValue\":\"7\"}"}]"#,
+            r#"{"$serde_json::private::RawValu":"1"}"#,
+        ];
+        let wrong = differing(texts.iter().map(|t| t.as_bytes()));
+        assert!(wrong.is_empty(), "differs:\n{}", wrong.join("\n"));
+    }
+
+    /// Whitespace, at most two characters of it.
+    fn ws() -> impl Strategy<Value = String> {
+        "[ \t\n\r]{0,2}"
+    }
+
+    /// A string's JSON text: plain characters and escapes.
+    fn string_text() -> BoxedStrategy<String> {
+        let escapes = [
+            r#"\""#,
+            r#"\\"#,
+            r#"\/"#,
+            r#"\n"#,
+            r#"\t"#,
+            r#"\u00e9"#,
+            r#"\ud83d\ude00"#,
+            r#"\u0000"#,
+        ];
+        prop::collection::vec(
+            prop_oneof![
+                "[a-zA-Z0-9 ]",
+                "[éE日😀\u{e000}\u{ffff}]",
+                prop::sample::select(escapes.to_vec()).prop_map(str::to_owned),
+            ],
+            0..4,
+        )
+        .prop_map(|parts| format!("\"{}\"", parts.concat()))
+        .boxed()
+    }
+
+    /// A key, from few enough that objects repeat them (`é` both plain and escaped).
+    fn key_text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            3 => prop::sample::select(vec![
+                r#""a""#, r#""b""#, r#""é""#, r#""\u00e9""#, r#""E""#, r#""e""#, r#""""#,
+                r#""😀""#, r#""\uffff""#,
+            ])
+            .prop_map(str::to_owned),
+            1 => string_text(),
+        ]
+    }
+
+    /// Any JSON text, some of them numbers out of range.
+    fn json_text() -> impl Strategy<Value = String> {
+        let leaf = prop_oneof![
+            prop::sample::select(vec!["null", "true", "false"]).prop_map(str::to_owned),
+            "-?(0|[1-9][0-9]{0,20})(\\.[0-9]{1,3})?([eE][+-]?[0-9]{1,3})?",
+            string_text(),
+        ];
+        leaf.prop_recursive(4, 48, 5, |inner| {
+            prop_oneof![
+                prop::collection::vec((ws(), inner.clone(), ws()), 0..5).prop_map(|items| {
+                    let items: Vec<String> =
+                        items.into_iter().map(|(a, v, b)| a + &v + &b).collect();
+                    format!("[{}]", items.join(","))
+                }),
+                prop::collection::vec((ws(), key_text(), ws(), inner, ws()), 0..5).prop_map(
+                    |entries| {
+                        let entries: Vec<String> = entries
+                            .into_iter()
+                            .map(|(a, k, b, v, c)| format!("{a}{k}{b}:{v}{c}"))
+                            .collect();
+                        format!("{{{}}}", entries.join(","))
+                    }
+                ),
+            ]
+        })
+    }
+
+    proptest! {
+        /// Any text, and any cut of it (mostly not JSON), fingerprints as the `Value` path's.
+        #[test]
+        fn any_text_fingerprints_as_the_value_path_does(
+            text in json_text(),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let bytes = text.as_bytes();
+            prop_assert_eq!(Fingerprint::of_json_slice(bytes), by_value(bytes), "{}", text);
+            let cut = &bytes[..cut.index(bytes.len() + 1)];
+            prop_assert_eq!(Fingerprint::of_json_slice(cut), by_value(cut));
+        }
+    }
+}
