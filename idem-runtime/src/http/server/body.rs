@@ -65,11 +65,7 @@ pub(super) async fn read_bounded<B: Body<Data = Bytes>>(
         .headers
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            v.trim_start()
-                .to_ascii_lowercase()
-                .starts_with("text/event-stream")
-        });
+        .is_some_and(|v| starts_with_ignore_case(v.trim_start(), "text/event-stream"));
     if event_stream {
         return Ok(Read::Streamed(
             Either::Right(Either::Left(body)),
@@ -81,7 +77,9 @@ pub(super) async fn read_bounded<B: Body<Data = Bytes>>(
         return Ok(Read::Streamed(Either::Right(Either::Left(body)), over));
     }
     let mut body = Box::pin(body);
-    let mut prefix = std::collections::VecDeque::new();
+    // The usual body is one frame: kept as it is, neither queued nor copied.
+    let mut first: Option<Bytes> = None;
+    let mut more = std::collections::VecDeque::new();
     let mut len = 0;
     while let Some(frame) = body.frame().await {
         // Trailers are not stored (nor were they before a bound).
@@ -89,17 +87,78 @@ pub(super) async fn read_bounded<B: Body<Data = Bytes>>(
             continue;
         };
         len += data.len();
-        prefix.push_back(data);
+        match first {
+            None => first = Some(data),
+            Some(_) => more.push_back(data),
+        }
         if len > bound {
+            let mut prefix = more;
+            if let Some(first) = first {
+                prefix.push_front(first);
+            }
             let rest = Prefixed { prefix, rest: body };
             return Ok(Read::Streamed(Either::Right(Either::Right(rest)), over));
         }
     }
+    Ok(Read::Whole(join(first, more, len)))
+}
+
+/// A body's frames joined: the first alone as it is, more than one copied into one buffer.
+fn join(first: Option<Bytes>, more: std::collections::VecDeque<Bytes>, len: usize) -> Bytes {
+    let Some(first) = first else {
+        return Bytes::new();
+    };
+    if more.is_empty() {
+        return first;
+    }
     let mut whole = bytes::BytesMut::with_capacity(len);
-    for data in prefix {
+    whole.extend_from_slice(&first);
+    for data in more {
         whole.extend_from_slice(&data);
     }
-    Ok(Read::Whole(whole.freeze()))
+    whole.freeze()
+}
+
+/// Why a keyed request's body was not read.
+pub(super) enum Unread {
+    /// Longer than the layer's `max_body`.
+    TooLarge,
+    /// It broke off before its end.
+    Broken,
+}
+
+/// A keyed request's body, whole, if it is at most `bound` bytes (as `Limited` and `collect`
+/// read it, without their queue and copy for the usual body of one frame). Trailers are not
+/// kept (they are no part of the fingerprint).
+pub(super) async fn read_request<B: Body>(body: B, bound: usize) -> Result<Bytes, Unread> {
+    use bytes::Buf;
+    let mut body = std::pin::pin!(body);
+    let mut first: Option<Bytes> = None;
+    let mut more = std::collections::VecDeque::new();
+    let mut len = 0;
+    while let Some(frame) = body.frame().await {
+        let Ok(mut data) = frame.map_err(|_| Unread::Broken)?.into_data() else {
+            continue;
+        };
+        len += data.remaining();
+        if len > bound {
+            return Err(Unread::TooLarge);
+        }
+        let data = data.copy_to_bytes(data.remaining());
+        match first {
+            None => first = Some(data),
+            Some(_) => more.push_back(data),
+        }
+    }
+    Ok(join(first, more, len))
+}
+
+/// Whether `text` starts with `prefix`, ASCII case ignored (a media type's case is not
+/// significant), without a lowercased copy.
+pub(super) fn starts_with_ignore_case(text: &str, prefix: &str) -> bool {
+    text.as_bytes()
+        .get(..prefix.len())
+        .is_some_and(|head| head.eq_ignore_ascii_case(prefix.as_bytes()))
 }
 
 /// A response the layer makes itself (RFC 9457 problem details, as the draft's examples).

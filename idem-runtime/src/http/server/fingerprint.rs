@@ -11,16 +11,21 @@ use sha2::{Digest, Sha256};
 /// decoded pairs sorted by name; any other body, or one that does not parse, by its bytes.
 pub(super) fn fingerprint(parts: &Parts, body: &[u8]) -> Fingerprint {
     let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    // The media type's essence; its case is not significant.
     let essence = parts
         .headers
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split(';').next())
-        .map(|v| v.trim().to_ascii_lowercase())
-        .unwrap_or_default();
-    let canonical = if essence == "application/json" || essence.ends_with("+json") {
+        .map_or("", str::trim);
+    let json_suffix = essence
+        .len()
+        .checked_sub(5)
+        .and_then(|at| essence.get(at..))
+        .is_some_and(|suffix| suffix.eq_ignore_ascii_case("+json"));
+    let canonical = if essence.eq_ignore_ascii_case("application/json") || json_suffix {
         Fingerprint::of_json_slice(body)
-    } else if essence == "application/x-www-form-urlencoded" {
+    } else if essence.eq_ignore_ascii_case("application/x-www-form-urlencoded") {
         Some(form_fingerprint(body))
     } else {
         None

@@ -14,14 +14,14 @@ use http::header::CONTENT_LENGTH;
 use http::request::Parts;
 use http::{Request, Response, StatusCode, response};
 use http_body::Body;
-use http_body_util::{BodyExt, Either, Full, LengthLimitError, Limited};
+use http_body_util::{Either, Full};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use super::BoxError;
-use super::body::{Read, ResponseBody, problem, read_bounded};
+use super::body::{Read, ResponseBody, Unread, problem, read_bounded, read_request};
 use super::fingerprint::fingerprint;
 use super::layer::{Config, IdempotencyLayer, register};
 use super::stored::{Served, Stored};
@@ -167,10 +167,10 @@ where
     if declared.is_some_and(|len| len > config.max_body as u64) {
         return Ok(too_large());
     }
-    let body = match Limited::new(body, config.max_body).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => return Ok(too_large()),
-        Err(_) => {
+    let body = match read_request(body, config.max_body).await {
+        Ok(body) => body,
+        Err(Unread::TooLarge) => return Ok(too_large()),
+        Err(Unread::Broken) => {
             return Ok(problem(
                 StatusCode::BAD_REQUEST,
                 "Request body unreadable",

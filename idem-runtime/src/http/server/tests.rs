@@ -174,3 +174,61 @@ fn request_fingerprints_are_pinned() {
         wrong.join("\n")
     );
 }
+
+/// A body of frames `parts` (an `Err` part: the body breaks off there).
+fn framed(
+    parts: Vec<Result<&'static str, &'static str>>,
+) -> http_body_util::StreamBody<
+    impl futures_util::Stream<Item = Result<http_body::Frame<bytes::Bytes>, super::BoxError>>,
+> {
+    http_body_util::StreamBody::new(futures_util::stream::iter(parts.into_iter().map(|p| {
+        p.map(|data| http_body::Frame::data(bytes::Bytes::from_static(data.as_bytes())))
+            .map_err(super::BoxError::from)
+    })))
+}
+
+/// A keyed request's body is read whole, frames joined in order, up to the layer's bound; one
+/// longer, or one that breaks off, is told apart (413, 400).
+#[test]
+fn issue42_a_request_body_is_read_whole_within_its_bound() {
+    use super::body::{Unread, read_request};
+    let read = |parts, bound| now(read_request(framed(parts), bound));
+    assert!(matches!(read(vec![Ok("{\"a\":1}")], 7), Ok(b) if b == "{\"a\":1}"));
+    assert!(matches!(read(vec![Ok("ab"), Ok(""), Ok("cd"), Ok("e")], 5), Ok(b) if b == "abcde"));
+    assert!(matches!(read(vec![], 0), Ok(b) if b.is_empty()));
+    assert!(matches!(
+        read(vec![Ok("ab"), Ok("cd")], 3),
+        Err(Unread::TooLarge)
+    ));
+    assert!(matches!(
+        read(vec![Ok("ab"), Err("reset")], 10),
+        Err(Unread::Broken)
+    ));
+}
+
+/// A handler's response body is kept whole within the bound, its frames joined in order; past
+/// the bound it is handed on as it comes, the frames read so far first, in their order.
+#[test]
+fn issue42_a_response_body_is_kept_whole_or_handed_on_in_order() {
+    use super::body::{Read, read_bounded};
+    use http_body_util::BodyExt;
+    let (head, ()) = http::Response::new(()).into_parts();
+    let read = |parts, bound| {
+        now(read_bounded(&head, framed(parts), bound)).unwrap_or_else(|_| panic!("no error"))
+    };
+    let Read::Whole(whole) = read(vec![Ok("ab"), Ok("cd")], 4) else {
+        panic!("within its bound, a body is kept whole")
+    };
+    assert_eq!(whole, "abcd");
+    let Read::Whole(one) = read(vec![Ok("abcd")], 4) else {
+        panic!("within its bound, a body is kept whole")
+    };
+    assert_eq!(one, "abcd");
+    let Read::Streamed(on, _) = read(vec![Ok("ab"), Ok("cd"), Ok("ef"), Ok("gh")], 5) else {
+        panic!("past its bound, a body is handed on")
+    };
+    let handed = now(on.collect())
+        .unwrap_or_else(|_| panic!("no error"))
+        .to_bytes();
+    assert_eq!(handed, "abcdefgh");
+}
