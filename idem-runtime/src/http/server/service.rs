@@ -66,8 +66,20 @@ where
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         // The clone made ready by `poll_ready` serves this request; its twin the next one.
         let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
-        Box::pin(serve(self.config.clone(), inner, req))
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        // Each kind of request has a future of its own size: one let through holds the
+        // handler's, a keyed one the layer's run.
+        match admit(&self.config, req) {
+            Admitted::Through(req) => {
+                let handled = inner.call(req);
+                Box::pin(async move {
+                    let response = handled.await?;
+                    Ok(response.map(|b| Either::Right(Either::Left(b))))
+                })
+            }
+            Admitted::Answered(response) => Box::pin(std::future::ready(Ok(response))),
+            Admitted::Keyed(keyed) => Box::pin(serve(self.config.clone(), inner, keyed)),
+        }
     }
 }
 
@@ -99,37 +111,41 @@ pub(super) fn client_key(headers: &http::HeaderMap) -> Result<Option<String>, &'
     Ok(Some(key))
 }
 
-pub(super) async fn serve<S, ReqBody, ResBody>(
-    config: Arc<Config>,
-    mut inner: S,
-    req: Request<ReqBody>,
-) -> Result<Response<ResponseBody<ResBody>>, S::Error>
-where
-    S: tower_service::Service<Request<ReqBody>, Response = Response<ResBody>> + Send + 'static,
-    S::Future: Send,
-    S::Error: Send + 'static,
-    ReqBody: Body + From<Bytes> + Send + 'static,
-    ReqBody::Data: Send,
-    ReqBody::Error: Into<BoxError>,
-    ResBody: Body<Data = Bytes> + Send + 'static,
-    ResBody::Error: Into<BoxError>,
-{
-    let through = |response: Response<ResBody>| response.map(|b| Either::Right(Either::Left(b)));
+/// What the layer does with a request, decided before anything is awaited.
+pub(super) enum Admitted<ReqBody, B> {
+    /// Not the layer's (a method it does not key, no key where none is required): to the
+    /// handler as it came.
+    Through(Request<ReqBody>),
+    /// Refused before anything ran: the layer's own answer.
+    Answered(Response<ResponseBody<B>>),
+    /// Keyed: to run through the executor.
+    Keyed(Keyed<ReqBody>),
+}
+
+/// A keyed request, its body still to read.
+pub(super) struct Keyed<ReqBody> {
+    parts: Parts,
+    body: ReqBody,
+    client_key: String,
+    scope: Option<String>,
+}
+
+pub(super) fn admit<ReqBody, B>(config: &Config, req: Request<ReqBody>) -> Admitted<ReqBody, B> {
     if !config.methods.contains(req.method()) {
-        return inner.call(req).await.map(through);
+        return Admitted::Through(req);
     }
     let client_key = match client_key(req.headers()) {
         Ok(Some(key)) => key,
-        Ok(None) if !config.required => return inner.call(req).await.map(through),
+        Ok(None) if !config.required => return Admitted::Through(req),
         Ok(None) => {
-            return Ok(problem(
+            return Admitted::Answered(problem(
                 StatusCode::BAD_REQUEST,
                 "Idempotency-Key is missing",
                 "this operation is idempotent and requires an Idempotency-Key header",
             ));
         }
         Err(why) => {
-            return Ok(problem(
+            return Admitted::Answered(problem(
                 StatusCode::BAD_REQUEST,
                 "Idempotency-Key is malformed",
                 why,
@@ -142,7 +158,7 @@ where
         Some(scope) => match scope(&parts) {
             Some(scope) => Some(scope),
             None => {
-                return Ok(problem(
+                return Admitted::Answered(problem(
                     StatusCode::UNAUTHORIZED,
                     "No scope for the Idempotency-Key",
                     "keys are kept per principal, and this request has none",
@@ -150,6 +166,36 @@ where
             }
         },
     };
+    Admitted::Keyed(Keyed {
+        parts,
+        body,
+        client_key,
+        scope,
+    })
+}
+
+/// A keyed request: its body read, fingerprinted, and run as one call of the executor.
+pub(super) async fn serve<S, ReqBody, ResBody>(
+    config: Arc<Config>,
+    inner: S,
+    keyed: Keyed<ReqBody>,
+) -> Result<Response<ResponseBody<ResBody>>, S::Error>
+where
+    S: tower_service::Service<Request<ReqBody>, Response = Response<ResBody>> + Send + 'static,
+    S::Future: Send,
+    S::Error: Send + 'static,
+    ReqBody: Body + From<Bytes> + Send + 'static,
+    ReqBody::Data: Send,
+    ReqBody::Error: Into<BoxError>,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    let Keyed {
+        parts,
+        body,
+        client_key,
+        scope,
+    } = keyed;
     let too_large = || {
         problem(
             StatusCode::PAYLOAD_TOO_LARGE,
