@@ -36,7 +36,7 @@ use idemkit::{
 };
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use support::{Pair, Selected, record, summary};
+use support::{CHUNK, Pair, Selected, chunked, record, summary};
 
 #[derive(Debug)]
 enum BenchError {
@@ -293,9 +293,6 @@ async fn settle(job_id: u64) -> Result<u64, BenchError> {
 
 const CALLERS: usize = 1000;
 
-/// Calls per store in the per-call benchmarks.
-const CHUNK: u64 = 4096;
-
 /// Interleaved rounds after criterion's runs of a pair with a goal (`support::interleave`): a
 /// round runs each side for a few milliseconds, so the machine's slow spells, which on a shared
 /// VM last longer than that, weigh on both. The summary reports the pair by the median of the
@@ -347,23 +344,6 @@ async fn by_hand_on(hand: &HandStore, fresh: &impl Fn() -> u64, n: u64) {
     for _ in 0..n {
         black_box(charge_by_hand(hand, "cus_1", fresh(), 4200).await.unwrap());
     }
-}
-
-/// Runs `iters` calls in chunks of at most [`CHUNK`], each on a fresh store that `run` makes and
-/// returns; the stores are dropped after the timing. Returns the time of the calls alone.
-fn chunked<S>(iters: u64, mut run: impl FnMut(u64) -> (Duration, S)) -> Duration {
-    let mut took = Duration::ZERO;
-    let mut stores = Vec::new();
-    let mut done = 0;
-    while done < iters {
-        let n = CHUNK.min(iters - done);
-        let (t, store) = run(n);
-        took += t;
-        stores.push(store);
-        done += n;
-    }
-    drop(stores);
-    took
 }
 
 fn bench(c: &mut Criterion) {

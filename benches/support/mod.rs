@@ -186,3 +186,25 @@ pub fn summary(title: &str, pairs: &[Pair<'_>]) {
         );
     }
 }
+
+/// Calls (or requests) per store in the per-call benchmarks: each store serves at most this many
+/// and is dropped outside the timing, so a figure is the cost of a call, not of a hash table
+/// grown to millions of records by criterion's batches.
+pub const CHUNK: u64 = 4096;
+
+/// Runs `iters` calls in chunks of at most [`CHUNK`], each on a fresh store that `run` makes and
+/// returns; the stores are dropped after the timing. Returns the time of the calls alone.
+pub fn chunked<S>(iters: u64, mut run: impl FnMut(u64) -> (Duration, S)) -> Duration {
+    let mut took = Duration::ZERO;
+    let mut stores = Vec::new();
+    let mut done = 0;
+    while done < iters {
+        let n = CHUNK.min(iters - done);
+        let (t, store) = run(n);
+        took += t;
+        stores.push(store);
+        done += n;
+    }
+    drop(stores);
+    took
+}
