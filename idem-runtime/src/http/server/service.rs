@@ -237,9 +237,7 @@ where
         config.clone(),
         key,
         fingerprint,
-        parts,
-        body,
-        inner,
+        Box::new((parts, body, inner)),
     ));
     let task = TaskScope::capture().tenant(scope.map(Arc::<str>::from));
     let mut run = Box::pin(tracing::Instrument::instrument(
@@ -278,9 +276,9 @@ pub(super) async fn run_keyed<S, ReqBody, ResBody>(
     config: Arc<Config>,
     key: IdempotencyKey,
     fingerprint: Fingerprint,
-    parts: Parts,
-    body: Bytes,
-    inner: S,
+    // Boxed: an async fn keeps its arguments' room for its whole life, beside the attempt that
+    // takes them over (the run's future is moved, and allocated, whole).
+    request: Box<(Parts, Bytes, S)>,
 ) -> Result<Response<ResponseBody<ResBody>>, S::Error>
 where
     S: tower_service::Service<Request<ReqBody>, Response = Response<ResBody>> + Send,
@@ -290,19 +288,20 @@ where
     ResBody: Body<Data = Bytes> + Send,
     ResBody::Error: Into<BoxError>,
 {
-    // The record's key, as `idemkit resolve` takes it.
-    let record_key = crate::idem::task_tenant().map_or(key, |t| key.for_tenant(&t));
-    // The handler's own response head, when it ran in this request (absent: a replay).
-    let first: Mutex<Option<(response::Parts, ResponseBody<ResBody>)>> = Mutex::new(None);
-    let mut request = Some((parts, body, inner));
+    // The handler's own response, when it ran in this request (absent: a replay). Boxed, as
+    // the request above: the run's future is allocated and moved whole, and stays small.
+    #[allow(clippy::type_complexity)]
+    let first: Mutex<Option<Box<(response::Parts, ResponseBody<ResBody>)>>> = Mutex::new(None);
+    let mut request = Some(request);
     let config_ref = &*config;
     let first_ref = &first;
     let attempt = move |key: IdempotencyKey| {
         let taken = request.take();
         let handled = async move {
-            let Some((mut parts, body, mut inner)) = taken else {
+            let Some(request) = taken else {
                 unreachable!("idemkit: the layer runs a handler once per request")
             };
+            let (mut parts, body, mut inner) = *request;
             // The handler may key what it does itself (a unique constraint on it).
             parts.extensions.insert(key);
             let response = inner
@@ -324,12 +323,15 @@ where
             if !(config_ref.stores)(head.status) {
                 return Err(Served::NotStored(Box::new((head, body))));
             }
-            *first_ref.lock().unwrap_or_else(|p| p.into_inner()) = Some((head, body));
+            *first_ref.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::new((head, body)));
             Ok(stored)
         };
         // A panic after the handler started is an unknown outcome, not the end of the task.
+        // Boxed here, not in the block below: the attempt's future then holds a pointer, not the
+        // handler's future (the executor's future, which holds the attempt's, is moved whole).
+        let handled = CatchUnwind(Box::pin(handled));
         async move {
-            CatchUnwind(Box::pin(handled))
+            handled
                 .await
                 .unwrap_or_else(|panic| Err(Served::Panicked(panic_message(&*panic))))
         }
@@ -351,9 +353,11 @@ where
     let result: Result<Stored, Served<S::Error, ResBody>> =
         tool.run_keyed(key, fingerprint, attempt).await;
     let first = first.into_inner().unwrap_or_else(|p| p.into_inner());
+    // The record's key, as `idemkit resolve` takes it (the task's tenant, as the executor read it).
+    let record_key = crate::idem::task_tenant().map_or(key, |t| key.for_tenant(&t));
     match result {
         Ok(stored) => Ok(match first {
-            Some((head, body)) => Response::from_parts(head, body),
+            Some(first) => Response::from_parts(first.0, first.1),
             None => stored.replay(&record_key),
         }),
         Err(Served::NotStored(first)) => Ok(Response::from_parts(first.0, first.1)),
