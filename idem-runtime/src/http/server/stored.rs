@@ -46,10 +46,12 @@ impl Stored {
                 })
             })
             .collect();
-        let body = match (json_text(body), std::str::from_utf8(body)) {
-            (Some(json), _) => StoredBody::Json(json),
-            (None, Ok(text)) => StoredBody::Text(text.to_owned()),
-            (None, Err(_)) => StoredBody::Hex(hex(body)),
+        let body = match json_text(body) {
+            Some(json) => StoredBody::Json(json),
+            None => match std::str::from_utf8(body) {
+                Ok(text) => StoredBody::Text(text.to_owned()),
+                Err(_) => StoredBody::Hex(hex(body)),
+            },
         };
         Stored {
             status: parts.status.as_u16(),
