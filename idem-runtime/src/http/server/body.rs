@@ -161,6 +161,14 @@ pub(super) fn starts_with_ignore_case(text: &str, prefix: &str) -> bool {
         .is_some_and(|head| head.eq_ignore_ascii_case(prefix.as_bytes()))
 }
 
+/// Whether `text` ends with `suffix`, ASCII case ignored (as [`starts_with_ignore_case`]).
+pub(super) fn ends_with_ignore_case(text: &str, suffix: &str) -> bool {
+    let text = text.as_bytes();
+    text.len()
+        .checked_sub(suffix.len())
+        .is_some_and(|at| text[at..].eq_ignore_ascii_case(suffix.as_bytes()))
+}
+
 /// A response the layer makes itself (RFC 9457 problem details, as the draft's examples).
 pub(super) fn problem<B>(
     status: StatusCode,

@@ -18,12 +18,9 @@ pub(super) fn fingerprint(parts: &Parts, body: &[u8]) -> Fingerprint {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split(';').next())
         .map_or("", str::trim);
-    let json_suffix = essence
-        .len()
-        .checked_sub(5)
-        .and_then(|at| essence.get(at..))
-        .is_some_and(|suffix| suffix.eq_ignore_ascii_case("+json"));
-    let canonical = if essence.eq_ignore_ascii_case("application/json") || json_suffix {
+    let json = essence.eq_ignore_ascii_case("application/json")
+        || super::body::ends_with_ignore_case(essence, "+json");
+    let canonical = if json {
         Fingerprint::of_json_slice(body)
     } else if essence.eq_ignore_ascii_case("application/x-www-form-urlencoded") {
         Some(form_fingerprint(body))

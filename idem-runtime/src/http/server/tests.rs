@@ -232,3 +232,31 @@ fn issue42_a_response_body_is_kept_whole_or_handed_on_in_order() {
         .to_bytes();
     assert_eq!(handed, "abcdefgh");
 }
+
+/// A media type's case is not significant (RFC 9110 §8.3.1): `Application/JSON` and `…+JSON`
+/// bodies are fingerprinted by their canonical JSON, as their lowercase spellings are.
+#[test]
+fn a_media_types_case_does_not_change_the_fingerprint() {
+    let fp = |content_type: &str, body: &str| {
+        let (parts, ()) = http::Request::post("/v1/charges")
+            .header(http::header::CONTENT_TYPE, content_type)
+            .body(())
+            .unwrap()
+            .into_parts();
+        super::fingerprint::fingerprint(&parts, body.as_bytes())
+    };
+    let canonical = fp("application/json", r#"{"a":1,"b":2}"#);
+    assert_eq!(fp("Application/JSON", r#"{ "b": 2, "a": 1 }"#), canonical);
+    assert_eq!(
+        fp("application/merge-patch+json", r#"{"b":2,"a":1}"#),
+        fp(
+            "Application/Merge-Patch+JSON; charset=utf-8",
+            r#"{ "a": 1, "b": 2 }"#
+        )
+    );
+    // Not JSON by its type: its bytes count, so another spelling is another payload.
+    assert_ne!(
+        fp("text/plain", r#"{ "b": 2, "a": 1 }"#),
+        fp("text/plain", r#"{"a":1,"b":2}"#)
+    );
+}
