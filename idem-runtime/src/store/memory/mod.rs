@@ -1,11 +1,9 @@
 //! An in-process store, for tests and single-process programs that may forget on restart.
 
-use std::borrow::Borrow;
 use std::collections::HashMap;
-use std::collections::HashSet;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use uuid::Uuid;
 
@@ -116,50 +114,49 @@ impl Hasher for FoldHasher {
     }
 }
 
-/// A tool's or a tenant's name, shared by the records that name it; one pointer wide (an
-/// `Arc<str>` takes two), so records stay small.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct Name(Arc<String>);
+/// A tool's or a tenant's name, as the store's [`Names`] numbers it: records hold the number, so
+/// a claim neither copies a name nor counts a reference to it (two atomic operations a record,
+/// one at its claim and one when it is dropped), and a record stays small.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Name(u32);
 
-// `Arc<String>` hashes and compares as its `str`, as `Borrow` requires.
-impl Borrow<str> for Name {
-    fn borrow(&self) -> &str {
-        &self.0
-    }
-}
-
-impl Name {
-    fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-/// The names records share, and the two named last: a program's calls come in runs of one tool
-/// (and tenant), and comparing a short name is cheaper than hashing it (a tenth of a claim's
+/// Every tool and tenant name seen, numbered in the order first seen (a process has a handful;
+/// none is forgotten), and the two named last: a program's calls come in runs of one tool (and
+/// tenant), and comparing a short name is cheaper than hashing it (a tenth of a claim's
 /// instructions).
 #[derive(Debug, Default)]
 struct Names {
-    all: HashSet<Name, KeyHashing>,
+    numbers: HashMap<Box<str>, Name, KeyHashing>,
+    /// By number.
+    names: Vec<Box<str>>,
     /// The last two names asked for, the newer first.
     recent: [Option<Name>; 2],
 }
 
 impl Names {
-    /// The shared copy of `name`, made at its first record.
+    /// The number of `name`, given at its first record.
     fn get(&mut self, name: &str) -> Name {
-        if let Some(hit) = self.recent.iter().flatten().find(|n| n.as_str() == name) {
-            return hit.clone();
+        if let Some(hit) = self.recent.iter().flatten().find(|n| self.str(**n) == name) {
+            return *hit;
         }
-        let shared = match self.all.get(name) {
-            Some(known) => known.clone(),
+        let number = match self.numbers.get(name) {
+            Some(known) => *known,
             None => {
-                let made = Name(Arc::new(name.to_owned()));
-                self.all.insert(made.clone());
+                let made = Name(u32::try_from(self.names.len()).expect(
+                    "idemkit: the memory store has seen more than 4 billion tool and tenant names",
+                ));
+                self.names.push(name.into());
+                self.numbers.insert(name.into(), made);
                 made
             }
         };
-        self.recent = [Some(shared.clone()), self.recent[0].take()];
-        shared
+        self.recent = [Some(number), self.recent[0]];
+        number
+    }
+
+    /// The name numbered `n`.
+    fn str(&self, n: Name) -> &str {
+        &self.names[n.0 as usize]
     }
 }
 

@@ -243,7 +243,7 @@ impl Records for MemoryStore {
                 .records
                 .values()
                 .filter(|r| r.expires_at > now)
-                .map(|r| (r.tool.as_str(), kind(&r.state))),
+                .map(|r| (inner.names.str(r.tool), kind(&r.state))),
         ))
     }
 }

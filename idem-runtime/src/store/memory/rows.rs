@@ -21,7 +21,7 @@ impl MemoryStore {
     pub(super) fn record(&self, inner: &Inner, key: [u8; 16], rec: &Rec, now: Tick) -> Record {
         Record {
             key: IdempotencyKey::from_uuid(Uuid::from_bytes(key)),
-            tool: rec.tool.as_str().to_owned(),
+            tool: inner.names.str(rec.tool).to_owned(),
             fingerprint: rec.fingerprint,
             state: match &rec.state {
                 State::Running { token, lease_until } => RecordState::Running {
@@ -38,7 +38,7 @@ impl MemoryStore {
             expires_in: now.until(rec.expires_at),
             created: self.clock.wall(rec.created),
             updated: self.clock.wall(rec.updated),
-            tenant: rec.tenant.as_ref().map(|t| t.as_str().to_owned()),
+            tenant: rec.tenant.map(|t| inner.names.str(t).to_owned()),
             resolution: Self::kept(inner, &key, now).map(|k| k.resolution.clone()),
         }
     }
