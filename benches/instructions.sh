@@ -62,7 +62,7 @@ row() {
 }
 
 echo "instructions per call (callgrind, (n=$N2 - n=$N1) / $((N2 - N1)))"
-for v in wrapped hand replay hand-replay verified read hand-read; do row "$calls" "$v"; done
+for v in wrapped hand kept replay hand-replay verified read hand-read; do row "$calls" "$v"; done
 for v in http-bare http-first http-replay; do row "$http" "$v"; done
 
 ratio() {
@@ -72,6 +72,8 @@ ratio() {
 echo
 echo "ratios (instructions)"
 ratio "#[side_effect] call / hand-written map" wrapped hand
+ratio "#[side_effect] call / hand-written map keeping what the guarantees need" wrapped kept
+ratio "hand-written map keeping what the guarantees need / hand-written map" kept hand
 ratio "replay / hand-written map's replay" replay hand-replay
 ratio "lost reply settled by verify / #[side_effect] call" verified wrapped
 ratio "#[read_only] call / hand-written read" read hand-read
