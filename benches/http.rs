@@ -149,7 +149,9 @@ fn bench(c: &mut Criterion) {
 /// `IDEMKIT_COUNT=<variant>:<n>` (what `benches/instructions.sh` runs under callgrind): one
 /// request to warm up, then `n`, on the memory store, and nothing else. Variants: `http-bare`
 /// (the handler without the layer), `http-first` (through the layer, a fresh key each),
-/// `http-replay` (through the layer, one key stored once).
+/// `http-replay` (through the layer, one key stored once); and, for a sampling profiler,
+/// `http-first-rounds` (`n` rounds of CHUNK first requests on fresh stores, as criterion's
+/// batches run them).
 fn count_mode() -> bool {
     let Ok(spec) = std::env::var("IDEMKIT_COUNT") else {
         return false;
@@ -164,6 +166,13 @@ fn count_mode() -> bool {
         .unwrap();
     let next = AtomicU64::new(0);
     let fresh = || Some(next.fetch_add(1, Ordering::Relaxed));
+    if what == "http-first-rounds" {
+        for _ in 0..n {
+            let app = app(Some(IdempotencyLayer::new(Idem::new(MemoryStore::new()))));
+            requests(&rt, &app, fresh, support::CHUNK);
+        }
+        return true;
+    }
     let (app, key): (Router, &dyn Fn() -> Option<u64>) = match what {
         "http-bare" => (app(None), &|| None),
         "http-first" => (
