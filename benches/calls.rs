@@ -540,12 +540,15 @@ fn bench(c: &mut Criterion) {
         with_kept.subject();
         b.iter_custom(|iters| record(subject, iters, ours(iters)))
     });
+    let kept_and_map = Selected::default();
     group.bench_function(baseline, |b| {
         both.baseline();
+        kept_and_map.baseline();
         b.iter_custom(|iters| record(baseline, iters, by_hand(iters)))
     });
     group.bench_function(kept, |b| {
         with_kept.baseline();
+        kept_and_map.subject();
         b.iter_custom(|iters| record(kept, iters, kept_by_hand(iters)))
     });
     let name = "peer: idempotent 0.3.0 MemoryStore";
@@ -572,6 +575,9 @@ fn bench(c: &mut Criterion) {
     }
     if with_kept.all() {
         support::interleave(subject, kept, ROUNDS, CHUNK, &ours, &kept_by_hand);
+    }
+    if kept_and_map.all() {
+        support::interleave(kept, baseline, ROUNDS, CHUNK, &kept_by_hand, &by_hand);
     }
 
     // What settling a lost reply by `verify` adds to a call.
