@@ -11,6 +11,9 @@ pub(crate) mod finite;
 // Only the HTTP server fingerprints JSON texts (request bodies).
 #[cfg(feature = "tower")]
 mod json;
+// The fast path of `json`: plain texts copied in canonical form.
+#[cfg(feature = "tower")]
+mod plain;
 pub(crate) mod sorted;
 
 use std::borrow::Cow;
