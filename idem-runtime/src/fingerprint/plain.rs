@@ -63,8 +63,6 @@ impl Scratch {
 /// Writes the canonical text of `text` into `scratch.out` when `text` is plain; `None` (and the
 /// scratch in any state) when it is not.
 fn canonical(text: &[u8], scratch: &mut Scratch) -> Option<()> {
-    // Strings are copied as they are: each must be UTF-8, as serde_json requires.
-    std::str::from_utf8(text).ok()?;
     scratch.out.clear();
     scratch.entries.clear();
     let mut copier = Copier {
@@ -99,9 +97,11 @@ impl Copier<'_, '_> {
     }
 
     fn skip_whitespace(&mut self) {
-        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
-            self.at += 1;
-        }
+        let rest = &self.text[self.at..];
+        self.at += rest
+            .iter()
+            .position(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+            .unwrap_or(rest.len());
     }
 
     /// Consumes `byte` after whitespace, or answers `None`.
@@ -139,17 +139,21 @@ impl Copier<'_, '_> {
     /// quotes included.
     fn string(&mut self) -> Option<(usize, usize)> {
         let start = self.at;
-        self.at += 1;
-        loop {
-            match self.peek()? {
-                b'"' => {
-                    self.at += 1;
-                    return Some((start, self.at));
-                }
-                b'\\' | 0x00..=0x1f => return None,
-                _ => self.at += 1,
-            }
+        let rest = &self.text[start + 1..];
+        let end = rest
+            .iter()
+            .position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
+        if rest[end] != b'"' {
+            return None;
         }
+        // Copied as it is: it must be UTF-8, as serde_json requires. (Outside strings only ASCII
+        // is taken.)
+        let content = &rest[..end];
+        if !content.is_ascii() {
+            std::str::from_utf8(content).ok()?;
+        }
+        self.at = start + end + 2;
+        Some((start, self.at))
     }
 
     /// An integer of 1 to 18 digits (within `i64` and `u64` alike), no leading zero, not `-0`,
@@ -335,8 +339,18 @@ mod tests {
             "{\"a\":1}x",
             "\"tab\there\"",
             "",
+            "[1,\u{e9}]",
         ] {
             assert_eq!(copied(text), None, "{text}");
+        }
+        // Bytes that are not UTF-8, in a string, in a key, outside any string.
+        for bytes in [
+            &b"\"\xff\""[..],
+            b"{\"\xc3\":1}",
+            b"[1,\xff]",
+            b"\"\xe6\x97\"",
+        ] {
+            assert_eq!(with_canonical(bytes, |_| ()), None, "{bytes:?}");
         }
         let deep = format!("{}1{}", "[".repeat(65), "]".repeat(65));
         assert_eq!(copied(&deep), None);
