@@ -4,7 +4,10 @@
 //!   key, SHA-256 of the other arguments' JSON, claim in a `Mutex<HashMap>`, run the body,
 //!   serialize the outcome, complete), and against the same workload on the memory store of the
 //!   `idempotent` crate (a peer library; 0.3.0, its newest release that builds on Rust 1.95:
-//!   1.0.0, 1.1.0 and 2.0.0 declare rust-version 1.98);
+//!   1.0.0, 1.1.0 and 2.0.0 declare rust-version 1.98); and the hand-written map against the
+//!   same map keeping what the guarantees need and nothing of the protocol (a lease, a
+//!   time-to-live from the completion, the completion fenced, the outcome sealed): what the
+//!   guarantees cost by themselves, and the wrapped call against that;
 //! - `#[read_only]` against the bare function, and against a read written by hand that does what a
 //!   read needs (a span, the time its retries are bounded from, a retry loop by failure kind);
 //! - 1,000 concurrent callers of one key: time until all are answered, body runs counted (exactly
@@ -14,7 +17,8 @@
 //!   ratio is what a verification costs on top of a call.
 //!
 //! The two pairs with a goal (the side effect against the hand-written map, the read against the
-//! hand-written read) are then run in 100 interleaved rounds of a few milliseconds each, and
+//! hand-written read), and the pairs with the map that keeps what the guarantees need, are then
+//! run in 100 interleaved rounds of a few milliseconds each, and
 //! reported by the median of the rounds' ratios with their range (this VM swings between a fast
 //! and a slow mode, ~1.7× apart, for longer than a round: both sides of a round share it).
 //!
