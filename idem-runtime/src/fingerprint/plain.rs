@@ -32,11 +32,11 @@ pub(super) fn with_canonical<R>(text: &[u8], f: impl FnOnce(&[u8]) -> R) -> Opti
         }
         answer
     };
-    SCRATCH
-        .try_with(|scratch| scratch.try_borrow_mut().ok().map(|mut s| run(&mut s)))
-        .ok()
-        .flatten()
-        .unwrap_or_else(|| run(&mut Scratch::new()))
+    match SCRATCH.try_with(|scratch| scratch.try_borrow_mut().ok().map(|mut s| run(&mut s))) {
+        Ok(Some(answer)) => answer,
+        // No scratch buffers (busy, or this thread's are being torn down): fresh ones.
+        _ => run(&mut Scratch::new()),
+    }
 }
 
 /// The buffers a canonical text is put together in.
