@@ -485,20 +485,23 @@ fn syncs(log: &Path) -> Syncs {
 }
 
 /// `failover/kill_at_sync.c` built as a shared library, once per test process (`None`: no C
-/// compiler, said; under CI that fails).
+/// compiler, said; under CI that fails), into cargo's scratch folder for integration tests
+/// (`target/tmp`), not the system's temporary folder, where a static's `TempDir` is never dropped
+/// and so never removed. Each process builds under a name of its own and renames it into place:
+/// every build is the same library, and a child that loads the path gets one or the other whole.
 fn kill_at_sync_library() -> Option<PathBuf> {
-    static BUILT: std::sync::OnceLock<Option<(tempfile::TempDir, PathBuf)>> =
-        std::sync::OnceLock::new();
+    static BUILT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
     BUILT
         .get_or_init(|| {
             let cc = common::binary("cc", "gcc")?;
-            let dir = tempfile::tempdir().unwrap();
-            let lib = dir.path().join("kill_at_sync.so");
+            let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+            let lib = dir.join("kill_at_sync.so");
+            let building = dir.join(format!("kill_at_sync.so.{}", std::process::id()));
             let source =
                 Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/failover/kill_at_sync.c");
             let out = Command::new(cc)
                 .args(["-O2", "-shared", "-fPIC", "-Wall", "-Werror", "-o"])
-                .arg(&lib)
+                .arg(&building)
                 .arg(&source)
                 .args(["-ldl", "-lpthread"])
                 .output()
@@ -509,10 +512,10 @@ fn kill_at_sync_library() -> Option<PathBuf> {
                 source.display(),
                 String::from_utf8_lossy(&out.stderr)
             );
-            Some((dir, lib))
+            std::fs::rename(&building, &lib).unwrap();
+            Some(lib)
         })
-        .as_ref()
-        .map(|(_, lib)| lib.clone())
+        .clone()
 }
 
 /// What [`killed_at_every_fsync`] measured.
