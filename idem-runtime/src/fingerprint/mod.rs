@@ -30,9 +30,7 @@ pub struct Fingerprint(pub [u8; 32]);
 impl Fingerprint {
     /// The fingerprint of any serializable value, via its canonical JSON.
     pub fn of<T: Serialize + ?Sized>(value: &T) -> Result<Self, serde_json::Error> {
-        finite::check(value)?;
-        let value = serde_json::to_value(value)?;
-        Ok(Self::of_value(&value))
+        Ok(Self::of_value(&to_value(value)?))
     }
 
     /// The fingerprint of a JSON value, object keys sorted at every depth.
@@ -114,8 +112,7 @@ impl Fingerprinter {
         name: Cow<'static, str>,
         value: &T,
     ) -> Result<&mut Self, serde_json::Error> {
-        finite::check(value)?;
-        self.args.push((name, serde_json::to_value(value)?));
+        self.args.push((name, to_value(value)?));
         Ok(self)
     }
 
@@ -141,6 +138,13 @@ impl Fingerprinter {
         sha.update(b"}");
         Fingerprint(sha.finalize().into())
     }
+}
+
+/// An argument's JSON tree, as its fingerprint reads it: refused when it holds a NaN or an
+/// infinite float ([`finite`]).
+pub(crate) fn to_value<T: Serialize + ?Sized>(value: &T) -> Result<Value, serde_json::Error> {
+    finite::check(value)?;
+    serde_json::to_value(value)
 }
 
 // Written by hand rather than trusting `serde_json::Map`'s order: with serde_json's

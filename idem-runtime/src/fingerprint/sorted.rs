@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde::ser::{self, Impossible};
 use sha2::{Digest, Sha256};
 
-use super::{Fingerprint, finite, write_canonical};
+use super::{Fingerprint, to_value, write_canonical};
 
 /// Canonical JSON of named arguments given in ascending name order, hashed as it is written.
 /// Not a stable API: the attributes' expansions reach it through `Arguments`.
@@ -76,8 +76,7 @@ impl SortedArgs {
         if value.serialize(Scalar(&mut text)).is_ok() {
             self.sha.update(text.as_bytes());
         } else {
-            finite::check(value)?;
-            let value = serde_json::to_value(value)?;
+            let value = to_value(value)?;
             text.truncate(named);
             self.sha.update(text.as_bytes());
             write_canonical(&mut self.sha, &value);
