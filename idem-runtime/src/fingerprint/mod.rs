@@ -6,8 +6,13 @@
 //!
 //! Floats: `-0.0` fingerprints as `0.0` (they compare equal); a NaN or an infinite float is
 //! refused ([`Error::Arguments`](crate::Error::Arguments)), since JSON would write it as `null`.
+//!
+//! serde_json's features, which any crate in a build may switch on, change no fingerprint: maps
+//! are sorted here (`preserve_order` keeps insertion order), and numbers are those serde_json makes
+//! without `arbitrary_precision` ([`portable`], `write_number`).
 
 pub(crate) mod finite;
+mod portable;
 // Only the HTTP server fingerprints JSON texts (request bodies).
 #[cfg(feature = "tower")]
 mod json;
@@ -141,10 +146,11 @@ impl Fingerprinter {
 }
 
 /// An argument's JSON tree, as its fingerprint reads it: refused when it holds a NaN or an
-/// infinite float ([`finite`]).
+/// infinite float ([`finite`]); its numbers those of serde_json without `arbitrary_precision`,
+/// whatever its features ([`portable`]).
 pub(crate) fn to_value<T: Serialize + ?Sized>(value: &T) -> Result<Value, serde_json::Error> {
     finite::check(value)?;
-    serde_json::to_value(value)
+    serde_json::to_value(portable::Portable(value))
 }
 
 // Written by hand rather than trusting `serde_json::Map`'s order: with serde_json's
@@ -181,12 +187,28 @@ fn write_canonical(sha: &mut Sha256, value: &Value) {
     }
 }
 
-/// A number as serde_json writes it, but `-0.0` as `0.0`: they compare equal, so one text for both.
+/// A number as serde_json writes it without `arbitrary_precision`, whatever its features: an
+/// integer within `u64` or `i64` as that integer, any other number as the `f64` it reads as (as
+/// serde_json reads any other number's text without the feature), and `-0.0` as `0.0` (they
+/// compare equal, so one text for both). Without the feature this is serde_json's own text of the
+/// number; with it, a `Number` keeps the text it was read from (`1.50`, `1e2`, `-0`), which
+/// would otherwise be hashed as it is. (One difference stays: with the feature a text is read as
+/// the nearest `f64`; without it, and without `float_roundtrip`, serde_json may read a decimal of
+/// more than about 15 significant digits, or with a large exponent, one step away from it.)
 fn write_number(sha: &mut Sha256, n: &Number) {
-    if n.as_f64() == Some(0.0) && n.is_f64() {
-        sha.update(b"0.0");
+    if let Some(u) = n.as_u64() {
+        write_json(sha, &u);
+    } else if let Some(i) = n.as_i64().filter(|&i| i != 0) {
+        // (A zero here is the feature's `-0`, which serde_json without it reads as `-0.0`.)
+        write_json(sha, &i);
     } else {
-        write_json(sha, n);
+        match n.as_f64() {
+            Some(0.0) => sha.update(b"0.0"), // `-0.0` too: it equals `0.0`
+            Some(f) => write_json(sha, &f),
+            // Only with the feature: a number beyond `f64`, whose text serde_json without it
+            // refuses to read.
+            None => write_json(sha, n),
+        }
     }
 }
 
@@ -494,6 +516,42 @@ mod tests {
         map.insert(vec![1u8], 1u8);
         assert!(Fingerprinter::new().arg("bad", &map).is_err());
         assert!(Fingerprint::of(&map).is_err());
-        assert!(Fingerprinter::new().arg("big", &u128::MAX).is_err());
+        let big = Fingerprinter::new().arg("big", &u128::MAX).unwrap_err();
+        assert!(big.to_string().contains("pass it as a string"), "{big}");
+    }
+
+    /// A number's text fingerprints as the number serde_json reads it as without its
+    /// `arbitrary_precision` feature, whatever its features: with the feature a `Number` keeps
+    /// the text it was read from. (`.ci/run` runs this crate's unit tests once more with the
+    /// feature on, where this test and `fingerprints_are_pinned` tell.)
+    #[test]
+    fn number_texts_fingerprint_as_the_numbers_they_read_as() {
+        let of = |text: &str| Fingerprint::of_value(&serde_json::from_str(text).unwrap());
+        for (text, same_as) in [
+            ("1.50", "1.5"),
+            ("1e2", "100.0"),
+            ("1E+2", "100.0"),
+            ("0.10e1", "1.0"),
+            ("-0", "0.0"),
+            ("-0.0", "0.0"),
+            ("-0e5", "0.0"),
+            ("18446744073709551616", "1.8446744073709552e19"),
+            ("-9223372036854775809", "-9.223372036854776e18"),
+            ("[1.0, {\"a\": 2.50}]", "[1.0, {\"a\": 2.5}]"),
+        ] {
+            assert_eq!(of(text), of(same_as), "{text} and {same_as}");
+        }
+        // And integers stay integers.
+        assert_ne!(of("1"), of("1.0"));
+        assert_eq!(
+            of("18446744073709551615"),
+            Fingerprint::of(&u64::MAX).unwrap()
+        );
+        assert_eq!(
+            of("-9223372036854775808"),
+            Fingerprint::of(&i64::MIN).unwrap()
+        );
+        // An `f32` argument fingerprints as the `f64` it widens to.
+        assert_eq!(Fingerprint::of(&0.1f32).unwrap(), of("0.10000000149011612"));
     }
 }
