@@ -472,10 +472,20 @@ fn wrapped_calls(
     fresh: impl Fn() -> u64,
     n: u64,
 ) -> (Duration, Idem) {
-    let idem = Idem::new(MemoryStore::new());
+    timed_on(rt, Idem::new(MemoryStore::new()), async |idem| {
+        wrapped_on(idem, &fresh, n).await
+    })
+}
+
+/// How long `calls` on `store` took; the store is handed back, to be dropped outside the timing.
+fn timed_on<S>(
+    rt: &tokio::runtime::Runtime,
+    store: S,
+    calls: impl AsyncFnOnce(&S),
+) -> (Duration, S) {
     let start = Instant::now();
-    rt.block_on(wrapped_on(&idem, &fresh, n));
-    (start.elapsed(), idem)
+    rt.block_on(calls(&store));
+    (start.elapsed(), store)
 }
 
 /// `n` calls of the wrapped tool on `idem`, each with a key of its own.
@@ -543,19 +553,17 @@ fn bench(c: &mut Criterion) {
     let baseline = "hand-written (Mutex<HashMap>)";
     let by_hand = |n: u64| {
         chunked(n, |n| {
-            let hand = HandStore::default();
-            let start = Instant::now();
-            rt.block_on(by_hand_on(&hand, &fresh, n));
-            (start.elapsed(), hand)
+            timed_on(&rt, HandStore::default(), async |hand| {
+                by_hand_on(hand, &fresh, n).await
+            })
         })
     };
     let kept = "hand-written, keeping what the guarantees need (lease, ttl, fencing, seal)";
     let kept_by_hand = |n: u64| {
         chunked(n, |n| {
-            let store = KeptStore::default();
-            let start = Instant::now();
-            rt.block_on(kept_by_hand_on(&store, &fresh, n));
-            (start.elapsed(), store)
+            timed_on(&rt, KeptStore::default(), async |store| {
+                kept_by_hand_on(store, &fresh, n).await
+            })
         })
     };
     let both = Selected::default();
