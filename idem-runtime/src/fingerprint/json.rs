@@ -4,6 +4,9 @@
 //!
 //! The bytes hashed are exactly those [`Fingerprint::of_value`] hashes for the `Value` the same
 //! text parses into, since records already stored hold them: the tests below compare the two.
+//! One exception: a number that a double does not hold as written, which the `Value` (without
+//! serde_json's `arbitrary_precision`) holds as the double nearest it, is hashed here by its
+//! exact value, read from the text ([`exact`]).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -17,8 +20,9 @@ use super::{Fingerprint, exact, write_json, write_number};
 
 impl Fingerprint {
     /// The fingerprint of a JSON text, as [`Fingerprint::of_value`] of the `Value` it parses
-    /// into; `None` where `serde_json::from_slice::<Value>` fails (same recursion limit, same
-    /// refusal of trailing characters).
+    /// into (but each number by its exact value: [`exact`]); `None` where
+    /// `serde_json::from_slice::<Value>` fails (same recursion limit, same refusal of trailing
+    /// characters).
     pub(crate) fn of_json_slice(text: &[u8]) -> Option<Fingerprint> {
         // A plain text (no escapes, no floats: most request bodies) is copied in canonical form
         // in one pass; any other goes through the tree below, which decides what it is.

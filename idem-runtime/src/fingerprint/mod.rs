@@ -11,7 +11,7 @@
 //! as written is hashed as serde_json writes it; one a double would round (an integer beyond 64
 //! bits, a decimal of more digits than a double keeps) as its exact value ([`exact`]), or it is
 //! refused where its text is already lost (a 128-bit integer argument beyond 64 bits; a model's
-//! JSON arguments, refused by [`JsonTools`](crate::json::JsonTools) when their text holds one).
+//! JSON arguments, refused by `JsonTools` when their text holds one).
 //!
 //! serde_json's features, which any crate in a build may switch on, change no fingerprint: maps
 //! are sorted here (`preserve_order` keeps insertion order), and numbers are those serde_json makes
