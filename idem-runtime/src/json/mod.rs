@@ -357,3 +357,28 @@ fn json_len(value: &Value, limit: usize) -> usize {
     let _ = serde_json::to_writer(&mut count, value);
     count.len
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{first_not_held, numbers_keep_text};
+    use serde_json::Value;
+
+    /// Issue 52: where a `Value` keeps a number's text (serde_json's `arbitrary_precision`), a
+    /// number a double would round is found in it, at any depth, and the call refused; without
+    /// the feature the `Value` holds the double already. (`.ci/run` runs this with the feature.)
+    #[test]
+    fn issue52_a_number_a_double_would_round_is_found_where_the_value_keeps_its_text() {
+        let value: Value =
+            serde_json::from_str(r#"{"a": [1, 0.1, {"b": 18446744073709551617}]}"#).unwrap();
+        let found = first_not_held(&value);
+        if numbers_keep_text() {
+            assert_eq!(found.as_deref(), Some("18446744073709551617"));
+        } else {
+            assert_eq!(found, None);
+        }
+        let held: Value =
+            serde_json::from_str(r#"{"a": [1, 0.1, -0, 1e3, 1.50, 18446744073709551615, -5]}"#)
+                .unwrap();
+        assert_eq!(first_not_held(&held), None);
+    }
+}
