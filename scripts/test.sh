@@ -83,8 +83,10 @@ cargo test --workspace --all-features -- "${skip_args[@]}" "$@" 2>&1 | tee "$log
 rc=${PIPESTATUS[0]}
 # Fingerprints must not change with serde_json's features, which any crate in a user's build may
 # switch on (idem-runtime/src/fingerprint/portable.rs): the runtime's unit tests once more with
-# `arbitrary_precision` (a `Number` keeps its text, an `f32` its own) and `preserve_order`.
-cargo test -p idem-runtime --lib --features tower,serde_json/arbitrary_precision,serde_json/preserve_order \
+# `arbitrary_precision` (a `Number` keeps its text, an `f32` its own) and `preserve_order`, the
+# pinned fingerprints among them, and (`json`) a model's arguments whose number a double would
+# round, refused where the `Value` keeps its text.
+cargo test -p idem-runtime --lib --features tower,json,serde_json/arbitrary_precision,serde_json/preserve_order \
     -- "$@" 2>&1 | tee -a "$log"
 rc2=${PIPESTATUS[0]}
 ((rc == 0)) && rc=$rc2

@@ -103,6 +103,8 @@ pub use idem_runtime::{
 };
 // What a model is told of a failed call (MCP, rig, JSON): kept apart from the list above.
 pub use idem_runtime::Explanation;
+// The settler (S28, docs/operating.md): settles records kept as ambiguous without a caller.
+pub use idem_runtime::settle::{Pass, SettleReport, SettleStore, Settled, Settler, SettlerHandle};
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use idem_runtime::{PostgresStore, PostgresStoreBuilder};
@@ -141,6 +143,12 @@ pub mod __private;
 ))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// `docs/operating.md`'s examples, compiled as doctests (issue 52: its settler block named a
+/// `Settler` the facade did not export, and was not compiled).
+#[cfg(doctest)]
+#[doc = include_str!("../docs/operating.md")]
+pub struct OperatingDocs;
 
 /// `docs/http.md`'s examples, compiled as doctests (issue 39: they once did not compile).
 #[cfg(all(doctest, feature = "reqwest", feature = "tower"))]
