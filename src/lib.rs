@@ -130,19 +130,9 @@ pub mod rig;
 #[path = "private/mod.rs"]
 pub mod __private;
 
-/// The README's Rust blocks, compiled (and run, unless `no_run`) as doctests of this crate. They
-/// use the `anyhow`, `json`, `postgres`, `rig` and `rmcp` features, so they run with all features (the README's
-/// test command, `cargo test --workspace --all-features`).
-#[cfg(all(
-    doctest,
-    feature = "anyhow",
-    feature = "json",
-    feature = "postgres",
-    feature = "rig",
-    feature = "rmcp"
-))]
-#[doc = include_str!("../README.md")]
-pub struct ReadmeDoctests;
+// The README's Rust blocks are not doctests (GitHub would show rustdoc's hidden lines): each is
+// compiled, as written, in `tests/readme/src/twins.rs`, which checks that it holds every one; the
+// quick start's `src/main.rs` is built and run by `scripts/quickstart.sh`.
 
 /// `docs/operating.md`'s examples, compiled as doctests (issue 52: its settler block named a
 /// `Settler` the facade did not export, and was not compiled).
