@@ -1,8 +1,9 @@
-//! The protocol as a finite transition system: one key, 2-3 callers, the store's transitions as
-//! `MemoryStore` (and the SQLite store's lease cap) makes them, the executor's decisions as
-//! `exec/core` makes them, the provider, an operator, and the faults. Every step is optional
-//! (a caller, its body, its renewals may stall for any length), so a property that holds here
-//! holds whatever the timing.
+//! The protocol as a finite transition system: one key, 0-3 callers, 0-2 settlers, the store's
+//! transitions as `MemoryStore` (and the SQLite store's lease cap) makes them, the executor's
+//! decisions as `exec/core` makes them, the settler's as `settle/mod.rs` makes them (with issue
+//! 52's parts), the provider, an operator, the record's time-to-live, and the faults. Every step
+//! is optional (a caller, its body, its renewals, a settler may stall for any length), so a
+//! property that holds here holds whatever the timing.
 //!
 //! Time is relative: a state keeps what is left of each lease (by the store's clock and by each
 //! holder's own monotonic clock), not the hour, so the state space is finite without a horizon
