@@ -14,7 +14,8 @@
 //! impl Classify for PayError {
 //!     fn classify(&self) -> Failure {
 //!         match self {
-//!             PayError::Declined | PayError::Idem(_) => Failure::Permanent,
+//!             PayError::Declined => Failure::Permanent,
+//!             PayError::Idem(e) => e.classify(),       // idemkit's own errors classify themselves
 //!             PayError::Timeout => Failure::Ambiguous,   // may have happened: retried with the same key
 //!         }
 //!     }

@@ -209,7 +209,7 @@ pub fn assert_from_error<E: FromIdemError>() {}
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot carry idemkit's own errors",
     label = "`{Self}` does not implement `From<idemkit::Error>`",
-    note = "add `impl From<idemkit::Error> for {Self}`: key reuse, a call still in flight and store failures reach the caller as your error type (classify them, usually as `Failure::Permanent`)"
+    note = "add `impl From<idemkit::Error> for {Self}`: key reuse, a call still in flight and store failures reach the caller as your error type (in `Classify`, hand them to their own: `MyError::Idem(e) => e.classify()`)"
 )]
 pub trait FromIdemError {}
 impl<E: From<Error>> FromIdemError for E {}

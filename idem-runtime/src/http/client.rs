@@ -49,7 +49,7 @@ pub fn current_key() -> Option<IdempotencyKey> {
 ///     fn classify(&self) -> Failure {
 ///         match self {
 ///             PayError::Http(e) => e.classify(), // 409, 422, 429, 5xx, timeouts: as the draft says
-///             PayError::Idem(_) => Failure::Permanent,
+///             PayError::Idem(e) => e.classify(),
 ///         }
 ///     }
 /// }
