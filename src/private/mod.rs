@@ -357,6 +357,10 @@ impl<'a, T, E> UncheckedCall<'a, T, E> {
     ) {
         unreachable!("{UNCHECKED}")
     }
+
+    pub fn describe_errors(&mut self, _describe: Option<fn(&E) -> String>) {
+        unreachable!("{UNCHECKED}")
+    }
 }
 
 mod verify;
