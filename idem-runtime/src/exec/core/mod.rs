@@ -89,8 +89,9 @@ enum Ended {
     /// The lease was lost (S13), while an attempt ran (`attempting`) or between attempts.
     Lost { attempting: bool, why: &'static str },
     /// The outcome is unknown and is not to be sent again (S19, S20): the record is kept as
-    /// ambiguous, and the call ends with [`Error::Ambiguous`]; why it was not settled.
-    Unsettled(&'static str),
+    /// ambiguous, and the call ends with [`Error::Ambiguous`]; why it was not settled, and
+    /// whether a verify function answered Unknown (counted with the record, S32).
+    Unsettled(&'static str, bool),
 }
 
 /// The protocol of one call, driven by a loop in the caller:
@@ -279,7 +280,7 @@ impl<'a> Call<'a> {
             ("unknown", "the verify function could not tell")
         };
         self.verification_answered(answer);
-        self.end_run(Ended::Unsettled(why));
+        self.end_run(Ended::Unsettled(why, true));
     }
 
     /// Counts and logs a verification's answer.
@@ -411,6 +412,7 @@ impl<'a> Call<'a> {
                             }
                             self.end_run(Ended::Unsettled(
                                 "an earlier attempt may have taken effect and the tool cannot re-send it (`resend = false`, or it does not take the key)",
+                                false,
                             ));
                             continue;
                         }
@@ -520,6 +522,7 @@ impl<'a> Call<'a> {
             if unknown && !run.resend {
                 self.end_run(Ended::Unsettled(
                     "the attempt may have taken effect and the tool cannot re-send it (`resend = false`, or it does not take the key)",
+                    false,
                 ));
                 return;
             }
