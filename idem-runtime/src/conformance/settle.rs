@@ -723,10 +723,16 @@ pub async fn s30_a_settler_that_dies_mid_verify_leaves_the_record_listed_once_it
     let settler = hanging(store.clone(), entered_tx, Duration::from_millis(400));
     let pass = Pass::new();
     let mut dying = Box::pin(settler.run_once(&pass));
-    tokio::select! {
-        _ = &mut dying => panic!("verify never answers"),
-        entered = entered_rx => entered.expect("verify was asked"),
-    }
+    let mut entered_rx = entered_rx;
+    std::future::poll_fn(|cx| {
+        use std::future::Future as _;
+        if dying.as_mut().poll(cx).is_ready() {
+            panic!("verify never answers");
+        }
+        std::pin::Pin::new(&mut entered_rx).poll(cx)
+    })
+    .await
+    .expect("verify was asked");
     // The process dies here: its pass is never polled nor dropped again.
     std::mem::forget(dying);
     let held = store.get(&key_of(34)).await.unwrap().unwrap();
