@@ -160,7 +160,8 @@ pub(crate) fn lapsed(lease_end: SystemTime, kept: Option<&str>) -> RecordState {
 /// Where a record stands, as an operator sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RecordState {
-    /// A holder is running it.
+    /// A holder is running it under a live lease (operators read a running record whose lease
+    /// lapsed as [`RecordState::Ambiguous`], S31).
     Running {
         /// The holder's token.
         token: LeaseToken,
@@ -172,9 +173,11 @@ pub enum RecordState {
         /// The outcome (JSON).
         outcome: Vec<u8>,
     },
-    /// Ran out of attempts after a failure that may have taken effect.
+    /// Its outcome is unknown: it ran out of attempts after a failure that may have taken
+    /// effect, or its holder's lease lapsed while it ran (S31).
     Ambiguous {
-        /// The last error, as the executor wrote it.
+        /// The last error, as the executor wrote it (for a lapsed holder's record, the note of
+        /// the ambiguous record it was taken over from, or one saying the lease lapsed).
         note: String,
     },
 }
