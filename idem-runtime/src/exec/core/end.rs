@@ -200,12 +200,16 @@ impl<'a> Run<'a> {
                         };
                         (CallOutcome::Failed(Failure::Ambiguous), Some(err), Some(note))
                     }
-                    Ended::Unsettled(why) => {
+                    Ended::Unsettled(why, answered_unknown) => {
                         let note = format!(
                             "{attempts} attempt(s) in this call; the outcome is unknown and was not sent again: {why}"
                         );
                         tracing::warn!(why = %why, "the outcome is unknown; keeping the record as ambiguous, not sending again");
-                        let op = || s.store.mark_ambiguous(key, token, &note, ttl);
+                        // S32: an Unknown answer of verify is counted with the record.
+                        let op = || match answered_unknown {
+                            true => s.store.mark_unknown(key, token, &note, ttl),
+                            false => s.store.mark_ambiguous(key, token, &note, ttl),
+                        };
                         write(s, &call, "mark_ambiguous", until, op).await;
                         let err = Error::Ambiguous {
                             tool: call.tool.to_string(),

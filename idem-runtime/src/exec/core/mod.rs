@@ -91,8 +91,9 @@ enum Ended {
     Lost { attempting: bool, why: &'static str },
     /// The outcome is unknown and is not to be sent again (S19, S20): the record is kept as
     /// ambiguous, and the call ends with [`Error::Ambiguous`]; why it was not settled (a verify
-    /// function's error says why it failed).
-    Unsettled(Cow<'static, str>),
+    /// function's error says why it failed), and whether a verify function answered Unknown or
+    /// failed (counted with the record, S32).
+    Unsettled(Cow<'static, str>, bool),
 }
 
 /// The protocol of one call, driven by a loop in the caller:
@@ -287,7 +288,7 @@ impl<'a> Call<'a> {
                 Cow::Borrowed("the verify function could not tell")
             }
         };
-        self.end_run(Ended::Unsettled(why));
+        self.end_run(Ended::Unsettled(why, true));
     }
 
     /// Counts and logs a verification's answer.
@@ -433,7 +434,9 @@ impl<'a> Call<'a> {
                             }
                             self.end_run(Ended::Unsettled(Cow::Borrowed(
                                 "an earlier attempt may have taken effect and the tool cannot re-send it (`resend = false`, or it does not take the key)",
-                            )));
+                            ),
+                            false,
+                        ));
                             continue;
                         }
                         run.attempts += 1;
@@ -542,7 +545,9 @@ impl<'a> Call<'a> {
             if unknown && !run.resend {
                 self.end_run(Ended::Unsettled(Cow::Borrowed(
                     "the attempt may have taken effect and the tool cannot re-send it (`resend = false`, or it does not take the key)",
-                )));
+                ),
+                false,
+            ));
                 return;
             }
             if let Some(delay) = run.next_delay(failure) {
