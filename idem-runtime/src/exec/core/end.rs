@@ -161,6 +161,15 @@ impl<'a> Run<'a> {
                 } = holder;
                 let s = idem.settings();
                 let key = call.key;
+                // Not succeeded, something having run: a `Permanent` failure is an answer (a
+                // new key for it may be a new operation), a lease lost before any attempt ran
+                // nothing.
+                let unsucceeded = match &ended {
+                    Ended::Stored(_) | Ended::Unreplayable(_) => false,
+                    Ended::Failed(Failure::Permanent) => ambiguous,
+                    Ended::Failed(_) | Ended::Unsettled(_) => true,
+                    Ended::Lost { attempting, .. } => *attempting || attempts > 0 || ambiguous,
+                };
                 let (outcome, error) = match ended {
                     Ended::Stored(outcome) => {
                         match complete(s, &call, token, outcome, ttl, until).await {
@@ -238,6 +247,9 @@ impl<'a> Run<'a> {
                     }
                 };
                 s.wakes.ended(&key);
+                if unsucceeded {
+                    call.unsucceeded();
+                }
                 call.finish(attempts, outcome);
                 error
             }
