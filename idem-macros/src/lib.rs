@@ -15,6 +15,7 @@ use proc_macro2::TokenStream as TokenStream2;
 
 mod ast;
 mod attr;
+mod calls;
 mod check;
 mod classified;
 mod ctxt;
