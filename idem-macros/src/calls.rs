@@ -1,5 +1,5 @@
 //! The calls a body's tokens make, found as a syntax tree walk would find them: what C4 looks
-//! for (`minted`).
+//! for (`minted`), and the calls through which a body hands its key on (`handed`, S20).
 //!
 //! The body is kept as tokens (`ast::Func`), so this is a scan of them rather than a walk of a
 //! syntax tree: a call is a path followed by parentheses (`uuid::Uuid::new_v4()`,
