@@ -37,16 +37,18 @@ const REMEMBERED: usize = 256;
 const WARNED: usize = 1024;
 
 /// A call's other arguments and tenant, in a word: the first 8 bytes of the fingerprint (a
-/// SHA-256), mixed with the tenant when there is one; [`NONE`] for a tool without other
-/// arguments, whose calls all look alike (nothing to tell a retry by).
+/// SHA-256), mixed with the tenant when there is one. A tool without other arguments, whose
+/// calls all look alike (nothing to tell a retry by), has a slot that [`is_none`].
 #[inline]
 pub(crate) fn slot(fingerprint: &Fingerprint, tenant: Option<&str>) -> u64 {
     let mut first = [0; 8];
     first.copy_from_slice(&fingerprint.0[..8]);
     let slot = u64::from_le_bytes(first);
     match tenant {
-        _ if slot == NO_ARGUMENTS || slot == NULL_ARGUMENTS || slot == NONE => NONE,
+        // Told from a call without arguments where it is used ([`is_none`]): the first
+        // attempt's path reads 8 bytes, no more.
         None => slot,
+        Some(_) if is_none(slot) => NONE,
         Some(tenant) => {
             let mut h = std::collections::hash_map::DefaultHasher::new();
             tenant.hash(&mut h);
@@ -55,8 +57,13 @@ pub(crate) fn slot(fingerprint: &Fingerprint, tenant: Option<&str>) -> u64 {
     }
 }
 
-/// The [`slot`] of a call without other arguments: nothing is remembered of it.
-pub(crate) const NONE: u64 = 0;
+/// Whether `slot` is a call's without other arguments.
+fn is_none(slot: u64) -> bool {
+    slot == NONE || slot == NO_ARGUMENTS || slot == NULL_ARGUMENTS
+}
+
+/// The [`slot`] of a tenant's call without other arguments: nothing is remembered of it.
+const NONE: u64 = 0;
 
 /// The first 8 bytes of the fingerprint of no arguments: SHA-256 of `{}` (what the attributes and
 /// JSON tools fingerprint), as [`slot`] reads them.
@@ -115,7 +122,7 @@ fn failed() -> std::sync::MutexGuard<'static, Option<Failed>> {
 /// A call of `tool` with `key` and these arguments ([`slot`]) ended without succeeding.
 #[cold]
 pub(crate) fn ended_unsucceeded(tool: &str, slot: u64, key: IdempotencyKey) {
-    if slot == NONE {
+    if is_none(slot) {
         return;
     }
     let now = Instant::now();
@@ -156,7 +163,7 @@ pub(crate) fn claimed(
         return;
     }
     let slot = slot(fingerprint, tenant);
-    if slot != NONE {
+    if !is_none(slot) {
         claimed_slow(tool, slot, key, new);
     }
 }
@@ -225,20 +232,20 @@ fn warn(tool: &str, before: IdempotencyKey, key: IdempotencyKey, ago: Duration) 
 
 #[cfg(test)]
 mod tests {
-    use super::{NONE, slot};
+    use super::{NONE, is_none, slot};
     use crate::fingerprint::{Fingerprint, Fingerprinter};
 
     /// A tool without other arguments: all its calls look alike, so none is remembered.
     #[test]
     fn no_other_arguments_is_no_slot() {
-        assert_eq!(slot(&Fingerprinter::new().finish(), None), NONE);
-        assert_eq!(slot(&Fingerprint::of(&()).unwrap(), None), NONE);
+        assert!(is_none(slot(&Fingerprinter::new().finish(), None)));
+        assert!(is_none(slot(&Fingerprint::of(&()).unwrap(), None)));
         let empty = Fingerprint::of(&serde_json::json!({})).unwrap();
         assert_eq!(slot(&empty, Some("acme")), NONE);
         let mut args = Fingerprinter::new();
         args.arg("cents", &4200).unwrap();
         let some = args.finish();
-        assert_ne!(slot(&some, None), NONE);
+        assert!(!is_none(slot(&some, None)) && !is_none(slot(&some, Some("acme"))));
         assert_ne!(slot(&some, None), slot(&some, Some("acme")));
     }
 }
