@@ -28,7 +28,7 @@ use crate::key::IdempotencyKey;
 
 /// How long after a call ended without succeeding a call of other arguments alike with a new key
 /// counts as its retry.
-pub(crate) const WINDOW: Duration = Duration::from_secs(10 * 60);
+const WINDOW: Duration = Duration::from_secs(10 * 60);
 
 /// How many failed calls are remembered (the oldest is forgotten first).
 const REMEMBERED: usize = 256;
@@ -216,9 +216,8 @@ fn warn(tool: &str, before: IdempotencyKey, key: IdempotencyKey, ago: Duration) 
          key {before} ended without succeeding: if this is a retry whose key was made anew ({named} filled with \
          `Uuid::new_v4()` or a timestamp inside a retry loop, or made up by the model on each call), every retry is a \
          new operation and the provider may act again. Derive the key from fields that identify the operation, or \
-         mint an `OperationId` once, before the loop (`idem.operation(\"plan/step\").await?`), and key on \
-         that. (Said once \
-         per tool; counted in `idemkit_fresh_key_retries_total`.)"
+         mint an `OperationId` once, before the loop (`idem.operation(\"plan/step\").await?`), and key on that. \
+         (Said once per tool; counted in `idemkit_fresh_key_retries_total`.)"
     );
     tracing::warn!(
         target: "idemkit.side_effect",
