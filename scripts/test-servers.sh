@@ -5,11 +5,12 @@
 # developers.
 #
 #   eval "$(scripts/test-servers.sh start)"   # starts them; prints the `export …_URL=…` lines
+#   eval "$(scripts/test-servers.sh start redis)"   # only Redis (or postgres, pgbouncer)
 #   scripts/test-servers.sh stop              # stops them and deletes their data
 #
 # Needs the PostgreSQL server binaries (initdb, pg_ctl; Debian: `postgresql`) and redis-server
-# (Debian: `redis-server`); PgBouncer (Debian: `pgbouncer`) is started when installed (its tests
-# skip without it, and fail under CI, which installs it). As root, PostgreSQL and PgBouncer run as
+# (Debian: `redis-server`); PgBouncer (Debian: `pgbouncer`) is started when installed.
+# `scripts/test.sh`, the README's test command, calls it with the servers that are installed. As root, PostgreSQL and PgBouncer run as
 # the `postgres` user (they refuse root).
 # Ports: IDEMKIT_TEST_PG_PORT (55432), IDEMKIT_TEST_REDIS_PORT (56379),
 # IDEMKIT_TEST_PGBOUNCER_PORT (56432). The state lives under $TMPDIR, so a second set of servers
@@ -163,16 +164,26 @@ stop_all() {
     rm -rf "$STATE"
 }
 
+# `start` with no names starts all three; `start postgres redis` only those (PgBouncer needs the
+# PostgreSQL started with it).
 case "${1:-}" in
     start)
+        shift
+        servers=("$@")
+        ((${#servers[@]})) || servers=(postgres redis pgbouncer)
+        want() { [[ " ${servers[*]} " == *" $1 "* ]]; }
         stop_all # a fresh data directory every time
         mkdir -p "$STATE"
         chmod 755 "$STATE"
-        start_postgres
-        start_redis
-        echo "export IDEMKIT_TEST_POSTGRES_URL='postgres://postgres@127.0.0.1:$PG_PORT/postgres'"
-        echo "export IDEMKIT_TEST_REDIS_URL='redis://127.0.0.1:$REDIS_PORT/'"
-        if start_pgbouncer; then
+        if want postgres; then
+            start_postgres
+            echo "export IDEMKIT_TEST_POSTGRES_URL='postgres://postgres@127.0.0.1:$PG_PORT/postgres'"
+        fi
+        if want redis; then
+            start_redis
+            echo "export IDEMKIT_TEST_REDIS_URL='redis://127.0.0.1:$REDIS_PORT/'"
+        fi
+        if want pgbouncer && want postgres && start_pgbouncer; then
             echo "export IDEMKIT_TEST_PGBOUNCER_URL='postgres://postgres@127.0.0.1:$PGBOUNCER_PORT/postgres'"
         fi
         ;;
@@ -181,6 +192,6 @@ case "${1:-}" in
         log "stopped"
         ;;
     *)
-        die "usage: $0 start|stop"
+        die "usage: $0 start [postgres] [redis] [pgbouncer] | stop"
         ;;
 esac

@@ -526,3 +526,60 @@ async fn issue30_5_a_json_call_whose_outcome_cannot_be_replayed_is_told_it_was_d
         "{text}"
     );
 }
+
+static CONVERTED: Mutex<u32> = Mutex::new(0);
+
+/// Converts an amount at a rate: the rate's every digit counts.
+#[side_effect(key = "order_id", json)]
+async fn convert(order_id: &str, rate: f64) -> Result<f64, Plain> {
+    let _ = order_id;
+    *CONVERTED.lock().unwrap() += 1;
+    Ok(rate)
+}
+
+/// Issue 52 finding 7: serde_json reads a number a double does not hold (an integer beyond 64
+/// bits, a decimal of more digits than a double keeps) as the double nearest it, so two calls
+/// that differ in it were one operation, and the second was answered with the first's result.
+/// Such a number is refused from the text, before anything runs; one a double holds runs.
+#[tokio::test]
+async fn issue52_a_number_that_a_double_would_round_is_refused_never_rounded() {
+    let tools = JsonTools::all();
+    let idem = idem();
+    let call = |args: &'static str| idem.scope(tools.call("convert", args));
+    let first = call(r#"{"order_id": "o52", "rate": 0.1}"#).await.unwrap();
+    assert_eq!(first.value, json!(0.1));
+    for args in [
+        r#"{"order_id": "o52", "rate": 0.10000000000000000001}"#,
+        r#"{"order_id": "o52", "rate": 18446744073709551617}"#,
+        r#"{"rate": 1e-400, "order_id": "o52"}"#,
+    ] {
+        let err = call(args).await.unwrap_err();
+        assert!(
+            matches!(err, JsonCallError::InvalidArguments { .. }),
+            "{args}: {err:?}"
+        );
+        let text = err.to_string();
+        assert!(text.contains("pass it as a string"), "{args}: {text}");
+        assert!(!err.called(), "{args}");
+    }
+    // Of the charge's u64, too (where serde_json said only "floating point").
+    let err = idem
+        .scope(tools.call(
+            "charge",
+            r#"{"customer_id": "cus_52", "purpose": "p", "period": "p", "amount_cents": 18446744073709551617}"#,
+        ))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("18446744073709551617 would be read as"),
+        "{err}"
+    );
+    // Spellings of a number a double holds are that number: the same call, replayed.
+    let again = call(r#"{"order_id": "o52", "rate": 1.0e-1}"#)
+        .await
+        .unwrap();
+    assert_eq!(again.value, json!(0.1));
+    assert!(again.replayed());
+    assert_eq!(*CONVERTED.lock().unwrap(), 1);
+}

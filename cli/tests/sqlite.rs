@@ -609,7 +609,7 @@ async fn s28_idemkit_settle_counts_what_waits_for_cron_and_changes_nothing() {
     });
     let out = run(&["settle"], 0);
     assert!(
-        stdout(&out).contains("settled 0 record(s)"),
+        stdout(&out).contains("changed 0 of 0 record(s)"),
         "{}",
         stdout(&out)
     );
@@ -617,6 +617,11 @@ async fn s28_idemkit_settle_counts_what_waits_for_cron_and_changes_nothing() {
     ambiguous(&store, 1).await;
     ambiguous(&store, 2).await;
     let out = run(&["settle"], 4);
+    assert!(
+        stdout(&out).contains("changed 0 of 2 record(s)"),
+        "it changed nothing, and says so: {}",
+        stdout(&out)
+    );
     assert!(
         stdout(&out).contains("2 without a verify function"),
         "{}",

@@ -51,7 +51,8 @@ use ast::Kind;
 /// impl Classify for PayError {
 ///     fn classify(&self) -> Failure {
 ///         match self {
-///             PayError::Declined | PayError::Idem(_) => Failure::Permanent,
+///             PayError::Declined => Failure::Permanent,
+///             PayError::Idem(e) => e.classify(), // idemkit's own errors classify themselves
 ///             PayError::Timeout => Failure::Ambiguous, // may have happened: same key again
 ///         }
 ///     }
@@ -174,7 +175,7 @@ use ast::Kind;
 ///     fn classify(&self) -> Failure {
 ///         match self {
 ///             MailError::Timeout => Failure::Ambiguous, // may have gone out
-///             MailError::Idem(_) => Failure::Permanent,
+///             MailError::Idem(e) => e.classify(),
 ///         }
 ///     }
 /// }
@@ -217,7 +218,7 @@ use ast::Kind;
 /// # enum MailError { Timeout, Idem(idemkit::Error) }
 /// # impl Classify for MailError {
 /// #     fn classify(&self) -> Failure {
-/// #         match self { MailError::Timeout => Failure::Ambiguous, MailError::Idem(_) => Failure::Permanent }
+/// #         match self { MailError::Timeout => Failure::Ambiguous, MailError::Idem(e) => e.classify() }
 /// #     }
 /// # }
 /// # impl From<idemkit::Error> for MailError {

@@ -341,3 +341,56 @@ mod tests {
         assert!(!recording(), "no recorder is installed in these tests");
     }
 }
+
+#[cfg(test)]
+mod documented {
+    use std::collections::BTreeSet;
+
+    /// The metric names this module's code records (its string literals `"idemkit_…"`, outside
+    /// comments and this test).
+    fn registered() -> BTreeSet<String> {
+        let source = include_str!("meters.rs");
+        let mut names = BTreeSet::new();
+        for line in source.lines().take_while(|l| *l != "mod documented {") {
+            let code = line.split("//").next().unwrap_or("");
+            let mut rest = code;
+            while let Some(at) = rest.find("\"idemkit_") {
+                let name = &rest[at + 1..];
+                let end = name.find('"').expect("a closed string literal");
+                names.insert(name[..end].to_owned());
+                rest = &name[end + 1..];
+            }
+        }
+        names
+    }
+
+    /// The first column of each row of the metrics table in `text` that names a metric.
+    fn table(text: &str) -> BTreeSet<String> {
+        text.lines()
+            .map(|l| l.trim_start_matches("//!").trim())
+            .filter_map(|l| l.strip_prefix("| `idemkit_"))
+            .map(|l| format!("idemkit_{}", &l[..l.find('`').expect("a closed name")]))
+            .collect()
+    }
+
+    /// Issue 51 #6: the metrics table of docs/operating.md, and this module's own, list exactly
+    /// the metrics the code records: a metric added without its row, or a row left for a metric
+    /// no longer recorded, fails here.
+    #[test]
+    fn finding6_the_docs_metrics_tables_list_exactly_the_metrics_recorded() {
+        let registered = registered();
+        assert!(
+            registered.contains("idemkit_calls_total") && registered.len() >= 9,
+            "{registered:?}"
+        );
+        let operating =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/operating.md"))
+                .expect("docs/operating.md");
+        assert_eq!(table(&operating), registered, "docs/operating.md");
+        assert_eq!(
+            table(include_str!("meters.rs")),
+            registered,
+            "the table of meters.rs's docs"
+        );
+    }
+}

@@ -173,37 +173,6 @@ async fn s27_timed_out_calls_leave_no_unknown_outcome_sqlite() {
     assert_eq!(left, Left::default());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s27_timed_out_calls_leave_no_unknown_outcome_postgres() {
-    let Some(url) = servers::server_url("IDEMKIT_TEST_POSTGRES_URL", "PostgreSQL") else {
-        return;
-    };
-    let table = servers::unique("s27");
-    let store = idem_runtime::PostgresStore::builder(url)
-        .schema("idemkit_test")
-        .table(&table)
-        .max_connections(8)
-        .connect()
-        .await
-        .unwrap();
-    let left = cancelled_calls_leave_no_unknown_outcome(store).await;
-    assert_eq!(left, Left::default());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s27_timed_out_calls_leave_no_unknown_outcome_redis() {
-    let Some(url) = servers::server_url("IDEMKIT_TEST_REDIS_URL", "Redis") else {
-        return;
-    };
-    let store = idem_runtime::RedisStore::builder(url)
-        .prefix(format!("{}:", servers::unique("s27")))
-        .connect()
-        .await
-        .unwrap();
-    let left = cancelled_calls_leave_no_unknown_outcome(store).await;
-    assert_eq!(left, Left::default());
-}
-
 /// A memory store whose first claim is applied at once but answered only after `late` (its
 /// reply held up on the way back); every other operation answers as the memory store does.
 struct FirstClaimAnsweredLate {
@@ -315,4 +284,39 @@ async fn a_claim_answered_late_is_sent_again_under_its_token_and_leaves_no_orpha
     let again = call(&idem, 0, &runs).await;
     assert!(again.is_ok(), "the repeat replays: {again:?}");
     assert_eq!(runs[0].load(SeqCst), 1, "the body ran once");
+}
+
+mod needs_postgres {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn s27_timed_out_calls_leave_no_unknown_outcome_postgres() {
+        let url = servers::server_url("IDEMKIT_TEST_POSTGRES_URL", "PostgreSQL");
+        let table = servers::unique("s27");
+        let store = idem_runtime::PostgresStore::builder(url)
+            .schema("idemkit_test")
+            .table(&table)
+            .max_connections(8)
+            .connect()
+            .await
+            .unwrap();
+        let left = cancelled_calls_leave_no_unknown_outcome(store).await;
+        assert_eq!(left, Left::default());
+    }
+}
+
+mod needs_redis {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn s27_timed_out_calls_leave_no_unknown_outcome_redis() {
+        let url = servers::server_url("IDEMKIT_TEST_REDIS_URL", "Redis");
+        let store = idem_runtime::RedisStore::builder(url)
+            .prefix(format!("{}:", servers::unique("s27")))
+            .connect()
+            .await
+            .unwrap();
+        let left = cancelled_calls_leave_no_unknown_outcome(store).await;
+        assert_eq!(left, Left::default());
+    }
 }

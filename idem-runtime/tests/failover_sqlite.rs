@@ -484,16 +484,15 @@ fn syncs(log: &Path) -> Syncs {
     seen
 }
 
-/// `failover/kill_at_sync.c` built as a shared library, once per test process (`None`: no C
-/// compiler, said; under CI that fails), into cargo's scratch folder for integration tests
+/// `failover/kill_at_sync.c` built as a shared library, once per test process, into cargo's scratch folder for integration tests
 /// (`target/tmp`), not the system's temporary folder, where a static's `TempDir` is never dropped
 /// and so never removed. Each process builds under a name of its own and renames it into place:
 /// every build is the same library, and a child that loads the path gets one or the other whole.
-fn kill_at_sync_library() -> Option<PathBuf> {
-    static BUILT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+fn kill_at_sync_library() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     BUILT
         .get_or_init(|| {
-            let cc = common::binary("cc", "gcc")?;
+            let cc = common::binary("cc", "gcc");
             let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
             let lib = dir.join("kill_at_sync.so");
             let building = dir.join(format!("kill_at_sync.so.{}", std::process::id()));
@@ -513,7 +512,7 @@ fn kill_at_sync_library() -> Option<PathBuf> {
                 String::from_utf8_lossy(&out.stderr)
             );
             std::fs::rename(&building, &lib).unwrap();
-            Some(lib)
+            lib
         })
         .clone()
 }
@@ -544,12 +543,10 @@ struct Sweep {
 ///
 /// (This replaced `strace -e inject=…:when=N`, whose count is per thread: when a second thread
 /// synced, its N-th was not the process's N-th, and a point was missed.)
-///
-/// `None` (a skip, said) without a C compiler; under CI that fails.
-fn killed_at_every_fsync(sync: &str, fresh: bool) -> Option<Sweep> {
+fn killed_at_every_fsync(sync: &str, fresh: bool) -> Sweep {
     // Plenty: a child syncs a few dozen times at most.
     const MAX_POINTS: usize = 500;
-    let library = kill_at_sync_library()?;
+    let library = kill_at_sync_library();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let mut sweep = Sweep::default();
     for n in 1.. {
@@ -643,7 +640,7 @@ fn killed_at_every_fsync(sync: &str, fresh: bool) -> Option<Sweep> {
         sweep.most_threads,
         sweep.threads
     ));
-    Some(sweep)
+    sweep
 }
 
 /// Every sync point of the runs was a kill point: the kills landed on the process's syncs 1, 2,
@@ -656,10 +653,8 @@ fn assert_every_point(s: &Sweep) {
 /// double run, no acknowledged outcome lost, the database opens and serves after each kill.
 #[test]
 fn sqlite_killed_at_every_fsync_full_loses_nothing_and_runs_nothing_twice() {
-    let Some(created) = killed_at_every_fsync("full", true) else {
-        return;
-    };
-    let s = killed_at_every_fsync("full", false).unwrap();
+    let created = killed_at_every_fsync("full", true);
+    let s = killed_at_every_fsync("full", false);
     assert_every_point(&created);
     assert_every_point(&s);
     assert_eq!(
@@ -678,10 +673,8 @@ fn sqlite_killed_at_every_fsync_full_loses_nothing_and_runs_nothing_twice() {
 /// process kill keeps every commit.
 #[test]
 fn sqlite_killed_at_every_fsync_normal_loses_nothing_to_a_process_kill() {
-    let Some(created) = killed_at_every_fsync("normal", true) else {
-        return;
-    };
-    let s = killed_at_every_fsync("normal", false).unwrap();
+    let created = killed_at_every_fsync("normal", true);
+    let s = killed_at_every_fsync("normal", false);
     assert_every_point(&created);
     assert_every_point(&s);
     assert_eq!(

@@ -863,6 +863,46 @@ async fn a_json_or_form_body_re_sent_in_another_order_replays_and_another_value_
     assert_eq!(s.runs(), 3);
 }
 
+/// Issue 52 finding 7: a JSON body's integer beyond 64 bits was fingerprinted as the `f64` it
+/// rounds to, so `…617` after `…616` under one key was answered with `…616`'s response. It
+/// counts by its exact value: another amount is `422`; the same amount, spelled otherwise, is
+/// the same payload.
+#[tokio::test]
+async fn issue52_amounts_that_differ_past_a_doubles_precision_are_two_payloads() {
+    let s = serve(|l| l).await;
+    let post = |body: &'static str| {
+        s.http
+            .post(format!("{}/v1/charges", s.base))
+            .header("Idempotency-Key", "\"wei\"")
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    let first = post(r#"{"amount_wei": 18446744073709551616}"#)
+        .await
+        .unwrap();
+    assert_eq!(first.status(), StatusCode::CREATED);
+    for other in [
+        r#"{"amount_wei": 18446744073709551617}"#,
+        r#"{"amount_wei": 18446744073709551616.000000000000000001}"#,
+        r#"{"amount_wei": 1.8446744073709552e19}"#,
+    ] {
+        let reused = post(other).await.unwrap();
+        assert!(!replayed(&reused), "{other}");
+        assert_eq!(
+            reused.status(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{other}: {}",
+            reused.text().await.unwrap()
+        );
+    }
+    let same = post(r#"{ "amount_wei": 1.8446744073709551616e19 }"#)
+        .await
+        .unwrap();
+    assert!(replayed(&same), "{}", same.status());
+    assert_eq!(s.runs(), 1);
+}
+
 /// Issue 39 item 8: the 422 a client gets speaks HTTP: no "tool", no internal key.
 #[tokio::test]
 async fn a_422_speaks_http_not_the_runtimes_terms() {

@@ -5,47 +5,49 @@
 //! transaction`, `max_prepared_statements = 0`, 4 server connections, in front of its
 //! PostgreSQL).
 
-use idem_runtime::PostgresStore;
-
 mod servers;
-use servers::unique;
 
-fn bouncer_url() -> Option<String> {
-    servers::server_url("IDEMKIT_TEST_PGBOUNCER_URL", "PgBouncer")
-}
+mod needs_pgbouncer {
+    use super::*;
 
-async fn store_at(url: &str, table: &str, connections: usize) -> PostgresStore {
-    PostgresStore::builder(url)
-        .schema("idemkit_test")
-        .table(table)
-        .max_connections(connections)
-        .prepared_statements(false)
-        .connect()
-        .await
-        .expect("the store connects through PgBouncer and creates its table")
-}
+    use idem_runtime::PostgresStore;
 
-async fn fresh_store() -> PostgresStore {
-    let Some(url) = bouncer_url() else {
-        // A skip must be seen: the whole file stops here, after saying so.
-        std::process::exit(0);
-    };
-    store_at(&url, &unique("pgbouncer"), 8).await
-}
+    use servers::unique;
 
-idem_runtime::conformance_tests!(fresh_store);
-idem_runtime::records_conformance_tests!(fresh_store);
-idem_runtime::restore_conformance_tests!(fresh_store);
-
-/// 32 tasks over 4 pools of 4 client connections each (16 clients on PgBouncer's 4 server
-/// connections) call one key at once: one body runs, all get its output.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn contention_32_tasks_over_4_pools_through_pgbouncer_run_the_body_once() {
-    let Some(url) = bouncer_url() else { return };
-    let table = unique("pgbouncer_contention");
-    let mut stores = Vec::new();
-    for _ in 0..4 {
-        stores.push(store_at(&url, &table, 4).await);
+    fn bouncer_url() -> String {
+        servers::server_url("IDEMKIT_TEST_PGBOUNCER_URL", "PgBouncer")
     }
-    servers::contention_32_tasks_over_4_workers(stores).await;
+
+    async fn store_at(url: &str, table: &str, connections: usize) -> PostgresStore {
+        PostgresStore::builder(url)
+            .schema("idemkit_test")
+            .table(table)
+            .max_connections(connections)
+            .prepared_statements(false)
+            .connect()
+            .await
+            .expect("the store connects through PgBouncer and creates its table")
+    }
+
+    async fn fresh_store() -> PostgresStore {
+        let url = bouncer_url();
+        store_at(&url, &unique("pgbouncer"), 8).await
+    }
+
+    idem_runtime::conformance_tests!(fresh_store);
+    idem_runtime::records_conformance_tests!(fresh_store);
+    idem_runtime::restore_conformance_tests!(fresh_store);
+
+    /// 32 tasks over 4 pools of 4 client connections each (16 clients on PgBouncer's 4 server
+    /// connections) call one key at once: one body runs, all get its output.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn contention_32_tasks_over_4_pools_through_pgbouncer_run_the_body_once() {
+        let url = bouncer_url();
+        let table = unique("pgbouncer_contention");
+        let mut stores = Vec::new();
+        for _ in 0..4 {
+            stores.push(store_at(&url, &table, 4).await);
+        }
+        servers::contention_32_tasks_over_4_workers(stores).await;
+    }
 }

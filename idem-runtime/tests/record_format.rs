@@ -430,85 +430,6 @@ const PG_FIXTURE_S24: &str = "tests/fixtures/postgres-s24.sql";
 #[cfg(feature = "postgres")]
 const PG_FIXTURE_S27: &str = "tests/fixtures/postgres-s27.sql";
 
-#[cfg(feature = "postgres")]
-#[tokio::test]
-async fn a_postgres_dump_written_by_0_1_0_reads_back_as_it_was_meant() {
-    check_postgres(PG_FIXTURE, Format::V010).await;
-}
-
-#[cfg(feature = "postgres")]
-#[tokio::test]
-async fn s24_a_postgres_dump_with_operators_decisions_reads_back_as_it_was_meant() {
-    check_postgres(PG_FIXTURE_S24, Format::S24).await;
-}
-
-#[cfg(feature = "postgres")]
-#[tokio::test]
-async fn s27_a_postgres_dump_with_claims_to_give_back_reads_back_as_it_was_meant() {
-    check_postgres(PG_FIXTURE_S27, Format::S27).await;
-}
-
-/// Restores the dump `fixture` (written anew first when writing the newest, S27, one)
-/// and checks its records.
-#[cfg(feature = "postgres")]
-async fn check_postgres(fixture: &str, format: Format) {
-    use idem_runtime::PostgresStore;
-    let Some(url) = servers::server_url("IDEMKIT_TEST_POSTGRES_URL", "PostgreSQL") else {
-        return;
-    };
-    let fixture = manifest_path(fixture);
-    let id_file = fixture.with_extension("operation-id");
-    if writing() && format == Format::S27 {
-        let schema = format!("fixture_{}", uuid::Uuid::new_v4().simple());
-        let store = PostgresStore::builder(&url)
-            .schema(&schema)
-            .connect()
-            .await
-            .unwrap();
-        let id = write_records(store, format).await;
-        let dump = std::process::Command::new("pg_dump")
-            .args([
-                "--schema",
-                &schema,
-                "--no-owner",
-                "--no-privileges",
-                "--inserts",
-                &url,
-            ])
-            .output()
-            .expect("pg_dump runs");
-        assert!(
-            dump.status.success(),
-            "{}",
-            String::from_utf8_lossy(&dump.stderr)
-        );
-        let text = String::from_utf8(dump.stdout)
-            .unwrap()
-            .replace(&schema, "__SCHEMA__");
-        std::fs::write(&fixture, text).unwrap();
-        std::fs::write(&id_file, id).unwrap();
-    }
-    // Restored into a schema of its own; psql's meta-commands (`\restrict`) are left out.
-    let schema = format!("fixture_{}", uuid::Uuid::new_v4().simple());
-    let dump = std::fs::read_to_string(&fixture).expect("the checked-in fixture");
-    let sql: String = dump
-        .lines()
-        .filter(|l| !l.starts_with('\\'))
-        .map(|l| l.replace("__SCHEMA__", &schema) + "\n")
-        .collect();
-    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    client.batch_execute(&sql).await.expect("the dump restores");
-    let store = PostgresStore::builder(&url)
-        .schema(&schema)
-        .connect()
-        .await
-        .unwrap();
-    check_records(store, &std::fs::read_to_string(&id_file).unwrap(), format).await;
-}
-
 /// The Redis fixture: every key a store with the prefix `__PREFIX__` wrote, as JSON (type,
 /// value, time to live).
 #[cfg(feature = "redis")]
@@ -520,107 +441,191 @@ const REDIS_FIXTURE_S24: &str = "tests/fixtures/redis-s24.json";
 #[cfg(feature = "redis")]
 const REDIS_FIXTURE_S27: &str = "tests/fixtures/redis-s27.json";
 
-#[cfg(feature = "redis")]
-#[tokio::test]
-async fn a_redis_dump_written_by_0_1_0_reads_back_as_it_was_meant() {
-    check_redis(REDIS_FIXTURE, Format::V010).await;
+mod needs_postgres {
+    use super::*;
+
+    #[cfg(feature = "postgres")]
+    #[tokio::test]
+    async fn a_postgres_dump_written_by_0_1_0_reads_back_as_it_was_meant() {
+        check_postgres(PG_FIXTURE, Format::V010).await;
+    }
+
+    #[cfg(feature = "postgres")]
+    #[tokio::test]
+    async fn s24_a_postgres_dump_with_operators_decisions_reads_back_as_it_was_meant() {
+        check_postgres(PG_FIXTURE_S24, Format::S24).await;
+    }
+
+    #[cfg(feature = "postgres")]
+    #[tokio::test]
+    async fn s27_a_postgres_dump_with_claims_to_give_back_reads_back_as_it_was_meant() {
+        check_postgres(PG_FIXTURE_S27, Format::S27).await;
+    }
+
+    /// Restores the dump `fixture` (written anew first when writing the newest, S27, one)
+    /// and checks its records.
+    #[cfg(feature = "postgres")]
+    async fn check_postgres(fixture: &str, format: Format) {
+        use idem_runtime::PostgresStore;
+        let url = servers::server_url("IDEMKIT_TEST_POSTGRES_URL", "PostgreSQL");
+        let fixture = manifest_path(fixture);
+        let id_file = fixture.with_extension("operation-id");
+        if writing() && format == Format::S27 {
+            let schema = format!("fixture_{}", uuid::Uuid::new_v4().simple());
+            let store = PostgresStore::builder(&url)
+                .schema(&schema)
+                .connect()
+                .await
+                .unwrap();
+            let id = write_records(store, format).await;
+            let dump = std::process::Command::new("pg_dump")
+                .args([
+                    "--schema",
+                    &schema,
+                    "--no-owner",
+                    "--no-privileges",
+                    "--inserts",
+                    &url,
+                ])
+                .output()
+                .expect("pg_dump runs");
+            assert!(
+                dump.status.success(),
+                "{}",
+                String::from_utf8_lossy(&dump.stderr)
+            );
+            let text = String::from_utf8(dump.stdout)
+                .unwrap()
+                .replace(&schema, "__SCHEMA__");
+            std::fs::write(&fixture, text).unwrap();
+            std::fs::write(&id_file, id).unwrap();
+        }
+        // Restored into a schema of its own; psql's meta-commands (`\restrict`) are left out.
+        let schema = format!("fixture_{}", uuid::Uuid::new_v4().simple());
+        let dump = std::fs::read_to_string(&fixture).expect("the checked-in fixture");
+        let sql: String = dump
+            .lines()
+            .filter(|l| !l.starts_with('\\'))
+            .map(|l| l.replace("__SCHEMA__", &schema) + "\n")
+            .collect();
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        client.batch_execute(&sql).await.expect("the dump restores");
+        let store = PostgresStore::builder(&url)
+            .schema(&schema)
+            .connect()
+            .await
+            .unwrap();
+        check_records(store, &std::fs::read_to_string(&id_file).unwrap(), format).await;
+    }
 }
 
-#[cfg(feature = "redis")]
-#[tokio::test]
-async fn s24_a_redis_dump_with_operators_decisions_reads_back_as_it_was_meant() {
-    check_redis(REDIS_FIXTURE_S24, Format::S24).await;
-}
+mod needs_redis {
+    use super::*;
 
-#[cfg(feature = "redis")]
-#[tokio::test]
-async fn s27_a_redis_dump_with_claims_to_give_back_reads_back_as_it_was_meant() {
-    check_redis(REDIS_FIXTURE_S27, Format::S27).await;
-}
+    #[cfg(feature = "redis")]
+    #[tokio::test]
+    async fn a_redis_dump_written_by_0_1_0_reads_back_as_it_was_meant() {
+        check_redis(REDIS_FIXTURE, Format::V010).await;
+    }
 
-/// Loads the dump `fixture` (written anew first when writing the newest, S27, one) and
-/// checks its records.
-#[cfg(feature = "redis")]
-async fn check_redis(fixture: &str, format: Format) {
-    use idem_runtime::RedisStore;
-    use redis::AsyncCommands;
-    let Some(url) = servers::server_url("IDEMKIT_TEST_REDIS_URL", "Redis") else {
-        return;
-    };
-    let fixture = manifest_path(fixture);
-    let client = redis::Client::open(url.as_str()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    if writing() && format == Format::S27 {
+    #[cfg(feature = "redis")]
+    #[tokio::test]
+    async fn s24_a_redis_dump_with_operators_decisions_reads_back_as_it_was_meant() {
+        check_redis(REDIS_FIXTURE_S24, Format::S24).await;
+    }
+
+    #[cfg(feature = "redis")]
+    #[tokio::test]
+    async fn s27_a_redis_dump_with_claims_to_give_back_reads_back_as_it_was_meant() {
+        check_redis(REDIS_FIXTURE_S27, Format::S27).await;
+    }
+
+    /// Loads the dump `fixture` (written anew first when writing the newest, S27, one) and
+    /// checks its records.
+    #[cfg(feature = "redis")]
+    async fn check_redis(fixture: &str, format: Format) {
+        use idem_runtime::RedisStore;
+        use redis::AsyncCommands;
+        let url = servers::server_url("IDEMKIT_TEST_REDIS_URL", "Redis");
+        let fixture = manifest_path(fixture);
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        if writing() && format == Format::S27 {
+            let prefix = format!("fixture:{}:", uuid::Uuid::new_v4().simple());
+            let store = RedisStore::builder(&url)
+                .prefix(&prefix)
+                .connect()
+                .await
+                .unwrap();
+            let id = write_records(store, format).await;
+            let keys: Vec<String> = conn.keys(format!("{prefix}*")).await.unwrap();
+            let mut entries = Vec::new();
+            for k in keys {
+                let kind: String = redis::cmd("TYPE")
+                    .arg(&k)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                let value = match kind.as_str() {
+                    "hash" => {
+                        let fields: std::collections::BTreeMap<String, String> =
+                            conn.hgetall(&k).await.unwrap();
+                        serde_json::json!(fields)
+                    }
+                    "string" => serde_json::json!(conn.get::<_, String>(&k).await.unwrap()),
+                    other => panic!("unexpected key type {other}"),
+                };
+                let pttl: i64 = conn.pttl(&k).await.unwrap();
+                let suffix = k.strip_prefix(&prefix).unwrap().to_owned();
+                entries.push(
+                    serde_json::json!({"key": suffix, "type": kind, "value": value, "pttl": pttl}),
+                );
+            }
+            entries.sort_by_key(|e| e["key"].as_str().unwrap().to_owned());
+            let dump = serde_json::json!({"operation_id": id, "keys": entries});
+            std::fs::write(
+                &fixture,
+                serde_json::to_string_pretty(&dump).unwrap() + "\n",
+            )
+            .unwrap();
+        }
+        let dump: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(&fixture).expect("the checked-in fixture"),
+        )
+        .unwrap();
         let prefix = format!("fixture:{}:", uuid::Uuid::new_v4().simple());
+        for entry in dump["keys"].as_array().unwrap() {
+            let k = format!("{prefix}{}", entry["key"].as_str().unwrap());
+            match entry["type"].as_str().unwrap() {
+                "hash" => {
+                    let fields: Vec<(String, String)> = entry["value"]
+                        .as_object()
+                        .unwrap()
+                        .iter()
+                        .map(|(f, v)| (f.clone(), v.as_str().unwrap().to_owned()))
+                        .collect();
+                    let _: () = conn.hset_multiple(&k, &fields).await.unwrap();
+                }
+                _ => {
+                    let _: () = conn
+                        .set(&k, entry["value"].as_str().unwrap())
+                        .await
+                        .unwrap();
+                }
+            }
+            let pttl = entry["pttl"].as_i64().unwrap();
+            if pttl > 0 {
+                let _: () = conn.pexpire(&k, pttl).await.unwrap();
+            }
+        }
         let store = RedisStore::builder(&url)
             .prefix(&prefix)
             .connect()
             .await
             .unwrap();
-        let id = write_records(store, format).await;
-        let keys: Vec<String> = conn.keys(format!("{prefix}*")).await.unwrap();
-        let mut entries = Vec::new();
-        for k in keys {
-            let kind: String = redis::cmd("TYPE")
-                .arg(&k)
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-            let value = match kind.as_str() {
-                "hash" => {
-                    let fields: std::collections::BTreeMap<String, String> =
-                        conn.hgetall(&k).await.unwrap();
-                    serde_json::json!(fields)
-                }
-                "string" => serde_json::json!(conn.get::<_, String>(&k).await.unwrap()),
-                other => panic!("unexpected key type {other}"),
-            };
-            let pttl: i64 = conn.pttl(&k).await.unwrap();
-            let suffix = k.strip_prefix(&prefix).unwrap().to_owned();
-            entries.push(
-                serde_json::json!({"key": suffix, "type": kind, "value": value, "pttl": pttl}),
-            );
-        }
-        entries.sort_by_key(|e| e["key"].as_str().unwrap().to_owned());
-        let dump = serde_json::json!({"operation_id": id, "keys": entries});
-        std::fs::write(
-            &fixture,
-            serde_json::to_string_pretty(&dump).unwrap() + "\n",
-        )
-        .unwrap();
+        check_records(store, dump["operation_id"].as_str().unwrap(), format).await;
     }
-    let dump: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&fixture).expect("the checked-in fixture"))
-            .unwrap();
-    let prefix = format!("fixture:{}:", uuid::Uuid::new_v4().simple());
-    for entry in dump["keys"].as_array().unwrap() {
-        let k = format!("{prefix}{}", entry["key"].as_str().unwrap());
-        match entry["type"].as_str().unwrap() {
-            "hash" => {
-                let fields: Vec<(String, String)> = entry["value"]
-                    .as_object()
-                    .unwrap()
-                    .iter()
-                    .map(|(f, v)| (f.clone(), v.as_str().unwrap().to_owned()))
-                    .collect();
-                let _: () = conn.hset_multiple(&k, &fields).await.unwrap();
-            }
-            _ => {
-                let _: () = conn
-                    .set(&k, entry["value"].as_str().unwrap())
-                    .await
-                    .unwrap();
-            }
-        }
-        let pttl = entry["pttl"].as_i64().unwrap();
-        if pttl > 0 {
-            let _: () = conn.pexpire(&k, pttl).await.unwrap();
-        }
-    }
-    let store = RedisStore::builder(&url)
-        .prefix(&prefix)
-        .connect()
-        .await
-        .unwrap();
-    check_records(store, dump["operation_id"].as_str().unwrap(), format).await;
 }

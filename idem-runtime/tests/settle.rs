@@ -1,7 +1,7 @@
 //! S28: the settler's rows (`idem_runtime::conformance::s28_*`) on all four stores: memory,
 //! SQLite, PostgreSQL at `IDEMKIT_TEST_POSTGRES_URL` and Redis at `IDEMKIT_TEST_REDIS_URL`
-//! (`scripts/test-servers.sh start` runs both; without them those two modules skip loudly, and
-//! fail under CI).
+//! (`scripts/test-servers.sh start` runs both; `scripts/test.sh` leaves the modules
+//! `needs_postgres` and `needs_redis` out, saying so, where the server is not installed).
 
 mod servers;
 
@@ -30,14 +30,11 @@ mod sqlite {
     idem_runtime::settle_conformance_tests!(fresh_store);
 }
 
-mod postgres {
+mod needs_postgres {
     use idem_runtime::PostgresStore;
 
     async fn fresh_store() -> PostgresStore {
-        let Some(url) = super::servers::server_url("IDEMKIT_TEST_POSTGRES_URL", "PostgreSQL")
-        else {
-            std::process::exit(0);
-        };
+        let url = super::servers::server_url("IDEMKIT_TEST_POSTGRES_URL", "PostgreSQL");
         let table = format!("settle_{}", uuid::Uuid::new_v4().simple());
         PostgresStore::builder(url)
             .schema("idemkit_test")
@@ -50,13 +47,11 @@ mod postgres {
     idem_runtime::settle_conformance_tests!(fresh_store);
 }
 
-mod redis {
+mod needs_redis {
     use idem_runtime::RedisStore;
 
     async fn fresh_store() -> RedisStore {
-        let Some(url) = super::servers::server_url("IDEMKIT_TEST_REDIS_URL", "Redis") else {
-            std::process::exit(0);
-        };
+        let url = super::servers::server_url("IDEMKIT_TEST_REDIS_URL", "Redis");
         RedisStore::builder(url)
             .prefix(format!("settle:{}:", uuid::Uuid::new_v4().simple()))
             .connect()

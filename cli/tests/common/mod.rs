@@ -46,22 +46,10 @@ pub fn expect(args: &[&str], code: i32) -> Output {
     out
 }
 
-/// The URL in `var`: under CI a missing one fails the test, elsewhere a loud skip.
-pub fn server_url(var: &str, server: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false") => {
-            panic!("{var} is not set under CI: .ci/run starts {server} and sets it")
-        }
-        _ => {
-            eprintln!(
-                "\n==========\nSKIPPED: set {var} to run the idemkit command's {server} tests \
-                 (eval \"$(scripts/test-servers.sh start)\")\n==========\n"
-            );
-            None
-        }
-    }
-}
+#[path = "../../../idem-runtime/tests/servers/url.rs"]
+mod url;
+#[allow(unused_imports)] // Only the server tests read a URL.
+pub use url::server_url;
 
 #[derive(Debug)]
 pub struct E(pub String);

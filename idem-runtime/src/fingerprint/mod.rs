@@ -7,10 +7,17 @@
 //! Floats: `-0.0` fingerprints as `0.0` (they compare equal); a NaN or an infinite float is
 //! refused ([`Error::Arguments`](crate::Error::Arguments)), since JSON would write it as `null`.
 //!
+//! Numbers are exact: two values that differ never share a fingerprint. A number a double holds
+//! as written is hashed as serde_json writes it; one a double would round (an integer beyond 64
+//! bits, a decimal of more digits than a double keeps) as its exact value ([`exact`]), or it is
+//! refused where its text is already lost (a 128-bit integer argument beyond 64 bits; a model's
+//! JSON arguments, refused by `JsonTools` when their text holds one).
+//!
 //! serde_json's features, which any crate in a build may switch on, change no fingerprint: maps
 //! are sorted here (`preserve_order` keeps insertion order), and numbers are those serde_json makes
 //! without `arbitrary_precision` ([`portable`], `write_number`).
 
+pub(crate) mod exact;
 pub(crate) mod finite;
 mod portable;
 // Only the HTTP server fingerprints JSON texts (request bodies).
@@ -188,26 +195,26 @@ fn write_canonical(sha: &mut Sha256, value: &Value) {
 }
 
 /// A number as serde_json writes it without `arbitrary_precision`, whatever its features: an
-/// integer within `u64` or `i64` as that integer, any other number as the `f64` it reads as (as
-/// serde_json reads any other number's text without the feature), and `-0.0` as `0.0` (they
-/// compare equal, so one text for both). Without the feature this is serde_json's own text of the
-/// number; with it, a `Number` keeps the text it was read from (`1.50`, `1e2`, `-0`), which
-/// would otherwise be hashed as it is. (One difference stays: with the feature a text is read as
-/// the nearest `f64`; without it, and without `float_roundtrip`, serde_json may read a decimal of
-/// more than about 15 significant digits, or with a large exponent, one step away from it.)
+/// integer within `u64` or `i64` as that integer, any other number as the `f64` it reads as, and
+/// `-0.0` as `0.0` (they compare equal, so one text for both) — where that `f64` holds the number
+/// exactly. Without the feature a `Number` is an integer or an `f64`, so always. With it, a
+/// `Number` keeps the text it was read from (`1.50`, `1e2`, `-0`, `18446744073709551617`): its
+/// text is hashed as the `f64`'s where they spell one value, and a number the `f64` would round
+/// as its exact value instead ([`exact`]), so two numbers of different values never share a
+/// fingerprint.
 fn write_number(sha: &mut Sha256, n: &Number) {
     if let Some(u) = n.as_u64() {
         write_json(sha, &u);
     } else if let Some(i) = n.as_i64().filter(|&i| i != 0) {
         // (A zero here is the feature's `-0`, which serde_json without it reads as `-0.0`.)
         write_json(sha, &i);
+    } else if exact::numbers_keep_text() {
+        sha.update(exact::canonical(&n.to_string()).text().as_bytes());
     } else {
         match n.as_f64() {
             Some(0.0) => sha.update(b"0.0"), // `-0.0` too: it equals `0.0`
             Some(f) => write_json(sha, &f),
-            // Only with the feature: a number beyond `f64`, whose text serde_json without it
-            // refuses to read.
-            None => write_json(sha, n),
+            None => sha.update(exact::canonical(&n.to_string()).text().as_bytes()),
         }
     }
 }
@@ -535,8 +542,6 @@ mod tests {
             ("-0", "0.0"),
             ("-0.0", "0.0"),
             ("-0e5", "0.0"),
-            ("18446744073709551616", "1.8446744073709552e19"),
-            ("-9223372036854775809", "-9.223372036854776e18"),
             ("[1.0, {\"a\": 2.50}]", "[1.0, {\"a\": 2.5}]"),
         ] {
             assert_eq!(of(text), of(same_as), "{text} and {same_as}");
@@ -551,6 +556,21 @@ mod tests {
             of("-9223372036854775808"),
             Fingerprint::of(&i64::MIN).unwrap()
         );
+        // A number a double would round: with the feature the `Value` keeps its text, and the
+        // fingerprint its exact value; without it, serde_json rounded it when it read the text
+        // (where idemkit reads the text itself, the HTTP layer and `JsonTools::call`, it is kept
+        // exactly or refused).
+        for (text, rounded) in [
+            ("18446744073709551616", "1.8446744073709552e19"),
+            ("-9223372036854775809", "-9.223372036854776e18"),
+            ("0.10000000000000000001", "0.1"),
+        ] {
+            assert_eq!(
+                of(text) != of(rounded),
+                super::exact::numbers_keep_text(),
+                "{text}"
+            );
+        }
         // An `f32` argument fingerprints as the `f64` it widens to.
         assert_eq!(Fingerprint::of(&0.1f32).unwrap(), of("0.10000000149011612"));
     }

@@ -15,6 +15,7 @@ mod describe;
 mod entry;
 mod reply;
 
+use crate::fingerprint::exact::{held, number_tokens, numbers_keep_text};
 use crate::registry::{self, ToolInfo, tools};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -182,11 +183,22 @@ impl JsonTools {
         } else {
             serde_json::from_str(arguments).map_err(|e| invalid(tool, e))?
         };
+        // serde_json has read a number that a double does not hold as the double nearest it:
+        // its text, here, is the only place left that tells.
+        if let Some(number) = number_tokens(arguments.as_bytes()).find(|n| !held(n)) {
+            return Err(rounded(tool, number));
+        }
         self.run(tool, entry, value).await
     }
 
     /// Calls the tool `name` with `arguments` already parsed (bounded by the length of their JSON
     /// text, as [`JsonTools::call`]).
+    ///
+    /// Whoever parsed them has read each number as serde_json does: without its
+    /// `arbitrary_precision` feature, a number that a double does not hold as written (an
+    /// integer beyond 64 bits, a decimal of more digits than a double keeps) is already the
+    /// double nearest it, and nothing here can tell. With the feature such a number is refused,
+    /// as [`JsonTools::call`] refuses it from the text.
     pub async fn call_value(
         &self,
         name: &str,
@@ -249,6 +261,11 @@ impl JsonTools {
                 });
             }
         };
+        if numbers_keep_text()
+            && let Some(number) = first_not_held(&arguments)
+        {
+            return Err(rounded(tool, &number));
+        }
         let run = (entry.json.prepare)(arguments, entry.info).map_err(|e| invalid(tool, e))?;
         match run.await {
             (Ok(value), info) => Ok(JsonReply { value, info }),
@@ -266,6 +283,43 @@ fn invalid(tool: &'static str, e: serde_json::Error) -> JsonCallError {
     JsonCallError::InvalidArguments {
         tool,
         message: e.to_string(),
+    }
+}
+
+/// A number of the arguments that a double does not hold as written (nor a 64-bit integer):
+/// read, it would be another number than the model wrote, and two such numbers one, so it is
+/// refused rather than rounded.
+fn rounded(tool: &'static str, number: &str) -> JsonCallError {
+    let shown: String = if number.len() > 40 {
+        format!("{}…", &number[..40])
+    } else {
+        number.to_owned()
+    };
+    let read = match number.parse::<f64>() {
+        Ok(f) if f.is_finite() => format!("would be read as {f}"),
+        _ => "is beyond the range of a double".to_owned(),
+    };
+    JsonCallError::InvalidArguments {
+        tool,
+        message: format!(
+            "the number {shown} {read}: a number here must be an integer within 64 bits or a \
+             decimal that a double holds as written (any of up to 15 significant digits does); \
+             pass it as a string"
+        ),
+    }
+}
+
+/// The text of the first number of `value` that a double does not hold as written (with
+/// serde_json's `arbitrary_precision`, where a `Number` keeps its text).
+fn first_not_held(value: &Value) -> Option<String> {
+    match value {
+        Value::Number(n) => {
+            let text = n.to_string();
+            (!held(&text)).then_some(text)
+        }
+        Value::Array(items) => items.iter().find_map(first_not_held),
+        Value::Object(map) => map.values().find_map(first_not_held),
+        Value::Null | Value::Bool(_) | Value::String(_) => None,
     }
 }
 
@@ -302,4 +356,29 @@ fn json_len(value: &Value, limit: usize) -> usize {
     let mut count = Count { len: 0, limit };
     let _ = serde_json::to_writer(&mut count, value);
     count.len
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{first_not_held, numbers_keep_text};
+    use serde_json::Value;
+
+    /// Issue 52: where a `Value` keeps a number's text (serde_json's `arbitrary_precision`), a
+    /// number a double would round is found in it, at any depth, and the call refused; without
+    /// the feature the `Value` holds the double already. (`.ci/run` runs this with the feature.)
+    #[test]
+    fn issue52_a_number_a_double_would_round_is_found_where_the_value_keeps_its_text() {
+        let value: Value =
+            serde_json::from_str(r#"{"a": [1, 0.1, {"b": 18446744073709551617}]}"#).unwrap();
+        let found = first_not_held(&value);
+        if numbers_keep_text() {
+            assert_eq!(found.as_deref(), Some("18446744073709551617"));
+        } else {
+            assert_eq!(found, None);
+        }
+        let held: Value =
+            serde_json::from_str(r#"{"a": [1, 0.1, -0, 1e3, 1.50, 18446744073709551615, -5]}"#)
+                .unwrap();
+        assert_eq!(first_not_held(&held), None);
+    }
 }

@@ -1,5 +1,5 @@
-//! What the failover tests share: finding the Debian server binaries (a loud skip without them,
-//! a failure under CI), a replication link that can lag on demand, the tool whose body counts
+//! What the failover tests share: finding the Debian server binaries (a test fails without
+//! them; `scripts/test.sh` leaves out those of a server that is not installed), a replication link that can lag on demand, the tool whose body counts
 //! its effects the way a provider without deduplication would, and the tally of double runs and
 //! lost outcomes.
 #![allow(dead_code)] // Each test file uses part of it.
@@ -19,9 +19,11 @@ pub fn under_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false")
 }
 
-/// The path of server binary `name` (the newest `/usr/lib/postgresql/*/bin`, then PATH), or
-/// `None` after a loud skip message; under CI a missing binary is a failure.
-pub fn binary(name: &str, package: &str) -> Option<PathBuf> {
+/// The path of server binary `name` (the newest `/usr/lib/postgresql/*/bin`, then PATH). A
+/// missing one fails the test, saying which Debian package brings it: `scripts/test.sh` leaves
+/// out the tests of a server that is not installed (they live in modules named
+/// `needs_postgres` and `needs_redis`), saying so.
+pub fn binary(name: &str, package: &str) -> PathBuf {
     let on_path = std::env::var_os("PATH")
         .into_iter()
         .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
@@ -39,17 +41,12 @@ pub fn binary(name: &str, package: &str) -> Option<PathBuf> {
     });
     // Debian's PostgreSQL directory first: its binaries belong together (PATH may hold wrappers).
     if let Some(found) = pg.into_iter().rev().chain(on_path).find(|p| p.is_file()) {
-        return Some(found);
+        return found;
     }
-    assert!(
-        !under_ci(),
-        "{name} not found under CI: .ci/run installs {package}"
-    );
-    eprintln!(
-        "\n==========\nSKIPPED: {name} not found; install it (Debian: apt-get install {package}) \
-         to run the failover tests\n==========\n"
-    );
-    None
+    panic!(
+        "{name} not found: install it (Debian: apt-get install {package}), or leave these tests \
+         out as `scripts/test.sh` does where it is not installed"
+    )
 }
 
 /// A loopback port nobody listens on now: the OS's pick (bound at port 0 and read back), so

@@ -1,7 +1,11 @@
-//! What the PostgreSQL and Redis tests share: the URL of the test server (a loud skip when it is
-//! not set, a failure under CI), a tool that counts how often its body runs, and the contention
-//! and fencing tests every distributed store runs.
+//! What the PostgreSQL and Redis tests share: the URL of the test server (`url.rs`: a test that
+//! needs one lives in a module named `needs_postgres`, `needs_pgbouncer` or `needs_redis`), a
+//! tool that counts how often its body runs, and the contention and fencing tests every
+//! distributed store runs.
 #![allow(dead_code)] // Each test file uses part of it.
+
+mod url;
+pub use url::server_url;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -15,24 +19,6 @@ use idem_runtime::{
     CallOutcome, Classify, Error, Failure, Fingerprint, Idem, IdempotencyKey, Records, Store,
     StoreErrorKind, Tool, observe,
 };
-
-/// The URL in `var` of the test server `server`; under CI a missing one is a failure, elsewhere
-/// a loud skip.
-pub fn server_url(var: &str, server: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false") => {
-            panic!("{var} is not set under CI: .ci/run starts {server} and sets it")
-        }
-        _ => {
-            eprintln!(
-                "\n==========\nSKIPPED: set {var} to run the {server} store tests \
-                 (eval \"$(scripts/test-servers.sh start)\")\n==========\n"
-            );
-            None
-        }
-    }
-}
 
 /// The error type of the tool below.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,5 +1,8 @@
-//! What the README's examples take as given. Each README block starts with the hidden line
-//! `# use idemkit_readme::*;` and is a doctest of the facade (`src/lib.rs`, `ReadmeDoctests`).
+//! What the README's examples take as given: its blocks are compiled, as written, in
+//! [`twins`], inside the code they take as given (the README carries no hidden lines, which
+//! GitHub would show).
+
+pub mod twins;
 
 use idemkit::{Classify, Failure, Idem, MemoryStore};
 use serde::{Deserialize, Serialize};
@@ -133,4 +136,85 @@ pub mod mcp {
         /// The customer.
         pub customer_id: String,
     }
+}
+
+/// The README's SMS example: a gateway that does not deduplicate.
+pub mod sms {
+    use idemkit::{Classify, Failure, Verified};
+    use serde::{Deserialize, Serialize};
+
+    /// A message the gateway sent.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct Sent {
+        /// The gateway's id of it.
+        pub id: String,
+    }
+
+    /// The gateway's error.
+    #[derive(Debug)]
+    pub enum SmsError {
+        /// No answer in time: it may have gone out.
+        Timeout,
+        /// idemkit refused the call.
+        Idem(idemkit::Error),
+    }
+
+    impl std::fmt::Display for SmsError {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            match self {
+                SmsError::Timeout => f.write_str("timed out"),
+                SmsError::Idem(e) => write!(f, "{e}"),
+            }
+        }
+    }
+
+    impl std::error::Error for SmsError {}
+
+    impl Classify for SmsError {
+        fn classify(&self) -> Failure {
+            match self {
+                SmsError::Timeout => Failure::Ambiguous,
+                SmsError::Idem(_) => Failure::Permanent,
+            }
+        }
+    }
+
+    impl From<idemkit::Error> for SmsError {
+        fn from(e: idemkit::Error) -> Self {
+            SmsError::Idem(e)
+        }
+    }
+
+    /// A gateway's client that sends nothing.
+    #[derive(Debug, Clone, Copy)]
+    pub struct Sms;
+
+    impl Sms {
+        /// Sends `text` to `to`.
+        ///
+        /// # Errors
+        ///
+        /// Never, here.
+        #[allow(clippy::unused_async)]
+        pub async fn send(&self, to: &str, text: &str) -> Result<Sent, SmsError> {
+            Ok(Sent {
+                id: format!("{to}:{text}"),
+            })
+        }
+
+        /// Whether a message with `text` went out to `to`: asked of the gateway's log.
+        ///
+        /// # Errors
+        ///
+        /// Never, here.
+        #[allow(clippy::unused_async)]
+        pub async fn was_sent(&self, to: &str, text: &str) -> Result<Verified<Sent>, SmsError> {
+            let _ = (to, text);
+            Ok(Verified::NotApplied)
+        }
+    }
+
+    /// The gateway the README's SMS tool calls.
+    #[allow(non_upper_case_globals)]
+    pub static sms: Sms = Sms;
 }

@@ -88,6 +88,8 @@ pub(super) fn start(phase: &mut Phase<'_>) {
         replayed = Empty,
         outcome = Empty,
         verified = Empty,
+        otel.status_code = Empty,
+        otel.status_description = Empty,
     );
     let call = CallTrace {
         tool: Cow::Borrowed(tool.name),

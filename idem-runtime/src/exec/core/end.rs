@@ -170,11 +170,12 @@ impl<'a> Run<'a> {
                     Ended::Failed(_) | Ended::Unsettled(_) => true,
                     Ended::Lost { attempting, .. } => *attempting || attempts > 0 || ambiguous,
                 };
-                let (outcome, error) = match ended {
+                // What the call ended with, and, for a call that failed, why (its span's status).
+                let (outcome, error, why) = match ended {
                     Ended::Stored(outcome) => {
                         match complete(s, &call, token, outcome, ttl, until).await {
-                            true => (CallOutcome::Completed, None),
-                            false => (CallOutcome::Unrecorded, None),
+                            true => (CallOutcome::Completed, None, None),
+                            false => (CallOutcome::Unrecorded, None, None),
                         }
                     }
                     Ended::Unreplayable(reason) => {
@@ -182,8 +183,8 @@ impl<'a> Run<'a> {
                         let outcome = Outcome::unreplayable(&reason);
                         let op = || s.store.complete(key, token, outcome.clone(), ttl);
                         match write(s, &call, "complete", until, op).await {
-                            true => (CallOutcome::Completed, None),
-                            false => (CallOutcome::Unrecorded, None),
+                            true => (CallOutcome::Completed, None, None),
+                            false => (CallOutcome::Unrecorded, None, None),
                         }
                     }
                     Ended::Failed(Failure::Ambiguous) => {
@@ -192,7 +193,7 @@ impl<'a> Run<'a> {
                         );
                         let op = || s.store.mark_ambiguous(key, token, &note, ttl);
                         write(s, &call, "mark_ambiguous", until, op).await;
-                        (CallOutcome::Failed(Failure::Ambiguous), None)
+                        (CallOutcome::Failed(Failure::Ambiguous), None, Some(note))
                     }
                     Ended::Failed(last) if ambiguous => {
                         let note = format!(
@@ -206,13 +207,13 @@ impl<'a> Run<'a> {
                             attempts,
                             last,
                         };
-                        (CallOutcome::Failed(Failure::Ambiguous), Some(err))
+                        (CallOutcome::Failed(Failure::Ambiguous), Some(err), Some(note))
                     }
                     Ended::Unsettled(why) => {
                         let note = format!(
                             "{attempts} attempt(s) in this call; the outcome is unknown and was not sent again: {why}"
                         );
-                        tracing::warn!(why, "the outcome is unknown; keeping the record as ambiguous, not sending again");
+                        tracing::warn!(why = %why, "the outcome is unknown; keeping the record as ambiguous, not sending again");
                         let op = || s.store.mark_ambiguous(key, token, &note, ttl);
                         write(s, &call, "mark_ambiguous", until, op).await;
                         let err = Error::Ambiguous {
@@ -221,17 +222,17 @@ impl<'a> Run<'a> {
                             attempts,
                             last: Failure::Ambiguous,
                         };
-                        (CallOutcome::Failed(Failure::Ambiguous), Some(err))
+                        (CallOutcome::Failed(Failure::Ambiguous), Some(err), Some(note))
                     }
                     Ended::Failed(failure) => {
                         let op = || s.store.release(key, token);
                         write(s, &call, "release", until, op).await;
-                        (CallOutcome::Failed(failure), None)
+                        (CallOutcome::Failed(failure), None, None)
                     }
                     Ended::Lost { attempting, why } => {
                         // Fenced when taken over; applied when only the renewals failed.
+                        let note = format!("{attempts} attempt(s); the lease was lost while one ran ({why})");
                         if attempting || ambiguous {
-                            let note = format!("{attempts} attempt(s); the lease was lost while one ran ({why})");
                             let mark = s.store.mark_ambiguous(key, token, &note, ttl);
                             written(&call, "mark_ambiguous", timed(s, "mark_ambiguous", mark).await);
                         } else {
@@ -243,14 +244,14 @@ impl<'a> Run<'a> {
                             attempts,
                             why,
                         };
-                        (CallOutcome::LeaseLost, Some(err))
+                        (CallOutcome::LeaseLost, Some(err), Some(note))
                     }
                 };
                 s.wakes.ended(&key);
                 if unsucceeded {
                     call.unsucceeded();
                 }
-                call.finish(attempts, outcome);
+                call.finish_because(attempts, outcome, why.as_deref());
                 error
             }
             .instrument(span),

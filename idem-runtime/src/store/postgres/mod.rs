@@ -259,6 +259,10 @@ impl PostgresStore {
     async fn migrate_on(&self, client: &mut Object) -> Result<(), Migration> {
         // Unnamed statements only (`query_typed`, `batch_execute`): safe behind any pooler.
         let tx = client.transaction().await?;
+        // Every start runs `CREATE … IF NOT EXISTS` on what exists: no NOTICE ("already exists,
+        // skipping") in the program's logs for it; for this transaction only.
+        tx.batch_execute("SET LOCAL client_min_messages = warning")
+            .await?;
         if let Some((schema, name)) = &self.sql.schema {
             // Only when missing: `CREATE SCHEMA IF NOT EXISTS` needs CREATE on the database even
             // when the schema exists, which a least-privileged role does not have.

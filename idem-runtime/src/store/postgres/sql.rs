@@ -95,8 +95,10 @@ impl Sql {
             // taken over: NULL for a new record, else the kind (for our own, claimed again,
             // what that claim took over). A live row taken over is kept in the `prior_`
             // columns (S27: a claim given back unused brings it back); our own keeps its own. The
-            // subquery reads the row as the statement's snapshot has it, before the upsert
-            // (RETURNING sees only the new row; PostgreSQL 18's `old` is too new to require).
+            // kind is read from the new row's `prior_state`, which the update set from the row
+            // as it was when the update applied (`r`, the row locked, after any transaction the
+            // claim waited on); a subquery would read the statement's snapshot, from before such
+            // a wait: a row released meanwhile would be reported as taken over (issue 52).
             claim: format!(
                 "INSERT INTO {t} AS r (key, tool, fingerprint, state, token, lease_until, expires_at,
                                        created, updated, tenant)
@@ -138,14 +140,9 @@ impl Sql {
                          AND (r.state = 'ambiguous'
                               OR (r.state = 'running'
                                   AND (r.lease_until <= now() OR r.token = EXCLUDED.token))))
-                 RETURNING (SELECT CASE WHEN p.expires_at <= now() THEN NULL
-                                        WHEN p.state = 'ambiguous' THEN 'ambiguous'
-                                        WHEN p.token = $4 THEN
-                                             CASE WHEN p.prior_state IS NULL THEN NULL
-                                                  WHEN p.prior_state = 'ambiguous' THEN 'ambiguous'
-                                                  ELSE 'expired_holder' END
-                                        ELSE 'expired_holder' END
-                              FROM {t} p WHERE p.key = $1)"
+                 RETURNING CASE WHEN r.prior_state IS NULL THEN NULL
+                                WHEN r.prior_state = 'ambiguous' THEN 'ambiguous'
+                                ELSE 'expired_holder' END"
             ),
             // The live record a claim did not take (none: it went away meanwhile).
             existing: format!(
