@@ -218,7 +218,55 @@ fn issue39_9_without_a_subscriber_the_first_retry_loop_warning_goes_to_stderr_on
     );
 }
 
-/// Not a test: the child of the test above (a loop of three turns around a failing tool, no
+/// Issue 51 #3: so is the first warning of a loop that makes a new key each turn.
+#[test]
+fn issue51_3_without_a_subscriber_the_fresh_key_warning_goes_to_stderr_once() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "fresh_key_child",
+            "--exact",
+            "--include-ignored",
+            "--nocapture",
+        ])
+        .env("IDEMKIT_FRESH_KEY_CHILD", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.matches("idemkit: warning: ").count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("was called with a new key")
+            && stderr.contains("`request_id`")
+            && stderr.contains("no `tracing` subscriber is set"),
+        "{stderr}"
+    );
+}
+
+/// Not a test: the child of the test above (three calls of a failing tool, each with a new key,
+/// no subscriber).
+#[test]
+#[ignore = "a child process of issue51_3_without_a_subscriber_…; it runs it"]
+fn fresh_key_child() {
+    if std::env::var_os("IDEMKIT_FRESH_KEY_CHILD").is_none() {
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    runtime.block_on(Idem::new(MemoryStore::new()).scope(async {
+        for _ in 0..3 {
+            assert!(
+                send_sms(Uuid::new_v4(), "+15550199", "Child")
+                    .await
+                    .is_err()
+            );
+        }
+    }));
+}
+
+/// Not a test: the child of issue39_9_… (a loop of three turns around a failing tool, no
 /// subscriber).
 #[test]
 #[ignore = "a child process of issue39_9_…; it runs it"]

@@ -227,6 +227,7 @@ fn warn(tool: &str, before: IdempotencyKey, key: IdempotencyKey, ago: Duration) 
         previous_key = %before,
         "{message}"
     );
+    super::super::repeats::to_stderr_once(&message);
 }
 
 #[cfg(test)]
