@@ -11,6 +11,7 @@
 //! | `idemkit_fenced_writes_total` | counter | `tool`, `write` (`complete`, `release`, `mark_ambiguous`, `renew`) | a holder's writes refused because its lease was taken over |
 //! | `idemkit_renewals_total` | counter | `tool` | lease renewals applied |
 //! | `idemkit_verifications_total` | counter | `tool`, `answer` (`applied`, `not_applied`, `unknown`, `error`) | answers of tools' verify functions (S19) |
+//! | `idemkit_fresh_key_retries_total` | counter | `tool` | calls that look like a retry with a key made anew: a new record claimed with the same other arguments as a call of the tool in this process that ended without succeeding less than 10 minutes before, under another key |
 //! | `idemkit_settled_total` | counter | `tool`, `outcome` (`applied`, `not_applied`, `unknown`, `needs_operator`, `no_verify`, `busy`, `gone`, `fenced`, `error`, `would_verify`) | records kept as ambiguous that a settler looked at (S28), by what it did |
 //! | `idemkit_store_seconds` | histogram | `op` (`claim`, `complete`, `renew`, `release`, `mark_ambiguous`) | how long the store took to answer a transition, failures and timeouts included |
 
@@ -158,6 +159,15 @@ mod on {
         })
     }
 
+    /// `idemkit_fresh_key_retries_total{tool}`: a retry loop that makes a new key each turn
+    /// (issue 51 #3).
+    pub(crate) fn fresh_key_retry(tool: &str) {
+        with_recorder(|r| {
+            let labels = vec![Label::new("tool", tool.to_owned())];
+            count(r, "idemkit_fresh_key_retries_total", labels, 1);
+        })
+    }
+
     /// S28: `idemkit_settled_total{tool, outcome}` (see [`Settled::as_str`](crate::Settled::as_str)).
     pub(crate) fn settled(tool: &str, outcome: &'static str) {
         with_recorder(|r| {
@@ -267,6 +277,8 @@ mod on {
     pub(crate) fn renewed(_tool: &str) {}
     #[inline(always)]
     pub(crate) fn verified(_tool: &str, _answer: &'static str) {}
+    #[inline(always)]
+    pub(crate) fn fresh_key_retry(_tool: &str) {}
     #[inline(always)]
     pub(crate) fn settled(_tool: &str, _outcome: &'static str) {}
     #[inline(always)]

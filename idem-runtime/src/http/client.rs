@@ -80,8 +80,10 @@ pub trait IdempotentRequest: sealed::Reqwest013RequestBuilder + Sized {
     /// closure `Tool::side_effect` runs, or a `#[side_effect]` function): called anywhere else it
     /// sends nothing and answers [`HttpError::NoCall`].
     ///
-    /// A `#[side_effect]` tool that sends this way without taking the `&IdempotencyKey` says
-    /// `resend = true`: the provider deduplicates, which the attribute cannot see (S20).
+    /// A `#[side_effect]` tool whose body sends this way passes its key on, as one that takes the
+    /// `&IdempotencyKey` does: an attempt whose outcome is unknown is sent again under the same
+    /// key (S20's default; `resend = false` says otherwise). The attribute sees the call in the
+    /// body's own code only: a tool that sends from a helper function says `resend = true`.
     fn send_idempotent(self) -> impl Future<Output = Result<Response, HttpError>> + Send;
 }
 

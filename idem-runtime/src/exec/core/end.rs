@@ -161,6 +161,15 @@ impl<'a> Run<'a> {
                 } = holder;
                 let s = idem.settings();
                 let key = call.key;
+                // Not succeeded, something having run: a `Permanent` failure is an answer (a
+                // new key for it may be a new operation), a lease lost before any attempt ran
+                // nothing.
+                let unsucceeded = match &ended {
+                    Ended::Stored(_) | Ended::Unreplayable(_) => false,
+                    Ended::Failed(Failure::Permanent) => ambiguous,
+                    Ended::Failed(_) | Ended::Unsettled(_) => true,
+                    Ended::Lost { attempting, .. } => *attempting || attempts > 0 || ambiguous,
+                };
                 // What the call ended with, and, for a call that failed, why (its span's status).
                 let (outcome, error, why) = match ended {
                     Ended::Stored(outcome) => {
@@ -243,6 +252,9 @@ impl<'a> Run<'a> {
                     }
                 };
                 s.wakes.ended(&key);
+                if unsucceeded {
+                    call.unsucceeded();
+                }
                 call.finish_because(attempts, outcome, why.as_deref());
                 error
             }

@@ -13,7 +13,8 @@
 //! its rooms: `claim` (before the first attempt), `lease` (renewals while it runs), `end` (the
 //! attempts' bookkeeping and the end written to the store), `dropped` (a call dropped before its
 //! end), `replay` (an outcome met at the claim, to decode), `trace` (what logs and `CallInfo`
-//! name); and `read`, a read-only call's own small loop.
+//! name), `fresh` (a retry loop around the tool that makes a new key each turn); and `read`, a
+//! read-only call's own small loop.
 //!
 //! A call's phases ([`Phase`]) and the transitions that move it between them, each a method of
 //! [`Call`] (`start`, `claimed`, `refuse_arguments`, `attempt_ended`, the `verified_*` answers,
@@ -61,6 +62,7 @@ use crate::store::Outcome;
 mod claim;
 mod dropped;
 mod end;
+mod fresh;
 mod lease;
 mod read;
 mod replay;

@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 
+use super::fresh;
 use crate::error::{Error, StoreError};
 use crate::key::IdempotencyKey;
 use crate::meters;
@@ -18,6 +19,9 @@ pub(super) struct CallTrace<'a> {
     pub(super) metered: bool,
     /// The tool's verify function found the effect applied: the result is what it found (S19).
     pub(super) verified: bool,
+    /// The other arguments and the tenant, in a word ([`fresh::slot`]): what tells a retry
+    /// with a new key from another operation.
+    pub(super) args: u64,
 }
 
 impl CallTrace<'_> {
@@ -29,6 +33,7 @@ impl CallTrace<'_> {
             span: self.span,
             metered: self.metered,
             verified: self.verified,
+            args: self.args,
         }
     }
 
@@ -44,6 +49,12 @@ impl CallTrace<'_> {
         tracing::warn!(error = %err, "not run");
         self.finish_as(0, CallOutcome::Refused, Some(&err), None);
         err
+    }
+
+    /// The call ended without succeeding, after something ran under its claim: a call alike
+    /// with a new key soon after is a retry with a fresh key ([`fresh`]).
+    pub(super) fn unsucceeded(&self) {
+        fresh::ended_unsucceeded(&self.tool, self.args, self.key);
     }
 
     #[inline]
