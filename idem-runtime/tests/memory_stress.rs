@@ -46,7 +46,8 @@ enum ModelState {
 struct ModelRec {
     fingerprint: Fingerprint,
     state: ModelState,
-    expires_at: Instant,
+    /// `None`: never by time (a running or ambiguous record, S34).
+    expires_at: Option<Instant>,
 }
 
 #[derive(Debug, Default)]
@@ -65,7 +66,11 @@ impl Model {
 
     /// The live record of `k` at `now` (an expired one is absent, and forgotten).
     fn live(&mut self, k: usize, now: Instant) -> Option<&mut ModelRec> {
-        if self.records.get(&k).is_some_and(|r| r.expires_at <= now) {
+        if self
+            .records
+            .get(&k)
+            .is_some_and(|r| r.expires_at.is_some_and(|e| e <= now))
+        {
             self.records.remove(&k);
             self.completed.remove(&k);
             self.note("record expired");
@@ -84,7 +89,7 @@ impl Model {
                 ModelRec {
                     fingerprint: req.fingerprint,
                     state: running,
-                    expires_at: now + req.ttl,
+                    expires_at: None,
                 },
             );
             self.note("claim: new record");
@@ -121,7 +126,7 @@ impl Model {
                     _ => ("claim: took over an ambiguous record", Takeover::Ambiguous),
                 };
                 rec.state = running;
-                rec.expires_at = now + req.ttl;
+                rec.expires_at = None;
                 self.note(what);
                 Claim::Acquired {
                     takeover: Some(from),
@@ -157,7 +162,7 @@ impl Model {
                     outcome: outcome.clone(),
                     by: token,
                 };
-                rec.expires_at = now + *ttl;
+                rec.expires_at = Some(now + *ttl);
                 self.completed.insert(k, outcome.clone());
                 self.note("complete applied");
             }
@@ -165,12 +170,12 @@ impl Model {
                 self.records.remove(&k);
                 self.note("release applied");
             }
-            Op::Ambiguous(note, ttl) => {
+            Op::Ambiguous(note, _) => {
                 rec.state = ModelState::Ambiguous {
                     note: note.clone(),
                     by: token,
                 };
-                rec.expires_at = now + *ttl;
+                rec.expires_at = None;
                 self.note("mark_ambiguous applied");
             }
         }
@@ -191,14 +196,16 @@ impl Model {
                 },
                 ModelState::Ambiguous { note, .. } => RecordState::Ambiguous { note: note.clone() },
             },
-            expires_in: rec.expires_at.saturating_duration_since(now),
+            expires_in: rec
+                .expires_at
+                .map_or(Duration::MAX, |e| e.saturating_duration_since(now)),
         })
     }
 
     fn live_holders(&self, k: usize, now: Instant) -> usize {
         self.records
             .get(&k)
-            .filter(|r| r.expires_at > now)
+            .filter(|r| r.expires_at.is_none_or(|e| e > now))
             .map_or(0, |r| {
                 usize::from(
                     matches!(r.state, ModelState::Running { lease_until, .. } if lease_until > now),

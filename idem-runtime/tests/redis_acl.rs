@@ -187,6 +187,7 @@ mod needs_redis {
             // scan the prefix.
             rows!(&operator_url, &prefix;
                 s10_records_past_their_ttl_are_absent,
+                s34_an_ambiguous_record_outlives_its_ttl_until_decided,
                 records_list_newest_first_and_filtered,
                 records_release_is_refused_under_a_live_lease_and_applied_with_force,
                 records_forget_makes_the_next_call_run_again,

@@ -155,10 +155,20 @@ async fn prune_deletes_expired_records_in_bounded_batches_and_keeps_live_ones() 
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path().join("idemkit.db")).unwrap();
     for n in 1..=5 {
-        // A time-to-live of zero: expired as soon as written.
+        // Completed with a time-to-live of zero: expired as soon as written (a running or
+        // ambiguous record never expires by time, S34).
+        let req = request(n, DAY);
         assert_eq!(
-            store.claim(&request(n, Duration::ZERO)).await.unwrap(),
+            store.claim(&req).await.unwrap(),
             Claim::Acquired { takeover: None }
+        );
+        let done = Outcome::from(b"{}".as_slice());
+        assert_eq!(
+            store
+                .complete(key(n), req.token, done, Duration::ZERO)
+                .await
+                .unwrap(),
+            Written::Applied
         );
     }
     assert_eq!(

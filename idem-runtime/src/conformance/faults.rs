@@ -7,8 +7,10 @@ use std::time::Duration;
 use super::{
     Counted, LEASE, Receipt, StoreUnderTest, TestError, charge, fingerprint_of, key_of, runtime,
 };
-use crate::store::{Claim, ClaimRequest, Intercept, LeaseToken, RecordState, Takeover, Written};
-use crate::{CallOutcome, StoreError, StoreErrorKind, observe};
+use crate::store::{
+    Claim, ClaimRequest, Intercept, LeaseToken, RecordFilter, RecordState, Takeover, Written,
+};
+use crate::{CallOutcome, Failure, StoreError, StoreErrorKind, observe};
 
 /// S8: a holder that died leaves a lease that expires; the next call takes over with the same key.
 pub async fn s8_a_dead_holders_lease_expires_and_is_taken_over(store: impl StoreUnderTest) {
@@ -227,6 +229,76 @@ pub async fn s10_records_past_their_ttl_are_absent(store: impl StoreUnderTest) {
     // Expired: other arguments may use the key again, and the body runs.
     let (again, outcome) = tool.call(short(), 12, 9900, &[], Duration::ZERO).await;
     assert_eq!((again.unwrap().run, outcome), (2, CallOutcome::Completed));
+}
+
+/// S34: an ambiguous record older than its time-to-live stays ambiguous and listed until a
+/// decision settles it: prune leaves it, and a repeat of its key (resend off, no verify) does
+/// not run the body but ends with `Error::Ambiguous`. A running record whose holder died with
+/// its lease lapsed, which reads as ambiguous (S31), likewise: the repeat takes it over as an
+/// expired holder's, never as an absent key.
+pub async fn s34_an_ambiguous_record_outlives_its_ttl_until_decided(store: impl StoreUnderTest) {
+    let store = Arc::new(store);
+    let idem = runtime(store.clone());
+    let tool = Counted::new();
+    let short = || {
+        charge(&idem)
+            .ttl(Duration::from_millis(1000))
+            .max_attempts(1)
+            .resend(false)
+    };
+    let (first, _) = tool
+        .call(short(), 34, 4200, &[Failure::Ambiguous], Duration::ZERO)
+        .await;
+    assert!(
+        matches!(&first, Err(TestError::Other(m)) if m.contains("kept as ambiguous")),
+        "{first:?}"
+    );
+    // A holder that died: it claimed with a short lease and time-to-live and never came back.
+    let dead = ClaimRequest::new(
+        key_of(35),
+        "charge",
+        fingerprint_of(4200),
+        LeaseToken::new(),
+        Duration::from_millis(200),
+        Duration::from_millis(1000),
+    );
+    assert_eq!(
+        store.claim(&dead).await.unwrap(),
+        Claim::Acquired { takeover: None }
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        store.prune(100).await.unwrap(),
+        0,
+        "an unknown outcome is never pruned by time"
+    );
+    let listed = store.list(&RecordFilter::new()).await.unwrap();
+    for order in [34, 35] {
+        let record = store.get(&key_of(order)).await.unwrap();
+        let record = record.expect("an unknown outcome is kept past its time-to-live");
+        assert!(
+            matches!(record.state, RecordState::Ambiguous { .. }),
+            "{record:?}"
+        );
+        assert_eq!(record.expires_in, Duration::MAX, "it never expires by time");
+        assert!(
+            listed.iter().any(|r| r.key == key_of(order)),
+            "listed: {listed:?}"
+        );
+    }
+    for order in [34, 35] {
+        let (again, outcome) = tool.call(short(), order, 4200, &[], Duration::ZERO).await;
+        assert!(
+            matches!(&again, Err(TestError::Other(m)) if m.contains("kept as ambiguous")),
+            "a repeat of key {order} past the ttl: {again:?}, {outcome:?}"
+        );
+        let record = store.get(&key_of(order)).await.unwrap();
+        assert!(
+            matches!(record, Some(ref r) if matches!(r.state, RecordState::Ambiguous { .. })),
+            "{record:?}"
+        );
+    }
+    assert_eq!(tool.runs(), 1, "the body ran for the first call only");
 }
 
 /// S11: every write of a holder whose lease was taken over is refused; the new record stands.

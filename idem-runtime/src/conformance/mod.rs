@@ -52,6 +52,7 @@ pub use self::faults::{
     s11_late_writes_of_a_taken_over_lease_are_fenced,
     s16_an_outcome_that_does_not_read_back_is_unreplayable_and_a_damaged_one_corrupt,
     s18_operation_ids_are_scoped_to_tenants_like_keys,
+    s34_an_ambiguous_record_outlives_its_ttl_until_decided,
 };
 pub use self::happy::{
     contention_64_tasks_one_key, s1_first_call_runs_once_and_is_stored,
@@ -146,6 +147,7 @@ macro_rules! conformance_tests {
             s9_corrupt_outcome_fails_closed,
             s16_an_outcome_that_does_not_read_back_is_unreplayable_and_a_damaged_one_corrupt,
             s10_records_past_their_ttl_are_absent,
+            s34_an_ambiguous_record_outlives_its_ttl_until_decided,
             s10_claims_of_absent_or_expired_records_are_not_takeovers,
             s11_late_writes_of_a_taken_over_lease_are_fenced,
             s11_a_slow_holder_cannot_overwrite_the_new_record,

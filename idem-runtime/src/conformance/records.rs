@@ -290,7 +290,7 @@ pub async fn records_counts_by_tool_and_state<S: StoreUnderTest>(store: S) {
     let _ = store
         .mark_ambiguous(key_of(4), token, "timed out", HOUR)
         .await;
-    // Expired: not counted.
+    // A dead holder's, past its time-to-live: counted as ambiguous (S31), never expired (S34).
     claim_raw(
         &store,
         "refund",
@@ -305,7 +305,7 @@ pub async fn records_counts_by_tool_and_state<S: StoreUnderTest>(store: S) {
         [
             Count::new("charge", StateKind::Running, 1),
             Count::new("charge", StateKind::Completed, 2),
-            Count::new("refund", StateKind::Ambiguous, 1),
+            Count::new("refund", StateKind::Ambiguous, 2),
         ]
     );
 }

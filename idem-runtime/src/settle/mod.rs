@@ -85,6 +85,10 @@ use crate::store::{
 /// [`Resolution::note`]: crate::store::Resolution::note
 pub const SETTLER_NOTE_PREFIX: &str = "idemkit settler: ";
 
+/// How long a settler's decision is kept (the executor's default time-to-live): an ambiguous
+/// record has no time-to-live of its own to keep it for (S34).
+const DECIDED_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// A store a [`Settler`] can work on: its claim state machine and its operator reads.
 pub trait SettleStore: Store + Records {}
 
@@ -317,7 +321,12 @@ impl Settler {
         let listed = tokio::time::Instant::now();
         // Taken over as a caller would: the record's fingerprint, a lease of the settler's own.
         let token = LeaseToken::new();
-        let ttl = record.expires_in.max(self.lease);
+        // How long its decision is kept: an ambiguous record never expires by time (S34), so
+        // its own `expires_in` says nothing of that; the executor's default time-to-live.
+        let ttl = match record.expires_in {
+            Duration::MAX => DECIDED_TTL,
+            left => left.max(self.lease),
+        };
         let tenant: Option<Arc<str>> = record.tenant.as_deref().map(Arc::from);
         let req = ClaimRequest::new(
             record.key,

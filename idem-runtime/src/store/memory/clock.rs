@@ -13,6 +13,10 @@ use tokio::time::Instant;
 pub(super) struct Tick(i64);
 
 impl Tick {
+    /// Never: the expiry of a record that never expires by time (a running or ambiguous one,
+    /// S34), which only a decision ends.
+    pub(super) const NEVER: Tick = Tick(i64::MAX);
+
     /// `d` later (saturating: a lease or ttl of `Duration::MAX` never ends).
     #[inline]
     pub(super) fn after(self, d: Duration) -> Tick {

@@ -61,7 +61,11 @@ impl MemoryStore {
                     note: note.to_string(),
                 },
             },
-            expires_in: now.until(rec.expires_at),
+            // S34: a running or ambiguous record never expires by time.
+            expires_in: match rec.expires_at {
+                Tick::NEVER => std::time::Duration::MAX,
+                at => now.until(at),
+            },
             created: self.clock.wall(rec.created),
             updated: self.clock.wall(rec.updated),
             tenant: rec.tenant.map(|t| inner.names.str(t).to_owned()),

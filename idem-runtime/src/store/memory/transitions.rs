@@ -79,7 +79,9 @@ impl MemoryStore {
                     tool: inner.names.get(req.tool),
                     fingerprint: req.fingerprint,
                     state: running,
-                    expires_at: now.after(req.ttl),
+                    // S34: running (and ambiguous after it), it never expires by time; its
+                    // completion gives it the time-to-live.
+                    expires_at: Tick::NEVER,
                     created: now,
                     updated: now,
                     tenant: req.tenant.as_deref().map(|t| inner.names.get(t)),
@@ -145,7 +147,7 @@ impl MemoryStore {
                     story.note = was;
                 }
                 rec.state = running;
-                rec.expires_at = now.after(req.ttl);
+                rec.expires_at = Tick::NEVER;
                 (rec.created, rec.updated) = (now, now);
                 rec.tenant = req.tenant.as_deref().map(|t| inner.names.get(t));
                 Claim::Acquired {
@@ -213,7 +215,7 @@ impl MemoryStore {
         key: IdempotencyKey,
         token: LeaseToken,
         note: &str,
-        ttl: Duration,
+        _ttl: Duration,
     ) -> Written {
         let now = self.clock.now();
         let mut inner = self.lock();
@@ -240,7 +242,8 @@ impl MemoryStore {
                         note: note.into(),
                         by: token,
                     };
-                    rec.expires_at = now.after(ttl);
+                    // S34: kept until a decision ends it, however long that takes.
+                    rec.expires_at = Tick::NEVER;
                     rec.updated = now;
                 }
             }
@@ -259,7 +262,7 @@ impl MemoryStore {
         key: IdempotencyKey,
         token: LeaseToken,
         note: &str,
-        ttl: Duration,
+        _ttl: Duration,
         unknown: bool,
     ) -> Written {
         let now = self.clock.now();
@@ -270,7 +273,8 @@ impl MemoryStore {
                 note: note.into(),
                 by: token,
             };
-            rec.expires_at = now.after(ttl);
+            // S34: kept until a decision ends it, however long that takes.
+            rec.expires_at = Tick::NEVER;
             rec.updated = now;
             if unknown {
                 let created = rec.created;

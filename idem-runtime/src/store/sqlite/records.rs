@@ -10,7 +10,7 @@ use super::conn::Access;
 use super::error::sql_error;
 use super::group::Scope;
 use super::rows::{decode_shown, ms, now_ms, remaining};
-use super::sql::record_columns;
+use super::sql::{live, record_columns};
 use super::transitions::prune_expired;
 use super::{SqliteStore, sql};
 use crate::error::StoreError;
@@ -34,7 +34,9 @@ const LIST: &str = concat!(
     record_columns!(),
     ", key
     FROM records
-    WHERE expires_at > :now
+    WHERE ",
+    live!(""),
+    "
       AND (:tool IS NULL OR tool = :tool)
       AND (:tenant IS NULL OR tenant = :tenant)
       AND (:state IS NULL OR ",
@@ -47,50 +49,73 @@ const LIST: &str = concat!(
 );
 
 /// What an operator's release judges, read in its transaction.
-const RELEASE_CHECK: &str = "
-    SELECT state, token, lease_until FROM records WHERE key = :key AND expires_at > :now";
+const RELEASE_CHECK: &str = concat!(
+    "
+    SELECT state, token, lease_until FROM records WHERE key = :key AND ",
+    live!("")
+);
 
 /// running under :token → absent (the record judged, not one that replaced it).
 const RELEASE_JUDGED: &str = "
     DELETE FROM records WHERE key = :key AND state = 'running' AND token = :token";
 
 /// What an operator's forget or resolve judges, read in its transaction.
-const JUDGE: &str = "
-    SELECT state, lease_until FROM records WHERE key = :key AND expires_at > :now";
+const JUDGE: &str = concat!(
+    "
+    SELECT state, lease_until FROM records WHERE key = :key AND ",
+    live!("")
+);
 
 /// What an operator's resolve judges, read in its transaction: the record, live or kept to show
 /// a decision, and the decision kept with it (a resolve sent again finds its own).
-const RESOLVE_JUDGE: &str = "
-    SELECT state, lease_until, expires_at > :now, resolution, resolution_note, outcome
-    FROM records WHERE key = :key AND (expires_at > :now OR kept_until > :now)";
+const RESOLVE_JUDGE: &str = concat!(
+    "
+    SELECT state, lease_until, ",
+    live!(""),
+    ", resolution, resolution_note, outcome
+    FROM records WHERE key = :key AND (",
+    live!(""),
+    " OR kept_until > :now)"
+);
 
 /// any state → absent (a released record kept to show its decision too); says whether the
 /// record was live.
-const FORGET: &str = "
-    DELETE FROM records WHERE key = :key RETURNING expires_at > :now";
+const FORGET: &str = concat!(
+    "
+    DELETE FROM records WHERE key = :key RETURNING ",
+    live!("")
+);
 
 /// A settler's applied (S28): running under :token, live → completed with :outcome until
 /// :expires_at, the decision kept as an operator's is.
-const SETTLE_APPLIED: &str = "
+const SETTLE_APPLIED: &str = concat!(
+    "
     UPDATE records SET state = 'completed', outcome = :outcome, token = NULL, lease_until = NULL,
                        note = NULL, expires_at = :expires_at, updated = :now,
                        resolution = 'applied', resolved_at = :now, resolution_note = :note,
                        kept_until = NULL
-    WHERE key = :key AND state = 'running' AND token = :token AND expires_at > :now";
+    WHERE key = :key AND state = 'running' AND token = :token AND ",
+    live!("")
+);
 
 /// A settler's not-applied (S28): running under :token, live → expired now (absent for every
 /// operation), kept until :kept_until to show the decision.
-const SETTLE_NOT_APPLIED: &str = "
+const SETTLE_NOT_APPLIED: &str = concat!(
+    "
     UPDATE records SET expires_at = :now, updated = :now,
                        resolution = 'not_applied', resolved_at = :now, resolution_note = :note,
                        kept_until = :kept_until
-    WHERE key = :key AND state = 'running' AND token = :token AND expires_at > :now";
+    WHERE key = :key AND state = 'running' AND token = :token AND ",
+    live!("")
+);
 
 /// Live records by tool and state.
 const COUNTS: &str = concat!(
     "SELECT tool, ",
     shown_state!(),
-    " AS shown, count(*) FROM records WHERE expires_at > :now
+    " AS shown, count(*) FROM records WHERE ",
+    live!(""),
+    "
     GROUP BY tool, shown ORDER BY tool, shown"
 );
 

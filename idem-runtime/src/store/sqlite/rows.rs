@@ -96,12 +96,19 @@ pub(super) fn decode(
             ));
         }
     };
+    // S34: a running or ambiguous record with no decision never expires by time (one written
+    // before with an expiry too).
+    let never =
+        !matches!(state, RecordState::Completed { .. }) && matches!(col(11)?, ValueRef::Null);
     Ok(Record {
         key: *key,
         tool,
         fingerprint,
         state,
-        expires_in: remaining(int(7, "expires_at")?, now),
+        expires_in: match never {
+            true => std::time::Duration::MAX,
+            false => remaining(int(7, "expires_at")?, now),
+        },
         created: wall_time(int(8, "created")?),
         updated: wall_time(int(9, "updated")?),
         tenant: match col(10)? {

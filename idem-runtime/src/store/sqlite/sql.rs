@@ -78,6 +78,33 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ALTER TABLE records ADD COLUMN unknown_since INTEGER;",
 ];
 
+/// S34: whether the row (`$t` its qualifier, `""` or `"records."`) is live at `:now`: before its
+/// expiry, or running or ambiguous with no decision on it, which never expires by time (an
+/// unknown outcome waits for a decision however long that takes; a running record whose
+/// holder's lease lapsed reads as one, S31). A row written before with an expiry on such a
+/// record reads the same: its expiry is ignored.
+macro_rules! live {
+    ($t:literal) => {
+        concat!(
+            "(",
+            $t,
+            "expires_at > :now OR (",
+            $t,
+            "state IN ('running', 'ambiguous') AND ",
+            $t,
+            "resolution IS NULL))"
+        )
+    };
+}
+pub(super) use live;
+
+/// S34: the row is not live ([`live`]): past its expiry, and completed or decided.
+macro_rules! expired {
+    ($t:literal) => {
+        concat!("NOT ", live!($t))
+    };
+}
+
 /// absent (no row at all) → running: the usual claim, one statement. Returns the token only when
 /// it inserted the record; on any row of the key (live or expired) it does nothing, and the claim
 /// reads that row and runs [`CLAIM`].
@@ -95,53 +122,83 @@ pub(super) const INSERT_NEW: &str = "
 /// `prior_` columns (S27, see [`RESTORE_TAKEN`]); an expired one is not. A takeover keeps when
 /// the operation was first made, its Unknown answers (S32) and its note (S31); a new record
 /// starts them afresh.
-pub(super) const CLAIM: &str = "
+pub(super) const CLAIM: &str = concat!(
+    "
     INSERT INTO records (key, tool, fingerprint, state, token, lease_until, lease_ms, expires_at, created, updated, tenant, first_made)
     VALUES (:key, :tool, :fingerprint, 'running', :token, :lease_until, :lease_ms, :expires_at, :now, :now, :tenant, :now)
     ON CONFLICT (key) DO UPDATE SET
         tool = excluded.tool, fingerprint = excluded.fingerprint, state = 'running',
         token = excluded.token, lease_until = excluded.lease_until, lease_ms = excluded.lease_ms,
         outcome = NULL, expires_at = excluded.expires_at,
-        note = CASE WHEN records.expires_at <= :now THEN NULL ELSE records.note END,
-        first_made = CASE WHEN records.expires_at <= :now THEN excluded.first_made
+        note = CASE WHEN ",
+    expired!("records."),
+    " THEN NULL ELSE records.note END,
+        first_made = CASE WHEN ",
+    expired!("records."),
+    " THEN excluded.first_made
                           ELSE coalesce(records.first_made, records.created) END,
-        unknowns = CASE WHEN records.expires_at <= :now THEN 0 ELSE records.unknowns END,
-        unknown_since = CASE WHEN records.expires_at <= :now THEN NULL ELSE records.unknown_since END,
+        unknowns = CASE WHEN ",
+    expired!("records."),
+    " THEN 0 ELSE records.unknowns END,
+        unknown_since = CASE WHEN ",
+    expired!("records."),
+    " THEN NULL ELSE records.unknown_since END,
         created = excluded.created, updated = excluded.updated, tenant = excluded.tenant,
         resolution = NULL, resolved_at = NULL, resolution_note = NULL, kept_until = NULL,
-        prior_state = CASE WHEN records.expires_at <= :now THEN NULL
+        prior_state = CASE WHEN ",
+    expired!("records."),
+    " THEN NULL
                          WHEN records.state = 'running' AND records.token = excluded.token THEN records.prior_state
                          ELSE records.state END,
-        prior_token = CASE WHEN records.expires_at <= :now THEN NULL
+        prior_token = CASE WHEN ",
+    expired!("records."),
+    " THEN NULL
                          WHEN records.state = 'running' AND records.token = excluded.token THEN records.prior_token
                          ELSE records.token END,
-        prior_lease_until = CASE WHEN records.expires_at <= :now THEN NULL
+        prior_lease_until = CASE WHEN ",
+    expired!("records."),
+    " THEN NULL
                          WHEN records.state = 'running' AND records.token = excluded.token THEN records.prior_lease_until
                          ELSE records.lease_until END,
-        prior_lease_ms = CASE WHEN records.expires_at <= :now THEN NULL
+        prior_lease_ms = CASE WHEN ",
+    expired!("records."),
+    " THEN NULL
                          WHEN records.state = 'running' AND records.token = excluded.token THEN records.prior_lease_ms
                          ELSE records.lease_ms END,
-        prior_note = CASE WHEN records.expires_at <= :now THEN NULL
+        prior_note = CASE WHEN ",
+    expired!("records."),
+    " THEN NULL
                          WHEN records.state = 'running' AND records.token = excluded.token THEN records.prior_note
                          ELSE records.note END,
-        prior_expires_at = CASE WHEN records.expires_at <= :now THEN NULL
+        prior_expires_at = CASE WHEN ",
+    expired!("records."),
+    " THEN NULL
                          WHEN records.state = 'running' AND records.token = excluded.token THEN records.prior_expires_at
                          ELSE records.expires_at END,
-        prior_created = CASE WHEN records.expires_at <= :now THEN NULL
+        prior_created = CASE WHEN ",
+    expired!("records."),
+    " THEN NULL
                          WHEN records.state = 'running' AND records.token = excluded.token THEN records.prior_created
                          ELSE records.created END,
-        prior_updated = CASE WHEN records.expires_at <= :now THEN NULL
+        prior_updated = CASE WHEN ",
+    expired!("records."),
+    " THEN NULL
                          WHEN records.state = 'running' AND records.token = excluded.token THEN records.prior_updated
                          ELSE records.updated END,
-        prior_tenant = CASE WHEN records.expires_at <= :now THEN NULL
+        prior_tenant = CASE WHEN ",
+    expired!("records."),
+    " THEN NULL
                          WHEN records.state = 'running' AND records.token = excluded.token THEN records.prior_tenant
                          ELSE records.tenant END
-    WHERE records.expires_at <= :now
+    WHERE ",
+    expired!("records."),
+    "
        OR (records.fingerprint = excluded.fingerprint
            AND (records.state = 'ambiguous'
                 OR (records.state = 'running'
                     AND (records.lease_until <= :now OR records.token = excluded.token))))
-    RETURNING token";
+    RETURNING token"
+);
 
 /// The columns a record is read with (see `decode`), in order.
 macro_rules! record_columns {
@@ -157,7 +214,8 @@ pub(super) use record_columns;
 pub(super) const LIVE: &str = concat!(
     "SELECT ",
     record_columns!(),
-    ", prior_state FROM records WHERE key = :key AND expires_at > :now"
+    ", prior_state FROM records WHERE key = :key AND ",
+    live!("")
 );
 
 /// The record an operator asks for: the live one, or one released by an operator's
@@ -165,32 +223,43 @@ pub(super) const LIVE: &str = concat!(
 pub(super) const SHOWN: &str = concat!(
     "SELECT ",
     record_columns!(),
-    " FROM records WHERE key = :key AND (expires_at > :now OR kept_until > :now)"
+    " FROM records WHERE key = :key AND (",
+    live!(""),
+    " OR kept_until > :now)"
 );
 
 /// running, held by :token, not expired → completed; completed by :token already → the same
 /// (its completion sent again after a lost reply). The token stays, to recognise that.
-pub(super) const COMPLETE: &str = "
+pub(super) const COMPLETE: &str = concat!(
+    "
     UPDATE records SET state = 'completed', outcome = :outcome, lease_until = NULL,
                        expires_at = :expires_at, updated = :now, prior_state = NULL
-    WHERE key = :key AND state IN ('running', 'completed') AND token = :token AND expires_at > :now";
+    WHERE key = :key AND state IN ('running', 'completed') AND token = :token AND ",
+    live!("")
+);
 
 /// running, held by :token, not expired → ambiguous (the next same-fingerprint claim takes it);
 /// ambiguous by :token already → the same (sent again after a lost reply).
-pub(super) const MARK_AMBIGUOUS: &str = "
+pub(super) const MARK_AMBIGUOUS: &str = concat!(
+    "
     UPDATE records SET state = 'ambiguous', note = :note, lease_until = NULL,
                        expires_at = :expires_at, updated = :now, prior_state = NULL
-    WHERE key = :key AND state IN ('running', 'ambiguous') AND token = :token AND expires_at > :now";
+    WHERE key = :key AND state IN ('running', 'ambiguous') AND token = :token AND ",
+    live!("")
+);
 
 /// [`MARK_AMBIGUOUS`] after an Unknown answer of verify, counting it (S32) when the record was
 /// running (not when the mark is sent again).
-pub(super) const MARK_UNKNOWN: &str = "
+pub(super) const MARK_UNKNOWN: &str = concat!(
+    "
     UPDATE records SET state = 'ambiguous', note = :note, lease_until = NULL,
                        expires_at = :expires_at, updated = :now, prior_state = NULL,
                        unknowns = unknowns + (state = 'running'),
                        unknown_since = CASE WHEN state = 'running' THEN coalesce(unknown_since, :now)
                                             ELSE unknown_since END
-    WHERE key = :key AND state IN ('running', 'ambiguous') AND token = :token AND expires_at > :now";
+    WHERE key = :key AND state IN ('running', 'ambiguous') AND token = :token AND ",
+    live!("")
+);
 
 /// An operator's applied (S24): ambiguous | running (lease over) → completed with :outcome, kept
 /// until :expires_at; the token cleared, so the holder that lost it is fenced. The caller
@@ -218,15 +287,21 @@ pub(super) const CAP_LEASE: &str = "
 
 /// running, held by :token, not expired → running, the lease ending at :lease_until (the
 /// holder's lease, :lease_ms, kept); the expiry moved to the lease end if that is later.
-pub(super) const RENEW: &str = "
+pub(super) const RENEW: &str = concat!(
+    "
     UPDATE records SET lease_until = :lease_until, lease_ms = :lease_ms,
                        expires_at = max(expires_at, :lease_until), updated = :now
-    WHERE key = :key AND state = 'running' AND token = :token AND expires_at > :now";
+    WHERE key = :key AND state = 'running' AND token = :token AND ",
+    live!("")
+);
 
 /// running, held by :token, not expired → absent (it did not happen: a later call may run).
-pub(super) const RELEASE: &str = "
+pub(super) const RELEASE: &str = concat!(
+    "
     DELETE FROM records
-    WHERE key = :key AND state = 'running' AND token = :token AND expires_at > :now";
+    WHERE key = :key AND state = 'running' AND token = :token AND ",
+    live!("")
+);
 
 /// S27, a claim given back unused: running, held by :token, not expired, a takeover → the
 /// record it took over (an expired holder's running one, under that holder's token and lease
@@ -235,7 +310,8 @@ pub(super) const RELEASE: &str = "
 /// claim given back later keeps it ambiguous ([`RESTORE_UNKNOWN`]) rather than release what may
 /// have been an unknown outcome. With [`RESTORE_UNKNOWN`] and [`RESTORE_NEW`] (the other cases),
 /// one of the three applies.
-pub(super) const RESTORE_TAKEN: &str = "
+pub(super) const RESTORE_TAKEN: &str = concat!(
+    "
     UPDATE records SET state = prior_state, token = prior_token, lease_until = prior_lease_until,
                        lease_ms = prior_lease_ms, note = prior_note, expires_at = prior_expires_at,
                        created = prior_created, updated = prior_updated, tenant = prior_tenant,
@@ -243,31 +319,46 @@ pub(super) const RESTORE_TAKEN: &str = "
                        prior_token = NULL, prior_lease_until = NULL,
                        prior_lease_ms = NULL, prior_note = NULL, prior_expires_at = NULL,
                        prior_created = NULL, prior_updated = NULL, prior_tenant = NULL
-    WHERE key = :key AND state = 'running' AND token = :token AND expires_at > :now
-      AND prior_state IN ('running', 'ambiguous')";
+    WHERE key = :key AND state = 'running' AND token = :token AND ",
+    live!(""),
+    "
+      AND prior_state IN ('running', 'ambiguous')"
+);
 
 /// S27, a claim given back unused whose prior is not known (see [`RESTORE_TAKEN`]): running,
 /// held by :token, not expired → ambiguous with :note (the safe side: an unknown outcome may
 /// have been there).
-pub(super) const RESTORE_UNKNOWN: &str = "
+pub(super) const RESTORE_UNKNOWN: &str = concat!(
+    "
     UPDATE records SET state = 'ambiguous', note = :note, lease_until = NULL,
                        expires_at = :expires_at, updated = :now, prior_state = NULL
-    WHERE key = :key AND state = 'running' AND token = :token AND expires_at > :now
-      AND prior_state = 'unknown'";
+    WHERE key = :key AND state = 'running' AND token = :token AND ",
+    live!(""),
+    "
+      AND prior_state = 'unknown'"
+);
 
 /// S27, a claim given back unused: running, held by :token, not expired, a new record → absent.
-pub(super) const RESTORE_NEW: &str = "
+pub(super) const RESTORE_NEW: &str = concat!(
+    "
     DELETE FROM records
-    WHERE key = :key AND state = 'running' AND token = :token AND expires_at > :now
-      AND prior_state IS NULL";
+    WHERE key = :key AND state = 'running' AND token = :token AND ",
+    live!(""),
+    "
+      AND prior_state IS NULL"
+);
 
 /// expired → absent, at most :limit rows, oldest first (a record released by an operator is
 /// kept until its `kept_until`).
-pub(super) const PRUNE: &str = "
+pub(super) const PRUNE: &str = concat!(
+    "
     DELETE FROM records WHERE key IN (
         SELECT key FROM records
-        WHERE expires_at <= :now AND (kept_until IS NULL OR kept_until <= :now)
-        ORDER BY expires_at LIMIT :limit)";
+        WHERE ",
+    expired!(""),
+    " AND (kept_until IS NULL OR kept_until <= :now)
+        ORDER BY expires_at LIMIT :limit)"
+);
 
 /// absent → :id; present → unchanged. Returns the stored id either way.
 pub(super) const OPERATION_ID: &str = "
