@@ -7,7 +7,7 @@ use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
 use super::rows::{bad_state, corrupt_row, micros, record_of};
-use super::sql::{RECORD_COLUMNS, SHOWN_STATE, types};
+use super::sql::{EXPIRED, LIVE, RECORD_COLUMNS, SHOWN_STATE, types};
 use super::{PRUNE_BATCH, PostgresStore, SCHEMA_VERSION};
 use crate::error::{StoreError, StoreErrorKind};
 use crate::key::IdempotencyKey;
@@ -109,7 +109,7 @@ impl Records for PostgresStore {
         let query = format!(
             "SELECT {RECORD_COLUMNS}
                FROM {t}
-              WHERE expires_at > now()
+              WHERE {LIVE}
                 AND ($1::text IS NULL OR tool = $1)
                 AND ($6::text IS NULL OR tenant = $6)
                 AND ($2::text IS NULL OR {SHOWN_STATE} = $2)
@@ -142,7 +142,7 @@ impl Records for PostgresStore {
             "WITH r AS (
                  SELECT state, lease_until,
                         GREATEST(EXTRACT(EPOCH FROM lease_until - now()) * 1000000, 0)::int8 AS lease_us
-                   FROM {t} WHERE key = $1 AND expires_at > now() FOR UPDATE),
+                   FROM {t} WHERE key = $1 AND {LIVE} FOR UPDATE),
              d AS (
                  DELETE FROM {t} USING r
                   WHERE {t}.key = $1 AND r.state = 'running' AND ($2 OR r.lease_until <= now())
@@ -178,7 +178,7 @@ impl Records for PostgresStore {
         // One statement: the row judged is locked, and deleted only if it may be.
         let query = format!(
             "WITH r AS (
-                 SELECT expires_at > now() AS live,
+                 SELECT {LIVE} AS live,
                         state = 'running' AND lease_until > now() AS held,
                         GREATEST(EXTRACT(EPOCH FROM lease_until - now()) * 1000000, 0)::int8 AS lease_us
                    FROM {t} WHERE key = $1 FOR UPDATE),
@@ -228,15 +228,15 @@ impl Records for PostgresStore {
         // The same decision sent again (its reply was lost) finds it standing: `again`.
         let query = format!(
             "WITH r AS (
-                 SELECT state, lease_until > now() AS held, expires_at > now() AS live,
+                 SELECT state, lease_until > now() AS held, {LIVE} AS live,
                         GREATEST(EXTRACT(EPOCH FROM lease_until - now()) * 1000000, 0)::int8 AS lease_us,
                         COALESCE(resolution IS NOT DISTINCT FROM $2
                           AND resolution_note IS NOT DISTINCT FROM $4::text
                           AND CASE WHEN $2 = 'applied'
-                                   THEN expires_at > now() AND state = 'completed'
+                                   THEN {LIVE} AND state = 'completed'
                                         AND outcome = $3::bytea
-                                   ELSE expires_at <= now() END, false) AS again
-                   FROM {t} WHERE key = $1 AND (expires_at > now() OR kept_until > now())
+                                   ELSE {EXPIRED} END, false) AS again
+                   FROM {t} WHERE key = $1 AND ({LIVE} OR kept_until > now())
                     FOR UPDATE),
              u AS (
                  UPDATE {t} SET
@@ -310,7 +310,7 @@ impl Records for PostgresStore {
                     kept_until = CASE WHEN $2 = 'applied' THEN NULL ELSE now() + $5::int8 {US} END,
                     updated = now(), resolution = $2, resolved_at = now(),
                     resolution_note = $4::text
-              WHERE key = $1 AND state = 'running' AND token = $6::uuid AND expires_at > now()"
+              WHERE key = $1 AND state = 'running' AND token = $6::uuid AND {LIVE}"
         );
         let key = key.as_uuid();
         let word = decision.stored();
@@ -333,7 +333,7 @@ impl Records for PostgresStore {
 
     async fn counts(&self) -> Result<Vec<Count>, StoreError> {
         let query = format!(
-            "SELECT tool, {SHOWN_STATE} AS shown, count(*) FROM {} WHERE expires_at > now()
+            "SELECT tool, {SHOWN_STATE} AS shown, count(*) FROM {} WHERE {LIVE}
               GROUP BY tool, shown",
             self.sql.records
         );

@@ -66,6 +66,9 @@ pub(super) fn record_of(row: &Row) -> Result<Record, StoreError> {
     let decision: Option<&str> = row.try_get(12).map_err(corrupt_row)?;
     let resolved_at: Option<std::time::SystemTime> = row.try_get(13).map_err(corrupt_row)?;
     let resolution_note: Option<String> = row.try_get(14).map_err(corrupt_row)?;
+    // S34: a running or ambiguous row with no decision never expires by time (one written
+    // before with an expiry too).
+    let undecided = decision.is_none();
     let resolution = match decision {
         None => None,
         Some(word) => Some(Resolution::new(
@@ -81,7 +84,7 @@ pub(super) fn record_of(row: &Row) -> Result<Record, StoreError> {
     let unknowns: i32 = row.try_get(17).map_err(corrupt_row)?;
     let unknown_since: Option<std::time::SystemTime> = row.try_get(18).map_err(corrupt_row)?;
     let state = match (state, outcome) {
-        ("running", _) if lease_us <= 0 && expires_us > 0 => {
+        ("running", _) if lease_us <= 0 && (expires_us > 0 || undecided) => {
             lapsed(lease_until.max(std::time::UNIX_EPOCH), note.as_deref())
         }
         ("running", _) => RecordState::Running {
@@ -94,12 +97,16 @@ pub(super) fn record_of(row: &Row) -> Result<Record, StoreError> {
         },
         (state, _) => return Err(bad_state(state)),
     };
+    let never = undecided && !matches!(state, RecordState::Completed { .. });
     Ok(Record {
         key: IdempotencyKey::from_uuid(key),
         tool,
         fingerprint,
         state,
-        expires_in: Duration::from_micros(expires_us.max(0) as u64),
+        expires_in: match never {
+            true => Duration::MAX,
+            false => Duration::from_micros(expires_us.max(0) as u64),
+        },
         // Before the epoch: written before schema 2 (its default), unknown.
         created: created.max(std::time::UNIX_EPOCH),
         updated: updated.max(std::time::UNIX_EPOCH),

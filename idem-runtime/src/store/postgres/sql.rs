@@ -52,6 +52,21 @@ pub(super) const RECORD_COLUMNS: &str = "tool, fingerprint, state, token, outcom
     created, updated, tenant, key, resolution, resolved_at, resolution_note,
     lease_until, first_made, unknowns, unknown_since";
 
+/// S34: whether a row is live: before its expiry, or running or ambiguous with no decision on
+/// it, which never expires by time (an unknown outcome waits for a decision however long that
+/// takes; a running row whose holder's lease lapsed reads as one, S31). A row written before
+/// with an expiry on such a record reads the same: its expiry is ignored.
+pub(super) const LIVE: &str =
+    "(expires_at > now() OR (state IN ('running', 'ambiguous') AND resolution IS NULL))";
+
+/// S34: the row is not [`LIVE`]: past its expiry, and completed or decided.
+pub(super) const EXPIRED: &str =
+    "NOT (expires_at > now() OR (state IN ('running', 'ambiguous') AND resolution IS NULL))";
+
+/// [`EXPIRED`] of the row a claim's upsert found (`r`).
+const R_EXPIRED: &str =
+    "NOT (r.expires_at > now() OR (r.state IN ('running', 'ambiguous') AND r.resolution IS NULL))";
+
 /// The state operators read a row in (S31): a running row whose holder's lease lapsed is an
 /// ambiguous one.
 pub(super) const SHOWN_STATE: &str =
@@ -115,39 +130,39 @@ impl Sql {
                     SET tool = EXCLUDED.tool, fingerprint = EXCLUDED.fingerprint, state = 'running',
                         token = EXCLUDED.token, lease_until = EXCLUDED.lease_until,
                         expires_at = EXCLUDED.expires_at, outcome = NULL,
-                        note = CASE WHEN r.expires_at <= now() THEN NULL ELSE r.note END,
-                        first_made = CASE WHEN r.expires_at <= now() THEN EXCLUDED.first_made
+                        note = CASE WHEN {R_EXPIRED} THEN NULL ELSE r.note END,
+                        first_made = CASE WHEN {R_EXPIRED} THEN EXCLUDED.first_made
                                           ELSE COALESCE(r.first_made, r.created) END,
-                        unknowns = CASE WHEN r.expires_at <= now() THEN 0 ELSE r.unknowns END,
-                        unknown_since = CASE WHEN r.expires_at <= now() THEN NULL ELSE r.unknown_since END,
+                        unknowns = CASE WHEN {R_EXPIRED} THEN 0 ELSE r.unknowns END,
+                        unknown_since = CASE WHEN {R_EXPIRED} THEN NULL ELSE r.unknown_since END,
                         created = EXCLUDED.created, updated = EXCLUDED.updated,
                         tenant = EXCLUDED.tenant, resolution = NULL, resolved_at = NULL,
                         resolution_note = NULL, kept_until = NULL,
-                        prior_state = CASE WHEN r.expires_at <= now() THEN NULL
+                        prior_state = CASE WHEN {R_EXPIRED} THEN NULL
                                          WHEN r.state = 'running' AND r.token = EXCLUDED.token THEN r.prior_state
                                          ELSE r.state END,
-                        prior_token = CASE WHEN r.expires_at <= now() THEN NULL
+                        prior_token = CASE WHEN {R_EXPIRED} THEN NULL
                                          WHEN r.state = 'running' AND r.token = EXCLUDED.token THEN r.prior_token
                                          ELSE r.token END,
-                        prior_lease_until = CASE WHEN r.expires_at <= now() THEN NULL
+                        prior_lease_until = CASE WHEN {R_EXPIRED} THEN NULL
                                          WHEN r.state = 'running' AND r.token = EXCLUDED.token THEN r.prior_lease_until
                                          ELSE r.lease_until END,
-                        prior_note = CASE WHEN r.expires_at <= now() THEN NULL
+                        prior_note = CASE WHEN {R_EXPIRED} THEN NULL
                                          WHEN r.state = 'running' AND r.token = EXCLUDED.token THEN r.prior_note
                                          ELSE r.note END,
-                        prior_expires_at = CASE WHEN r.expires_at <= now() THEN NULL
+                        prior_expires_at = CASE WHEN {R_EXPIRED} THEN NULL
                                          WHEN r.state = 'running' AND r.token = EXCLUDED.token THEN r.prior_expires_at
                                          ELSE r.expires_at END,
-                        prior_created = CASE WHEN r.expires_at <= now() THEN NULL
+                        prior_created = CASE WHEN {R_EXPIRED} THEN NULL
                                          WHEN r.state = 'running' AND r.token = EXCLUDED.token THEN r.prior_created
                                          ELSE r.created END,
-                        prior_updated = CASE WHEN r.expires_at <= now() THEN NULL
+                        prior_updated = CASE WHEN {R_EXPIRED} THEN NULL
                                          WHEN r.state = 'running' AND r.token = EXCLUDED.token THEN r.prior_updated
                                          ELSE r.updated END,
-                        prior_tenant = CASE WHEN r.expires_at <= now() THEN NULL
+                        prior_tenant = CASE WHEN {R_EXPIRED} THEN NULL
                                          WHEN r.state = 'running' AND r.token = EXCLUDED.token THEN r.prior_tenant
                                          ELSE r.tenant END
-                  WHERE r.expires_at <= now()
+                  WHERE {R_EXPIRED}
                      OR (r.fingerprint = EXCLUDED.fingerprint
                          AND (r.state = 'ambiguous'
                               OR (r.state = 'running'
@@ -160,14 +175,14 @@ impl Sql {
             existing: format!(
                 "SELECT fingerprint, state, outcome,
                         GREATEST(EXTRACT(EPOCH FROM lease_until - now()) * 1000000, 0)::int8
-                   FROM {t} WHERE key = $1 AND expires_at > now()"
+                   FROM {t} WHERE key = $1 AND {LIVE}"
             ),
             // running (our token) → completed, kept for ttl; completed by us already → the same
             // (a retry of this statement after a lost reply).
             complete: format!(
                 "UPDATE {t} SET state = 'completed', outcome = $3, note = NULL,
                                 expires_at = now() + $4::int8 {us}, updated = now()
-                  WHERE key = $1 AND token = $2 AND expires_at > now()
+                  WHERE key = $1 AND token = $2 AND {LIVE}
                     AND state IN ('running', 'completed')"
             ),
             // running (our token) → running, the lease ending $3 µs from now; the expiry moved
@@ -176,19 +191,19 @@ impl Sql {
                 "UPDATE {t} SET lease_until = now() + $3::int8 {us},
                                 expires_at = GREATEST(expires_at, now() + $3::int8 {us}),
                                 updated = now()
-                  WHERE key = $1 AND token = $2 AND expires_at > now() AND state = 'running'"
+                  WHERE key = $1 AND token = $2 AND {LIVE} AND state = 'running'"
             ),
             // running (our token) → absent.
             release: format!(
                 "DELETE FROM {t}
-                  WHERE key = $1 AND token = $2 AND expires_at > now() AND state = 'running'"
+                  WHERE key = $1 AND token = $2 AND {LIVE} AND state = 'running'"
             ),
             // running (our token) → ambiguous, kept for ttl; ambiguous by us already → the same.
             mark_ambiguous: format!(
                 "UPDATE {t} SET state = 'ambiguous', note = $3, outcome = NULL,
                                 expires_at = now() + $4::int8 {us}, updated = now(),
                                 prior_state = NULL
-                  WHERE key = $1 AND token = $2 AND expires_at > now()
+                  WHERE key = $1 AND token = $2 AND {LIVE}
                     AND state IN ('running', 'ambiguous')"
             ),
             // The same after an Unknown answer of verify, counted (S32) when the row was
@@ -201,7 +216,7 @@ impl Sql {
                                 unknown_since = CASE WHEN state = 'running'
                                                      THEN COALESCE(unknown_since, now())
                                                      ELSE unknown_since END
-                  WHERE key = $1 AND token = $2 AND expires_at > now()
+                  WHERE key = $1 AND token = $2 AND {LIVE}
                     AND state IN ('running', 'ambiguous')"
             ),
             // S27, a claim given back unused: running (our token), a takeover → the row it took
@@ -216,7 +231,7 @@ impl Sql {
                                 updated = prior_updated, tenant = prior_tenant,
                                 prior_state = CASE WHEN prior_state = 'running' THEN 'unknown' END,
                                 prior_token = NULL, prior_lease_until = NULL, prior_note = NULL, prior_expires_at = NULL, prior_created = NULL, prior_updated = NULL, prior_tenant = NULL
-                  WHERE key = $1 AND token = $2 AND expires_at > now() AND state = 'running'
+                  WHERE key = $1 AND token = $2 AND {LIVE} AND state = 'running'
                     AND prior_state IN ('running', 'ambiguous')"
             ),
             // S27, a claim given back whose prior is not known: running (our token) → ambiguous
@@ -225,27 +240,27 @@ impl Sql {
                 "UPDATE {t} SET state = 'ambiguous', note = $3, outcome = NULL,
                                 expires_at = now() + $4::int8 {us}, updated = now(),
                                 prior_state = NULL
-                  WHERE key = $1 AND token = $2 AND expires_at > now() AND state = 'running'
+                  WHERE key = $1 AND token = $2 AND {LIVE} AND state = 'running'
                     AND prior_state = 'unknown'"
             ),
             // S27: running (our token), a new record → absent.
             restore_new: format!(
                 "DELETE FROM {t}
-                  WHERE key = $1 AND token = $2 AND expires_at > now() AND state = 'running'
+                  WHERE key = $1 AND token = $2 AND {LIVE} AND state = 'running'
                     AND prior_state IS NULL"
             ),
             // The record, for operators: the live one, or one released by an operator's
             // not-applied and kept to show that decision.
             get: format!(
                 "SELECT {RECORD_COLUMNS}
-                   FROM {t} WHERE key = $1 AND (expires_at > now() OR kept_until > now())"
+                   FROM {t} WHERE key = $1 AND ({LIVE} OR kept_until > now())"
             ),
             // expired → absent, one batch; rows another pruner holds are skipped, not waited for;
             // a row released by an operator is kept until its `kept_until`.
             prune: format!(
                 "DELETE FROM {t} WHERE key IN (
                      SELECT key FROM {t}
-                      WHERE expires_at <= now() AND (kept_until IS NULL OR kept_until <= now())
+                      WHERE {EXPIRED} AND (kept_until IS NULL OR kept_until <= now())
                       LIMIT $1 FOR UPDATE SKIP LOCKED)"
             ),
             // absent → `fresh`; present → unchanged. Returns the stored id either way (the no-op

@@ -23,8 +23,8 @@ use crate::store::{LeaseToken, Record, Written};
 /// KEYS[1] record; ARGV force ('1' or '0'). Running → absent, unless its lease is live and not
 /// forced. Returns {what, lease ms left}: 'absent', 'live', 'released', or the state.
 const RELEASE_BY_OPERATOR: &str = r"
-local r = redis.call('HMGET', KEYS[1], 'state', 'lease_until', 'expires_at')
-if not r[1] or tonumber(r[3]) <= now then return {'absent', 0} end
+local r = redis.call('HMGET', KEYS[1], 'state', 'lease_until', 'expires_at', 'res')
+if not r[1] or not live(r[1], r[3], r[4]) then return {'absent', 0} end
 if r[1] ~= 'running' then return {r[1], 0} end
 local left = tonumber(r[2]) - now
 if left > 0 and ARGV[1] ~= '1' then return {'live', left} end
@@ -36,15 +36,15 @@ return {'released', 0}
 /// show its decision too), unless a holder's lease on it is live and not forced. Returns {what,
 /// lease ms left}: 'forgotten' (it was live), 'absent', 'live'.
 const FORGET: &str = r"
-local r = redis.call('HMGET', KEYS[1], 'state', 'lease_until', 'expires_at')
+local r = redis.call('HMGET', KEYS[1], 'state', 'lease_until', 'expires_at', 'res')
 if not r[1] then return {'absent', 0} end
-local live = tonumber(r[3]) > now
-if live and r[1] == 'running' and ARGV[1] ~= '1' then
+local is_live = live(r[1], r[3], r[4])
+if is_live and r[1] == 'running' and ARGV[1] ~= '1' then
   local left = tonumber(r[2]) - now
   if left > 0 then return {'live', left} end
 end
 redis.call('DEL', KEYS[1])
-if live then return {'forgotten', 0} end
+if is_live then return {'forgotten', 0} end
 return {'absent', 0}
 ";
 
@@ -57,13 +57,13 @@ return {'absent', 0}
 const RESOLVE: &str = r"
 local r = redis.call('HMGET', KEYS[1], 'state', 'lease_until', 'expires_at', 'res', 'res_note', 'outcome', 'kept_until')
 if not r[1] then return {'absent', 0} end
-local live = tonumber(r[3]) > now
+local is_live = live(r[1], r[3], r[4])
 -- The same decision sent again (its reply was lost), while it stands.
 if r[4] == ARGV[1] and ((ARGV[4] == '1' and r[5] == ARGV[3]) or (ARGV[4] ~= '1' and not r[5])) then
-  if ARGV[1] == 'applied' and live and r[1] == 'completed' and r[6] == ARGV[2] then return {'resolved', 0} end
-  if ARGV[1] ~= 'applied' and not live and r[7] and tonumber(r[7]) > now then return {'resolved', 0} end
+  if ARGV[1] == 'applied' and is_live and r[1] == 'completed' and r[6] == ARGV[2] then return {'resolved', 0} end
+  if ARGV[1] ~= 'applied' and not is_live and r[7] and tonumber(r[7]) > now then return {'resolved', 0} end
 end
-if not live then return {'absent', 0} end
+if not is_live then return {'absent', 0} end
 if r[1] == 'completed' then return {'completed', 0} end
 if r[1] == 'running' then
   local left = tonumber(r[2]) - now
@@ -91,8 +91,8 @@ return {'resolved', 0}
 /// operation), kept for ttl to show the decision; kept as an operator's is. Returns 1 if
 /// written, 0 if the record is not held by the token (fenced).
 const SETTLE: &str = r"
-local r = redis.call('HMGET', KEYS[1], 'token', 'state', 'expires_at')
-if r[1] ~= ARGV[1] or r[2] ~= 'running' or tonumber(r[3]) <= now then return 0 end
+local r = redis.call('HMGET', KEYS[1], 'token', 'state', 'expires_at', 'res')
+if r[1] ~= ARGV[1] or r[2] ~= 'running' or not live(r[2], r[3], r[4]) then return 0 end
 if ARGV[2] == 'applied' then
   redis.call('HSET', KEYS[1], 'state', 'completed', 'outcome', ARGV[3], 'expires_at', ms(now + ARGV[6]))
   redis.call('HDEL', KEYS[1], 'note', 'kept_until')

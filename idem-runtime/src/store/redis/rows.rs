@@ -134,8 +134,12 @@ pub(super) fn record_of(
     let lease_left = int(lease_left)?;
     let expires_in = int(expires_in)?;
     let created = wall_time(&bytes(created)?);
+    let decision = bytes(decision)?;
+    // S34: a running or ambiguous record with no decision never expires by time (one written
+    // before with an expiry too).
+    let undecided = decision.is_empty();
     let state = match bytes(state)?.as_slice() {
-        b"running" if lease_left <= 0 && expires_in > 0 => {
+        b"running" if lease_left <= 0 && (expires_in > 0 || undecided) => {
             let note = bytes(note)?;
             lapsed(
                 wall_time(&bytes(lease_until)?),
@@ -161,12 +165,16 @@ pub(super) fn record_of(
     };
     let first_made = bytes(first_made)?;
     let unknown_since = bytes(unknown_since)?;
+    let never = undecided && !matches!(state, RecordState::Completed { .. });
     let record = Record {
         key,
         tool,
         fingerprint: fingerprint_of(&bytes(fp)?)?,
         state,
-        expires_in: Duration::from_millis(expires_in.max(0) as u64),
+        expires_in: match never {
+            true => Duration::MAX,
+            false => Duration::from_millis(expires_in.max(0) as u64),
+        },
         created,
         // S32: '' in a record written before it was kept: its `created`.
         first_made: match first_made.is_empty() {
@@ -183,7 +191,7 @@ pub(super) fn record_of(
             .filter(|t| !t.is_empty())
             .map(|t| String::from_utf8(t).map_err(|_| corrupt_field("tenant")))
             .transpose()?,
-        resolution: match bytes(decision)?.as_slice() {
+        resolution: match decision.as_slice() {
             b"" => None,
             word => Some(Resolution::new(
                 Decision::from_stored(word).ok_or_else(|| corrupt_field("res"))?,

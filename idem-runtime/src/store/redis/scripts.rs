@@ -2,15 +2,23 @@
 
 use redis::Script;
 
-/// The server's clock in milliseconds, and a formatter that keeps them integral in the hash.
+/// The server's clock in milliseconds, a formatter that keeps them integral in the hash, and
+/// whether a record is live (`live(state, expires_at, res)`): before its expiry, or running or
+/// ambiguous with no decision on it, which never expires by time (S34: an unknown outcome waits
+/// for a decision however long that takes; a running record whose holder's lease lapsed reads
+/// as one, S31); a record written before with an expiry on such a record reads the same.
 pub(super) const PRELUDE: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function ms(x) return string.format('%.0f', x) end
+local function live(state, expires, res)
+  return (tonumber(expires) or 0) > now or ((state == 'running' or state == 'ambiguous') and not res)
+end
 ";
 
 /// KEYS[1] record; ARGV tool, fingerprint, token, lease ms, ttl ms, grace ms, tenant ('' or
-/// absent: none).
+/// absent: none). The record is written afresh (`DEL`, then `HSET`): its key has no time-to-live
+/// while it runs (S34), a key written before with one included.
 /// absent or expired → running; same fingerprint and (lease over, ambiguous, or already ours:
 /// a retried claim) → running (take over); otherwise the live record is returned untouched.
 /// Taken, it answers what it took over: 1 nothing (a new record), 2 a holder whose lease was
@@ -19,11 +27,11 @@ local function ms(x) return string.format('%.0f', x) end
 /// brings it back); ours claimed again keeps its own. A takeover keeps when the operation was
 /// first made, its Unknown answers (S32) and its note (S31); a new record is first made now.
 const CLAIM: &str = r"
-local r = redis.call('HMGET', KEYS[1], 'fp', 'state', 'token', 'lease_until', 'expires_at', 'outcome', 'p:state')
+local r = redis.call('HMGET', KEYS[1], 'fp', 'state', 'token', 'lease_until', 'expires_at', 'outcome', 'p:state', 'res')
 local took = 1
 local prior = {}
 local kept = {'first_made', ms(now)}
-if r[1] and tonumber(r[5]) > now then
+if r[1] and live(r[2], r[5], r[8]) then
   local lease_left = tonumber(r[4]) - now
   local same = r[1] == ARGV[2]
   local ours = r[3] == ARGV[3] and r[2] == 'running'
@@ -55,7 +63,6 @@ redis.call('HSET', KEYS[1], 'tool', ARGV[1], 'fp', ARGV[2], 'state', 'running', 
   'lease_until', ms(now + ARGV[4]), 'expires_at', ms(now + ARGV[5]), 'created', ms(now), 'updated', ms(now),
   'tenant', ARGV[7] or '', unpack(kept))
 if #prior > 0 then redis.call('HSET', KEYS[1], unpack(prior)) end
-redis.call('PEXPIREAT', KEYS[1], ms(now + ARGV[5] + ARGV[6]))
 return took
 ";
 
@@ -70,8 +77,8 @@ local FIELDS = {'tool', 'fp', 'state', 'token', 'lease_until', 'expires_at', 'ou
 /// Whether the live record of KEYS[1] is held by token ARGV[1] in one of the given states.
 const HELD: &str = r"
 local function held(...)
-  local r = redis.call('HMGET', KEYS[1], 'token', 'state', 'expires_at')
-  if r[1] ~= ARGV[1] or tonumber(r[3]) <= now then return false end
+  local r = redis.call('HMGET', KEYS[1], 'token', 'state', 'expires_at', 'res')
+  if r[1] ~= ARGV[1] or not live(r[2], r[3], r[4]) then return false end
   for _, s in ipairs({...}) do if r[2] == s then return true end end
   return false
 end
@@ -90,7 +97,7 @@ return 1
 
 /// KEYS[1] record; ARGV token, lease ms, grace ms.
 /// running (our token) → running with the lease ending `lease` from now; the record's expiry
-/// moves to the lease end if that is later.
+/// moves to the lease end if that is later (its key has no time-to-live while it runs, S34).
 const RENEW: &str = r"
 if not held('running') then return 0 end
 local until_ = now + ARGV[2]
@@ -98,7 +105,6 @@ redis.call('HSET', KEYS[1], 'lease_until', ms(until_), 'updated', ms(now))
 local expires = tonumber(redis.call('HGET', KEYS[1], 'expires_at'))
 if until_ > expires then
   redis.call('HSET', KEYS[1], 'expires_at', ms(until_))
-  redis.call('PEXPIREAT', KEYS[1], ms(until_ + ARGV[3]))
 end
 return 1
 ";
@@ -133,25 +139,23 @@ if was == 'unknown' then
   redis.call('HSET', KEYS[1], 'state', 'ambiguous', 'note', ARGV[2], 'expires_at', ms(now + ARGV[3]),
     'updated', ms(now))
   redis.call('HDEL', KEYS[1], 'outcome', 'p:state')
-  redis.call('PEXPIREAT', KEYS[1], ms(now + ARGV[3] + ARGV[4]))
   return 1
 end
 redis.call('DEL', KEYS[1])
 if #prior == 0 then return 1 end
 redis.call('HSET', KEYS[1], unpack(prior))
 if was == 'running' then redis.call('HSET', KEYS[1], 'p:state', 'unknown') end
-redis.call('PEXPIREAT', KEYS[1], ms(tonumber(redis.call('HGET', KEYS[1], 'expires_at')) + ARGV[4]))
 return 1
 ";
 
 /// KEYS[1] record; ARGV token, note, ttl ms, grace ms.
-/// running (our token) → ambiguous, kept for ttl; ambiguous by us already → the same (a retry).
+/// running (our token) → ambiguous, kept until a decision (S34: its key has no time-to-live,
+/// as its claim wrote it); ambiguous by us already → the same (a retry).
 const MARK_AMBIGUOUS: &str = r"
 if not held('running', 'ambiguous') then return 0 end
 redis.call('HSET', KEYS[1], 'state', 'ambiguous', 'note', ARGV[2], 'expires_at', ms(now + ARGV[3]),
   'updated', ms(now))
 redis.call('HDEL', KEYS[1], 'outcome')
-redis.call('PEXPIREAT', KEYS[1], ms(now + ARGV[3] + ARGV[4]))
 return 1
 ";
 
@@ -168,7 +172,6 @@ end
 redis.call('HSET', KEYS[1], 'state', 'ambiguous', 'note', ARGV[2], 'expires_at', ms(now + ARGV[3]),
   'updated', ms(now))
 redis.call('HDEL', KEYS[1], 'outcome')
-redis.call('PEXPIREAT', KEYS[1], ms(now + ARGV[3] + ARGV[4]))
 return 1
 ";
 
@@ -182,17 +185,17 @@ const GET: &str = r"
 local r = redis.call('HMGET', KEYS[1], 'tool', 'fp', 'state', 'token', 'lease_until', 'expires_at', 'outcome', 'note', 'created', 'updated', 'tenant',
   'res', 'res_at', 'res_note', 'kept_until', 'first_made', 'unknowns', 'unknown_since')
 if not r[1] then return nil end
-if tonumber(r[6]) <= now and not (r[15] and tonumber(r[15]) > now) then return nil end
+if not live(r[3], r[6], r[12]) and not (r[15] and tonumber(r[15]) > now) then return nil end
 return {r[1], r[2], r[3], r[4], math.max(tonumber(r[5] or now) - now, 0), math.max(tonumber(r[6]) - now, 0), r[7] or '', r[8] or '',
   r[9] or '', r[10] or '', now, r[11] or '', r[12] or '', r[13] or '', r[14] and {r[14]} or {},
   r[5] or '', r[16] or '', r[17] or '', r[18] or ''}
 ";
 
 /// KEYS[1] record. expired → absent (a record released by an operator once its `kept_until`
-/// has passed).
+/// has passed; never a running or ambiguous one with no decision, S34).
 const PRUNE: &str = r"
-local r = redis.call('HMGET', KEYS[1], 'expires_at', 'kept_until')
-if r[1] and tonumber(r[1]) <= now and not (r[2] and tonumber(r[2]) > now) then
+local r = redis.call('HMGET', KEYS[1], 'expires_at', 'kept_until', 'state', 'res')
+if r[1] and not live(r[3], r[1], r[4]) and not (r[2] and tonumber(r[2]) > now) then
   redis.call('DEL', KEYS[1]) return 1
 end
 return 0
