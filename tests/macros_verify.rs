@@ -458,3 +458,36 @@ async fn s19_and_s20_taking_over_a_dead_holders_record_asks_verify_or_does_not_s
     assert_eq!(taken_over.unwrap(), sent(0));
     assert_eq!((gw.runs(), gw.verifications()), (2, 1));
 }
+
+/// S34, through the attribute on SQLite: an SMS whose answer was lost is kept as ambiguous past
+/// its time-to-live; prune leaves it, it is still listed, and the same call a while later does
+/// not send it again (`Error::Ambiguous`).
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn s34_an_sms_left_ambiguous_is_not_sent_again_after_its_ttl_on_sqlite() {
+    use idemkit::store::RecordFilter;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(idemkit::SqliteStore::open(dir.path().join("idemkit.db")).unwrap());
+    let idem = Idem::builder()
+        .shared_store(store.clone())
+        .lease(Duration::from_millis(500))
+        .ttl(Duration::from_secs(1))
+        .build()
+        .expect("consistent settings");
+    let gw = Gateway::failing([SendError::Timeout]);
+    let (result, info) = idem.scope(observe(gw.sms("+1555", "hi".to_owned()))).await;
+    assert!(result.unwrap_err().is_ambiguous());
+    let key = info.unwrap().key.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(store.prune(100).await.unwrap(), 0, "never pruned by time");
+    let listed = store.list(&RecordFilter::new()).await.unwrap();
+    assert!(
+        listed
+            .iter()
+            .any(|r| r.key == key && matches!(r.state, RecordState::Ambiguous { .. })),
+        "{listed:?}"
+    );
+    let again = idem.scope(gw.sms("+1555", "hi".to_owned())).await;
+    assert!(again.unwrap_err().is_ambiguous(), "not sent again");
+    assert_eq!(gw.runs(), 1, "the SMS went out once");
+}
