@@ -47,6 +47,8 @@ pub(crate) async fn settle(
     let mut report = SettleReport::default();
     report.dry_run = dry_run;
     for record in records {
+        // S34: every one still waits for a decision; the oldest is reported.
+        report.left_unknown(&record);
         report
             .records
             .push((record.key, record.tool, Settled::NoVerify));

@@ -52,6 +52,16 @@ pub fn span(d: Duration) -> String {
     }
 }
 
+/// When a record expires, for people: a span, or never (S34: a running or ambiguous record with
+/// no decision never expires by time; `long` says what ends it).
+fn expires(d: Duration, long: bool) -> String {
+    match (d == Duration::MAX, long) {
+        (false, _) => span(d),
+        (true, false) => "never".to_owned(),
+        (true, true) => "never: kept until it completes or a decision settles it".to_owned(),
+    }
+}
+
 /// An age for the command line: a number and a unit, `500ms`, `30s`, `10m`, `2h`, `7d`.
 pub fn parse_age(s: &str) -> Result<Duration, String> {
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
@@ -98,7 +108,8 @@ pub fn record_json(r: &Record) -> Value {
         "updated": time(r.updated),
         "unknowns": r.unknowns,
         "unknown_since": r.unknown_since.map(time),
-        "expires_in_ms": r.expires_in.as_millis() as u64,
+        // S34: null for a record that never expires by time (running or ambiguous, undecided).
+        "expires_in_ms": (r.expires_in != Duration::MAX).then(|| r.expires_in.as_millis() as u64),
         "tenant": r.tenant,
         "live": r.is_live(),
         "resolution": r.resolution.as_ref().map(resolution_json),
@@ -212,7 +223,7 @@ pub fn records_table(records: &[Record]) -> String {
                 time(r.first_made),
                 time(r.updated),
                 lease(r),
-                span(r.expires_in),
+                expires(r.expires_in, false),
             ]
         })
         .collect();
@@ -283,7 +294,7 @@ pub fn record_text(r: &Record) -> String {
     if !r.is_live() {
         return out;
     }
-    field("expires in", span(r.expires_in));
+    field("expires in", expires(r.expires_in, true));
     match &r.state {
         RecordState::Running {
             token,

@@ -781,3 +781,34 @@ impl StoreFile {
         expect(&all, code)
     }
 }
+
+/// S34: an ambiguous record never expires by time: `show` and `list` say so ("never"), `--json`
+/// gives `expires_in_ms: null`, and `idemkit settle` says how long the oldest unknown outcome
+/// has waited for a decision.
+#[tokio::test]
+async fn s34_show_list_and_settle_say_an_ambiguous_record_never_expires() {
+    let file = StoreFile::new();
+    let (store, run) = (file.store.clone(), |args: &[&str], code| {
+        file.run(args, code)
+    });
+    ambiguous(&store, 34).await;
+    let k = key("charge", 34).to_string();
+    let out = run(&["show", &k], 0);
+    assert!(
+        stdout(&out)
+            .contains("expires in   never: kept until it completes or a decision settles it"),
+        "{}",
+        stdout(&out)
+    );
+    let out = run(&["show", &k, "--json"], 0);
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(json["expires_in_ms"], serde_json::Value::Null, "{json}");
+    let out = run(&["list"], 0);
+    assert!(stdout(&out).contains("never"), "{}", stdout(&out));
+    let out = run(&["settle"], 4);
+    assert!(
+        stdout(&out).contains("the oldest unknown outcome has waited") && stdout(&out).contains(&k),
+        "{}",
+        stdout(&out)
+    );
+}

@@ -13,6 +13,7 @@
 //! | `idemkit_verifications_total` | counter | `tool`, `answer` (`applied`, `not_applied`, `unknown`, `error`) | answers of tools' verify functions (S19) |
 //! | `idemkit_fresh_key_retries_total` | counter | `tool` | calls that look like a retry with a key made anew: a new record claimed with the same other arguments as a call of the tool in this process that ended without succeeding less than 10 minutes before, under another key |
 //! | `idemkit_settled_total` | counter | `tool`, `outcome` (`applied`, `not_applied`, `unknown`, `needs_operator`, `no_verify`, `busy`, `gone`, `fenced`, `error`, `would_verify`) | records kept as ambiguous that a settler looked at (S28), by what it did |
+//! | `idemkit_oldest_unknown_seconds` | gauge | | set by each settle pass (S34): how long the oldest record it left with its outcome unknown (kept as ambiguous, which never expires by time) has waited since its operation was first made; 0 when it left none |
 //! | `idemkit_store_seconds` | histogram | `op` (`claim`, `complete`, `renew`, `release`, `mark_ambiguous`) | how long the store took to answer a transition, failures and timeouts included |
 
 use crate::error::Error;
@@ -179,6 +180,15 @@ mod on {
         })
     }
 
+    /// S34: `idemkit_oldest_unknown_seconds`, set by each settle pass (0: none left unknown).
+    pub(crate) fn oldest_unknown(age: Option<std::time::Duration>) {
+        with_recorder(|r| {
+            static KEY: Key = Key::from_static_name("idemkit_oldest_unknown_seconds");
+            r.register_gauge(&KEY, &METADATA)
+                .set(age.map_or(0.0, |a| a.as_secs_f64()));
+        })
+    }
+
     /// Runs `f`, which asks the store for a transition sent at `sent` (a clock the caller read
     /// anyway) and takes its answer if it came at once (`Ok`); records how long it took then
     /// (an answer still to come is timed where it is awaited).
@@ -281,6 +291,8 @@ mod on {
     pub(crate) fn fresh_key_retry(_tool: &str) {}
     #[inline(always)]
     pub(crate) fn settled(_tool: &str, _outcome: &'static str) {}
+    #[inline(always)]
+    pub(crate) fn oldest_unknown(_age: Option<std::time::Duration>) {}
     #[inline(always)]
     pub(crate) fn store_since<T, P>(
         _metered: bool,

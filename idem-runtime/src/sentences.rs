@@ -60,6 +60,17 @@ pub fn lease_lapsed(at: std::time::SystemTime) -> String {
     )
 }
 
+/// A duration for a person, to two units: `45s`, `12m 05s`, `3h 20m`, `4d 6h`.
+pub fn span(d: std::time::Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m {:02}s", s / 60, s % 60),
+        3600..86_400 => format!("{}h {:02}m", s / 3600, s / 60 % 60),
+        _ => format!("{}d {}h", s / 86_400, s / 3600 % 24),
+    }
+}
+
 /// `t` as RFC 3339 in UTC, to the millisecond.
 pub fn utc(t: std::time::SystemTime) -> String {
     let since = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();

@@ -286,3 +286,63 @@ fn each_verification_counts_once_by_its_answer() {
         "{counters:?}"
     );
 }
+
+/// S34: each settle pass sets `idemkit_oldest_unknown_seconds` to how long the oldest record it
+/// left unknown has waited since its operation was first made; 0 once none is left.
+#[test]
+fn s34_a_settle_pass_sets_the_oldest_unknown_gauge() {
+    use idem_runtime::settle::Pass;
+    use idem_runtime::store::{ClaimRequest, LeaseToken};
+    use idem_runtime::{Fingerprint, IdempotencyKey, Settler, Store};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    let gauge = |recorder: &DebuggingRecorder| {
+        recorder
+            .snapshotter()
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .find_map(|(key, _, _, value)| match value {
+                DebugValue::Gauge(v) if key.key().name() == "idemkit_oldest_unknown_seconds" => {
+                    Some(v.into_inner())
+                }
+                _ => None,
+            })
+    };
+    let recorder = DebuggingRecorder::new();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    metrics::with_local_recorder(&recorder, || {
+        runtime.block_on(async {
+            let store = Arc::new(MemoryStore::new());
+            let key = IdempotencyKey::derive("sms", &[("to", &"+1555")]);
+            let token = LeaseToken::new();
+            let hour = Duration::from_secs(3600);
+            let req = ClaimRequest::new(key, "sms", Fingerprint([1; 32]), token, hour, hour);
+            store.claim(&req).await.unwrap();
+            let marked = store
+                .mark_ambiguous(key, token, "lost", hour)
+                .await
+                .unwrap();
+            assert_eq!(marked, idem_runtime::store::Written::Applied);
+            tokio::time::sleep(Duration::from_millis(1100)).await;
+            Settler::new(store.clone())
+                .run_once(&Pass::new())
+                .await
+                .unwrap();
+            let waited = gauge(&recorder).expect("set by the pass");
+            assert!((1.0..60.0).contains(&waited), "{waited}");
+            idem_runtime::Records::forget(&*store, &key, false)
+                .await
+                .unwrap();
+            Settler::new(store.clone())
+                .run_once(&Pass::new())
+                .await
+                .unwrap();
+            assert_eq!(gauge(&recorder), Some(0.0), "none left");
+        })
+    });
+}

@@ -110,6 +110,7 @@ pub use self::settle::{
     s31_a_lapsed_takeover_of_an_ambiguous_record_reads_with_its_note,
     s32_the_age_bound_counts_from_when_the_operation_was_first_made,
     s32_the_operator_bound_counts_across_callers_retries,
+    s34_a_pass_reports_the_oldest_unknown_it_left,
 };
 pub use self::takeover::{
     s6_a_claim_of_an_ambiguous_record_is_a_takeover_from_ambiguity,
@@ -192,7 +193,8 @@ macro_rules! settle_conformance_tests {
             s31_a_dead_callers_record_is_reported_and_settled_without_a_caller,
             s31_a_lapsed_takeover_of_an_ambiguous_record_reads_with_its_note,
             s32_the_operator_bound_counts_across_callers_retries,
-            s32_the_age_bound_counts_from_when_the_operation_was_first_made
+            s32_the_age_bound_counts_from_when_the_operation_was_first_made,
+            s34_a_pass_reports_the_oldest_unknown_it_left
         );
     };
 }

@@ -847,3 +847,42 @@ pub async fn s32_the_age_bound_counts_from_when_the_operation_was_first_made<S: 
         "{report:?}"
     );
 }
+
+/// S34: a pass reports the record it left with its outcome unknown that has waited longest (an
+/// ambiguous record never expires by time): its key and when its operation was first made, in
+/// the report and its summary; a pass that settles every record reports none.
+pub async fn s34_a_pass_reports_the_oldest_unknown_it_left<S: StoreUnderTest>(store: S) {
+    let store = Arc::new(store);
+    ambiguous(&*store, "charge", 1).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    ambiguous(&*store, "charge", 2).await;
+    let first_made = store
+        .get(&key_of(1))
+        .await
+        .unwrap()
+        .expect("kept")
+        .first_made;
+    // No verify function here: both are left for an operator.
+    let report = Settler::new(store.clone())
+        .run_once(&Pass::new())
+        .await
+        .unwrap();
+    assert_eq!(report.count("no_verify"), 2);
+    assert_eq!(report.oldest_unknown, Some((key_of(1), first_made)));
+    assert!(report.oldest_unknown_age().is_some());
+    let summary = report.summary();
+    assert!(
+        summary.contains("the oldest unknown outcome has waited")
+            && summary.contains(&key_of(1).to_string()),
+        "{summary}"
+    );
+    let asked = Arc::new(AtomicU32::new(0));
+    let settler = Settler::new(store.clone()).verify(
+        "charge",
+        answers(Verified::Applied(receipt()), asked.clone()),
+    );
+    let report = settler.run_once(&Pass::new()).await.unwrap();
+    assert_eq!(report.count("applied"), 2);
+    assert_eq!(report.oldest_unknown, None, "none left");
+    assert!(!report.summary().contains("oldest unknown"));
+}

@@ -264,11 +264,22 @@ impl Settler {
         let mut report = SettleReport {
             records: Vec::with_capacity(records.len()),
             dry_run: pass.dry_run,
+            oldest_unknown: None,
         };
         let of = records.len();
         for record in records {
             let settled = self.settle_record(&record, pass.dry_run).await;
             crate::meters::settled(&record.tool, settled.as_str());
+            // S34: still waiting for a decision after this pass.
+            if matches!(
+                settled,
+                Settled::Unknown { .. }
+                    | Settled::NoVerify
+                    | Settled::WouldVerify
+                    | Settled::Failed(_)
+            ) {
+                report.left_unknown(&record);
+            }
             match &settled {
                 Settled::Unknown {
                     needs_operator: true,
@@ -302,9 +313,12 @@ impl Settler {
                 unknown = report.count("unknown"),
                 needs_operator = report.needing_operator(),
                 dry_run = report.dry_run,
+                oldest_unknown_seconds = report.oldest_unknown_age().map(|a| a.as_secs()),
                 "idemkit settle: a pass over records kept as ambiguous"
             );
         }
+        // S34: how long the oldest unknown outcome has waited (0: none left).
+        crate::meters::oldest_unknown(report.oldest_unknown_age());
         Ok(report)
     }
 

@@ -2,8 +2,10 @@
 //! operator reads and the exit status a cron reads.
 
 use std::fmt::Write as _;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::key::IdempotencyKey;
+use crate::store::Record;
 
 /// Which records one pass looks at (all kept as ambiguous), and whether it changes anything.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -100,9 +102,38 @@ pub struct SettleReport {
     pub records: Vec<(IdempotencyKey, String, Settled)>,
     /// Whether it was a dry run.
     pub dry_run: bool,
+    /// S34: of the records the pass left with their outcome unknown (still unknown, needing an
+    /// operator, without a verify function, a dry run's, or failed), the one that has waited
+    /// longest: its key and when its operation was first made ([`Record::first_made`]). An
+    /// ambiguous record never expires by time, so this is how long an answer has been missing;
+    /// `None` when the pass left none. See [`SettleReport::oldest_unknown_age`].
+    pub oldest_unknown: Option<(IdempotencyKey, SystemTime)>,
 }
 
 impl SettleReport {
+    /// Notes `record` as left with its outcome unknown by the pass (see
+    /// [`SettleReport::oldest_unknown`]): kept if it has waited longest so far. A record whose
+    /// times the store does not know is not counted.
+    pub fn left_unknown(&mut self, record: &Record) {
+        let since = [record.first_made, record.created, record.updated]
+            .into_iter()
+            .chain(record.unknown_since)
+            .find(|t| *t != UNIX_EPOCH);
+        if let Some(since) = since
+            && self.oldest_unknown.is_none_or(|(_, oldest)| since < oldest)
+        {
+            self.oldest_unknown = Some((record.key, since));
+        }
+    }
+
+    /// How long the record of [`SettleReport::oldest_unknown`] has waited for a decision, by
+    /// this machine's clock (what `idemkit settle` prints and the gauge
+    /// `idemkit_oldest_unknown_seconds` reports).
+    pub fn oldest_unknown_age(&self) -> Option<Duration> {
+        self.oldest_unknown
+            .map(|(_, since)| SystemTime::now().duration_since(since).unwrap_or_default())
+    }
+
     /// How many records ended so (compared by [`Settled::as_str`]).
     pub fn count(&self, word: &str) -> usize {
         self.records
@@ -150,6 +181,7 @@ impl SettleReport {
                 self.count("would_verify"),
                 self.count("no_verify")
             );
+            self.write_oldest(&mut out);
             return out;
         }
         // What it changed first (issue 51 #7): a pass that only looked is not said to have settled.
@@ -211,7 +243,22 @@ impl SettleReport {
                 tools.join(", ")
             );
         }
+        self.write_oldest(&mut out);
         out
+    }
+
+    /// S34: the line on the oldest record left unknown, which waits for a decision however long
+    /// that takes (it never expires by time).
+    fn write_oldest(&self, out: &mut String) {
+        if let (Some((key, since)), Some(age)) = (self.oldest_unknown, self.oldest_unknown_age()) {
+            let _ = writeln!(
+                out,
+                "the oldest unknown outcome has waited {} for a decision: {key}, first made {} (an ambiguous \
+                 record never expires; it waits for verify or `idemkit resolve`)",
+                crate::sentences::span(age),
+                crate::sentences::utc(since)
+            );
+        }
     }
 }
 
