@@ -504,8 +504,9 @@ impl IdemBuilder {
         self
     }
 
-    /// How long a record is kept (default 24 h); older ones are treated as absent. At least the
-    /// lease: a running record never expires before its lease.
+    /// How long a completed record is kept (default 24 h); older ones are treated as absent. At
+    /// least the lease. A running or ambiguous record never expires by time (S34): it is kept
+    /// until it completes or a decision settles it.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(ttl);
         self

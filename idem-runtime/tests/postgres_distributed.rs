@@ -178,12 +178,14 @@ mod needs_postgres {
         let url = server_url();
         let f = Faulty::new(&url).await;
         let role = f.role.clone();
-        // An expired row for the key, so the claim's upsert has a row to wait for.
+        // An expired row for the key, so the claim's upsert has a row to wait for: a completed
+        // one (a running or ambiguous row never expires by time, S34).
         f.admin
         .execute(
             &format!(
-                "INSERT INTO {role}.records (key, tool, fingerprint, state, token, lease_until, expires_at)
-                 VALUES ($1, 'charge', $2, 'running', $3, now() - interval '1 hour', now() - interval '1 second')"
+                "INSERT INTO {role}.records (key, tool, fingerprint, state, token, lease_until, outcome, expires_at)
+                 VALUES ($1, 'charge', $2, 'completed', $3, now() - interval '1 hour', '\\x7b7d'::bytea,
+                         now() - interval '1 second')"
             ),
             &[&key_of(3).as_uuid(), &vec![0u8; 32], &uuid::Uuid::new_v4()],
         )

@@ -27,7 +27,8 @@ struct Rec {
     tool: String,
     fingerprint: Fingerprint,
     state: State,
-    expires: Instant,
+    /// `None`: never by time (running or ambiguous, S34); completion and decisions set it.
+    expires: Option<Instant>,
     created: SystemTime,
     updated: SystemTime,
     tenant: Option<String>,
@@ -44,6 +45,14 @@ enum State {
     Ambiguous(String, LeaseToken),
 }
 
+impl Rec {
+    /// Whether it still counts at `now`: a running or ambiguous record never expires by time
+    /// (S34).
+    fn live(&self, now: Instant) -> bool {
+        self.expires.is_none_or(|e| e > now)
+    }
+}
+
 impl MapStore {
     /// Runs `f` on `key`'s record if `token` holds it, or says it was done already if `done`
     /// says so of the live record (the holder's write sent again); fenced otherwise.
@@ -58,13 +67,14 @@ impl MapStore {
         if map
             .0
             .get(&key)
-            .is_some_and(|r| r.expires > now && done(&r.state))
+            .is_some_and(|r| r.live(now) && done(&r.state))
         {
             return StoreFuture::ready(Ok(Written::Applied));
         }
-        let holds = map.0.get(&key).is_some_and(|r| {
-            r.expires > now && matches!(r.state, State::Running(t, _) if t == token)
-        });
+        let holds = map
+            .0
+            .get(&key)
+            .is_some_and(|r| r.live(now) && matches!(r.state, State::Running(t, _) if t == token));
         if holds {
             f(&mut map.0, now);
             if let Some(r) = map.0.get_mut(&key) {
@@ -92,7 +102,9 @@ impl MapStore {
                 },
                 State::Ambiguous(note, _) => RecordState::Ambiguous { note: note.clone() },
             };
-            let expires_in = r.expires.saturating_duration_since(now);
+            let expires_in = r
+                .expires
+                .map_or(Duration::MAX, |e| e.saturating_duration_since(now));
             Record::new(*key, r.tool.clone(), r.fingerprint, state, expires_in)
                 .with_times(r.created, r.updated)
                 .with_tenant(r.tenant.clone())
@@ -112,7 +124,7 @@ impl MapStore {
 
     /// Whether `r` is live, or kept to show an operator's not-applied.
     fn kept(r: &Rec, now: Instant) -> bool {
-        r.expires > now || r.resolution.as_ref().is_some_and(|(_, until)| *until > now)
+        r.live(now) || r.resolution.as_ref().is_some_and(|(_, until)| *until > now)
     }
 }
 
@@ -121,7 +133,7 @@ impl Store for MapStore {
         let (now, mut map) = (Instant::now(), self.map.lock().unwrap());
         // A new record (`None`: absent, or past its time-to-live), or a takeover.
         let mut takeover = None;
-        if let Some(r) = map.0.get(&req.key).filter(|r| r.expires > now) {
+        if let Some(r) = map.0.get(&req.key).filter(|r| r.live(now)) {
             let same = r.fingerprint == req.fingerprint;
             let took = match &r.state {
                 // The same operation, its holder gone or given up: take it over.
@@ -147,7 +159,7 @@ impl Store for MapStore {
             tool: req.tool.to_owned(),
             fingerprint: req.fingerprint,
             state: State::Running(req.token, now + req.lease),
-            expires: now + req.ttl,
+            expires: None,
             created: at,
             updated: at,
             tenant: req.tenant.as_deref().map(str::to_owned),
@@ -170,7 +182,7 @@ impl Store for MapStore {
             |map, now| {
                 let r = map.get_mut(&key).unwrap();
                 r.state = State::Running(token, now + lease);
-                r.expires = r.expires.max(now + lease);
+                r.expires = r.expires.map(|e| e.max(now + lease));
             },
         )
     }
@@ -185,7 +197,7 @@ impl Store for MapStore {
         let done = move |s: &State| matches!(s, State::Completed(_, by) if *by == token);
         self.held(key, token, done, |map, now| {
             let r = map.get_mut(&key).unwrap();
-            (r.state, r.expires) = (State::Completed(outcome, token), now + ttl);
+            (r.state, r.expires) = (State::Completed(outcome, token), Some(now + ttl));
         })
     }
 
@@ -205,12 +217,12 @@ impl Store for MapStore {
         key: IdempotencyKey,
         token: LeaseToken,
         note: &'a str,
-        ttl: Duration,
+        _ttl: Duration,
     ) -> StoreFuture<'a, Written> {
         let done = move |s: &State| matches!(s, State::Ambiguous(_, by) if *by == token);
-        self.held(key, token, done, |map, now| {
+        self.held(key, token, done, |map, _now| {
             let r = map.get_mut(&key).unwrap();
-            (r.state, r.expires) = (State::Ambiguous(note.to_owned(), token), now + ttl);
+            (r.state, r.expires) = (State::Ambiguous(note.to_owned(), token), None);
         })
     }
 }
@@ -265,7 +277,7 @@ impl Records for MapStore {
 
     async fn forget(&self, key: &IdempotencyKey, force: bool) -> Result<Forgot, StoreError> {
         let (now, mut map) = (Instant::now(), self.map.lock().unwrap());
-        let live = map.0.get(key).filter(|r| r.expires > now);
+        let live = map.0.get(key).filter(|r| r.live(now));
         if let Some(State::Running(_, until)) = live.map(|r| &r.state)
             && *until > now
             && !force
@@ -299,14 +311,14 @@ impl Records for MapStore {
             && *until > now
             && (kept.decision, kept.note.as_deref()) == (decision, note)
             && match (&r.state, outcome) {
-                (State::Completed(stored, _), Some(given)) => r.expires > now && stored == given,
-                (_, None) => r.expires <= now,
+                (State::Completed(stored, _), Some(given)) => r.live(now) && stored == given,
+                (_, None) => !r.live(now),
                 _ => false,
             }
         {
             return Ok(Resolved::Resolved);
         }
-        let Some(r) = map.0.get_mut(key).filter(|r| r.expires > now) else {
+        let Some(r) = map.0.get_mut(key).filter(|r| r.live(now)) else {
             return Ok(Resolved::NotFound);
         };
         match &r.state {
@@ -321,10 +333,13 @@ impl Records for MapStore {
         match outcome {
             // A token no holder has: the holder that lost the record is fenced.
             Some(o) => {
-                (r.state, r.expires) = (State::Completed(o.into(), LeaseToken::new()), now + ttl)
+                (r.state, r.expires) = (
+                    State::Completed(o.into(), LeaseToken::new()),
+                    Some(now + ttl),
+                )
             }
             // Released: absent for every operation, kept to show the decision.
-            None => r.expires = now,
+            None => r.expires = Some(now),
         }
         let at = SystemTime::now();
         r.updated = at;
@@ -348,8 +363,15 @@ impl Records for MapStore {
 
     async fn counts(&self) -> Result<Vec<Count>, StoreError> {
         let live = self.live();
+        // S31: a running record whose holder's lease lapsed counts as ambiguous.
+        let kind = |r: &Record| match r.state {
+            RecordState::Running {
+                lease_remaining, ..
+            } if lease_remaining.is_zero() => idem_runtime::store::StateKind::Ambiguous,
+            ref state => state.kind(),
+        };
         Ok(count_records(
-            live.iter().map(|r| (r.tool.as_str(), r.state.kind())),
+            live.iter().map(|r| (r.tool.as_str(), kind(r))),
         ))
     }
 

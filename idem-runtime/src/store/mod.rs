@@ -7,7 +7,7 @@
 //! (`idem_runtime::conformance`, feature `conformance`):
 //!
 //! ```text
-//!              claim (absent or expired)                 complete (token matches)
+//!      claim (absent, or Completed and expired)           complete (token matches)
 //!   absent ───────────────────────────────▶ Running ─────────────────────────────▶ Completed
 //!      ▲                                    │  ▲  │
 //!      │         release (token matches)    │  │  │ mark_ambiguous (token matches)
@@ -29,7 +29,11 @@
 //! it was through every takeover. Operators and the settler read a Running record whose lease
 //! lapsed as an ambiguous one ([`Records::get`], S31).
 //!
-//! A record whose time-to-live has passed is absent for every operation. A write by a holder
+//! A completed record whose time-to-live has passed is absent for every operation. A Running or
+//! Ambiguous record never expires by time (S34): a claim takes it over, prune leaves it, and
+//! [`Records::get`]/[`Records::list`] show it with [`Record::expires_in`] [`Duration::MAX`](std::time::Duration::MAX) until
+//! it completes or a decision settles it; a row written before with an expiry on it reads the
+//! same. A write by a holder
 //! whose token is no longer the record's is refused ([`Written::Fenced`]); a write the holder
 //! already made, sent again under its token (its reply was lost), is [`Written::Applied`] again.
 //!

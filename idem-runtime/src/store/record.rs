@@ -19,7 +19,8 @@ pub struct Record {
     pub fingerprint: Fingerprint,
     /// Where it stands.
     pub state: RecordState,
-    /// Time until it expires.
+    /// Time until it expires. [`Duration::MAX`] for a running or ambiguous record with no
+    /// decision on it: it never expires by time (S34), only a completion or a decision ends it.
     pub expires_in: Duration,
     /// When it was made (its first claim, or the takeover that restarted it), by the store's
     /// clock: SQLite's the machine's, PostgreSQL's `now()`, Redis's `TIME`, the memory store's

@@ -34,8 +34,11 @@ pub trait Store: Send + Sync + 'static {
     /// expired or the record is Ambiguous → Running under `req.token`), atomically; otherwise
     /// nothing changes and the answer is the live record ([`Claim::Existing`]). The new record
     /// expires `req.ttl` from now, its lease `req.lease` from now. The answer says which:
-    /// `Claim::Acquired { takeover: None }` for a new record (a record past its time-to-live
-    /// counts as absent), `Some(`[`Takeover`]`)` for the kind of live record replaced.
+    /// `Claim::Acquired { takeover: None }` for a new record (a completed record past its
+    /// time-to-live counts as absent; a running or ambiguous one with no decision never does,
+    /// S34: it is taken over), `Some(`[`Takeover`]`)` for the kind of live record replaced.
+    /// A running or ambiguous record never expires by time: only its completion (or a decision)
+    /// ends it; a store may keep `req.ttl` with it but must not let it pass.
     ///
     /// [`Takeover`]: super::Takeover
     fn claim<'a>(&'a self, req: &'a ClaimRequest<'_>) -> StoreFuture<'a, Claim>;
@@ -67,8 +70,9 @@ pub trait Store: Send + Sync + 'static {
     /// **Running → absent**: the operation did not happen, so a later call may run it again.
     fn release(&self, key: IdempotencyKey, token: LeaseToken) -> StoreFuture<'_, Written>;
 
-    /// **Running → Ambiguous**, kept for `ttl` from now with `note` (the last error, for
-    /// operators): the operation may have happened, so the next claim with the same fingerprint
+    /// **Running → Ambiguous**, with `note` (the last error, for operators), kept until a
+    /// decision settles it however long that takes (S34: never expires by time, never pruned;
+    /// `ttl` is the call's, which a store may keep but must not apply): the operation may have happened, so the next claim with the same fingerprint
     /// takes it over at once (`Takeover::Ambiguous`); the executor then verifies it, re-sends it
     /// with the same key where the provider deduplicates, or keeps it ambiguous (S19, S20).
     /// Sent again under the same token after it applied, it answers [`Written::Applied`] again.

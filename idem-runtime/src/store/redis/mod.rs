@@ -56,8 +56,11 @@ const RETRIES_ON_LOST_CONNECTION: u32 = 2;
 ///   on a crash of the machine (and lost one acknowledged outcome in 80 kills of the process in
 ///   `tests/failover_redis.rs`; `appendfsync always` lost none); with no persistence a restart
 ///   loses every record.
-/// - **Eviction.** Under `maxmemory` with an `allkeys-*` policy Redis may evict live records;
-///   give idemkit a `noeviction` (or `volatile-*` with headroom) instance.
+/// - **Eviction.** Under `maxmemory` with an `allkeys-*` policy Redis may evict live records,
+///   ambiguous ones included (the next call then runs an operation whose outcome was unknown);
+///   give idemkit a `noeviction` instance. A `volatile-*` policy evicts only keys with a
+///   time-to-live: never a running or ambiguous record's (they have none, S34), but completed
+///   ones before their time (a repeat then runs again), so leave it headroom.
 ///
 /// So Redis suits effects that the downstream API also dedupes by key, and short time-to-lives.
 /// When a lost record means money moved twice and the provider has no idempotency of its own,
@@ -66,10 +69,18 @@ const RETRIES_ON_LOST_CONNECTION: u32 = 2;
 ///
 /// # Expiry
 ///
-/// A record stops counting at its time-to-live (the scripts compare with `TIME`) and Redis
-/// deletes it by itself a grace period later (`PEXPIREAT`, default one minute); within the grace
-/// [`Records::prune`](crate::Records::prune) removes expired records eagerly (it `SCAN`s this store's
-/// prefix on the connected node). Nothing needs to call `prune` for memory to be reclaimed.
+/// A completed record stops counting at its time-to-live (the scripts compare with `TIME`) and
+/// Redis deletes it by itself a grace period later (`PEXPIREAT`, default one minute); within the
+/// grace [`Records::prune`](crate::Records::prune) removes expired records eagerly (it `SCAN`s
+/// this store's prefix on the connected node). Nothing needs to call `prune` for memory to be
+/// reclaimed.
+///
+/// A running or ambiguous record never expires by time (S34): its key has no time-to-live (a
+/// claim writes the key afresh, without one) and it stays until it completes or a decision
+/// settles it (the settler, `idemkit resolve`, `idemkit forget`). A key that an earlier version
+/// gave a time-to-live (an ambiguous record, or a running one) loses it at its next claim (a
+/// caller's or the settler's); until then it may still expire once, at the time-to-live that
+/// version set: run a settle pass, or `idemkit list --state ambiguous`, soon after upgrading.
 ///
 /// # ACL: a user limited to the store's prefix
 ///
