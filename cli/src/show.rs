@@ -109,7 +109,7 @@ pub fn record_json(r: &Record) -> Value {
         "unknowns": r.unknowns,
         "unknown_since": r.unknown_since.map(time),
         // S34: null for a record that never expires by time (running or ambiguous, undecided).
-        "expires_in_ms": (r.expires_in != Duration::MAX).then(|| r.expires_in.as_millis() as u64),
+        "expires_in_ms": (r.expires_in != Duration::MAX).then_some(r.expires_in.as_millis() as u64),
         "tenant": r.tenant,
         "live": r.is_live(),
         "resolution": r.resolution.as_ref().map(resolution_json),
