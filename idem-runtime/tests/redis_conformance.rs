@@ -78,8 +78,22 @@ mod needs_redis {
                 .query_async(&mut admin)
                 .await
                 .unwrap();
+            // ... and an expiry long past in its hash.
+            let _: i64 = redis::cmd("HSET")
+                .arg(&name)
+                .arg("expires_at")
+                .arg("1")
+                .query_async(&mut admin)
+                .await
+                .unwrap();
             let second = LeaseToken::new();
-            store.claim(&claim(second)).await.unwrap();
+            assert_eq!(
+                store.claim(&claim(second)).await.unwrap(),
+                Claim::Acquired {
+                    takeover: Some(Takeover::Ambiguous)
+                },
+                "read as never expiring: taken over, not made anew"
+            );
             assert_eq!(pttl(&mut admin).await, -1, "its next claim drops it");
             let marked = store.mark_ambiguous(key, second, "timed out", ttl).await;
             assert_eq!(marked.unwrap(), Written::Applied);

@@ -367,3 +367,41 @@ async fn a_new_store_is_readable_by_its_owner_only() {
     assert!(wal.exists());
     assert_eq!(mode(&wal), 0o600, "the WAL");
 }
+
+/// S34: an ambiguous row written before with an expiry (here long past) reads as never
+/// expiring: shown, not pruned, and a claim of its key takes it over rather than making a new
+/// record. No migration: the stores ignore such a row's expiry.
+#[tokio::test]
+async fn s34_an_ambiguous_row_written_before_with_an_expiry_never_expires() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idemkit.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let req = request(34, DAY);
+    store.claim(&req).await.unwrap();
+    let marked = store.mark_ambiguous(key(34), req.token, "timed out", DAY);
+    assert_eq!(marked.await.unwrap(), Written::Applied);
+    // As an earlier version left it: an expiry, here long past.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.busy_timeout(Duration::from_secs(5)).unwrap();
+    let changed = conn
+        .execute(
+            "UPDATE records SET expires_at = 1 WHERE key = ?1",
+            [key(34).to_string()],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    let shown = store.get(&key(34)).await.unwrap().expect("still shown");
+    assert!(
+        matches!(shown.state, RecordState::Ambiguous { .. }),
+        "{shown:?}"
+    );
+    assert_eq!(shown.expires_in, Duration::MAX);
+    assert_eq!(store.prune(100).await.unwrap(), 0, "not pruned");
+    assert_eq!(
+        store.claim(&request(34, DAY)).await.unwrap(),
+        Claim::Acquired {
+            takeover: Some(Takeover::Ambiguous)
+        },
+        "taken over, not made anew"
+    );
+}
