@@ -348,17 +348,16 @@ pub(super) const RESTORE_NEW: &str = concat!(
       AND prior_state IS NULL"
 );
 
-/// expired → absent, at most :limit rows, oldest first (a record released by an operator is
-/// kept until its `kept_until`).
-pub(super) const PRUNE: &str = concat!(
-    "
+/// expired (not [`live`], written so that the expiry index serves it) → absent, at most
+/// :limit rows, oldest first (a record released by an operator is kept until its `kept_until`;
+/// a running or ambiguous one with no decision never goes, S34).
+pub(super) const PRUNE: &str = "
     DELETE FROM records WHERE key IN (
         SELECT key FROM records
-        WHERE ",
-    expired!(""),
-    " AND (kept_until IS NULL OR kept_until <= :now)
-        ORDER BY expires_at LIMIT :limit)"
-);
+        WHERE expires_at <= :now
+          AND NOT (state IN ('running', 'ambiguous') AND resolution IS NULL)
+          AND (kept_until IS NULL OR kept_until <= :now)
+        ORDER BY expires_at LIMIT :limit)";
 
 /// absent → :id; present → unchanged. Returns the stored id either way.
 pub(super) const OPERATION_ID: &str = "
