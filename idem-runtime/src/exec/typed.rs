@@ -64,6 +64,18 @@ impl<'a, T, E> SideEffectCall<'a, T, E> {
         }
     }
 
+    /// The key and fingerprint the tool's previous derivation (`previous = "..."`) makes of the
+    /// call's arguments: before its own key is claimed, the call looks its operation up under
+    /// this one, and is that operation's call when a record of it is there (replayed, waited
+    /// for, taken over), so a key change never runs an operation twice.
+    pub fn previous(
+        &mut self,
+        key: IdempotencyKey,
+        fingerprint: Result<Fingerprint, serde_json::Error>,
+    ) {
+        self.call.previous(key, fingerprint);
+    }
+
     /// The key to run the next attempt with, or `None` when the call is over. When
     /// [`SideEffectCall::verifying`] says so, the step is a verification instead (S19): run it
     /// with [`SideEffectCall::verify`].
