@@ -24,7 +24,6 @@ use tracing_subscriber::layer::SubscriberExt as _;
 enum SendError {
     /// The gateway took the message but its answer was lost.
     AnswerLost,
-    #[allow(dead_code)] // Shown by `Debug` when a call fails.
     Idem(idemkit::Error),
 }
 
@@ -32,7 +31,7 @@ impl Classify for SendError {
     fn classify(&self) -> Failure {
         match self {
             SendError::AnswerLost => Failure::Ambiguous,
-            SendError::Idem(_) => Failure::Permanent,
+            SendError::Idem(e) => e.classify(),
         }
     }
 }

@@ -14,7 +14,8 @@
 //! impl Classify for PayError {
 //!     fn classify(&self) -> Failure {
 //!         match self {
-//!             PayError::Declined | PayError::Idem(_) => Failure::Permanent,
+//!             PayError::Declined => Failure::Permanent,
+//!             PayError::Idem(e) => e.classify(),       // idemkit's own errors classify themselves
 //!             PayError::Timeout => Failure::Ambiguous,   // may have happened: retried with the same key
 //!         }
 //!     }
@@ -56,7 +57,7 @@
 //! | `rmcp` | rmcp tool methods with MCP annotations from the attributes; with `json`, `mcp::JsonToolsServer` |
 //! | `rig` | rig tools: `#[side_effect(key = "args.…", rig)]` on a rig `Tool`'s `call` |
 //! | `anyhow` | `anyhow::Error` as a tool's error type |
-//! | `reqwest` | `send_idempotent()`: a request sent inside a side effect carries its key (`http`) |
+//! | `reqwest` | `send_idempotent()` on reqwest 0.13's `RequestBuilder`: a request sent inside a side effect carries its key (`http`) |
 //! | `tower` | `http::IdempotencyLayer`: an API's server side of the Idempotency-Key draft |
 //! | `metrics` | counters and the store's latency through the `metrics` facade (OpenTelemetry through `metrics-exporter-opentelemetry`) |
 //!

@@ -48,7 +48,7 @@ struct Shop {
 
 impl Shop {
     /// Places an order once. The tool does not take the key: `send_idempotent` sends it, and
-    /// `resend = true` says the server deduplicates by it (S20).
+    /// `resend = true` says so explicitly (S20; the default for such a body, below).
     #[side_effect(key = "order", name = "shop.place", resend = true, max_attempts = 3)]
     async fn place(&self, order: &str) -> Result<String, ShopError> {
         let response = self
@@ -60,6 +60,38 @@ impl Shop {
         let replayed = response.headers().contains_key(REPLAYED);
         let text = response.text().await.map_err(HttpError::from)?;
         Ok(format!("{text} replayed={replayed}"))
+    }
+
+    /// The same without `resend`: sending the key with `send_idempotent` passes it on, which
+    /// turns S20's re-sending on as taking the `&IdempotencyKey` would (issue 51 #4).
+    #[side_effect(key = "order", name = "shop.place_by_default", max_attempts = 3)]
+    async fn place_by_default(&self, order: &str) -> Result<String, ShopError> {
+        let response = self
+            .http
+            .post(format!("{}/orders", self.base))
+            .body(format!(r#"{{"order":"{order}"}}"#))
+            .send_idempotent()
+            .await?;
+        let replayed = response.headers().contains_key(REPLAYED);
+        let text = response.text().await.map_err(HttpError::from)?;
+        Ok(format!("{text} replayed={replayed}"))
+    }
+
+    /// The same with `resend = false`, which still says no.
+    #[side_effect(
+        key = "order",
+        name = "shop.place_once",
+        max_attempts = 3,
+        resend = false
+    )]
+    async fn place_once(&self, order: &str) -> Result<String, ShopError> {
+        let response = self
+            .http
+            .post(format!("{}/orders", self.base))
+            .body(format!(r#"{{"order":"{order}"}}"#))
+            .send_idempotent()
+            .await?;
+        Ok(response.text().await.map_err(HttpError::from)?)
     }
 }
 
@@ -133,5 +165,52 @@ async fn a_lost_response_is_retried_with_the_same_key_and_replayed_by_the_layer(
     // The agent re-running the step replays its own record: no request at all.
     let again = agent.scope(shop.place("o-1")).await.unwrap();
     assert_eq!(again, format!("order 1 under {server_key} replayed=true"));
+    assert_eq!(server.runs.load(SeqCst), 1);
+}
+
+/// A shop on a server of its own that loses its first response.
+async fn lossy_shop() -> (Arc<Server>, Shop) {
+    let server = Arc::new(Server::default());
+    server.lose.store(1, SeqCst);
+    let shop = Shop {
+        http: reqwest::Client::builder()
+            .timeout(Duration::from_secs(5))
+            .build()
+            .unwrap(),
+        base: start(&server).await,
+    };
+    (server, shop)
+}
+
+/// Issue 51 #4, S20: a tool that does not take its key but sends it with `send_idempotent`
+/// passes it on, so an attempt whose response was lost is sent again under that key without
+/// `resend = true`: the server replays it, the handler having run once (before: the call ended
+/// `Error::Ambiguous`, waiting for an operator).
+#[tokio::test]
+async fn s20_a_body_that_sends_its_key_with_send_idempotent_is_resent() {
+    let (server, shop) = lossy_shop().await;
+    let agent = Idem::new(MemoryStore::new());
+    let (placed, info) = agent.scope(observe(shop.place_by_default("o-2"))).await;
+    let placed = placed.unwrap();
+    assert!(
+        placed.starts_with("order 1 under ") && placed.ends_with(" replayed=true"),
+        "{placed}"
+    );
+    assert_eq!(info.unwrap().attempts, 2);
+    assert_eq!(server.runs.load(SeqCst), 1);
+}
+
+/// Issue 51 #4, S20: `resend = false` still overrides it: the lost response ends the call
+/// `Error::Ambiguous`, nothing sent again.
+#[tokio::test]
+async fn s20_resend_false_overrides_send_idempotent() {
+    let (server, shop) = lossy_shop().await;
+    let agent = Idem::new(MemoryStore::new());
+    let (placed, info) = agent.scope(observe(shop.place_once("o-3"))).await;
+    match placed {
+        Err(ShopError::Idem(e)) if matches!(*e, idemkit::Error::Ambiguous { .. }) => {}
+        other => panic!("expected Error::Ambiguous, got {other:?}"),
+    }
+    assert_eq!(info.unwrap().attempts, 1);
     assert_eq!(server.runs.load(SeqCst), 1);
 }

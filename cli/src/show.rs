@@ -93,8 +93,11 @@ pub fn record_json(r: &Record) -> Value {
         "tool": r.tool,
         "state": if released { "released" } else { r.state.kind().as_str() },
         "fingerprint": r.fingerprint.to_hex(),
+        "first_made": time(r.first_made),
         "created": time(r.created),
         "updated": time(r.updated),
+        "unknowns": r.unknowns,
+        "unknown_since": r.unknown_since.map(time),
         "expires_in_ms": r.expires_in.as_millis() as u64,
         "tenant": r.tenant,
         "live": r.is_live(),
@@ -206,7 +209,7 @@ pub fn records_table(records: &[Record]) -> String {
                     Some(res) => format!("{}, resolved {}", r.state.kind(), res.decision),
                     None => r.state.kind().to_string(),
                 },
-                time(r.created),
+                time(r.first_made),
                 time(r.updated),
                 lease(r),
                 span(r.expires_in),
@@ -252,8 +255,22 @@ pub fn record_text(r: &Record) -> String {
         );
     }
     field("fingerprint", r.fingerprint.to_hex());
-    field("made", time(r.created));
+    // S32: when the operation was first made, which no takeover moves.
+    field("made", time(r.first_made));
+    if r.created != r.first_made {
+        field("taken over", time(r.created));
+    }
     field("changed", time(r.updated));
+    if let Some(since) = r.unknown_since {
+        field(
+            "unknowns",
+            format!(
+                "verify answered unknown {} time(s), first at {}",
+                r.unknowns,
+                time(since)
+            ),
+        );
+    }
     if let Some(tenant) = &r.tenant {
         field("tenant", tenant.clone());
     }

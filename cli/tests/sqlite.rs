@@ -609,7 +609,7 @@ async fn s28_idemkit_settle_counts_what_waits_for_cron_and_changes_nothing() {
     });
     let out = run(&["settle"], 0);
     assert!(
-        stdout(&out).contains("settled 0 record(s)"),
+        stdout(&out).contains("changed 0 of 0 record(s)"),
         "{}",
         stdout(&out)
     );
@@ -617,6 +617,11 @@ async fn s28_idemkit_settle_counts_what_waits_for_cron_and_changes_nothing() {
     ambiguous(&store, 1).await;
     ambiguous(&store, 2).await;
     let out = run(&["settle"], 4);
+    assert!(
+        stdout(&out).contains("changed 0 of 2 record(s)"),
+        "it changed nothing, and says so: {}",
+        stdout(&out)
+    );
     assert!(
         stdout(&out).contains("2 without a verify function"),
         "{}",
@@ -648,6 +653,104 @@ async fn s28_idemkit_settle_counts_what_waits_for_cron_and_changes_nothing() {
             "nothing was changed: {record:?}"
         );
     }
+}
+
+/// S31 (issue 52 #3): a caller whose process died leaves its record Running with its lease
+/// lapsed; `idemkit settle` reports it (exit 4) and `list --state ambiguous` lists it without
+/// any caller coming back, and `show` says its holder's lease lapsed. Failed before: `settle`
+/// exited 0, nothing waiting.
+#[tokio::test]
+async fn s31_idemkit_settle_reports_a_dead_callers_record() {
+    use idem_runtime::store::{ClaimRequest, LeaseToken, RecordState};
+    use idem_runtime::{Fingerprint, Store};
+
+    let file = StoreFile::new();
+    let (store, run) = (file.store.clone(), |args: &[&str], code| {
+        file.run(args, code)
+    });
+    let req = ClaimRequest::new(
+        key("charge", 31),
+        "charge",
+        Fingerprint::of(&4200u64).unwrap(),
+        LeaseToken::new(),
+        std::time::Duration::from_millis(100),
+        DAY,
+    );
+    store.claim(&req).await.unwrap();
+    // The caller dies: its lease lapses (polled, at most 10 s).
+    for _ in 0..500 {
+        let record = Records::get(&store, &key("charge", 31)).await.unwrap();
+        if matches!(record.unwrap().state, RecordState::Ambiguous { .. }) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let k = key("charge", 31).to_string();
+    let out = run(&["settle"], 4);
+    assert!(stdout(&out).contains('1'), "{}", stdout(&out));
+    let out = run(&["list", "--state", "ambiguous"], 0);
+    assert!(stdout(&out).contains(&k), "{}", stdout(&out));
+    let out = run(&["show", &k], 0);
+    assert!(stdout(&out).contains("lease lapsed"), "{}", stdout(&out));
+}
+
+/// S32 (issue 52 #2): `show`'s "made" is when the operation was first made, not the time a
+/// caller's takeover restarted the record, and it shows the Unknown answers of verify counted
+/// with the record. Failed before: "made" was the takeover's time.
+#[tokio::test]
+async fn s32_show_says_when_the_operation_was_first_made_and_its_unknown_answers() {
+    use idem_runtime::store::{ClaimRequest, LeaseToken};
+    use idem_runtime::{Fingerprint, Store};
+
+    let file = StoreFile::new();
+    let (store, run) = (file.store.clone(), |args: &[&str], code| {
+        file.run(args, code)
+    });
+    ambiguous(&store, 32).await;
+    let made = Records::get(&store, &key("charge", 32))
+        .await
+        .unwrap()
+        .unwrap()
+        .created;
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    // A caller takes it over, its verify answers Unknown, and it keeps it ambiguous.
+    let token = LeaseToken::new();
+    let req = ClaimRequest::new(
+        key("charge", 32),
+        "charge",
+        Fingerprint::of(&4200u64).unwrap(),
+        token,
+        std::time::Duration::from_secs(60),
+        DAY,
+    );
+    store.claim(&req).await.unwrap();
+    let marked = store.mark_unknown(key("charge", 32), token, "verify could not tell", DAY);
+    assert_eq!(marked.await.unwrap(), idem_runtime::store::Written::Applied);
+    let record = Records::get(&store, &key("charge", 32))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_ne!(record.created, made, "the takeover restarted `created`");
+    let k = key("charge", 32).to_string();
+    let shown = stdout(&run(&["show", &k], 0));
+    let made_line = shown
+        .lines()
+        .find(|l| l.starts_with("made "))
+        .expect("a made line")
+        .to_owned();
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&run(&["show", &k, "--json"], 0))).unwrap();
+    assert_eq!(
+        made_line.split_whitespace().last(),
+        json["first_made"].as_str(),
+        "{shown}"
+    );
+    assert_ne!(json["first_made"], json["created"], "{json}");
+    assert!(
+        shown.contains("verify answered unknown 1 time(s)"),
+        "{shown}"
+    );
+    assert_eq!(json["unknowns"], 1, "{json}");
 }
 
 /// A new SQLite store in a temporary directory, and the `idemkit` command run against it.

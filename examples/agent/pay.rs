@@ -67,7 +67,7 @@ impl Classify for PayError {
                 500..=599 => Failure::Ambiguous,
                 _ => Failure::Permanent,
             },
-            PayError::Idem(_) => Failure::Permanent,
+            PayError::Idem(e) => e.classify(),
         }
     }
 }

@@ -46,7 +46,7 @@ impl Classify for PayError {
             PayError::Provider(ProviderError::Connect) => Failure::Transient,
             // Sent, no answer: it may have happened.
             PayError::Provider(_) => Failure::Ambiguous,
-            PayError::Idem(_) => Failure::Permanent,
+            PayError::Idem(e) => e.classify(),
         }
     }
 }

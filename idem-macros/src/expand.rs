@@ -461,6 +461,11 @@ fn verify_step(
             use #private::{VerifyFits as _, VerifyMisfits as _};
             let #verifier = #probe;
             #fits
+            // Why a verification failed is kept (the record's note, the span): the error's
+            // `Display`, else its `Debug` (autoref specialization, as the probe).
+            #[allow(unused_imports)]
+            use #private::{DescribeByDisplay as _, DescribeByDebug as _, DescribeNot as _};
+            #call.describe_errors((&&&#private::Describe::<#err>::new()).describer());
             #call.verify(#verifier.call((#(#args,)*))).await;
             continue;
         }

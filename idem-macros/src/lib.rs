@@ -15,12 +15,14 @@ use proc_macro2::TokenStream as TokenStream2;
 
 mod ast;
 mod attr;
+mod calls;
 mod check;
 mod classified;
 mod ctxt;
 mod describe;
 mod expand;
 mod fallback;
+mod handed;
 mod lower;
 mod minted;
 mod mode;
@@ -49,7 +51,8 @@ use ast::Kind;
 /// impl Classify for PayError {
 ///     fn classify(&self) -> Failure {
 ///         match self {
-///             PayError::Declined | PayError::Idem(_) => Failure::Permanent,
+///             PayError::Declined => Failure::Permanent,
+///             PayError::Idem(e) => e.classify(), // idemkit's own errors classify themselves
 ///             PayError::Timeout => Failure::Ambiguous, // may have happened: same key again
 ///         }
 ///     }
@@ -134,7 +137,7 @@ use ast::Kind;
 /// | `in_flight_wait` | `in_flight_wait = "2s"` | how long a concurrent call of the same key waits for the outcome before `Error::InFlight` (the same setting as `Tool::in_flight_wait`, `IdemBuilder::in_flight_wait`). |
 /// | `idem` | `idem = self.idem` | the runtime to use (an `Idem`, `&Idem` or `Arc<Idem>`); default: the runtime in force (`Idem::current`). |
 /// | `verify` | `verify = welcome_sent`, `verify = Self::was_voided` | S19: an `async fn` asked, before anything is sent again, whether an attempt whose outcome is unknown took effect (see below). |
-/// | `resend` | `resend = false` | S20: whether an attempt whose outcome is unknown (it answered `Ambiguous`, was cancelled or panicked, lost its lease) may be sent again under the same key. Default: `true` iff the function takes the `&IdempotencyKey` (it passes the key on, so the provider can deduplicate); otherwise the call ends in `idemkit::Error::Ambiguous` and the record is kept until a verification or an operator (`idemkit resolve`) settles it. |
+/// | `resend` | `resend = false` | S20: whether an attempt whose outcome is unknown (it answered `Ambiguous`, was cancelled or panicked, lost its lease) may be sent again under the same key. Default: `true` iff the tool passes the key on, so the provider can deduplicate: it takes the `&IdempotencyKey`, or its body sends it with `.send_idempotent()` or reads it with `current_key()` (`idemkit::http`; seen in the body's own code, not in a helper it calls); otherwise the call ends in `idemkit::Error::Ambiguous` and the record is kept until a verification or an operator (`idemkit resolve`) settles it. |
 /// | `tenant_required` | `tenant_required = true` | the tool never runs without a tenant in force (`idemkit::as_tenant`, S18): `idemkit::Error::NoTenant` instead. |
 /// | `json` | `#[side_effect(key = "order_id", json)]` | callable by name with JSON arguments (feature `json`): listed by `idemkit::JsonTools` (JSON function calling) and served over MCP by `idemkit::mcp::JsonToolsServer`, one definition for both. A free function whose parameters each come from a JSON object's property of the same name; an `OperationId` parameter comes from the host instead (see below). |
 /// | `destructive` | `destructive = true` | MCP's `destructiveHint` (feature `rmcp`), with rmcp's `#[tool]` below the attribute, or with `json`; the other hints follow from the attribute. |
@@ -148,9 +151,10 @@ use ast::Kind;
 ///
 /// A provider that honours the key (Stripe's `Idempotency-Key`) makes a re-send harmless; an
 /// e-mail, an SMS, a webhook or a row in the agent's own database does not. So an attempt whose
-/// outcome is unknown is sent again only when the tool takes the `&IdempotencyKey` (or says
-/// `resend = true`); otherwise the call answers `Error::Ambiguous` and later calls of the key do
-/// not run the body until the outcome is settled (S20). `verify = check` settles it by asking the
+/// outcome is unknown is sent again only when the tool takes the `&IdempotencyKey`, or sends it
+/// with `.send_idempotent()` (or says `resend = true`); otherwise the call answers
+/// `Error::Ambiguous` and later calls of the key do not run the body until the outcome is settled
+/// (S20). `verify = check` settles it by asking the
 /// provider, before anything is sent again: after an attempt whose outcome is unknown, when a call
 /// meets a record kept as ambiguous, and when it takes over a holder whose lease ran out. `check`
 /// takes the tool's parameters, in the same order and of the same types (the `&IdempotencyKey`
@@ -171,7 +175,7 @@ use ast::Kind;
 ///     fn classify(&self) -> Failure {
 ///         match self {
 ///             MailError::Timeout => Failure::Ambiguous, // may have gone out
-///             MailError::Idem(_) => Failure::Permanent,
+///             MailError::Idem(e) => e.classify(),
 ///         }
 ///     }
 /// }
@@ -214,7 +218,7 @@ use ast::Kind;
 /// # enum MailError { Timeout, Idem(idemkit::Error) }
 /// # impl Classify for MailError {
 /// #     fn classify(&self) -> Failure {
-/// #         match self { MailError::Timeout => Failure::Ambiguous, MailError::Idem(_) => Failure::Permanent }
+/// #         match self { MailError::Timeout => Failure::Ambiguous, MailError::Idem(e) => e.classify() }
 /// #     }
 /// # }
 /// # impl From<idemkit::Error> for MailError {

@@ -31,7 +31,8 @@ pub(crate) struct Plan {
     /// `json`: the parameters as the fields of its arguments struct, in order.
     pub json: Option<Vec<JsonParam>>,
     /// S20: whether an attempt whose outcome is unknown may be sent again: `resend = ...` as
-    /// written, else whether the tool takes the `&IdempotencyKey` (it passes the key on).
+    /// written, else whether the tool passes the key on: it takes the `&IdempotencyKey`, or its
+    /// body sends it with `.send_idempotent()` or reads it with `current_key()` (`handed`).
     pub resend: bool,
     /// `verify = path` (S19).
     pub verify: Option<VerifyPlan>,
@@ -150,7 +151,7 @@ pub(crate) fn lower(args: &Args, tool: &Tool) -> Plan {
     };
     let resend = match &args.resend {
         Some((_, value)) => value.value,
-        None => tool.injected_key().is_some(),
+        None => tool.injected_key().is_some() || crate::handed::hands_key_on(&tool.item.body),
     };
     let verify = args
         .verify

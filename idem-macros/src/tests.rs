@@ -144,6 +144,41 @@ fn resend_is_always_set_by_default_to_whether_the_tool_takes_the_key() {
     assert!(!text.contains(". resend ("), "{text}");
 }
 
+/// Issue 51 #4, S20: a body that sends its key with `.send_idempotent()` (or reads it with
+/// `current_key()`) passes it on, as taking the `&IdempotencyKey` does: re-sending is on by
+/// default; `resend = false` still overrides it.
+#[test]
+fn s20_a_body_that_sends_its_key_with_send_idempotent_passes_it_on() {
+    let resend = |args: proc_macro2::TokenStream, item: proc_macro2::TokenStream| {
+        let text = crate::expand(Kind::SideEffect, args, item).to_string();
+        assert!(!text.contains("compile_error"), "{text}");
+        assert_eq!(text.matches(". resend (").count(), 1, "{text}");
+        text.contains(". resend (true)")
+    };
+    let sends = quote! {
+        async fn place(&self, order: &str) -> Result<String, ShopError> {
+            let response = self.http.post(&self.url).body(order.to_owned()).send_idempotent().await?;
+            Ok(response.text().await.map_err(HttpError::from)?)
+        }
+    };
+    let reads = quote! {
+        async fn place(&self, order: &str) -> Result<String, ShopError> {
+            let key = idemkit::http::current_key().expect("inside the call");
+            self.provider.place(key.as_str(), order).await
+        }
+    };
+    let logs = quote! {
+        async fn place(&self, order: &str) -> Result<String, ShopError> {
+            tracing::info!(key = ?idemkit::http::current_key(), "placing");
+            self.sms.send(Message::new(order).idempotency_key("x")).await
+        }
+    };
+    assert!(resend(quote!(key = "order"), sends.clone()));
+    assert!(resend(quote!(key = "order"), reads));
+    assert!(!resend(quote!(key = "order"), logs));
+    assert!(!resend(quote!(key = "order", resend = false), sends));
+}
+
 #[test]
 fn resend_and_verify_refuse_what_they_cannot_mean() {
     let errors = |kind, args: proc_macro2::TokenStream| {

@@ -10,7 +10,7 @@
 //! | found | failure |
 //! | --- | --- |
 //! | a `Failure` attached (`.context(Failure::Transient)`, `Failure::Transient.to(err)`) | that one |
-//! | an `idemkit::Error` (key reuse, in flight, store…) | `Permanent` |
+//! | an `idemkit::Error` (key reuse, in flight, store…) | as it classifies itself (its `Classify`: see [`Error`]'s impl) |
 //! | an `idemkit::http::HttpError` (feature `reqwest`) | as it classifies itself (its docs' table) |
 //! | `std::io::Error` refused / not connected / address unavailable | `Transient` |
 //! | `std::io::Error` timed out / reset / aborted / broken pipe / unexpected EOF | `Ambiguous` |
@@ -20,8 +20,53 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::io::ErrorKind;
 
-use crate::error::Error;
+use crate::error::{Error, StoreErrorKind};
 use crate::retry::{Classify, Failure};
+
+/// What idemkit's own errors mean for a retry, so that a tool's error type delegates to it
+/// (`MyError::Idem(e) => e.classify()`):
+///
+/// | variant | failure | why |
+/// | --- | --- | --- |
+/// | `InFlight` | `Transient` | this call ran nothing; the other call's outcome is replayed to a later one |
+/// | `Store`, the store unreachable or failing (`Unavailable`, `Other`) | `Transient` | fail closed: the body was not run; a later call may find the store back |
+/// | `Store`, a record unreadable or a schema of another version (`Corrupt`, `Incompatible`) | `Permanent` | retrying reads the same record: an operator repairs it |
+/// | `LeaseLost` | `Ambiguous` | an attempt was stopped mid-way: it may have taken effect; a retry with the same key is deduplicated or replayed |
+/// | `Ambiguous` | `Ambiguous` | the outcome is unknown (S14, S19, S20): never "did not happen", so never released; settled by `verify` or an operator |
+/// | `KeyReuse` | `Permanent` | another operation's key: the same arguments are refused again |
+/// | `Unreplayable` | `Permanent` | the operation ran; it is never run again under this key |
+/// | `Arguments`, `Settings`, `NoTenant`, `NoOperation`, `NoRuntime`, `NotConfigured`, `DuplicateTool` | `Permanent` | the program must change first |
+///
+/// ```
+/// use idem_runtime::{Classify, Error, Failure, IdempotencyKey};
+///
+/// let key = IdempotencyKey::derive("charge", &[("order", &7u32)]);
+/// let busy = Error::InFlight { tool: "charge".into(), key, waited: std::time::Duration::from_secs(1) };
+/// assert_eq!(busy.classify(), Failure::Transient);
+/// let reused = Error::KeyReuse { tool: "charge".into(), key };
+/// assert_eq!(reused.classify(), Failure::Permanent);
+/// ```
+impl Classify for Error {
+    fn classify(&self) -> Failure {
+        match self {
+            Error::InFlight { .. } => Failure::Transient,
+            Error::Store { source, .. } => match source.kind() {
+                StoreErrorKind::Unavailable | StoreErrorKind::Other => Failure::Transient,
+                StoreErrorKind::Corrupt | StoreErrorKind::Incompatible => Failure::Permanent,
+            },
+            Error::LeaseLost { .. } | Error::Ambiguous { .. } => Failure::Ambiguous,
+            Error::KeyReuse { .. }
+            | Error::Unreplayable { .. }
+            | Error::Arguments { .. }
+            | Error::Settings { .. }
+            | Error::NoTenant { .. }
+            | Error::NoOperation { .. }
+            | Error::NoRuntime { .. }
+            | Error::NotConfigured { .. }
+            | Error::DuplicateTool { .. } => Failure::Permanent,
+        }
+    }
+}
 
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -95,8 +140,8 @@ pub fn classify_chain(error: &(dyn StdError + 'static)) -> Failure {
         if let Some(f) = e.downcast_ref::<Failure>() {
             return *f;
         }
-        if e.downcast_ref::<Error>().is_some() {
-            return Failure::Permanent;
+        if let Some(idem) = e.downcast_ref::<Error>() {
+            return idem.classify();
         }
         #[cfg(feature = "reqwest")]
         if let Some(http) = e.downcast_ref::<crate::http::HttpError>() {
@@ -166,6 +211,120 @@ mod tests {
         assert_eq!(refused.classify(), Failure::Transient);
         let reset: Boxed = Box::new(std::io::Error::from(ErrorKind::ConnectionReset));
         assert_eq!(reset.classify(), Failure::Ambiguous);
+    }
+
+    /// Issue 51 #5: idemkit's own errors classify by what each means, and a chain that holds one
+    /// (a tool's boxed or anyhow error) delegates to it: a call in flight elsewhere and a store
+    /// briefly down are not final, an unknown outcome is never "did not happen".
+    #[test]
+    fn finding5_each_idemkit_error_classifies_by_what_it_means() {
+        use std::time::Duration;
+
+        use crate::error::StoreError;
+        use crate::key::IdempotencyKey;
+
+        let key = IdempotencyKey::derive("charge", &[("order", &7u32)]);
+        let tool = || "charge".to_owned();
+        let store = |source: StoreError| Error::Store {
+            tool: tool(),
+            key: Some(key),
+            source,
+        };
+        let cases = [
+            (
+                Error::InFlight {
+                    tool: tool(),
+                    key,
+                    waited: Duration::from_secs(1),
+                },
+                Failure::Transient,
+            ),
+            (store(StoreError::unavailable("down")), Failure::Transient),
+            (
+                store(StoreError::new(StoreErrorKind::Other, "odd")),
+                Failure::Transient,
+            ),
+            (store(StoreError::corrupt("bad row")), Failure::Permanent),
+            (
+                store(StoreError::new(StoreErrorKind::Incompatible, "newer")),
+                Failure::Permanent,
+            ),
+            (
+                Error::LeaseLost {
+                    tool: tool(),
+                    key,
+                    attempts: 1,
+                    why: "taken over",
+                },
+                Failure::Ambiguous,
+            ),
+            (
+                Error::Ambiguous {
+                    tool: tool(),
+                    key,
+                    attempts: 0,
+                    last: Failure::Ambiguous,
+                },
+                Failure::Ambiguous,
+            ),
+            (
+                Error::Ambiguous {
+                    tool: tool(),
+                    key,
+                    attempts: 2,
+                    last: Failure::Transient,
+                },
+                Failure::Ambiguous,
+            ),
+            (Error::KeyReuse { tool: tool(), key }, Failure::Permanent),
+            (
+                Error::Unreplayable {
+                    tool: tool(),
+                    key,
+                    reason: "r".into(),
+                },
+                Failure::Permanent,
+            ),
+            (
+                Error::Arguments {
+                    tool: tool(),
+                    source: serde_json::from_str::<u8>("x").unwrap_err(),
+                },
+                Failure::Permanent,
+            ),
+            (
+                Error::Settings {
+                    tool: tool(),
+                    reason: "r".into(),
+                },
+                Failure::Permanent,
+            ),
+            (Error::NoTenant { tool: tool() }, Failure::Permanent),
+            (Error::NoOperation { tool: tool() }, Failure::Permanent),
+            (Error::NoRuntime { reason: "r".into() }, Failure::Permanent),
+            (
+                Error::NotConfigured {
+                    tool: tool(),
+                    reason: "r".into(),
+                },
+                Failure::Permanent,
+            ),
+            (
+                Error::DuplicateTool {
+                    tool: tool(),
+                    first: "a".into(),
+                    second: "b".into(),
+                },
+                Failure::Permanent,
+            ),
+        ];
+        for (error, failure) in cases {
+            let name = format!("{error:?}");
+            assert_eq!(error.classify(), failure, "{name}");
+            // In a tool's boxed error, the chain delegates to it.
+            let boxed: Boxed = Box::new(error);
+            assert_eq!(boxed.classify(), failure, "boxed {name}");
+        }
     }
 
     #[cfg(feature = "anyhow")]

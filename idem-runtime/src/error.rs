@@ -6,7 +6,9 @@ use crate::key::IdempotencyKey;
 
 /// What went wrong inside idemkit, as opposed to inside the tool.
 ///
-/// Every message names the tool and the key and says what to do.
+/// Every message names the tool and the key and says what to do. It implements
+/// [`Classify`](crate::Classify) by what each variant means for a retry (its impl lists them), so
+/// a tool's error type hands it on: `MyError::Idem(e) => e.classify()`.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

@@ -263,19 +263,25 @@ const BUILT_IN_DEFAULT: Option<fn() -> Result<Idem, String>> = Some(sqlite_defau
 #[cfg(feature = "sqlite")]
 fn sqlite_default_runtime() -> Result<Idem, String> {
     let path = crate::store::sqlite::default_path().map_err(|e| e.to_string())?;
-    // Once per process, where a user sees it without a tracing subscriber: records that decide
-    // whether a payment runs again must not live somewhere nobody knows of.
-    eprintln!(
-        "idemkit: no runtime installed; recording outcomes in {} (relative to the working directory; set {} \
-         to move it, and keep `.idemkit/` out of version control)",
-        path.display(),
-        crate::store::sqlite::DEFAULT_PATH_ENV
-    );
-    tracing::info!(
-        path = %path.display(),
-        "no runtime installed; recording outcomes in the default SQLite store (set {} to move it)",
-        crate::store::sqlite::DEFAULT_PATH_ENV
-    );
+    // Once per process, and once only: through `tracing` where a subscriber takes it, else on
+    // stderr, where a user sees it without one. Records that decide whether a payment runs again
+    // must not live somewhere nobody knows of.
+    if tracing::enabled!(tracing::Level::INFO) {
+        tracing::info!(
+            path = %path.display(),
+            "no runtime installed; recording outcomes in {} (relative to the working directory; set {} to move \
+             it, and keep `.idemkit/` out of version control)",
+            path.display(),
+            crate::store::sqlite::DEFAULT_PATH_ENV
+        );
+    } else {
+        eprintln!(
+            "idemkit: no runtime installed; recording outcomes in {} (relative to the working directory; set {} \
+             to move it, and keep `.idemkit/` out of version control)",
+            path.display(),
+            crate::store::sqlite::DEFAULT_PATH_ENV
+        );
+    }
     Ok(Idem::new(crate::SqliteStore::builder(path).open_lazily()))
 }
 

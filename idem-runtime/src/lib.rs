@@ -62,6 +62,9 @@
 //! | S22 | a holder's lease end has passed by its own clock (stalled) | it polls its body no further and starts no attempt until a renewal succeeds |
 //! | S23 | a claimer caps a lease end as clock skew | by the holder's own lease length |
 //! | S24 | an operator settles a record kept as ambiguous | `idemkit resolve KEY applied --outcome JSON` / `not-applied` |
+//! | S30 | an actor holding a record to decide it (the settler, `idemkit resolve`, the HTTP layer, a caller) is cut off, times out or dies | as soon as its hold lapses the record is what it was before the hold: ambiguous stays ambiguous and listed; a [`Settler`] pass dropped mid-verify gives its claim back at once |
+//! | S31 | a holder died, its lease lapsed, its body may have started | operators' reads ([`Records`]) and the [`Settler`] read the record as ambiguous; `idemkit settle` reports it and the settler settles it, without waiting for a caller |
+//! | S32 | a record is taken over, by a caller or the settler | when it was first made ([`Record::first_made`](store::Record::first_made)), its Unknown answers of verify and since when stay as they were; the settler's bounds count across takeovers |
 
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]

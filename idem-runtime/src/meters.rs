@@ -11,6 +11,7 @@
 //! | `idemkit_fenced_writes_total` | counter | `tool`, `write` (`complete`, `release`, `mark_ambiguous`, `renew`) | a holder's writes refused because its lease was taken over |
 //! | `idemkit_renewals_total` | counter | `tool` | lease renewals applied |
 //! | `idemkit_verifications_total` | counter | `tool`, `answer` (`applied`, `not_applied`, `unknown`, `error`) | answers of tools' verify functions (S19) |
+//! | `idemkit_fresh_key_retries_total` | counter | `tool` | calls that look like a retry with a key made anew: a new record claimed with the same other arguments as a call of the tool in this process that ended without succeeding less than 10 minutes before, under another key |
 //! | `idemkit_settled_total` | counter | `tool`, `outcome` (`applied`, `not_applied`, `unknown`, `needs_operator`, `no_verify`, `busy`, `gone`, `fenced`, `error`, `would_verify`) | records kept as ambiguous that a settler looked at (S28), by what it did |
 //! | `idemkit_store_seconds` | histogram | `op` (`claim`, `complete`, `renew`, `release`, `mark_ambiguous`) | how long the store took to answer a transition, failures and timeouts included |
 
@@ -158,6 +159,15 @@ mod on {
         })
     }
 
+    /// `idemkit_fresh_key_retries_total{tool}`: a retry loop that makes a new key each turn
+    /// (issue 51 #3).
+    pub(crate) fn fresh_key_retry(tool: &str) {
+        with_recorder(|r| {
+            let labels = vec![Label::new("tool", tool.to_owned())];
+            count(r, "idemkit_fresh_key_retries_total", labels, 1);
+        })
+    }
+
     /// S28: `idemkit_settled_total{tool, outcome}` (see [`Settled::as_str`](crate::Settled::as_str)).
     pub(crate) fn settled(tool: &str, outcome: &'static str) {
         with_recorder(|r| {
@@ -268,6 +278,8 @@ mod on {
     #[inline(always)]
     pub(crate) fn verified(_tool: &str, _answer: &'static str) {}
     #[inline(always)]
+    pub(crate) fn fresh_key_retry(_tool: &str) {}
+    #[inline(always)]
     pub(crate) fn settled(_tool: &str, _outcome: &'static str) {}
     #[inline(always)]
     pub(crate) fn store_since<T, P>(
@@ -327,5 +339,58 @@ mod tests {
     #[test]
     fn without_a_recorder_nothing_is_recorded_or_timed() {
         assert!(!recording(), "no recorder is installed in these tests");
+    }
+}
+
+#[cfg(test)]
+mod documented {
+    use std::collections::BTreeSet;
+
+    /// The metric names this module's code records (its string literals `"idemkit_…"`, outside
+    /// comments and this test).
+    fn registered() -> BTreeSet<String> {
+        let source = include_str!("meters.rs");
+        let mut names = BTreeSet::new();
+        for line in source.lines().take_while(|l| *l != "mod documented {") {
+            let code = line.split("//").next().unwrap_or("");
+            let mut rest = code;
+            while let Some(at) = rest.find("\"idemkit_") {
+                let name = &rest[at + 1..];
+                let end = name.find('"').expect("a closed string literal");
+                names.insert(name[..end].to_owned());
+                rest = &name[end + 1..];
+            }
+        }
+        names
+    }
+
+    /// The first column of each row of the metrics table in `text` that names a metric.
+    fn table(text: &str) -> BTreeSet<String> {
+        text.lines()
+            .map(|l| l.trim_start_matches("//!").trim())
+            .filter_map(|l| l.strip_prefix("| `idemkit_"))
+            .map(|l| format!("idemkit_{}", &l[..l.find('`').expect("a closed name")]))
+            .collect()
+    }
+
+    /// Issue 51 #6: the metrics table of docs/operating.md, and this module's own, list exactly
+    /// the metrics the code records: a metric added without its row, or a row left for a metric
+    /// no longer recorded, fails here.
+    #[test]
+    fn finding6_the_docs_metrics_tables_list_exactly_the_metrics_recorded() {
+        let registered = registered();
+        assert!(
+            registered.contains("idemkit_calls_total") && registered.len() >= 9,
+            "{registered:?}"
+        );
+        let operating =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/operating.md"))
+                .expect("docs/operating.md");
+        assert_eq!(table(&operating), registered, "docs/operating.md");
+        assert_eq!(
+            table(include_str!("meters.rs")),
+            registered,
+            "the table of meters.rs's docs"
+        );
     }
 }

@@ -50,6 +50,39 @@ pub fn how_to_settle(key: impl Display) -> String {
     )
 }
 
+/// The note of a record whose holder's lease lapsed at `at` while it ran (S31): how operators
+/// and the settler read it, as an ambiguous record.
+pub fn lease_lapsed(at: std::time::SystemTime) -> String {
+    format!(
+        "its holder's lease lapsed at {} (the holder died, stalled or was cut off) and its body may have \
+         started: {EFFECT_UNKNOWN}",
+        utc(at)
+    )
+}
+
+/// `t` as RFC 3339 in UTC, to the millisecond.
+pub fn utc(t: std::time::SystemTime) -> String {
+    let since = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let secs = since.as_secs();
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    // Days since 1970-01-01 as a proleptic Gregorian date (H. Hinnant's `civil_from_days`).
+    let z = days as i64 + 719_468;
+    let (era, doe) = (z.div_euclid(146_097), z.rem_euclid(146_097));
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rest / 3600,
+        rest / 60 % 60,
+        rest % 60,
+        since.subsec_millis()
+    )
+}
+
 /// The sentence a model reads before a replayed result: it was done before, nothing was done
 /// again.
 pub fn replayed(key: Option<&str>) -> String {

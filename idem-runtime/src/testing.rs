@@ -171,6 +171,19 @@ where
             self.inner.restore(key, token, note, ttl)
         })
     }
+
+    /// A mark after an Unknown answer of verify is a mark to the hook ([`Step::MarkAmbiguous`]).
+    fn mark_unknown<'a>(
+        &'a self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        note: &'a str,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Written> {
+        self.forward(Step::MarkAmbiguous, key, move || {
+            self.inner.mark_unknown(key, token, note, ttl)
+        })
+    }
 }
 
 #[async_trait]

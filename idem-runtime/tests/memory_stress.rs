@@ -245,7 +245,17 @@ struct Seen {
 fn same_records(stored: &[Option<Seen>], m: &mut Model, now: Instant) -> Result<(), String> {
     for (k, stored) in stored.iter().enumerate() {
         let expected = m.record(k, now);
-        if *stored != expected {
+        // S31: a running record whose holder's lease lapsed reads as an ambiguous one (with the
+        // note of the ambiguous record it took over, or one saying the lease lapsed).
+        let same = match (stored, &expected) {
+            (Some(s), Some(e)) if matches!(e.state, RecordState::Running { lease_remaining, .. } if lease_remaining.is_zero()) => {
+                matches!(s.state, RecordState::Ambiguous { .. })
+                    && (&s.tool, s.fingerprint, s.expires_in)
+                        == (&e.tool, e.fingerprint, e.expires_in)
+            }
+            _ => *stored == expected,
+        };
+        if !same {
             return Err(format!(
                 "record of key {k}: store has {stored:?}, model {expected:?}"
             ));

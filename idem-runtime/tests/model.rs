@@ -14,7 +14,21 @@
 //!   holders that stall for any length (every step is optional, time passes in any state),
 //!   crash, are cancelled, panic; renewals and end writes that fail; the retry schedule's time
 //!   running out; an operator's release, release --force, forget, forget --force, resolve applied
-//!   and resolve not-applied, at any point.
+//!   and resolve not-applied (of an ambiguous record, or a running one whose lease lapsed), at
+//!   any point.
+//!   Every other actor that holds or decides the record (issue 52): up to 2 settlers
+//!   (`settle/mod.rs`), each making passes for ever: list the record (state Ambiguous and, S31, a
+//!   running record whose lease lapsed), claim it under a token and lease of its own (taking it
+//!   over as a caller does; a record settled since makes a new one, released at once), ask verify
+//!   (applied or not applied truthfully, unknown always possible), write the decision fenced by
+//!   its token (applied completes, not applied releases, unknown keeps it ambiguous and counts
+//!   the answer on the record, S32, flagged for an operator at a bound of 2 answers); each cut
+//!   off (its pass dropped: the drop guard gives the record back as ambiguous at once, S30),
+//!   crashed, or failed by the store at each step. Expiry and prune (a record past its ttl is
+//!   absent to every transition, so they are one step, at any time once no lease is live): as
+//!   main has it (S10: any record, an ambiguous one included) or as S34 (issue 53) makes it
+//!   (never a record that is, or counts as, ambiguous). The design as issue 52 builds it, or with
+//!   one part taken out (`Settle`): the settler as main had it is a broken variant.
 //! - `model/check.rs`: the checker, written here rather than taken from `stateright`: the model
 //!   is one `Copy` struct of small integers with time kept relative (what is left of each lease),
 //!   so the state space is finite without a horizon; a breadth-first search over it is 150
@@ -23,21 +37,34 @@
 //!   which `stateright`'s "eventually" properties only approximate on acyclic paths.
 //! - `model/traces.rs`: trace validation of real runs.
 //!
-//! Each check prints its state count and time: `cargo test -p idem-runtime --test model --
-//! --nocapture` (about 1-2 minutes in a debug build on the shared 2 cores; the three-caller
-//! checks are most of it).
+//! Each check prints its state count and time: `cargo test -p idem-runtime --all-features --test
+//! model -- --nocapture` (each check within about 2 minutes in a debug build on the shared 2
+//! cores; the three-caller checks are most of it).
 //!
-//! Not covered: more than one key or fingerprint (`KeyReuse`, S3, S18); records past their
-//! time-to-live (S10: a dead holder's record older than its ttl is absent, and the next claim
-//! runs it blind, by contract); a claim applied whose reply is lost or fails (the model's claim
+//! Properties: at most one effect (S20), no two holders (S12, S22), the ambiguity mark (S14),
+//! never "not run" after an attempt (S19), dropped claims end (S15, S27, and S30 for the
+//! settler's), no unknown outcome out of the settle queue's sight (S31: whenever the effect
+//! happened or the key is marked ambiguous, and the record is not completed or forced by an
+//! operator, it is held under a lease not yet lapsed or listed by the settler), the operator
+//! bound counts across takeovers (S32), each unknown decided once (S28); liveness: every caller
+//! ends, and the settlers alone (no caller, no fault) reach a state where no unknown waits.
+//!
+//! Not covered: more than one key or fingerprint (`KeyReuse`, S3, S18), and so the settler's
+//! `limit` and its order over many records; a completed record's tombstone (S33, issue 53: here a
+//! completed record past its ttl is absent and the next call runs anew, a new record, by S10); the
+//! record's first-made time and its age bound (`operator_after`): they are kept and reset with the
+//! count of Unknown answers, which stands for them; the settler's verify timeout (its answer may
+//! come at any time; its write is fenced) and settlers on a store that reads each claimer's clock
+//! (SQLite's skew cap: the settler checks use one clock); a settler restarted after a crash
+//! (another settler: two at most); a claim applied whose reply is lost or fails (the model's claim
 //! is atomic); renewals and writes that take time (a renewal is applied at once, so the store's
 //! lease end equals the holder's belief; in the code the store applies it later, which only
-//! lengthens the store's lease); the end writes' retries stopping at the lease's end (a write
-//! may come any time later, which allows more); a body that misclassifies (says transient after
-//! its effect); `Unreplayable` outcomes (S16); clock offsets beyond equal clocks, which break
-//! S12 by design (`assumption_sqlite_clocks_agree`); failover (measured instead:
-//! `failover_{redis,postgres,sqlite}.rs`). PostgreSQL's, Redis's and SQLite's own transitions
-//! are checked against this model by trace validation of real runs (`model_stores.rs`).
+//! lengthens the store's lease); the end writes' retries stopping at the lease's end (a write may
+//! come any time later, which allows more); a body that misclassifies (says transient after its
+//! effect); `Unreplayable` outcomes (S16); clock offsets beyond equal clocks, which break S12 by
+//! design (`assumption_sqlite_clocks_agree`); failover (measured instead:
+//! `failover_{redis,postgres,sqlite}.rs`). PostgreSQL's, Redis's and SQLite's own transitions are
+//! checked against this model by trace validation of real runs (`model_stores.rs`).
 
 #[path = "model/check.rs"]
 mod check;
@@ -430,6 +457,270 @@ fn broken_s20_blind_resend_without_dedup_is_caught() {
         ..two_callers()
     };
     caught("blind re-send", &cfg, Property::S20AtMostOneEffect);
+}
+
+// ---- Every actor that holds or decides a record (issue 52) ------------------------------------
+
+/// `cfg` with a tool that has `verify` and `settle`'s settlers and store.
+fn with_settle(cfg: Config, settle: Settle) -> Config {
+    Config {
+        verifies: true,
+        exec: Exec { settle, ..cfg.exec },
+        ..cfg
+    }
+}
+
+/// Issue 52's design: `settlers` settlers, expiry as S34 (issue 53) makes it.
+fn settle(settlers: u8) -> Settle {
+    Settle {
+        settlers,
+        expiry: Expiry::S34,
+        ..Settle::NONE
+    }
+}
+
+/// One caller (lease 3), every fault, an operator action.
+fn one_caller() -> Config {
+    Config {
+        leases: vec![3],
+        offsets: vec![0],
+        ..two_callers()
+    }
+}
+
+/// No caller: the record an earlier call left ambiguous (`effects` effects at the provider), the
+/// settlers alone, every fault, an operator action.
+fn settlers_alone(settlers: u8, effects: u8) -> Config {
+    with_settle(
+        Config {
+            leases: vec![],
+            offsets: vec![],
+            ..two_callers()
+        },
+        Settle {
+            start: Some(effects),
+            ..settle(settlers)
+        },
+    )
+}
+
+/// Every property (S28, S30-S32 among them, and the settlers reaching every unknown without a
+/// caller), a settler (lease 3) making passes for ever, cut off, crashed or failed by the store at
+/// each step; completed records expiring at any time (S10), the rest never (S34). One caller
+/// (lease 3) with every fault and an operator action anywhere; two callers (leases 3 and 6) with
+/// crashes, cancellations and panics (store errors, the retry schedule's end and the operator are
+/// checked with one: the bound that keeps this within a minute).
+#[test]
+fn model_s30_s31_s32_callers_and_a_settler_hold() {
+    holds("1 caller, 1 settler", &with_settle(one_caller(), settle(1)));
+    let two = Config {
+        faults: Faults {
+            crash: true,
+            drop: true,
+            store_errors: false,
+            schedule_gives_up: false,
+        },
+        operator_actions: 0,
+        ..two_callers()
+    };
+    holds("2 callers, 1 settler", &with_settle(two, settle(1)));
+}
+
+/// S28/S30/S32 with two settlers at once: one caller (every fault, an operator action) and two
+/// settlers; and two settlers alone on a record left ambiguous, the effect made or not.
+#[test]
+fn model_s28_s30_s32_two_settlers_hold() {
+    holds(
+        "1 caller, 2 settlers",
+        &with_settle(one_caller(), settle(2)),
+    );
+    for effects in [0, 1] {
+        holds(
+            &format!("2 settlers alone, {effects} effect(s)"),
+            &settlers_alone(2, effects),
+        );
+    }
+}
+
+/// S34: an ambiguous record (and a running one whose lease lapsed, which counts as one) never
+/// expires; completed ones do (S10), at any time. Two callers, a tool without `verify` whose
+/// unknown outcomes stay ambiguous.
+#[test]
+fn model_s34_ambiguous_records_never_expiring_holds() {
+    let cfg = Config {
+        exec: Exec {
+            settle: Settle {
+                expiry: Expiry::S34,
+                ..Settle::NONE
+            },
+            ..GATED
+        },
+        ..two_callers()
+    };
+    holds("2 callers, S34 expiry", &cfg);
+}
+
+/// Finding (issue 53, fixed by its S34; kept as a documented finding): an ambiguous record
+/// expires by its ttl as any record does (S10 as main has it), and the next call, finding no
+/// record, runs the body again: a second effect. With a settler, the unknown leaves its sight
+/// first.
+#[test]
+fn finding_s34_an_ambiguous_record_past_its_ttl_runs_the_body_twice() {
+    let s10 = Settle {
+        expiry: Expiry::S10,
+        ..Settle::NONE
+    };
+    let cfg = Config {
+        exec: Exec {
+            settle: s10,
+            ..GATED
+        },
+        ..two_callers()
+    };
+    let text = caught("S10 expiry", &cfg, Property::S20AtMostOneEffect);
+    assert!(text.contains("Expire"), "{text}");
+    let cfg = with_settle(one_caller(), Settle { settlers: 1, ..s10 });
+    let text = caught(
+        "S10 expiry, a settler",
+        &cfg,
+        Property::S31NoUnknownOutOfSight,
+    );
+    assert!(text.contains("Expire"), "{text}");
+}
+
+/// Issue 52 #1 (S30/S31): the settler as main had it (it lists state Ambiguous only, and nothing
+/// gives its record back when its pass is dropped) hides the record it came to settle. Safety:
+/// once its lease lapses while it holds the record (stalled, cut off or crashed: the store cannot
+/// tell which) no pass lists it. Liveness: cut off, or crashed with another settler left, the
+/// settlers never settle it again (only a caller coming back to the key does).
+#[test]
+fn broken_s30_s31_the_settler_before_issue_52_hides_the_record_is_caught() {
+    let before = |settlers: u8| {
+        let mut cfg = settlers_alone(settlers, 1);
+        cfg.exec.settle = Settle {
+            start: Some(1),
+            settlers,
+            ..Settle::BEFORE_ISSUE_52
+        };
+        cfg
+    };
+    let cfg = before(1);
+    let text = caught(
+        "settler before issue 52",
+        &cfg,
+        Property::S31NoUnknownOutOfSight,
+    );
+    assert!(text.contains("SettlerClaim(0)"), "{text}");
+    // Cut off, or crashed: never settled by the settlers again.
+    for (fault, settlers) in [("SettlerDrop", 1), ("SettlerCrash", 2)] {
+        let mut cfg = before(settlers);
+        cfg.faults = Faults {
+            crash: fault == "SettlerCrash",
+            drop: fault == "SettlerDrop",
+            store_errors: false,
+            schedule_gives_up: false,
+        };
+        let r = check::check(&cfg, &[], true);
+        report(&format!("settler before issue 52, {fault}, liveness"), &r);
+        let c = r
+            .counterexample
+            .expect("an unknown the settlers never reach");
+        assert_eq!(c.property, Property::SettledWithoutACaller);
+        let text = c.render(&cfg);
+        println!("{text}");
+        assert!(text.contains(fault), "{text}");
+    }
+}
+
+/// Issue 52 #3 (S31): a caller whose lease lapsed after its effect (its process died, or stalls:
+/// the store cannot tell) leaves its record running; a settler that lists state Ambiguous only
+/// never sees it: out of sight (safety), and nothing but a caller coming back settles it
+/// (liveness: the settlers' own steps reach no decision).
+#[test]
+fn broken_s31_a_dead_callers_record_left_unlisted_is_caught() {
+    let cfg = with_settle(
+        one_caller(),
+        Settle {
+            lists_lapsed: false,
+            ..settle(1)
+        },
+    );
+    let text = caught(
+        "lapsed records unlisted",
+        &cfg,
+        Property::S31NoUnknownOutOfSight,
+    );
+    assert!(
+        text.contains("effects 1") && text.contains("rem: 0"),
+        "{text}"
+    );
+    let r = check::check(&cfg, &[], true);
+    report("lapsed records unlisted, liveness", &r);
+    let c = r
+        .counterexample
+        .expect("an unknown the settlers never reach");
+    assert_eq!(c.property, Property::SettledWithoutACaller);
+    println!("{}", c.render(&cfg));
+}
+
+/// S30: a settler's pass dropped without a drop guard keeps its hold until its lease lapses
+/// (with S31's listing it is found again then; before issue 52 it was hidden).
+#[test]
+fn broken_s30_a_dropped_settler_keeping_its_hold_is_caught() {
+    let mut cfg = settlers_alone(1, 1);
+    cfg.exec.settle.drop_guard = false;
+    caught(
+        "no settler drop guard",
+        &cfg,
+        Property::S30DroppedSettlerHoldEnds,
+    );
+}
+
+/// Issue 52 #2 (S32): a caller's takeover starts the record's count afresh (main rewrote
+/// `created` and replaced the note with the caller's), and the settler counts on what it lists:
+/// verify answers Unknown twice, with a caller's retry between, and the bound (2) never fires.
+#[test]
+fn broken_s32_a_takeover_resetting_the_count_is_caught() {
+    let mut cfg = with_settle(one_caller(), settle(1));
+    cfg.exec.settle.start = Some(1);
+    cfg.exec.settle.takeover_keeps_count = false;
+    cfg.exec.settle.counts_held = false;
+    let text = caught(
+        "takeover resets the count",
+        &cfg,
+        Property::S32OperatorBoundCountsAcrossTakeovers,
+    );
+    assert!(text.contains("Claim(0)"), "{text}");
+}
+
+/// S32 with two settlers: a settler that counts its Unknown answer on the count it listed
+/// (main's `unknowns_of(note)` of the listed record) writes over the other settler's answer made
+/// since: two answers, a count of 1, the bound (2) does not fire. A settler must count on the
+/// record it holds.
+#[test]
+fn broken_s32_two_settlers_counting_on_their_listing_is_caught() {
+    let mut cfg = settlers_alone(2, 1);
+    cfg.exec.settle.counts_held = false;
+    caught(
+        "settlers count on their listing",
+        &cfg,
+        Property::S32OperatorBoundCountsAcrossTakeovers,
+    );
+}
+
+/// Issue 52 #6 (S28): a claim of a key whose record another settler or an operator's resolve
+/// released since it was listed reported as a takeover (PostgreSQL's `RETURNING` reading the
+/// statement's snapshot): the settler verifies the new record and decides a second time.
+#[test]
+fn broken_s28_a_claim_reporting_a_takeover_that_did_not_happen_is_caught() {
+    let mut cfg = settlers_alone(2, 0);
+    cfg.exec.settle.claim_reports_truly = false;
+    let text = caught(
+        "claim misreports a takeover",
+        &cfg,
+        Property::S28EachDecisionOnce,
+    );
+    assert!(text.ends_with("decisions 2 | effects 0\n"), "{text}");
 }
 
 // ---- Trace validation: real runs are behaviours of the model ------------------------------------

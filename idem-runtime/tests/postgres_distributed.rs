@@ -245,138 +245,137 @@ mod needs_postgres {
         assert_eq!(refused, Err(TestError::Store(StoreErrorKind::Unavailable)));
         f.drop_role().await;
     }
-}
 
-/// Issue 52 finding 6: the claim's answer says what the row was when the claim applied, not
-/// what the statement's snapshot held (a claim that waited on a transaction releasing the row
-/// took a fresh row, and was told it took over an ambiguous one).
-mod needs_postgres {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicU32, Ordering};
-    use std::time::Duration;
+    /// Issue 52 finding 6: the claim's answer says what the row was when the claim applied, not
+    /// what the statement's snapshot held (a claim that waited on a transaction releasing the row
+    /// took a fresh row, and was told it took over an ambiguous one).
+    mod claim_reports {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicU32, Ordering};
+        use std::time::Duration;
 
-    use idem_runtime::settle::{Pass, Settled, Settler};
-    use idem_runtime::store::{Claim, ClaimRequest, LeaseToken, Written};
-    use idem_runtime::{Fingerprint, IdempotencyKey, PostgresStore, Store, Verified};
+        use idem_runtime::settle::{Pass, Settled, Settler};
+        use idem_runtime::store::{Claim, ClaimRequest, LeaseToken, Written};
+        use idem_runtime::{Fingerprint, IdempotencyKey, PostgresStore, Store, Verified};
 
-    use super::{admin, key_of, unique, worker_store};
+        use super::{admin, key_of, unique, worker_store};
 
-    const HOUR: Duration = Duration::from_secs(3600);
+        const HOUR: Duration = Duration::from_secs(3600);
 
-    fn url() -> String {
-        super::server_url()
-            .expect("IDEMKIT_TEST_POSTGRES_URL: eval \"$(scripts/test-servers.sh start)\"")
-    }
+        fn url() -> String {
+            super::server_url()
+        }
 
-    fn claim_of(key: IdempotencyKey, token: LeaseToken) -> ClaimRequest<'static> {
-        ClaimRequest::new(
-            key,
-            "charge",
-            Fingerprint::of(&4200u64).unwrap(),
-            token,
-            HOUR,
-            HOUR,
-        )
-    }
-
-    /// A record of `charge` for `order` kept as ambiguous by a holder that gave up.
-    async fn ambiguous(store: &PostgresStore, order: u64) {
-        let holder = LeaseToken::new();
-        let claimed = store.claim(&claim_of(key_of(order), holder)).await.unwrap();
-        assert_eq!(claimed, Claim::Acquired { takeover: None });
-        let marked = store
-            .mark_ambiguous(key_of(order), holder, "timed out", HOUR)
-            .await
-            .unwrap();
-        assert_eq!(marked, Written::Applied);
-    }
-
-    /// A claim of an ambiguous record waits on a transaction that deletes the row (a settler's
-    /// or an operator's decision releasing it); the claim then makes a new record, and says so:
-    /// `takeover: None`, not a takeover of the ambiguous record its snapshot saw.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn issue52_a_claim_that_waited_on_a_release_reports_a_new_record() {
-        let url = url();
-        let table = unique("claim_race");
-        let store = Arc::new(worker_store(&url, &table).await);
-        ambiguous(&store, 1).await;
-        let mut releaser = admin(&url).await;
-        let release = releaser.transaction().await.unwrap();
-        let deleted = release
-            .execute(
-                &format!("DELETE FROM idemkit_test.\"{table}\" WHERE key = $1"),
-                &[&key_of(1).as_uuid()],
+        fn claim_of(key: IdempotencyKey, token: LeaseToken) -> ClaimRequest<'static> {
+            ClaimRequest::new(
+                key,
+                "charge",
+                Fingerprint::of(&4200u64).unwrap(),
+                token,
+                HOUR,
+                HOUR,
             )
-            .await
-            .unwrap();
-        assert_eq!(deleted, 1);
-        // The claim starts while the row is ambiguous (committed) and locked by the release.
-        let claim = tokio::spawn({
-            let store = store.clone();
-            async move { store.claim(&claim_of(key_of(1), LeaseToken::new())).await }
-        });
-        let watcher = admin(&url).await;
-        let mut waited = false;
-        for _ in 0..500 {
-            let waiting: i64 = watcher
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity
-                      WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO %claim_race%'",
-                    &[],
+        }
+
+        /// A record of `charge` for `order` kept as ambiguous by a holder that gave up.
+        async fn ambiguous(store: &PostgresStore, order: u64) {
+            let holder = LeaseToken::new();
+            let claimed = store.claim(&claim_of(key_of(order), holder)).await.unwrap();
+            assert_eq!(claimed, Claim::Acquired { takeover: None });
+            let marked = store
+                .mark_ambiguous(key_of(order), holder, "timed out", HOUR)
+                .await
+                .unwrap();
+            assert_eq!(marked, Written::Applied);
+        }
+
+        /// A claim of an ambiguous record waits on a transaction that deletes the row (a settler's
+        /// or an operator's decision releasing it); the claim then makes a new record, and says so:
+        /// `takeover: None`, not a takeover of the ambiguous record its snapshot saw.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn issue52_a_claim_that_waited_on_a_release_reports_a_new_record() {
+            let url = url();
+            let table = unique("claim_race");
+            let store = Arc::new(worker_store(&url, &table).await);
+            ambiguous(&store, 1).await;
+            let mut releaser = admin(&url).await;
+            let release = releaser.transaction().await.unwrap();
+            let deleted = release
+                .execute(
+                    &format!("DELETE FROM idemkit_test.\"{table}\" WHERE key = $1"),
+                    &[&key_of(1).as_uuid()],
                 )
                 .await
-                .unwrap()
-                .get(0);
-            if waiting > 0 {
-                waited = true;
-                break;
+                .unwrap();
+            assert_eq!(deleted, 1);
+            // The claim starts while the row is ambiguous (committed) and locked by the release.
+            let claim = tokio::spawn({
+                let store = store.clone();
+                async move { store.claim(&claim_of(key_of(1), LeaseToken::new())).await }
+            });
+            let watcher = admin(&url).await;
+            let mut waited = false;
+            for _ in 0..500 {
+                let waiting: i64 = watcher
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_activity
+                      WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO %claim_race%'",
+                        &[],
+                    )
+                    .await
+                    .unwrap()
+                    .get(0);
+                if waiting > 0 {
+                    waited = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            assert!(waited, "the claim waits on the release's row lock");
+            release.commit().await.unwrap();
+            let claimed = claim.await.unwrap().unwrap();
+            assert_eq!(
+                claimed,
+                Claim::Acquired { takeover: None },
+                "the row was gone when the claim applied: a new record"
+            );
         }
-        assert!(waited, "the claim waits on the release's row lock");
-        release.commit().await.unwrap();
-        let claimed = claim.await.unwrap().unwrap();
-        assert_eq!(
-            claimed,
-            Claim::Acquired { takeover: None },
-            "the row was gone when the claim applied: a new record"
-        );
-    }
 
-    /// Two settlers over the same ambiguous records: each record is decided once, and verify is
-    /// asked once per record.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn issue52_two_settlers_decide_each_record_once() {
-        const N: u64 = 60;
-        let url = url();
-        let table = unique("two_settlers");
-        let store = Arc::new(worker_store(&url, &table).await);
-        for order in 0..N {
-            ambiguous(&store, order).await;
+        /// Two settlers over the same ambiguous records: each record is decided once, and verify is
+        /// asked once per record.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn issue52_two_settlers_decide_each_record_once() {
+            const N: u64 = 60;
+            let url = url();
+            let table = unique("two_settlers");
+            let store = Arc::new(worker_store(&url, &table).await);
+            for order in 0..N {
+                ambiguous(&store, order).await;
+            }
+            let asked = Arc::new(AtomicU32::new(0));
+            let settler = |store: Arc<PostgresStore>| {
+                let asked = asked.clone();
+                Settler::new(store).verify("charge", move |_key| {
+                    asked.fetch_add(1, Ordering::SeqCst);
+                    async { Ok::<_, String>(Verified::<u64>::NotApplied) }
+                })
+            };
+            // Two workers, each with its own pool, as two settler processes.
+            let other = Arc::new(worker_store(&url, &table).await);
+            let (a, b) = (settler(store), settler(other));
+            let (a, b) = tokio::join!(
+                tokio::spawn(async move { a.run_once(&Pass::new()).await }),
+                tokio::spawn(async move { b.run_once(&Pass::new()).await }),
+            );
+            let (a, b) = (a.unwrap().unwrap(), b.unwrap().unwrap());
+            let decided = a
+                .records
+                .iter()
+                .chain(&b.records)
+                .filter(|(_, _, settled)| *settled == Settled::NotApplied)
+                .count();
+            assert_eq!(decided, N as usize, "{a:?}\n{b:?}");
+            assert_eq!(asked.load(Ordering::SeqCst), N as u32);
         }
-        let asked = Arc::new(AtomicU32::new(0));
-        let settler = |store: Arc<PostgresStore>| {
-            let asked = asked.clone();
-            Settler::new(store).verify("charge", move |_key| {
-                asked.fetch_add(1, Ordering::SeqCst);
-                async { Ok::<_, String>(Verified::<u64>::NotApplied) }
-            })
-        };
-        // Two workers, each with its own pool, as two settler processes.
-        let other = Arc::new(worker_store(&url, &table).await);
-        let (a, b) = (settler(store), settler(other));
-        let (a, b) = tokio::join!(
-            tokio::spawn(async move { a.run_once(&Pass::new()).await }),
-            tokio::spawn(async move { b.run_once(&Pass::new()).await }),
-        );
-        let (a, b) = (a.unwrap().unwrap(), b.unwrap().unwrap());
-        let decided = a
-            .records
-            .iter()
-            .chain(&b.records)
-            .filter(|(_, _, settled)| *settled == Settled::NotApplied)
-            .count();
-        assert_eq!(decided, N as usize, "{a:?}\n{b:?}");
-        assert_eq!(asked.load(Ordering::SeqCst), N as u32);
     }
 }

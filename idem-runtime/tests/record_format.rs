@@ -12,8 +12,13 @@
 //! beside the same records, an ambiguous record and an expired holder's, each taken over by a
 //! claim still running, which must give them back as they were.
 //!
+//! A fourth (`*-s32.*`, SQLite and PostgreSQL schema 6) keeps when an operation was first made
+//! and its Unknown answers of verify (S32): beside the same records, one whose verify answered
+//! Unknown once and which a claim still running took over, which must read back with its count
+//! and when it was first made, and give back the ambiguous record with them.
+//!
 //! `IDEMKIT_WRITE_FIXTURES=1 cargo test -p idem-runtime --test record_format` writes the newest
-//! fixtures (the `*-s27.*` ones) anew; do that only for a new fixture file (name it after the
+//! fixtures (the `*-s32.*` ones) anew; do that only for a new fixture file (name it after the
 //! format that writes it, and point the `NEWEST_*` constants at it), never over an existing one:
 //! an old fixture is what proves an upgrade reads old records.
 
@@ -36,14 +41,17 @@ const FIXTURE: &str = "tests/fixtures/sqlite-0.1.0.db";
 const FIXTURE_S24: &str = "tests/fixtures/sqlite-s24.db";
 /// The fixture in the format that keeps what a takeover replaced (schema 5).
 const FIXTURE_S27: &str = "tests/fixtures/sqlite-s27.db";
+/// The fixture in the format that keeps what a record keeps through takeovers (schema 6).
+const FIXTURE_S32: &str = "tests/fixtures/sqlite-s32.db";
 
 /// Which records a fixture holds: those of 0.1.0; with operators' decisions (S24); with
-/// takeovers to give back (S27, the newest).
+/// takeovers to give back (S27); with Unknown answers of verify counted (S32, the newest).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Format {
     V010,
     S24,
     S27,
+    S32,
 }
 
 impl Format {
@@ -51,9 +59,17 @@ impl Format {
         self != Format::V010
     }
     fn given_back(self) -> bool {
-        self == Format::S27
+        matches!(self, Format::S27 | Format::S32)
+    }
+    fn counted(self) -> bool {
+        self == Format::S32
     }
 }
+
+/// The token of the S32 fixture's claim of order 9, which took over a record whose verify
+/// answered Unknown once, and that record's note.
+const T9: LeaseToken = LeaseToken(uuid::Uuid::from_u128(0x3209));
+const NOTE_9: &str = "1 attempt(s) in this call; the outcome is unknown and was not sent again: the verify function could not tell";
 
 /// The tokens of the S27 fixture's claims: order 7's takeover of an ambiguous record, order 8's
 /// expired holder and its takeover.
@@ -174,8 +190,55 @@ async fn write_records(
             }
         );
     }
+    if format.counted() {
+        // Order 9: its verify answered Unknown once, then T9 took it over, and still runs.
+        let req = request(9);
+        let _ = store.claim(&req).await.unwrap();
+        let marked = store.mark_unknown(key(9), req.token, NOTE_9, FOREVER);
+        assert_eq!(marked.await.unwrap(), Written::Applied);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let took = ClaimRequest::new(key(9), "charge", fingerprint(), T9, FOREVER, FOREVER);
+        assert_eq!(
+            store.claim(&took).await.unwrap(),
+            Claim::Acquired {
+                takeover: Some(Takeover::Ambiguous)
+            }
+        );
+    }
     let id = Idem::new(store).operation("plan-42/step-3").await.unwrap();
     id.to_string()
+}
+
+/// S32: order 9 of the S32 fixture reads with its Unknown answer and when it was first made
+/// (before the takeover that still runs), and given back is ambiguous with them.
+async fn check_counted(store: &(impl Store + Records)) {
+    let rec = Records::get(store, &key(9))
+        .await
+        .unwrap()
+        .expect("order 9");
+    assert!(
+        matches!(rec.state, RecordState::Running { token, .. } if token == T9),
+        "{rec:?}"
+    );
+    assert_eq!(rec.unknowns, 1);
+    let since = rec.unknown_since.expect("since its Unknown answer");
+    assert!(rec.first_made <= since && since < rec.created, "{rec:?}");
+    let given = store.restore(key(9), T9, "given back", FOREVER);
+    assert_eq!(given.await.unwrap(), Written::Applied);
+    let back = Records::get(store, &key(9))
+        .await
+        .unwrap()
+        .expect("order 9");
+    assert_eq!(
+        back.state,
+        RecordState::Ambiguous {
+            note: NOTE_9.into()
+        }
+    );
+    assert_eq!(
+        (back.unknowns, back.unknown_since, back.first_made),
+        (1, Some(since), rec.first_made)
+    );
 }
 
 /// S27: the claims of the S27 fixture give back what they took over: order 7 ambiguous as it
@@ -205,9 +268,11 @@ async fn check_given_back(store: &(impl Store + Records)) {
         .await
         .unwrap()
         .expect("order 8");
+    // Its holder's lease lapsed long ago: it reads as the ambiguous record it may be (S31);
+    // its holder's token holds again (its completion is applied).
     assert!(
-        matches!(rec.state, RecordState::Running { token, .. } if token == T8_HOLDER),
-        "order 8 is its holder's again: {:?}",
+        matches!(rec.state, RecordState::Ambiguous { ref note } if note.contains("lease lapsed")),
+        "order 8 is its lapsed holder's again: {:?}",
         rec.state
     );
     let done = store.complete(key(8), T8_HOLDER, Outcome::from(OUTCOME), FOREVER);
@@ -218,7 +283,7 @@ async fn check_given_back(store: &(impl Store + Records)) {
 async fn write_sqlite_fixture(path: &Path) {
     let _ = std::fs::remove_file(path);
     let store = SqliteStore::open(path).unwrap();
-    let id = write_records(store.clone(), Format::S27).await;
+    let id = write_records(store.clone(), Format::S32).await;
     std::fs::write(path.with_extension("operation-id"), id).unwrap();
     drop(store);
     // One file, no WAL beside it: fold the WAL in.
@@ -260,6 +325,9 @@ async fn check_records(
 ) {
     if format.given_back() {
         check_given_back(&store).await;
+    }
+    if format.counted() {
+        check_counted(&store).await;
     }
     if format.resolved() {
         check_resolved(&store).await;
@@ -306,11 +374,21 @@ async fn check_records(
     assert!(
         matches!(record.state, RecordState::Ambiguous { ref note } if note.contains("may have taken effect"))
     );
+    // S32: a row written before stores kept when its operation was first made reads as made at
+    // its `created`, with no Unknown answer counted; its takeover keeps that.
+    assert_eq!(record.first_made, record.created);
+    assert_eq!((record.unknowns, record.unknown_since), (0, None));
+    let made = record.first_made;
     assert_eq!(
         store.claim(&request(2)).await.unwrap(),
         Claim::Acquired {
             takeover: Some(Takeover::Ambiguous)
         }
+    );
+    let taken = store.get(&key(2)).await.unwrap().expect("taken over");
+    assert_eq!(
+        taken.first_made, made,
+        "first made: unchanged by the takeover"
     );
 
     // Running, its lease live: not taken.
@@ -400,11 +478,16 @@ async fn s24_a_sqlite_file_with_operators_decisions_reads_back_as_it_was_meant()
 
 #[tokio::test]
 async fn s27_a_sqlite_file_with_claims_to_give_back_reads_back_as_it_was_meant() {
-    let fixture = manifest_path(FIXTURE_S27);
+    check_sqlite(FIXTURE_S27, Format::S27).await;
+}
+
+#[tokio::test]
+async fn s32_a_sqlite_file_with_unknown_answers_reads_back_as_it_was_meant() {
+    let fixture = manifest_path(FIXTURE_S32);
     if writing() {
         write_sqlite_fixture(&fixture).await;
     }
-    check_sqlite(FIXTURE_S27, Format::S27).await;
+    check_sqlite(FIXTURE_S32, Format::S32).await;
 }
 
 async fn check_sqlite(fixture: &str, format: Format) {
@@ -429,6 +512,9 @@ const PG_FIXTURE_S24: &str = "tests/fixtures/postgres-s24.sql";
 /// The same in the format that keeps what a takeover replaced (schema 5).
 #[cfg(feature = "postgres")]
 const PG_FIXTURE_S27: &str = "tests/fixtures/postgres-s27.sql";
+/// The same in the format that keeps what a record keeps through takeovers (schema 6).
+#[cfg(feature = "postgres")]
+const PG_FIXTURE_S32: &str = "tests/fixtures/postgres-s32.sql";
 
 /// The Redis fixture: every key a store with the prefix `__PREFIX__` wrote, as JSON (type,
 /// value, time to live).
@@ -440,6 +526,9 @@ const REDIS_FIXTURE_S24: &str = "tests/fixtures/redis-s24.json";
 /// The same in the format that keeps what a takeover replaced (the `p:` fields).
 #[cfg(feature = "redis")]
 const REDIS_FIXTURE_S27: &str = "tests/fixtures/redis-s27.json";
+/// The same in the format that keeps what a record keeps through takeovers.
+#[cfg(feature = "redis")]
+const REDIS_FIXTURE_S32: &str = "tests/fixtures/redis-s32.json";
 
 mod needs_postgres {
     use super::*;
@@ -462,7 +551,13 @@ mod needs_postgres {
         check_postgres(PG_FIXTURE_S27, Format::S27).await;
     }
 
-    /// Restores the dump `fixture` (written anew first when writing the newest, S27, one)
+    #[cfg(feature = "postgres")]
+    #[tokio::test]
+    async fn s32_a_postgres_dump_with_unknown_answers_reads_back_as_it_was_meant() {
+        check_postgres(PG_FIXTURE_S32, Format::S32).await;
+    }
+
+    /// Restores the dump `fixture` (written anew first when writing the newest, S32, one)
     /// and checks its records.
     #[cfg(feature = "postgres")]
     async fn check_postgres(fixture: &str, format: Format) {
@@ -470,7 +565,7 @@ mod needs_postgres {
         let url = servers::server_url("IDEMKIT_TEST_POSTGRES_URL", "PostgreSQL");
         let fixture = manifest_path(fixture);
         let id_file = fixture.with_extension("operation-id");
-        if writing() && format == Format::S27 {
+        if writing() && format == Format::S32 {
             let schema = format!("fixture_{}", uuid::Uuid::new_v4().simple());
             let store = PostgresStore::builder(&url)
                 .schema(&schema)
@@ -543,7 +638,13 @@ mod needs_redis {
         check_redis(REDIS_FIXTURE_S27, Format::S27).await;
     }
 
-    /// Loads the dump `fixture` (written anew first when writing the newest, S27, one) and
+    #[cfg(feature = "redis")]
+    #[tokio::test]
+    async fn s32_a_redis_dump_with_unknown_answers_reads_back_as_it_was_meant() {
+        check_redis(REDIS_FIXTURE_S32, Format::S32).await;
+    }
+
+    /// Loads the dump `fixture` (written anew first when writing the newest, S32, one) and
     /// checks its records.
     #[cfg(feature = "redis")]
     async fn check_redis(fixture: &str, format: Format) {
@@ -553,7 +654,7 @@ mod needs_redis {
         let fixture = manifest_path(fixture);
         let client = redis::Client::open(url.as_str()).unwrap();
         let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-        if writing() && format == Format::S27 {
+        if writing() && format == Format::S32 {
             let prefix = format!("fixture:{}:", uuid::Uuid::new_v4().simple());
             let store = RedisStore::builder(&url)
                 .prefix(&prefix)

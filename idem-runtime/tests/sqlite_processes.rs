@@ -193,3 +193,31 @@ fn outcomes_recorded_by_one_process_are_replayed_to_a_later_one_through_the_defa
         "the body ran once in all"
     );
 }
+
+/// Issue 51 #7: under a program's `tracing` subscriber (INFO and above to stderr), a new default
+/// store says where it is once (not once on stderr and again through the subscriber), and its
+/// schema migrations are not at INFO.
+#[test]
+fn finding7_a_new_default_store_says_where_it_is_once_and_migrates_quietly() {
+    let work = tempfile::tempdir().unwrap();
+    let out = child_command(work.path(), Hang::Nowhere, LEASE)
+        .current_dir(work.path())
+        .env(support::LOG_TO_STDERR, "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let (_, replayed) = ok(&reported(&out));
+    assert!(!replayed);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        said.matches("no runtime installed").count(),
+        1,
+        "said once: {said}"
+    );
+    assert!(
+        said.lines()
+            .any(|l| l.starts_with("INFO") && l.contains("no runtime installed")),
+        "through the subscriber: {said}"
+    );
+    assert!(!said.contains("schema migrated"), "{said}");
+}

@@ -151,9 +151,9 @@ impl Arguments {
 /// `Serialize`, under a name that can say why a tool's other arguments need it.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be fingerprinted as an argument of a side effect",
-    label = "`{Self}` must implement `serde::Serialize`",
-    note = "the arguments that are not key fields are fingerprinted, so that a retry is told apart from a key reused for another operation: add `#[derive(serde::Serialize)]` to `{Self}`, or make the argument a key field",
-    note = "if `{Self}` is a handle rather than data of the operation (an HTTP client, a connection pool, a channel's sender), it does not belong in the arguments: make the tool a method and keep the handle in `self` (`&self` is neither a key field nor fingerprinted)"
+    label = "an argument that is not a key field is fingerprinted: a handle belongs in `self`, data must implement `serde::Serialize`",
+    note = "if `{Self}` is a handle rather than data of the operation (an HTTP client such as `reqwest::Client`, a connection pool, a channel's sender), it does not belong in the arguments: make the tool a method and keep the handle in `self` (`&self` is neither a key field nor fingerprinted)",
+    note = "if `{Self}` is data of the operation: the arguments that are not key fields are fingerprinted, so that a retry is told apart from a key reused for another operation; add `#[derive(serde::Serialize)]` to `{Self}`, or make the argument a key field"
 )]
 pub trait Fingerprinted: Serialize {}
 impl<T: Serialize + ?Sized> Fingerprinted for T {}
@@ -209,7 +209,7 @@ pub fn assert_from_error<E: FromIdemError>() {}
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot carry idemkit's own errors",
     label = "`{Self}` does not implement `From<idemkit::Error>`",
-    note = "add `impl From<idemkit::Error> for {Self}`: key reuse, a call still in flight and store failures reach the caller as your error type (classify them, usually as `Failure::Permanent`)"
+    note = "add `impl From<idemkit::Error> for {Self}`: key reuse, a call still in flight and store failures reach the caller as your error type (in `Classify`, hand them to their own: `MyError::Idem(e) => e.classify()`)"
 )]
 pub trait FromIdemError {}
 impl<E: From<Error>> FromIdemError for E {}
@@ -362,6 +362,10 @@ impl<'a, T, E> UncheckedCall<'a, T, E> {
         &mut self,
         _verification: F,
     ) {
+        unreachable!("{UNCHECKED}")
+    }
+
+    pub fn describe_errors(&mut self, _describe: Option<fn(&E) -> String>) {
         unreachable!("{UNCHECKED}")
     }
 }

@@ -54,6 +54,56 @@ impl<F, A, T, E> VerifyMisfits<A, T, E> for &VerifyProbe<F, A, T, E> {
     }
 }
 
+/// How a `verify` function's error reads in the record's note and the call's span when a
+/// verification fails: by its `Display`, else its `Debug`, else not at all (the runtime then
+/// says how it classifies). Picked by autoref specialization where the expansion names `E`:
+/// `(&&&Describe::<E>::new()).describer()`.
+pub struct Describe<E>(PhantomData<fn(&E)>);
+
+impl<E> Describe<E> {
+    /// The selector for `E`.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        Describe(PhantomData)
+    }
+}
+
+/// Picked when `E: Display`.
+pub trait DescribeByDisplay<E> {
+    /// `E`'s `Display`.
+    fn describer(&self) -> Option<fn(&E) -> String>;
+}
+
+impl<E: core::fmt::Display> DescribeByDisplay<E> for &&Describe<E> {
+    fn describer(&self) -> Option<fn(&E) -> String> {
+        Some(|e| e.to_string())
+    }
+}
+
+/// Picked when `E: Debug` only.
+pub trait DescribeByDebug<E> {
+    /// `E`'s `Debug`.
+    fn describer(&self) -> Option<fn(&E) -> String>;
+}
+
+impl<E: core::fmt::Debug> DescribeByDebug<E> for &Describe<E> {
+    fn describer(&self) -> Option<fn(&E) -> String> {
+        Some(|e| format!("{e:?}"))
+    }
+}
+
+/// Picked otherwise.
+pub trait DescribeNot<E> {
+    /// Nothing.
+    fn describer(&self) -> Option<fn(&E) -> String>;
+}
+
+impl<E> DescribeNot<E> for Describe<E> {
+    fn describer(&self) -> Option<fn(&E) -> String> {
+        None
+    }
+}
+
 /// One arity of `verify` functions: the tool's receiver, key and parameters count.
 macro_rules! verify_arity {
     ($($a:ident),*) => {

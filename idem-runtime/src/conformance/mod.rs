@@ -103,6 +103,12 @@ pub use self::settle::{
     s28_not_applied_releases_the_record_and_the_next_call_runs,
     s28_the_hosts_settler_task_settles_without_a_caller_and_stops,
     s28_unknown_keeps_the_record_and_counts_it_up_to_the_bound,
+    s30_a_pass_cut_off_mid_verify_gives_the_record_back_at_once,
+    s30_a_settler_that_dies_mid_verify_leaves_the_record_listed_once_its_lease_lapses,
+    s31_a_dead_callers_record_is_reported_and_settled_without_a_caller,
+    s31_a_lapsed_takeover_of_an_ambiguous_record_reads_with_its_note,
+    s32_the_age_bound_counts_from_when_the_operation_was_first_made,
+    s32_the_operator_bound_counts_across_callers_retries,
 };
 pub use self::takeover::{
     s6_a_claim_of_an_ambiguous_record_is_a_takeover_from_ambiguity,
@@ -178,7 +184,13 @@ macro_rules! settle_conformance_tests {
             s28_no_verify_is_left_and_counted_and_a_dry_run_changes_nothing,
             s28_a_record_a_caller_holds_is_passed_by,
             s28_a_caller_racing_the_settler_never_runs_body_or_verify_alongside,
-            s28_the_hosts_settler_task_settles_without_a_caller_and_stops
+            s28_the_hosts_settler_task_settles_without_a_caller_and_stops,
+            s30_a_pass_cut_off_mid_verify_gives_the_record_back_at_once,
+            s30_a_settler_that_dies_mid_verify_leaves_the_record_listed_once_its_lease_lapses,
+            s31_a_dead_callers_record_is_reported_and_settled_without_a_caller,
+            s31_a_lapsed_takeover_of_an_ambiguous_record_reads_with_its_note,
+            s32_the_operator_bound_counts_across_callers_retries,
+            s32_the_age_bound_counts_from_when_the_operation_was_first_made
         );
     };
 }

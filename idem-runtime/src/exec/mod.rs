@@ -182,7 +182,8 @@ impl<'a> Tool<'a> {
     /// ([`Tool::verify`]) or an operator (`idemkit resolve`) settles it.
     ///
     /// Default for a `Tool`: `true`, since every attempt is handed the key. The attributes
-    /// default to whether the function takes the `&IdempotencyKey` (it passes the key on).
+    /// default to whether the function passes the key on: it takes the `&IdempotencyKey`, or its
+    /// body sends it with `.send_idempotent()` or reads it with `current_key()`.
     ///
     /// [`Failure::Ambiguous`]: crate::Failure::Ambiguous
     pub const fn resend(mut self, yes: bool) -> Self {

@@ -113,8 +113,9 @@ pub(crate) fn enter(tool: &str, key: &IdempotencyKey) -> InProgress {
 }
 
 /// Without a `tracing` subscriber a warning goes nowhere: the first retry-loop warning of a
-/// process that has none is printed to stderr as well, once, with how to see the rest.
-fn to_stderr_once(message: &str) {
+/// process that has none (a loop around a tool here, or one that makes a new key each turn:
+/// `core::fresh`) is printed to stderr as well, once, with how to see the rest.
+pub(crate) fn to_stderr_once(message: &str) {
     static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     let unheard = tracing::dispatcher::get_default(|d| d.is::<tracing::subscriber::NoSubscriber>());
     if unheard && !SAID.swap(true, Ordering::Relaxed) {

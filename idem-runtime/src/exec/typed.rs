@@ -45,6 +45,9 @@ pub struct SideEffectCall<'a, T, E> {
     in_progress: InProgress,
     /// Attempts that ended with a result.
     attempts: u32,
+    /// How the verify function's error reads (its `Display`), kept in the record and the span
+    /// when a verification fails; set by the expansion where `E` has one.
+    describe: Option<fn(&E) -> String>,
 }
 
 impl<'a, T, E> SideEffectCall<'a, T, E> {
@@ -61,6 +64,7 @@ impl<'a, T, E> SideEffectCall<'a, T, E> {
             last: None,
             in_progress,
             attempts: 0,
+            describe: None,
         }
     }
 
@@ -74,6 +78,12 @@ impl<'a, T, E> SideEffectCall<'a, T, E> {
         fingerprint: Result<Fingerprint, serde_json::Error>,
     ) {
         self.call.previous(key, fingerprint);
+    }
+
+    /// How an error of the verify function reads, for the record's note (`idemkit show`) and the
+    /// call's span when a verification fails (S19); without it, by how the error classifies.
+    pub fn describe_errors(&mut self, describe: Option<fn(&E) -> String>) {
+        self.describe = describe;
     }
 
     /// The key to run the next attempt with, or `None` when the call is over. When
@@ -145,9 +155,19 @@ impl<'a, T: Serialize + DeserializeOwned, E: Classify + From<Error>> SideEffectC
                 self.last = Some(Ok(value));
             }
             Ok(Verified::NotApplied) => self.call.verified_not_applied(),
-            Ok(Verified::Unknown) => self.call.verified_unknown(false),
-            // The error itself is the verify function's to log: it is not the call's result.
-            Err(_) => self.call.verified_unknown(true),
+            Ok(Verified::Unknown) => self.call.verified_unknown(None),
+            // Not the call's result: what it says is kept with the record and in the span.
+            Err(e) => {
+                let why = match self.describe {
+                    Some(describe) => describe(&e),
+                    None => format!(
+                        "an error of type `{}`, which classifies as \"{}\"",
+                        std::any::type_name::<E>(),
+                        e.classify()
+                    ),
+                };
+                self.call.verified_unknown(Some(why));
+            }
         }
     }
 

@@ -1,5 +1,7 @@
 //! The client side: a reqwest request sent inside a side effect carries the call's key, and what
-//! comes back is classified for the retry policy.
+//! comes back is classified for the retry policy. For reqwest 0.13 (the feature `reqwest` is
+//! built with it): a `RequestBuilder` of another reqwest version is another type, and the error
+//! then says so (see [`IdempotentRequest`]).
 //!
 //! An extension trait on `reqwest::RequestBuilder`, not `reqwest-middleware`: the key is the
 //! attempt's, known where the request is sent (inside the body), so nothing needs to sit in a
@@ -29,6 +31,12 @@ pub fn current_key() -> Option<IdempotencyKey> {
 
 /// Sends a reqwest request with an idempotency key, and classifies what comes back.
 ///
+/// Implemented for reqwest **0.13**'s `RequestBuilder` (the reqwest idemkit's feature `reqwest`
+/// is built with). A program that depends on another reqwest (0.12) has two reqwest versions in
+/// its build, and its `RequestBuilder` does not have these methods: the compiler's error says
+/// that it is not reqwest 0.13's. `cargo tree -d -i reqwest` shows which crates bring which
+/// version; depend on `reqwest = "0.13"`.
+///
 /// ```no_run
 /// use idem_runtime::http::{HttpError, IdempotentRequest};
 /// use idem_runtime::{Classify, Failure, Idem, MemoryStore, Tool};
@@ -41,7 +49,7 @@ pub fn current_key() -> Option<IdempotencyKey> {
 ///     fn classify(&self) -> Failure {
 ///         match self {
 ///             PayError::Http(e) => e.classify(), // 409, 422, 429, 5xx, timeouts: as the draft says
-///             PayError::Idem(_) => Failure::Permanent,
+///             PayError::Idem(e) => e.classify(),
 ///         }
 ///     }
 /// }
@@ -59,7 +67,7 @@ pub fn current_key() -> Option<IdempotencyKey> {
 ///     .await;
 /// # Ok(()) }
 /// ```
-pub trait IdempotentRequest: sealed::Sealed + Sized {
+pub trait IdempotentRequest: sealed::Reqwest013RequestBuilder + Sized {
     /// This request with `Idempotency-Key: "<key>"` (draft-09: an sf-string), replacing any
     /// such header already set.
     fn idempotency_key(self, key: &IdempotencyKey) -> RequestBuilder;
@@ -72,22 +80,42 @@ pub trait IdempotentRequest: sealed::Sealed + Sized {
     /// closure `Tool::side_effect` runs, or a `#[side_effect]` function): called anywhere else it
     /// sends nothing and answers [`HttpError::NoCall`].
     ///
-    /// A `#[side_effect]` tool that sends this way without taking the `&IdempotencyKey` says
-    /// `resend = true`: the provider deduplicates, which the attribute cannot see (S20).
+    /// A `#[side_effect]` tool whose body sends this way passes its key on, as one that takes the
+    /// `&IdempotencyKey` does: an attempt whose outcome is unknown is sent again under the same
+    /// key (S20's default; `resend = false` says otherwise). The attribute sees the call in the
+    /// body's own code only: a tool that sends from a helper function says `resend = true`.
     fn send_idempotent(self) -> impl Future<Output = Result<Response, HttpError>> + Send;
 }
 
 mod sealed {
-    pub trait Sealed {}
-    impl Sealed for reqwest::RequestBuilder {}
+    /// What [`IdempotentRequest`](super::IdempotentRequest) is implemented for: the
+    /// `RequestBuilder` of reqwest 0.13, the reqwest idemkit is built with. The trait is
+    /// implemented through this bound rather than for the type itself, so that a request builder
+    /// of another reqwest (0.12: another type) finds the method and its error names the version
+    /// to use, instead of "no method named `send_idempotent`". A supertrait of it too, so that
+    /// the trait stays sealed.
+    #[diagnostic::on_unimplemented(
+        message = "idemkit's `IdempotentRequest` (`.send_idempotent()`) works on the `RequestBuilder` of reqwest 0.13, and this `{Self}` is not one",
+        label = "not a `reqwest::RequestBuilder` of reqwest 0.13",
+        note = "idemkit's `reqwest` feature is built with reqwest 0.13; a `RequestBuilder` of another reqwest version (e.g. 0.12) is another type, and two reqwest versions may be in your build (`cargo tree -d -i reqwest` shows them): depend on `reqwest = \"0.13\"`"
+    )]
+    pub trait Reqwest013RequestBuilder {
+        fn into_builder(self) -> reqwest::RequestBuilder;
+    }
+
+    impl Reqwest013RequestBuilder for reqwest::RequestBuilder {
+        fn into_builder(self) -> reqwest::RequestBuilder {
+            self
+        }
+    }
 }
 
-impl IdempotentRequest for RequestBuilder {
+impl<R: sealed::Reqwest013RequestBuilder> IdempotentRequest for R {
     fn idempotency_key(self, key: &IdempotencyKey) -> RequestBuilder {
         // `headers` replaces a header of the same name (`header` would add a second one).
         let mut header = HeaderMap::with_capacity(1);
         header.insert(IDEMPOTENCY_KEY, header_value(key));
-        self.headers(header)
+        self.into_builder().headers(header)
     }
 
     fn send_idempotent(self) -> impl Future<Output = Result<Response, HttpError>> + Send {

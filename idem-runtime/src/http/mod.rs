@@ -2,7 +2,7 @@
 //! semantics of the IETF draft "The Idempotency-Key HTTP Header Field" (draft-ietf-httpapi-
 //! idempotency-key-header-09) and of Stripe.
 //!
-//! - **Client** (feature `reqwest`): [`IdempotentRequest::send_idempotent`] sends a request made
+//! - **Client** (feature `reqwest`, for reqwest 0.13): [`IdempotentRequest::send_idempotent`] sends a request made
 //!   inside a side effect's body with the call's key as `Idempotency-Key` (a structured-field
 //!   string: `Idempotency-Key: "32e00e40-…"`), the tool writing nothing, and answers an
 //!   [`HttpError`] that [`Classify`](crate::Classify)s the way the retry policy needs: refused

@@ -12,7 +12,16 @@
 //!   [`Settler::operator_after_unknowns`]) it is reported as needing an operator.
 //!
 //! Each decision is kept with the record as an operator's `idemkit resolve` is (S24), and shown
-//! by `idemkit show`; the count of Unknown answers is kept in the record's note.
+//! by `idemkit show`; the Unknown answers are counted with the record (S32,
+//! [`Record::unknowns`](crate::store::Record::unknowns)), by callers' verifications too, and
+//! kept through every takeover.
+//!
+//! A record a holder left Running with its lease lapsed (its process died, stalled or was cut
+//! off mid-way; its body may have started) reads as an ambiguous one for operators and for the
+//! settler (S31), so a pass settles it as it does an ambiguous record, without waiting for a
+//! caller; that holds for the settler's own hold too (S30): a pass dropped mid-verify gives its
+//! claim back at once, and one whose process died leaves the record ambiguous and listed again
+//! as soon as its lease lapses.
 //!
 //! The settler takes a record over as a caller does: it claims the key with the record's
 //! fingerprint under a lease token of its own, asks verify while it holds the lease, and writes
@@ -58,7 +67,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
@@ -110,33 +119,46 @@ impl fmt::Debug for Settler {
     }
 }
 
-/// Unknown answers kept in a record's note: how many, and since when (unix ms).
-const UNKNOWNS_MARK: &str = "\n[idemkit settle: verify answered unknown ";
+/// S30: gives the settler's claim back if its pass is dropped (a timeout around
+/// [`Settler::run_once`], a shutdown) before its decision was written: the record becomes at once
+/// what it was before the claim ([`Store::restore`]), instead of waiting for the settler's lease
+/// to lapse. Guarded by the settler's token like every holder's write: a decision written
+/// meanwhile fences it out.
+struct GiveBack {
+    store: Arc<dyn SettleStore>,
+    key: IdempotencyKey,
+    token: LeaseToken,
+    note: String,
+    ttl: Duration,
+    armed: bool,
+}
 
-/// The note as the call wrote it, and the Unknown answers counted with it (count, since).
-fn unknowns_of(note: &str) -> (&str, Option<(u32, u64)>) {
-    let Some((original, tail)) = note.rsplit_once(UNKNOWNS_MARK) else {
-        return (note, None);
-    };
-    // "<n> time(s) since unix ms <ms>]"
-    let mut words = tail.split_whitespace();
-    let n = words.next().and_then(|w| w.parse().ok());
-    let since = tail
-        .rsplit_once("unix ms ")
-        .and_then(|(_, ms)| ms.trim_end_matches(']').parse().ok());
-    match (n, since) {
-        (Some(n), Some(since)) => (original, Some((n, since))),
-        _ => (note, None),
+impl Drop for GiveBack {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        // Without a runtime (its shutdown), the settler's lease lapses instead, and the record
+        // then reads as it did before the claim (S31).
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (store, key, token) = (self.store.clone(), self.key, self.token);
+        let (note, ttl) = (std::mem::take(&mut self.note), self.ttl);
+        runtime.spawn(async move {
+            match store.restore(key, token, &note, ttl).await {
+                Ok(written) => tracing::debug!(
+                    %key, ?written,
+                    "idemkit settle: a pass was dropped mid-verify; its claim was given back"
+                ),
+                Err(e) => tracing::warn!(
+                    %key, error = %e,
+                    "idemkit settle: a pass was dropped mid-verify and its claim could not be given back; \
+                     the record reads as before once the settler's lease lapses"
+                ),
+            }
+        });
     }
-}
-
-fn with_unknowns(original: &str, n: u32, since_ms: u64) -> String {
-    format!("{original}{UNKNOWNS_MARK}{n} time(s) since unix ms {since_ms}]")
-}
-
-fn unix_ms(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 impl Settler {
@@ -191,15 +213,16 @@ impl Settler {
         self
     }
 
-    /// A record whose verify has answered Unknown for this long (since its first Unknown answer,
-    /// by the record's time of making) is reported as needing an operator (default one hour);
-    /// `None`: never by age.
+    /// A record whose verify has answered Unknown, and whose operation was first made at least
+    /// this long ago ([`Record::first_made`], kept through takeovers), is reported as needing an
+    /// operator (default one hour); `None`: never by age.
     pub fn operator_after(mut self, age: impl Into<Option<Duration>>) -> Self {
         self.operator_after = age.into();
         self
     }
 
-    /// A record whose verify has answered Unknown this many times is reported as needing an
+    /// A record whose verify has answered Unknown this many times ([`Record::unknowns`]: the
+    /// settler's answers and callers' alike, across takeovers) is reported as needing an
     /// operator (default: by age only).
     pub fn operator_after_unknowns(mut self, answers: impl Into<Option<u32>>) -> Self {
         self.operator_after_unknowns = answers.into();
@@ -307,6 +330,7 @@ impl Settler {
         .with_tenant(tenant.clone());
         match self.store.claim(&req).await {
             Err(e) => return Settled::Failed(e.to_string()),
+            // An ambiguous record, or a holder's whose lease lapsed (S31): settled alike.
             Ok(Claim::Acquired { takeover: Some(_) }) => {}
             Ok(Claim::Acquired { takeover: None }) => {
                 // It was settled or expired since it was listed: this claim made a new record.
@@ -325,6 +349,15 @@ impl Settler {
                 };
             }
         }
+        // S30: dropped before its decision is written, the claim is given back at once.
+        let mut give_back = GiveBack {
+            store: self.store.clone(),
+            key: record.key,
+            token,
+            note: note.clone(),
+            ttl,
+            armed: true,
+        };
         // S26: asked with the record's key current, as a call's verification is.
         let asked = crate::exec::current::under(record.key, || verify(record.key));
         let asked = async {
@@ -373,15 +406,30 @@ impl Settler {
                     .await
             }
             Ok(Verified::Unknown) | Err(_) => {
-                let (original, counted) = unknowns_of(note);
-                let (n, since) = counted.unwrap_or((0, unix_ms(record.created)));
-                let answers = n.saturating_add(1);
-                let kept = with_unknowns(original, answers, since);
+                // S32: counted with the record, which keeps the note it was listed with.
                 let written = self
                     .store
-                    .mark_ambiguous(record.key, token, &kept, keep.max(Duration::from_millis(1)))
+                    .mark_unknown(record.key, token, note, keep.max(Duration::from_millis(1)))
                     .await;
-                let age = Duration::from_millis(unix_ms(SystemTime::now()).saturating_sub(since));
+                // Written (or fenced): nothing to give back. A store that failed is asked to
+                // give the claim back instead, as for a dropped pass.
+                give_back.armed = written.is_err();
+                // The count as the store keeps it (a caller's answers between the listing and
+                // this claim included).
+                let counted = match &written {
+                    Ok(Written::Applied) => self
+                        .store
+                        .get(&record.key)
+                        .await
+                        .ok()
+                        .flatten()
+                        .map_or(0, |r| r.unknowns),
+                    _ => 0,
+                };
+                let answers = counted.max(record.unknowns.saturating_add(1));
+                let age = SystemTime::now()
+                    .duration_since(record.first_made)
+                    .unwrap_or_default();
                 let needs_operator = self.operator_after_unknowns.is_some_and(|b| answers >= b)
                     || self.operator_after.is_some_and(|b| age >= b);
                 return match written {
@@ -392,20 +440,20 @@ impl Settler {
                     },
                     Ok(Written::Fenced) => Settled::Fenced,
                     Err(e) => Settled::Failed(format!(
-                        "{e}; {} stays the settler's until its lease ({:?}) ends, then is taken over as \
-                         ambiguous by the next call",
+                        "{e}; {} stays the settler's until its lease ({:?}) ends, then reads as ambiguous \
+                         again",
                         record.key, self.lease
                     )),
                 };
             }
         };
+        give_back.armed = written.is_err();
         match written {
             Ok(Written::Applied) if matches!(answer, Ok(Verified::Applied(_))) => Settled::Applied,
             Ok(Written::Applied) => Settled::NotApplied,
             Ok(Written::Fenced) => Settled::Fenced,
             Err(e) => Settled::Failed(format!(
-                "{e}; {} stays the settler's until its lease ({:?}) ends, then is taken over as ambiguous by \
-                 the next call",
+                "{e}; {} stays the settler's until its lease ({:?}) ends, then reads as ambiguous again",
                 record.key, self.lease
             )),
         }

@@ -152,11 +152,13 @@ impl SettleReport {
             );
             return out;
         }
+        // What it changed first (issue 51 #7): a pass that only looked is not said to have settled.
         let _ = writeln!(
             out,
-            "settled {n} record(s) kept as ambiguous: {} applied (completed), {} not applied (released), \
-             {} still unknown, {} need an operator past the bound, {} without a verify function (left for \
-             `idemkit resolve`)",
+            "changed {} of {n} record(s) kept as ambiguous: {} applied (completed), {} not applied (released); \
+             left as they were: {} still unknown, {} need an operator past the bound, {} without a verify \
+             function (left for `idemkit resolve`)",
+            self.count("applied") + self.count("not_applied"),
             self.count("applied"),
             self.count("not_applied"),
             self.count("unknown"),
@@ -210,5 +212,38 @@ impl SettleReport {
             );
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{SettleReport, Settled};
+    use crate::key::IdempotencyKey;
+
+    /// Issue 51 #7: a pass that changed nothing says so; it is not "settled 1 record(s)".
+    #[test]
+    fn finding7_the_summary_counts_what_the_pass_changed() {
+        let key = |n: u32| IdempotencyKey::derive("charge", &[("order", &n)]);
+        let mut report = SettleReport::default();
+        report
+            .records
+            .push((key(1), "charge".to_owned(), Settled::NoVerify));
+        let summary = report.summary();
+        assert!(
+            summary.starts_with("changed 0 of 1 record(s) kept as ambiguous"),
+            "{summary}"
+        );
+        assert!(!summary.contains("settled 1"), "{summary}");
+        report
+            .records
+            .push((key(2), "charge".to_owned(), Settled::Applied));
+        report
+            .records
+            .push((key(3), "charge".to_owned(), Settled::NotApplied));
+        let summary = report.summary();
+        assert!(
+            summary.starts_with("changed 2 of 3 record(s) kept as ambiguous: 1 applied (completed), 1 not applied (released)"),
+            "{summary}"
+        );
     }
 }

@@ -23,6 +23,12 @@
 //! Ambiguous, or the expired holder's Running), so a cancellation never makes an unknown
 //! outcome of its own.
 //!
+//! A holder whose verify function answered Unknown marks the record ambiguous with
+//! [`Store::mark_unknown`], which also counts that answer with the record (S32); a record keeps
+//! when its operation was first made, its Unknown answers and the note of the ambiguous record
+//! it was through every takeover. Operators and the settler read a Running record whose lease
+//! lapsed as an ambiguous one ([`Records::get`], S31).
+//!
 //! A record whose time-to-live has passed is absent for every operation. A write by a holder
 //! whose token is no longer the record's is refused ([`Written::Fenced`]); a write the holder
 //! already made, sent again under its token (its reply was lost), is [`Written::Applied`] again.

@@ -24,7 +24,8 @@ pub struct Record {
     /// When it was made (its first claim, or the takeover that restarted it), by the store's
     /// clock: SQLite's the machine's, PostgreSQL's `now()`, Redis's `TIME`, the memory store's
     /// tokio's. [`SystemTime::UNIX_EPOCH`] when the store does not know: a record written before
-    /// stores kept this (schema version 1).
+    /// stores kept this (schema version 1). When the operation was first made is
+    /// [`Record::first_made`].
     pub created: SystemTime,
     /// When it last changed (a claim, a renewal, completion, marked ambiguous), by the same
     /// clock; [`SystemTime::UNIX_EPOCH`] when unknown, as for `created`.
@@ -41,6 +42,17 @@ pub struct Record {
     /// `resolve` passes or a new claim of the key replaces it ([`Record::is_live`] tells them
     /// apart). `None` also for a record written before stores kept decisions.
     pub resolution: Option<Resolution>,
+    /// When its operation was first made (S32): its first claim, by the store's clock, kept
+    /// through every takeover (a caller's or the settler's), where [`Record::created`] moves to
+    /// the takeover. For a record written before stores kept it, its `created`;
+    /// [`SystemTime::UNIX_EPOCH`] when that is unknown too.
+    pub first_made: SystemTime,
+    /// How many Unknown answers a verify function (a caller's, S19, or the settler's, S28) has
+    /// given about it (S32), counted across takeovers; 0 for a record written before stores kept
+    /// it.
+    pub unknowns: u32,
+    /// When the first of those Unknown answers came, by the store's clock; `None` before any.
+    pub unknown_since: Option<SystemTime>,
 }
 
 impl Record {
@@ -63,6 +75,9 @@ impl Record {
             updated: SystemTime::UNIX_EPOCH,
             tenant: None,
             resolution: None,
+            first_made: SystemTime::UNIX_EPOCH,
+            unknowns: 0,
+            unknown_since: None,
         }
     }
 
@@ -103,18 +118,50 @@ impl Record {
         self
     }
 
-    /// The same, made at `created` and last changed at `updated`.
+    /// The same, made at `created` and last changed at `updated` (and first made at `created`
+    /// too, unless [`Record::with_history`] says otherwise).
     pub fn with_times(mut self, created: SystemTime, updated: SystemTime) -> Self {
+        if self.first_made == self.created {
+            self.first_made = created;
+        }
         self.created = created;
         self.updated = updated;
         self
+    }
+
+    /// The same, its operation first made at `first_made`, with `unknowns` Unknown answers of
+    /// verify since `unknown_since` (S32).
+    pub fn with_history(
+        mut self,
+        first_made: SystemTime,
+        unknowns: u32,
+        unknown_since: Option<SystemTime>,
+    ) -> Self {
+        self.first_made = first_made;
+        self.unknowns = unknowns;
+        self.unknown_since = unknown_since;
+        self
+    }
+}
+
+/// S31, S30: what a Running record whose holder's lease lapsed at `lease_end` reads as for
+/// operators and the settler: an ambiguous one (its holder died, stalled or was cut off; its
+/// body may have started), with the note kept from the ambiguous record it was taken over from
+/// (`kept`), else a note that says so.
+pub(crate) fn lapsed(lease_end: SystemTime, kept: Option<&str>) -> RecordState {
+    RecordState::Ambiguous {
+        note: match kept {
+            Some(note) if !note.is_empty() => note.to_owned(),
+            _ => crate::sentences::lease_lapsed(lease_end),
+        },
     }
 }
 
 /// Where a record stands, as an operator sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RecordState {
-    /// A holder is running it.
+    /// A holder is running it under a live lease (operators read a running record whose lease
+    /// lapsed as [`RecordState::Ambiguous`], S31).
     Running {
         /// The holder's token.
         token: LeaseToken,
@@ -126,9 +173,11 @@ pub enum RecordState {
         /// The outcome (JSON).
         outcome: Vec<u8>,
     },
-    /// Ran out of attempts after a failure that may have taken effect.
+    /// Its outcome is unknown: it ran out of attempts after a failure that may have taken
+    /// effect, or its holder's lease lapsed while it ran (S31).
     Ambiguous {
-        /// The last error, as the executor wrote it.
+        /// The last error, as the executor wrote it (for a lapsed holder's record, the note of
+        /// the ambiguous record it was taken over from, or one saying the lease lapsed).
         note: String,
     },
 }

@@ -16,11 +16,13 @@ use crate::key::IdempotencyKey;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum StateKind {
-    /// A holder is running it (its lease may have run out).
+    /// A holder is running it under a live lease (a running record whose lease lapsed is
+    /// read as [`StateKind::Ambiguous`], S31).
     Running,
     /// It completed; its outcome replays.
     Completed,
-    /// It ran out of attempts after a failure that may have taken effect.
+    /// Its outcome is unknown: it ran out of attempts after a failure that may have taken
+    /// effect, or its holder's lease lapsed while it ran (S31).
     Ambiguous,
 }
 
@@ -371,10 +373,19 @@ impl Count {
 #[async_trait::async_trait]
 pub trait Records: Send + Sync {
     /// The live record of `key`, if any.
+    ///
+    /// A Running record whose holder's lease has lapsed (its holder died, stalled or was cut
+    /// off; its body may have started) is returned as [`RecordState::Ambiguous`] (S31), with
+    /// the note of the ambiguous record it was taken over from, else one that says its
+    /// holder's lease lapsed: that is what the settler and `idemkit settle` look for.
+    /// [`Records::list`] (its [`StateKind`] filter included) and [`Records::counts`] read it
+    /// the same way. Every store of this crate does; a store that does not leaves such records
+    /// to the next caller of their key.
     async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError>;
 
     /// Live records that pass `filter`, newest first (by [`Record::created`], ties by key), at
-    /// most `filter.limit`.
+    /// most `filter.limit`; a lapsed holder's record counts as ambiguous (see
+    /// [`Records::get`]).
     async fn list(&self, filter: &RecordFilter) -> Result<Vec<Record>, StoreError>;
 
     /// Running → absent, so the next call runs the operation again (with the same key). Refused

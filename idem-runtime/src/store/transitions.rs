@@ -100,6 +100,26 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreFuture<'a, Written> {
         self.mark_ambiguous(key, token, note, ttl)
     }
+
+    /// **Running → Ambiguous** as [`mark_ambiguous`](Store::mark_ambiguous), after a verify
+    /// function answered Unknown (a caller's, S19, or the settler's, S28), and counting that
+    /// answer with the record (S32): [`Record::unknowns`](super::Record::unknowns) grows by one
+    /// and [`Record::unknown_since`](super::Record::unknown_since) is set if it was not, in the
+    /// same atomic step. Sent again under the same token after it applied, it answers
+    /// [`Written::Applied`] again and counts nothing more.
+    ///
+    /// The default marks the record ambiguous without counting: a store that does not keep the
+    /// count (one written before S32) gives the settler's `operator_after_unknowns` bound
+    /// nothing to count. Every store of this crate counts.
+    fn mark_unknown<'a>(
+        &'a self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        note: &'a str,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Written> {
+        self.mark_ambiguous(key, token, note, ttl)
+    }
 }
 
 /// What a claim asks of the store.
@@ -352,6 +372,18 @@ pub trait AsyncStore: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Written, StoreError>> + Send {
         AsyncStore::mark_ambiguous(self, key, token, note, ttl)
     }
+
+    /// [`Store::mark_unknown`]; the default, like [`Store::mark_unknown`]'s, marks the record
+    /// ambiguous without counting.
+    fn mark_unknown(
+        &self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        note: &str,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Written, StoreError>> + Send {
+        AsyncStore::mark_ambiguous(self, key, token, note, ttl)
+    }
 }
 
 impl<S: AsyncStore> Store for S {
@@ -395,6 +427,15 @@ impl<S: AsyncStore> Store for S {
         ttl: Duration,
     ) -> StoreFuture<'a, Written> {
         StoreFuture::boxed(AsyncStore::restore(self, key, token, note, ttl))
+    }
+    fn mark_unknown<'a>(
+        &'a self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        note: &'a str,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Written> {
+        StoreFuture::boxed(AsyncStore::mark_unknown(self, key, token, note, ttl))
     }
 }
 
@@ -452,6 +493,15 @@ impl<S: Store + ?Sized> Store for Arc<S> {
         ttl: Duration,
     ) -> StoreFuture<'a, Written> {
         (**self).restore(key, token, note, ttl)
+    }
+    fn mark_unknown<'a>(
+        &'a self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        note: &'a str,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Written> {
+        (**self).mark_unknown(key, token, note, ttl)
     }
 }
 

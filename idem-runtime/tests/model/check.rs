@@ -1,12 +1,13 @@
 //! An explicit-state checker: breadth-first over every reachable state (so a counterexample is a
-//! shortest one), the safety properties checked on every transition, then liveness (every
-//! caller ends) on the whole graph: from every reachable state, a state where all callers have
-//! ended must be reachable.
+//! shortest one), the safety properties checked on every transition, then liveness on the whole
+//! graph: from every reachable state, a state where all callers have ended must be reachable
+//! (without faults), and, with a settler, one where no unknown outcome waits must be reachable
+//! by the settlers' steps and time alone.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use super::protocol::{Action, Config, Property, State, is_fault, next, show};
+use super::protocol::{Action, Config, Property, State, is_fault, is_settlers_step, next, show};
 
 /// Every safety property.
 pub const SAFETY: &[Property] = &[
@@ -17,6 +18,10 @@ pub const SAFETY: &[Property] = &[
     Property::S19NeverNotRunAfterAnAttempt,
     Property::S15DroppedClaimEnds,
     Property::S27DroppedUnusedClaimLeavesTheRecordAsItWas,
+    Property::S30DroppedSettlerHoldEnds,
+    Property::S31NoUnknownOutOfSight,
+    Property::S32OperatorBoundCountsAcrossTakeovers,
+    Property::S28EachDecisionOnce,
 ];
 
 /// What a check found.
@@ -52,9 +57,10 @@ impl Counterexample {
 }
 
 /// Checks `cfg` exhaustively for the safety properties `safety`; `liveness`: also that every
-/// caller can always end.
+/// caller can always end and, with a settler, that the settlers can always settle what waits.
 pub fn check(cfg: &Config, safety: &[Property], liveness: bool) -> Report {
-    let wanted: u8 = safety.iter().fold(0, |m, &p| m | 1 << p as u8);
+    let wanted: u16 = safety.iter().fold(0, |m, &p| m | 1 << p as u16);
+    let settles = liveness && cfg.settlers() > 0;
     let started = Instant::now();
     let init = State::initial(cfg);
     let mut index: HashMap<State, u32> = HashMap::new();
@@ -65,6 +71,9 @@ pub fn check(cfg: &Config, safety: &[Property], liveness: bool) -> Report {
     // Forward edges, in CSR form, for liveness.
     let mut offsets: Vec<u32> = Vec::new();
     let mut targets: Vec<u32> = Vec::new();
+    // The settlers' steps only, likewise.
+    let mut s_offsets: Vec<u32> = Vec::new();
+    let mut s_targets: Vec<u32> = Vec::new();
     let mut transitions = 0usize;
     let mut succ = Vec::new();
     let mut at = 0usize;
@@ -72,6 +81,7 @@ pub fn check(cfg: &Config, safety: &[Property], liveness: bool) -> Report {
         let s = states[at];
         next(cfg, &s, &mut succ);
         offsets.push(targets.len() as u32);
+        s_offsets.push(s_targets.len() as u32);
         for &(a, t, broken) in &succ {
             transitions += 1;
             let id = match index.get(&t) {
@@ -87,7 +97,7 @@ pub fn check(cfg: &Config, safety: &[Property], liveness: bool) -> Report {
             if broken & wanted != 0 {
                 let property = *safety
                     .iter()
-                    .find(|&&p| broken & (1 << p as u8) != 0)
+                    .find(|&&p| broken & (1 << p as u16) != 0)
                     .expect("a wanted property");
                 let mut path = vec![(Some(a), t)];
                 path.extend(trail(&states, &parent, at as u32));
@@ -102,19 +112,32 @@ pub fn check(cfg: &Config, safety: &[Property], liveness: bool) -> Report {
             if liveness && id as usize != at && !is_fault(a) {
                 targets.push(id);
             }
+            if settles && id as usize != at && is_settlers_step(a) {
+                s_targets.push(id);
+            }
         }
         at += 1;
     }
     offsets.push(targets.len() as u32);
+    s_offsets.push(s_targets.len() as u32);
     drop(index);
     let mut counterexample = None;
-    if liveness && let Some(stuck) = cannot_end(&states, &offsets, &targets) {
-        let mut path = trail(&states, &parent, stuck);
+    let mut stuck = |property: Property, id: u32| {
+        let mut path = trail(&states, &parent, id);
         path.reverse();
-        counterexample = Some(Counterexample {
-            property: Property::EveryCallerEnds,
-            path,
-        });
+        counterexample = Some(Counterexample { property, path });
+    };
+    if liveness && let Some(id) = cannot_reach(&states, &offsets, &targets, State::all_ended) {
+        stuck(Property::EveryCallerEnds, id);
+    } else if settles
+        && let Some(id) = cannot_reach(
+            &states,
+            &s_offsets,
+            &s_targets,
+            State::settled_or_no_settler,
+        )
+    {
+        stuck(Property::SettledWithoutACaller, id);
     }
     Report {
         states: states.len(),
@@ -142,9 +165,14 @@ fn trail(
     }
 }
 
-/// A reachable state from which no state with every caller ended is reachable, if any
-/// (backward reachability from the ended states over the reversed graph).
-fn cannot_end(states: &[State], offsets: &[u32], targets: &[u32]) -> Option<u32> {
+/// A reachable state from which no state that is `goal` is reachable, if any (backward
+/// reachability from the goal states over the reversed graph).
+fn cannot_reach(
+    states: &[State],
+    offsets: &[u32],
+    targets: &[u32],
+    goal: impl Fn(&State) -> bool,
+) -> Option<u32> {
     let n = states.len();
     let mut indeg = vec![0u32; n + 1];
     for &t in targets {
@@ -164,7 +192,7 @@ fn cannot_end(states: &[State], offsets: &[u32], targets: &[u32]) -> Option<u32>
     let mut can = vec![false; n];
     let mut queue: Vec<u32> = Vec::new();
     for (i, s) in states.iter().enumerate() {
-        if s.all_ended() {
+        if goal(s) {
             can[i] = true;
             queue.push(i as u32);
         }

@@ -1,8 +1,9 @@
-//! The protocol as a finite transition system: one key, 2-3 callers, the store's transitions as
-//! `MemoryStore` (and the SQLite store's lease cap) makes them, the executor's decisions as
-//! `exec/core` makes them, the provider, an operator, and the faults. Every step is optional
-//! (a caller, its body, its renewals may stall for any length), so a property that holds here
-//! holds whatever the timing.
+//! The protocol as a finite transition system: one key, 0-3 callers, 0-2 settlers, the store's
+//! transitions as `MemoryStore` (and the SQLite store's lease cap) makes them, the executor's
+//! decisions as `exec/core` makes them, the settler's as `settle/mod.rs` makes them (with issue
+//! 52's parts), the provider, an operator, the record's time-to-live, and the faults. Every step
+//! is optional (a caller, its body, its renewals, a settler may stall for any length), so a
+//! property that holds here holds whatever the timing.
 //!
 //! Time is relative: a state keeps what is left of each lease (by the store's clock and by each
 //! holder's own monotonic clock), not the hour, so the state space is finite without a horizon
@@ -54,6 +55,96 @@ pub struct Exec {
     /// S27: the store restores what a takeover replaced. `false`: it releases instead (the
     /// broken variant the seed-1856 fix guarded against).
     pub restores: bool,
+    /// The actors beside the callers (the settler) and how the store keeps records over time
+    /// (issue 52). `Exec::CODE` has no settler and no expiry, so the models built before them
+    /// (and the trace validation of `model_stores.rs`, `failover_redis.rs`) are unchanged.
+    pub settle: Settle,
+}
+
+/// At most this many settlers (the state is a fixed array). A settler holds the record under the
+/// holder number `MAX_CALLERS + j`.
+pub const MAX_SETTLERS: usize = 2;
+
+/// The settler (`settle/mod.rs`) and the store's keeping of records over time: how many settlers
+/// run, their lease, the operator bound, expiry, and the design (as issue 52 builds it, or with one
+/// of its parts taken out).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settle {
+    /// How many settlers run at once (0-2). Each makes passes for ever (list, claim, verify,
+    /// decide), and may be cut off (its pass dropped) or crash at each step.
+    pub settlers: u8,
+    /// The settler's lease, in ticks (it does not renew: its verify is bounded by half of it).
+    pub lease: u8,
+    /// The operator bound: after this many Unknown answers a record is flagged for an operator.
+    pub bound: u8,
+    pub expiry: Expiry,
+    /// The record as an earlier call left it: `None`, none; `Some(e)`, kept as ambiguous, with
+    /// `e` effects (0 or 1) at the provider (for checks of the settlers alone).
+    pub start: Option<u8>,
+    /// S31: the settler lists (and `list --state ambiguous` shows) a Running record whose lease
+    /// lapsed as well as an Ambiguous one, and settles it as an ambiguous one. `false`: it lists
+    /// state Ambiguous only (main before issue 52).
+    pub lists_lapsed: bool,
+    /// S30: a settler's pass dropped while it holds a record gives it back at once (ambiguous;
+    /// a record its own claim made: released). `false`: nothing does (main before issue 52).
+    pub drop_guard: bool,
+    /// S32: a takeover (a caller's or a settler's) keeps the record's count of Unknown answers
+    /// (and, with it, when the record was first made and since when it is unknown: the stores
+    /// keep and reset them together). `false`: a caller that took the record over starts them
+    /// afresh (main before issue 52: its claim rewrote `created`, and its mark replaced the note,
+    /// where the count was kept, with its own; a claim given back brought the old note back).
+    pub takeover_keeps_count: bool,
+    /// S32 with two settlers: a settler counts its Unknown answer on the count of the record it
+    /// holds. `false`: on the count it listed (main before issue 52: `unknowns_of(note)` of the
+    /// listed record), which another settler's answer may have passed since.
+    pub counts_held: bool,
+    /// A claim of an absent key (a record settled and released since the settler listed it) is
+    /// reported as what it is, a new record (which the settler releases). `false`: reported as
+    /// a takeover (issue 52 #6: PostgreSQL's `RETURNING` read the statement's snapshot), so the
+    /// settler verifies and decides again.
+    pub claim_reports_truly: bool,
+}
+
+impl Settle {
+    /// No settler, no expiry; the rest as issue 52 builds it.
+    pub const NONE: Settle = Settle {
+        settlers: 0,
+        lease: 3,
+        bound: 2,
+        expiry: Expiry::Never,
+        start: None,
+        lists_lapsed: true,
+        drop_guard: true,
+        takeover_keeps_count: true,
+        counts_held: true,
+        claim_reports_truly: true,
+    };
+
+    /// The settler as main made it before issue 52: lists state Ambiguous only, no drop guard,
+    /// a takeover starts the count afresh and the settler counts on what it listed.
+    pub const BEFORE_ISSUE_52: Settle = Settle {
+        lists_lapsed: false,
+        drop_guard: false,
+        takeover_keeps_count: false,
+        counts_held: false,
+        ..Settle::NONE
+    };
+}
+
+/// When a record's time-to-live may pass (it is then absent to every transition, and `prune`
+/// deletes it: the memory store's `claim`, `held`, `list` and `restore` all read a record past
+/// its ttl as absent, so in the model expiry and prune are one step, at any time once no lease on
+/// the record is live).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expiry {
+    /// Never (the models before issue 52).
+    Never,
+    /// S10 as main has it: any record whose lease is not live, an ambiguous one included.
+    S10,
+    /// S34 (issue 53): a record kept as ambiguous, or counting as one (S31: running, its lease
+    /// lapsed), never expires by time; a completed one may (S10: the next call runs anew, a new
+    /// record; S33's tombstone, issue 53, is outside the model).
+    S34,
 }
 
 impl Exec {
@@ -68,6 +159,7 @@ impl Exec {
         drop_guard: true,
         gives_back: true,
         restores: true,
+        settle: Settle::NONE,
     };
 }
 
@@ -110,6 +202,10 @@ pub struct Config {
 impl Config {
     pub fn callers(&self) -> usize {
         self.leases.len()
+    }
+
+    pub fn settlers(&self) -> usize {
+        self.exec.settle.settlers as usize
     }
 
     fn offset(&self, i: usize) -> i8 {
@@ -257,10 +353,39 @@ pub struct Caller {
     pub reached: bool,
 }
 
+/// Where a settler is in its pass (`Settler::run_once_with`, `settle_record`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SPhase {
+    /// Between passes: its next pass lists the records to settle.
+    Idle,
+    /// Listed the record; `count`: its Unknown answers as listed (kept only where the settler
+    /// counts on what it listed, [`Settle::counts_held`] off).
+    Listed { count: u8 },
+    /// Holds the record (its claim took it over); verify is asked.
+    Holding { count: u8 },
+    /// Verify answered; the decision is being written under the settler's token.
+    Deciding { verdict: Verdict, count: u8 },
+    /// Its claim made a new record (the one it listed was settled meanwhile): releasing it.
+    Discarding,
+    /// Its process died (or the settler is not in this model).
+    Crashed,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct State {
     pub rec: Rec,
     pub callers: [Caller; MAX_CALLERS],
+    pub settlers: [SPhase; MAX_SETTLERS],
+    /// The record's count of Unknown answers (the settler's), up to the bound; 0 where there is
+    /// no record or it is completed.
+    pub count: u8,
+    /// Ghost: the Unknown answers the settlers wrote on this record since it was made (up to the
+    /// bound), whatever the record keeps.
+    pub answers: u8,
+    /// Ghost: decisions (a settler's Applied or NotApplied written, an operator's resolve) since a
+    /// caller last made a new record, or a settler's claim that made one said so (up to 2).
+    /// Tracked only with a settler.
+    pub decided: u8,
     /// Effects at the provider (saturating at 2).
     pub effects: u8,
     /// Ghost: the key's ambiguity mark (an attempt of the holder answered `Ambiguous`, or the
@@ -287,11 +412,23 @@ impl State {
         for c in callers.iter_mut().take(cfg.callers()) {
             *c = idle;
         }
+        let mut settlers = [SPhase::Crashed; MAX_SETTLERS];
+        for p in settlers.iter_mut().take(cfg.settlers()) {
+            *p = SPhase::Idle;
+        }
+        let start = cfg.exec.settle.start;
         State {
-            rec: Rec::Absent,
+            rec: match start {
+                None => Rec::Absent,
+                Some(_) => Rec::Ambiguous,
+            },
             callers,
-            effects: 0,
-            marked: false,
+            settlers,
+            count: 0,
+            answers: 0,
+            decided: 0,
+            effects: start.unwrap_or(0),
+            marked: start.is_some(),
             forced: false,
             ops_left: cfg.operator_actions,
         }
@@ -302,6 +439,28 @@ impl State {
         self.callers
             .iter()
             .all(|c| matches!(c.phase, Phase::Done(_) | Phase::Crashed))
+    }
+
+    /// An unknown outcome waits for a decision: the effect happened or the key is marked
+    /// ambiguous, and the record neither completed nor an operator's forced repair.
+    pub fn unknown_pending(&self) -> bool {
+        (self.effects > 0 || self.marked) && self.rec != Rec::Completed && !self.forced
+    }
+
+    /// The record is in the settle queue's sight: held under a lease not yet lapsed (its holder
+    /// decides it, or the lease lapses), or listed by the settler and `list --state ambiguous`.
+    pub fn in_sight(&self, cfg: &Config) -> bool {
+        match self.rec {
+            Rec::Absent => false,
+            Rec::Completed | Rec::Ambiguous => true,
+            Rec::Running { rem, .. } => rem > 0 || cfg.exec.settle.lists_lapsed,
+        }
+    }
+
+    /// What the settlers reach without a caller (S30/S31): no unknown outcome waits, or no
+    /// settler is left to settle it.
+    pub fn settled_or_no_settler(&self) -> bool {
+        !self.unknown_pending() || self.settlers.iter().all(|p| *p == SPhase::Crashed)
     }
 }
 
@@ -361,6 +520,22 @@ pub enum Action {
     DropWriteFails(u8),
     Crash(u8),
     Operator(Op),
+    /// A settler's pass lists the record (as one to settle).
+    SettlerList(u8),
+    /// Its claim took the record over (or made a new one).
+    SettlerClaim(u8),
+    /// Its claim found the record held under a live lease (`Busy`) or completed (`Gone`).
+    SettlerBusy(u8),
+    SettlerVerify(u8, Verdict),
+    /// Its decision (or the release of a record its claim made), fenced by its token.
+    SettlerWrite(u8),
+    SettlerWriteFails(u8),
+    /// Its pass is dropped (a timeout around `run_once`, a shutdown): the drop guard's write.
+    SettlerDrop(u8),
+    SettlerDropWriteFails(u8),
+    SettlerCrash(u8),
+    /// The record's time-to-live passes (and `prune` deletes it).
+    Expire,
 }
 
 /// A property, named after its contract row.
@@ -391,6 +566,23 @@ pub enum Property {
     /// by the protocol's own steps, without a fault or an operator (AG EF, which gives
     /// "eventually" under fairness); so no state but those is stuck either.
     EveryCallerEnds,
+    /// S30: a settler's pass dropped while it holds the record gives it back at once (unless the
+    /// store failed the write).
+    S30DroppedSettlerHoldEnds,
+    /// S30/S31: no unknown outcome is ever out of the settle queue's sight: whenever the effect
+    /// happened or the key is marked ambiguous, and the record is neither completed nor forced
+    /// by an operator, it is held under a lease not yet lapsed or listed by the settler.
+    S31NoUnknownOutOfSight,
+    /// S32: a settler's Unknown answer that is the bound's n-th on the record (across takeovers
+    /// by callers and settlers) flags it for an operator.
+    S32OperatorBoundCountsAcrossTakeovers,
+    /// S28: each unknown is decided once: never two decisions (a settler's Applied or NotApplied,
+    /// an operator's resolve) between a caller's making of a record and the next.
+    S28EachDecisionOnce,
+    /// S30/S31, liveness: from every reachable state, by the settlers' own steps and time alone
+    /// (no caller, no fault, no operator), a state is reachable where no unknown outcome waits,
+    /// unless no settler is left (AG EF).
+    SettledWithoutACaller,
 }
 
 impl fmt::Display for Property {
@@ -400,12 +592,17 @@ impl fmt::Display for Property {
 }
 
 /// The properties a transition breaks, as a set (bit `Property as u8`).
-pub type Broken = u8;
+pub type Broken = u16;
 
 /// The successors of `s`, each with the properties its transition breaks.
 pub fn next(cfg: &Config, s: &State, out: &mut Vec<(Action, State, Broken)>) {
     out.clear();
-    let mut push = |a: Action, t: State| {
+    let mut push = |a: Action, mut t: State| {
+        // No count without a record to keep it, nor on a completed one.
+        if matches!(t.rec, Rec::Absent | Rec::Completed) {
+            t.count = 0;
+            t.answers = 0;
+        }
         let broken = check(cfg, s, a, &t);
         out.push((a, t, broken));
     };
@@ -415,8 +612,185 @@ pub fn next(cfg: &Config, s: &State, out: &mut Vec<(Action, State, Broken)>) {
     for i in 0..cfg.callers() {
         caller_steps(cfg, s, i, &mut push);
     }
+    for j in 0..cfg.settlers() {
+        settler_steps(cfg, s, j, &mut push);
+    }
     if s.ops_left > 0 {
         operator_steps(cfg, s, &mut push);
+    }
+    expiry_steps(cfg, s, &mut push);
+}
+
+/// The holder number of settler `j`.
+fn settler_holder(j: usize) -> u8 {
+    (MAX_CALLERS + j) as u8
+}
+
+fn bump(n: u8, max: u8) -> u8 {
+    (n + 1).min(max)
+}
+
+/// A settler's pass as `Settler::settle_record` makes it (with issue 52's parts as
+/// [`Settle`] says): list, claim under a token of its own (taking the record over as a caller
+/// does), ask verify, write the decision fenced by the token; cut off (the pass dropped: the drop
+/// guard's write) or crashed at each step. A pass over, the next one may start.
+fn settler_steps(cfg: &Config, s: &State, j: usize, push: &mut impl FnMut(Action, State)) {
+    let sc = cfg.exec.settle;
+    if !cfg.verifies {
+        // `Settled::NoVerify`: the settler changes nothing.
+        return;
+    }
+    let me = j as u8;
+    let h = settler_holder(j);
+    let holds = matches!(s.rec, Rec::Running { holder, .. } if holder == h);
+    let listed = |count: u8| if sc.counts_held { 0 } else { count };
+    let with = |p: SPhase| {
+        let mut t = *s;
+        t.settlers[j] = p;
+        t
+    };
+    let phase = s.settlers[j];
+    match phase {
+        SPhase::Crashed => return,
+        SPhase::Idle => {
+            let listable = match s.rec {
+                Rec::Ambiguous => true,
+                Rec::Running { rem, .. } => rem <= 0 && sc.lists_lapsed,
+                Rec::Absent | Rec::Completed => false,
+            };
+            if listable {
+                let t = with(SPhase::Listed {
+                    count: listed(s.count),
+                });
+                push(Action::SettlerList(me), t);
+            }
+            return;
+        }
+        SPhase::Listed { count } => {
+            let takeover = match s.rec {
+                Rec::Absent => None,
+                Rec::Running { holder, rem, .. } if rem <= 0 => {
+                    Some(Prior::Expired { holder, rem })
+                }
+                Rec::Ambiguous => Some(Prior::Ambiguous),
+                Rec::Running { .. } | Rec::Completed => {
+                    push(Action::SettlerBusy(me), with(SPhase::Idle));
+                    return;
+                }
+            };
+            let mut t = *s;
+            t.rec = Rec::Running {
+                holder: h,
+                rem: sc.lease as i8,
+                prior: takeover.unwrap_or(Prior::Absent),
+            };
+            t.settlers[j] = match takeover {
+                // A new record (the one listed was settled or expired since), released at once:
+                // not the record listed, and no decision of it.
+                None if sc.claim_reports_truly => {
+                    t.decided = 0;
+                    SPhase::Discarding
+                }
+                _ => SPhase::Holding { count },
+            };
+            push(Action::SettlerClaim(me), t);
+        }
+        SPhase::Holding { count } => {
+            let truth = if s.effects > 0 {
+                Verdict::Applied
+            } else {
+                Verdict::NotApplied
+            };
+            for verdict in [Verdict::Unknown, truth] {
+                push(
+                    Action::SettlerVerify(me, verdict),
+                    with(SPhase::Deciding { verdict, count }),
+                );
+            }
+        }
+        SPhase::Deciding { verdict, count } => {
+            let mut t = with(SPhase::Idle);
+            if holds {
+                match verdict {
+                    Verdict::Applied => {
+                        t.rec = Rec::Completed;
+                        t.marked = false;
+                        t.decided = bump(t.decided, 2);
+                    }
+                    Verdict::NotApplied => {
+                        t.rec = Rec::Absent;
+                        t.marked = false;
+                        t.decided = bump(t.decided, 2);
+                    }
+                    Verdict::Unknown => {
+                        let counted = if sc.counts_held { s.count } else { count };
+                        t.count = bump(counted, sc.bound);
+                        t.answers = bump(s.answers, sc.bound);
+                        t.rec = Rec::Ambiguous;
+                        t.marked = true;
+                    }
+                }
+            }
+            push(Action::SettlerWrite(me), t);
+            if cfg.faults.store_errors {
+                push(Action::SettlerWriteFails(me), with(SPhase::Idle));
+            }
+        }
+        SPhase::Discarding => {
+            let mut t = with(SPhase::Idle);
+            if holds {
+                t.rec = Rec::Absent;
+            }
+            push(Action::SettlerWrite(me), t);
+            if cfg.faults.store_errors {
+                push(Action::SettlerWriteFails(me), with(SPhase::Idle));
+            }
+        }
+    }
+    // Cut off: the pass is dropped; its drop guard gives the record back.
+    if cfg.faults.drop {
+        let mut t = with(SPhase::Idle);
+        let guarded = sc.drop_guard && holds;
+        if guarded {
+            if phase == SPhase::Discarding {
+                t.rec = Rec::Absent;
+            } else {
+                t.rec = Rec::Ambiguous;
+                t.marked = true;
+            }
+        }
+        push(Action::SettlerDrop(me), t);
+        if guarded && cfg.faults.store_errors {
+            push(Action::SettlerDropWriteFails(me), with(SPhase::Idle));
+        }
+    }
+    // Its process dies (before its claim, that is a settler that does nothing more: no new
+    // behaviour).
+    if cfg.faults.crash && !matches!(phase, SPhase::Listed { .. }) {
+        push(Action::SettlerCrash(me), with(SPhase::Crashed));
+    }
+}
+
+/// The record's time-to-live passes (`Expiry`), and `prune` deletes it.
+fn expiry_steps(cfg: &Config, s: &State, push: &mut impl FnMut(Action, State)) {
+    let expiry = cfg.exec.settle.expiry;
+    let expires = match (expiry, s.rec) {
+        (Expiry::Never, _) | (_, Rec::Absent) => false,
+        (_, Rec::Completed) => true,
+        (Expiry::S10, Rec::Ambiguous) => true,
+        (Expiry::S10, Rec::Running { rem, .. }) => rem <= 0,
+        (Expiry::S34, Rec::Ambiguous | Rec::Running { .. }) => false,
+    };
+    if expires {
+        let mut t = *s;
+        if s.rec == Rec::Completed && !s.forced {
+            // The next call runs anew (S10, by contract): the effects counted are the new
+            // record's. No earlier holder can take a step: none holds a lease (S12, S22), unless
+            // an operator forced one out, which S20 excuses anyway.
+            t.effects = 0;
+        }
+        t.rec = Rec::Absent;
+        push(Action::Expire, t);
     }
 }
 
@@ -462,7 +836,7 @@ fn caller_steps(cfg: &Config, s: &State, i: usize, push: &mut impl FnMut(Action,
         Phase::Run(r) => run_steps(cfg, s, i, r, push),
         Phase::Writing(w, told) => {
             let mut t = *s;
-            write(&mut t, i, w);
+            write(cfg, &mut t, i, w);
             t.callers[i].phase = Phase::Done(told);
             push(Action::Write(me), t);
             if cfg.faults.store_errors {
@@ -525,6 +899,10 @@ fn claim(cfg: &Config, s: &State, i: usize, push: &mut impl FnMut(Action, State)
         rem: o + lease(cfg, i) as i8,
         prior: takeover.unwrap_or(Prior::Absent),
     };
+    if takeover.is_none() && cfg.settlers() > 0 {
+        // A new record: its decisions are its own.
+        t.decided = 0;
+    }
     let amb = takeover.is_some() && cfg.exec.takeover_keeps_ambiguity;
     t.callers[i].phase = Phase::Run(fresh_run(cfg, i, amb));
     push(Action::Claim(me), t);
@@ -747,7 +1125,7 @@ fn run_steps(cfg: &Config, s: &State, i: usize, r: Run, push: &mut impl FnMut(Ac
             } else {
                 Write::Release
             };
-            write(&mut t, i, w);
+            write(cfg, &mut t, i, w);
             if w == Write::Restore && !cfg.exec.restores {
                 // The broken store: a release under the claim's token, the prior forgotten.
                 t.rec = Rec::Absent;
@@ -873,14 +1251,22 @@ fn restored(prior: Prior) -> Rec {
     }
 }
 
-fn write(t: &mut State, i: usize, w: Write) {
+fn write(cfg: &Config, t: &mut State, i: usize, w: Write) {
     let held = matches!(t.rec, Rec::Running { holder, .. } if holder as usize == i);
     if !held {
         return;
     }
+    // Before issue 52 (S32), the count lived in the note, which a caller's mark replaces with
+    // its own.
+    let notes = |t: &mut State| {
+        if !cfg.exec.settle.takeover_keeps_count {
+            t.count = 0;
+        }
+    };
     if let (Write::Restore, Rec::Running { prior, .. }) = (w, t.rec) {
         if prior == Prior::Unknown {
             t.marked = true;
+            notes(t);
         }
         t.rec = restored(prior);
         return;
@@ -892,6 +1278,7 @@ fn write(t: &mut State, i: usize, w: Write) {
         }
         Write::MarkAmbiguous => {
             t.marked = true;
+            notes(t);
             Rec::Ambiguous
         }
         Write::Release | Write::Restore => Rec::Absent,
@@ -907,9 +1294,11 @@ fn operator_steps(cfg: &Config, s: &State, push: &mut impl FnMut(Action, State))
         t.marked = false;
         // Removing a record of an effect that happened says it did not: the operator's call.
         t.forced |= forced || (rec == Rec::Absent && s.effects > 0);
+        if matches!(op, Op::ResolveApplied | Op::ResolveNotApplied) && cfg.settlers() > 0 {
+            t.decided = bump(t.decided, 2);
+        }
         push(Action::Operator(op), t);
     };
-    let _ = cfg;
     match s.rec {
         Rec::Absent => {}
         Rec::Running { .. } => {
@@ -919,6 +1308,10 @@ fn operator_steps(cfg: &Config, s: &State, push: &mut impl FnMut(Action, State))
             } else {
                 act(Op::Release, Rec::Absent, false);
                 act(Op::Forget, Rec::Absent, false);
+                // `Records::resolve` takes a running record whose lease lapsed as it takes an
+                // ambiguous one (S31: it counts as one).
+                act(Op::ResolveApplied, Rec::Completed, false);
+                act(Op::ResolveNotApplied, Rec::Absent, false);
             }
         }
         Rec::Completed => act(Op::Forget, Rec::Absent, false),
@@ -956,12 +1349,46 @@ fn check(cfg: &Config, s: &State, a: Action, t: &State) -> Broken {
             brk(Property::S22NoStepPastItsLease);
         }
     }
-    // A holder's release applied while the key is marked ambiguous.
+    // A holder's release applied while the key is marked ambiguous (a settler's is its
+    // NotApplied decision; expiry is S31's).
     if s.marked && matches!(s.rec, Rec::Running { .. }) && t.rec == Rec::Absent {
-        let by_holder = !matches!(a, Action::Operator(_));
+        let by_holder = match a {
+            Action::Operator(_) | Action::Expire => false,
+            Action::SettlerWrite(j) => !matches!(
+                s.settlers[j as usize],
+                SPhase::Deciding {
+                    verdict: Verdict::NotApplied,
+                    ..
+                }
+            ),
+            _ => true,
+        };
         if by_holder {
             brk(Property::S14AmbiguityClearedOnlyByNotAppliedOrOperator);
         }
+    }
+    if let Action::SettlerDrop(j) = a
+        && matches!(t.rec, Rec::Running { holder, .. } if holder == settler_holder(j as usize))
+    {
+        brk(Property::S30DroppedSettlerHoldEnds);
+    }
+    if t.unknown_pending() && !t.in_sight(cfg) {
+        brk(Property::S31NoUnknownOutOfSight);
+    }
+    if let Action::SettlerWrite(j) = a
+        && let SPhase::Deciding {
+            verdict: Verdict::Unknown,
+            ..
+        } = s.settlers[j as usize]
+        && matches!(s.rec, Rec::Running { holder, .. } if holder == settler_holder(j as usize))
+    {
+        let bound = cfg.exec.settle.bound;
+        if t.answers >= bound && t.count < bound {
+            brk(Property::S32OperatorBoundCountsAcrossTakeovers);
+        }
+    }
+    if t.decided >= 2 {
+        brk(Property::S28EachDecisionOnce);
     }
     for i in 0..cfg.callers() {
         if let Phase::Done(told) = t.callers[i].phase
@@ -1016,6 +1443,24 @@ pub fn is_fault(a: Action) -> bool {
             | Action::RenewFails(_)
             | Action::WriteFails(_)
             | Action::Operator(_)
+            | Action::SettlerWriteFails(_)
+            | Action::SettlerDrop(_)
+            | Action::SettlerDropWriteFails(_)
+            | Action::SettlerCrash(_)
+            | Action::Expire
+    )
+}
+
+/// A settler's own step, or time passing: what [`Property::SettledWithoutACaller`] counts on.
+pub fn is_settlers_step(a: Action) -> bool {
+    matches!(
+        a,
+        Action::Tick
+            | Action::SettlerList(_)
+            | Action::SettlerClaim(_)
+            | Action::SettlerBusy(_)
+            | Action::SettlerVerify(..)
+            | Action::SettlerWrite(_)
     )
 }
 
@@ -1031,6 +1476,18 @@ pub fn show(cfg: &Config, s: &State) -> String {
             p => format!("{p:?}"),
         };
         out.push_str(&format!(" | caller {i} (lease {}): {phase}", cfg.leases[i]));
+    }
+    for (j, p) in s.settlers.iter().enumerate().take(cfg.settlers()) {
+        out.push_str(&format!(
+            " | settler {j} (holder {}): {p:?}",
+            settler_holder(j)
+        ));
+    }
+    if cfg.settlers() > 0 {
+        out.push_str(&format!(
+            " | count {} (answers {}) | decisions {}",
+            s.count, s.answers, s.decided
+        ));
     }
     out.push_str(&format!(" | effects {}", s.effects));
     if s.marked {

@@ -846,6 +846,36 @@ pub struct World {
     state: Mutex<State>,
 }
 
+/// The record of `key` as it stands in `store`, not as operators read it: a Running record
+/// whose holder's lease lapsed reads as ambiguous for operators (S31), which the checks here
+/// tell apart from one marked ambiguous by a claim with other arguments (never taking a live
+/// record, it answers what the record is). `None` when no live record is there.
+pub fn stored_state(
+    store: &idem_runtime::MemoryStore,
+    key: &idem_runtime::IdempotencyKey,
+) -> Option<idem_runtime::store::ExistingState> {
+    use idem_runtime::Store as _;
+    use idem_runtime::store::{Claim, ClaimRequest, LeaseToken};
+    let live = now_or_never(idem_runtime::Records::get(store, key))?.ok()??;
+    let probe = idem_runtime::Fingerprint::of(&"idemkit-sim: a probe of the record's state")
+        .expect("a string fingerprints");
+    assert_ne!(
+        live.fingerprint, probe,
+        "the probe's arguments are no call's"
+    );
+    let token = LeaseToken::new();
+    let second = std::time::Duration::from_secs(1);
+    let req = ClaimRequest::new(*key, "probe", probe, token, second, second);
+    match now_or_never(store.claim(&req))?.ok()? {
+        Claim::Existing(existing) => Some(existing.state),
+        _ => {
+            // It expired in between: the probe's own record is removed again.
+            let _ = now_or_never(store.release(*key, token));
+            None
+        }
+    }
+}
+
 /// Polls a future once: the memory store answers at its first poll.
 pub fn now_or_never<F: std::future::Future>(f: F) -> Option<F::Output> {
     let mut f = std::pin::pin!(f);
@@ -1951,7 +1981,20 @@ impl World {
                         Some(Ok(rec)) => rec.map(|r| r.state.kind()),
                         _ => continue,
                     };
-                use idem_runtime::store::StateKind;
+                use idem_runtime::store::{ExistingState, StateKind};
+                // Marked ambiguous, not a holder's record whose lease lapsed (which reads as
+                // ambiguous, S31, and which a settler would settle).
+                let state = match state {
+                    Some(StateKind::Ambiguous)
+                        if matches!(
+                            stored_state(&self.shared_store, &key),
+                            Some(ExistingState::Running { .. })
+                        ) =>
+                    {
+                        Some(StateKind::Running)
+                    }
+                    other => other,
+                };
                 let unknown_attempt = st.attempts.iter().any(|a| a.op == op && unknown(a));
                 if self.cfg.verifies() && state == Some(StateKind::Ambiguous) {
                     f.unsettled = true;

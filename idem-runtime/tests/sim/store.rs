@@ -270,16 +270,17 @@ impl AsyncStore for SimStore {
         let sender = CALL.try_with(|c| *c).ok();
         self.reach().await?;
         let before = self.shared.get(&req.key).await?;
+        // A holder's record whose lease lapsed reads as ambiguous for operators (S31): told
+        // apart by what the store holds.
         if self.world.cfg.protocol == Protocol::NoTakeover
             && let Some(Record {
                 fingerprint,
-                state:
-                    RecordState::Running {
-                        lease_remaining: Duration::ZERO,
-                        ..
-                    },
+                state: RecordState::Ambiguous { .. },
                 ..
             }) = before
+            && let Some(ExistingState::Running {
+                lease_remaining: Duration::ZERO,
+            }) = super::stored_state(&self.shared, &req.key)
         {
             // The broken store: an expired lease is reported as live, never handed over.
             self.reply().await?;

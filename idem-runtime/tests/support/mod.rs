@@ -20,6 +20,39 @@ const WORK: &str = "IDEMKIT_TEST_WORK";
 const LEASE_MS: &str = "IDEMKIT_TEST_LEASE_MS";
 /// If set, a file the child waits for before it calls: a start line for many children.
 pub const GO: &str = "IDEMKIT_TEST_GO";
+/// If set, the child installs a `tracing` subscriber that prints INFO and above to stderr, as a
+/// program's `tracing_subscriber::fmt::init()` does.
+pub const LOG_TO_STDERR: &str = "IDEMKIT_TEST_LOG_TO_STDERR";
+
+/// Prints each event at INFO or above on stderr: its level, its message and its other fields.
+struct StderrLog;
+
+struct Line(String);
+
+impl tracing::field::Visit for Line {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        use std::fmt::Write as _;
+        let _ = write!(self.0, " {}={value:?}", field.name());
+    }
+}
+
+impl tracing::Subscriber for StderrLog {
+    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+        *metadata.level() <= tracing::Level::INFO
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut line = Line(event.metadata().level().to_string());
+        event.record(&mut line);
+        eprintln!("{}", line.0);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
 
 /// Where the child stops on purpose, to be killed there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -197,6 +230,9 @@ pub fn child_main() {
     let Ok(role) = std::env::var(ROLE) else {
         return; // Run without a role (e.g. `--include-ignored` by hand): nothing to do.
     };
+    if std::env::var_os(LOG_TO_STDERR).is_some() {
+        tracing::subscriber::set_global_default(StderrLog).expect("the only subscriber");
+    }
     let work = PathBuf::from(std::env::var(WORK).expect("IDEMKIT_TEST_WORK"));
     let lease = Duration::from_millis(std::env::var(LEASE_MS).expect("lease").parse().unwrap());
     if let Ok(go) = std::env::var(GO) {

@@ -3,7 +3,7 @@
 //! The README is read on GitHub, which shows rustdoc's hidden `# ` lines as they are, so its
 //! blocks carry none and are not doctests. Each one appears below exactly as the README writes
 //! it (`…` in the README stands for any code), inside a function that gives it its setting;
-//! [`tests::every_readme_block_is_compiled_here`] fails when a README block is not found here.
+//! `tests::every_readme_block_is_compiled_here` fails when a README block is not found here.
 //! The quick start's `src/main.rs` block is the exception: `scripts/quickstart.sh` (run by
 //! `.ci/run`) builds it from the README's own text as a crate of its own and runs it.
 

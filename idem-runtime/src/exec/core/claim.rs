@@ -95,6 +95,8 @@ pub(super) fn start(phase: &mut Phase<'_>) {
         replayed = Empty,
         outcome = Empty,
         verified = Empty,
+        otel.status_code = Empty,
+        otel.status_description = Empty,
     );
     let call = CallTrace {
         tool: Cow::Borrowed(tool.name),
@@ -102,6 +104,7 @@ pub(super) fn start(phase: &mut Phase<'_>) {
         span: span.clone(),
         metered: crate::meters::recording(),
         verified: false,
+        args: super::fresh::slot(&fingerprint, tenant.as_deref()),
     };
     let entered = span.enter();
     let idem = match idem {
@@ -362,6 +365,16 @@ pub(super) enum Answer {
 pub(super) fn answer(req: &ClaimRequest<'_>, claim: Claim) -> Result<Answer, Error> {
     let Existing { fingerprint, state } = match claim {
         Claim::Acquired { takeover } => {
+            // A new record right after a call alike failed under another key: a retry loop
+            // that makes a new key each turn (one atomic load while no call has failed).
+            let tenant = req.tenant.as_deref();
+            super::fresh::claimed(
+                req.tool,
+                &req.fingerprint,
+                tenant,
+                req.key,
+                takeover.is_none(),
+            );
             if let Some(from) = takeover {
                 tracing::info!(from = from.as_str(), "took over the key's record");
                 crate::meters::took_over(req.tool, from);

@@ -53,6 +53,9 @@ impl Drop for Call<'_> {
                 }
                 let holder = run.holder;
                 let call = run.call.into_owned();
+                // Cut off after something ran (a timeout around the call, say): a call alike
+                // with a new key soon after is a retry with a fresh key.
+                call.unsucceeded();
                 let _span = call.span.clone().entered();
                 let may_have_happened =
                     run.ambiguous || matches!(between, Between::Attempting | Between::Verifying(_));

@@ -161,11 +161,21 @@ impl<'a> Run<'a> {
                 } = holder;
                 let s = idem.settings();
                 let key = call.key;
-                let (outcome, error) = match ended {
+                // Not succeeded, something having run: a `Permanent` failure is an answer (a
+                // new key for it may be a new operation), a lease lost before any attempt ran
+                // nothing.
+                let unsucceeded = match &ended {
+                    Ended::Stored(_) | Ended::Unreplayable(_) => false,
+                    Ended::Failed(Failure::Permanent) => ambiguous,
+                    Ended::Failed(_) | Ended::Unsettled(..) => true,
+                    Ended::Lost { attempting, .. } => *attempting || attempts > 0 || ambiguous,
+                };
+                // What the call ended with, and, for a call that failed, why (its span's status).
+                let (outcome, error, why) = match ended {
                     Ended::Stored(outcome) => {
                         match complete(s, &call, token, outcome, ttl, until).await {
-                            true => (CallOutcome::Completed, None),
-                            false => (CallOutcome::Unrecorded, None),
+                            true => (CallOutcome::Completed, None, None),
+                            false => (CallOutcome::Unrecorded, None, None),
                         }
                     }
                     Ended::Unreplayable(reason) => {
@@ -173,8 +183,8 @@ impl<'a> Run<'a> {
                         let outcome = Outcome::unreplayable(&reason);
                         let op = || s.store.complete(key, token, outcome.clone(), ttl);
                         match write(s, &call, "complete", until, op).await {
-                            true => (CallOutcome::Completed, None),
-                            false => (CallOutcome::Unrecorded, None),
+                            true => (CallOutcome::Completed, None, None),
+                            false => (CallOutcome::Unrecorded, None, None),
                         }
                     }
                     Ended::Failed(Failure::Ambiguous) => {
@@ -183,7 +193,7 @@ impl<'a> Run<'a> {
                         );
                         let op = || s.store.mark_ambiguous(key, token, &note, ttl);
                         write(s, &call, "mark_ambiguous", until, op).await;
-                        (CallOutcome::Failed(Failure::Ambiguous), None)
+                        (CallOutcome::Failed(Failure::Ambiguous), None, Some(note))
                     }
                     Ended::Failed(last) if ambiguous => {
                         let note = format!(
@@ -197,14 +207,18 @@ impl<'a> Run<'a> {
                             attempts,
                             last,
                         };
-                        (CallOutcome::Failed(Failure::Ambiguous), Some(err))
+                        (CallOutcome::Failed(Failure::Ambiguous), Some(err), Some(note))
                     }
-                    Ended::Unsettled(why) => {
+                    Ended::Unsettled(why, answered_unknown) => {
                         let note = format!(
                             "{attempts} attempt(s) in this call; the outcome is unknown and was not sent again: {why}"
                         );
-                        tracing::warn!(why, "the outcome is unknown; keeping the record as ambiguous, not sending again");
-                        let op = || s.store.mark_ambiguous(key, token, &note, ttl);
+                        tracing::warn!(why = %why, "the outcome is unknown; keeping the record as ambiguous, not sending again");
+                        // S32: an Unknown answer of verify is counted with the record.
+                        let op = || match answered_unknown {
+                            true => s.store.mark_unknown(key, token, &note, ttl),
+                            false => s.store.mark_ambiguous(key, token, &note, ttl),
+                        };
                         write(s, &call, "mark_ambiguous", until, op).await;
                         let err = Error::Ambiguous {
                             tool: call.tool.to_string(),
@@ -212,17 +226,17 @@ impl<'a> Run<'a> {
                             attempts,
                             last: Failure::Ambiguous,
                         };
-                        (CallOutcome::Failed(Failure::Ambiguous), Some(err))
+                        (CallOutcome::Failed(Failure::Ambiguous), Some(err), Some(note))
                     }
                     Ended::Failed(failure) => {
                         let op = || s.store.release(key, token);
                         write(s, &call, "release", until, op).await;
-                        (CallOutcome::Failed(failure), None)
+                        (CallOutcome::Failed(failure), None, None)
                     }
                     Ended::Lost { attempting, why } => {
                         // Fenced when taken over; applied when only the renewals failed.
+                        let note = format!("{attempts} attempt(s); the lease was lost while one ran ({why})");
                         if attempting || ambiguous {
-                            let note = format!("{attempts} attempt(s); the lease was lost while one ran ({why})");
                             let mark = s.store.mark_ambiguous(key, token, &note, ttl);
                             written(&call, "mark_ambiguous", timed(s, "mark_ambiguous", mark).await);
                         } else {
@@ -234,11 +248,14 @@ impl<'a> Run<'a> {
                             attempts,
                             why,
                         };
-                        (CallOutcome::LeaseLost, Some(err))
+                        (CallOutcome::LeaseLost, Some(err), Some(note))
                     }
                 };
                 s.wakes.ended(&key);
-                call.finish(attempts, outcome);
+                if unsucceeded {
+                    call.unsucceeded();
+                }
+                call.finish_because(attempts, outcome, why.as_deref());
                 error
             }
             .instrument(span),

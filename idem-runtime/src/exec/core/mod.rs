@@ -13,7 +13,8 @@
 //! its rooms: `claim` (before the first attempt), `lease` (renewals while it runs), `end` (the
 //! attempts' bookkeeping and the end written to the store), `dropped` (a call dropped before its
 //! end), `replay` (an outcome met at the claim, to decode), `trace` (what logs and `CallInfo`
-//! name); and `read`, a read-only call's own small loop.
+//! name), `fresh` (a retry loop around the tool that makes a new key each turn); and `read`, a
+//! read-only call's own small loop.
 //!
 //! A call's phases ([`Phase`]) and the transitions that move it between them, each a method of
 //! [`Call`] (`start`, `claimed`, `refuse_arguments`, `attempt_ended`, the `verified_*` answers,
@@ -43,6 +44,7 @@
 //! started leaves the record ambiguous, one that cannot have releases it; in `Recording`, the
 //! write finishes.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -60,6 +62,7 @@ use crate::store::Outcome;
 mod claim;
 mod dropped;
 mod end;
+mod fresh;
 mod lease;
 mod read;
 mod replay;
@@ -89,8 +92,10 @@ enum Ended {
     /// The lease was lost (S13), while an attempt ran (`attempting`) or between attempts.
     Lost { attempting: bool, why: &'static str },
     /// The outcome is unknown and is not to be sent again (S19, S20): the record is kept as
-    /// ambiguous, and the call ends with [`Error::Ambiguous`]; why it was not settled.
-    Unsettled(&'static str),
+    /// ambiguous, and the call ends with [`Error::Ambiguous`]; why it was not settled (a verify
+    /// function's error says why it failed), and whether a verify function answered Unknown or
+    /// failed (counted with the record, S32).
+    Unsettled(Cow<'static, str>, bool),
 }
 
 /// The protocol of one call, driven by a loop in the caller:
@@ -286,26 +291,46 @@ impl<'a> Call<'a> {
         }
     }
 
-    /// The verification could not tell, or failed (S19): the record stays ambiguous.
-    pub(crate) fn verified_unknown(&mut self, failed: bool) {
-        let (answer, why) = if failed {
-            ("error", "the verify function failed")
-        } else {
-            ("unknown", "the verify function could not tell")
+    /// The verification could not tell (`None`), or failed with this error (S19): the record
+    /// stays ambiguous, and why is kept with it (its note, which `idemkit show` prints) and in
+    /// the call's span.
+    pub(crate) fn verified_unknown(&mut self, failed: Option<String>) {
+        let why = match failed {
+            Some(error) => {
+                self.verification_failed(&error);
+                Cow::Owned(format!("the verify function failed: {error}"))
+            }
+            None => {
+                self.verification_answered("unknown");
+                Cow::Borrowed("the verify function could not tell")
+            }
         };
-        self.verification_answered(answer);
-        self.end_run(Ended::Unsettled(why));
+        self.end_run(Ended::Unsettled(why, true));
     }
 
     /// Counts and logs a verification's answer.
     fn verification_answered(&mut self, answer: &'static str) -> &mut Run<'a> {
-        let Phase::Running(run, Between::Verifying(_)) = &mut self.phase else {
-            unreachable!("idemkit: a verification ended that the call did not start")
-        };
+        let run = self.verifying_run();
         crate::meters::verified(&run.call.tool, answer);
         run.call.span.in_scope(|| {
             tracing::info!(answer, "the tool's verify function answered");
         });
+        run
+    }
+
+    /// Counts and logs a verification that failed, with its error.
+    fn verification_failed(&mut self, error: &str) {
+        let run = self.verifying_run();
+        crate::meters::verified(&run.call.tool, "error");
+        run.call.span.in_scope(|| {
+            tracing::warn!(answer = "error", error, "the tool's verify function failed");
+        });
+    }
+
+    fn verifying_run(&mut self) -> &mut Run<'a> {
+        let Phase::Running(run, Between::Verifying(_)) = &mut self.phase else {
+            unreachable!("idemkit: a verification ended that the call did not start")
+        };
         run
     }
 
@@ -371,7 +396,7 @@ impl<'a> Call<'a> {
                         reason: String::from_utf8_lossy(reason).into_owned(),
                     };
                     tracing::warn!(error = %err, "not run");
-                    record.finish(0, CallOutcome::Unreplayable);
+                    record.finish_because(0, CallOutcome::Unreplayable, Some(&err.to_string()));
                     End::Refused(err)
                 }
                 None => End::Replay(Replay { outcome, record }),
@@ -424,9 +449,11 @@ impl<'a> Call<'a> {
                                 *between = Between::Verify(None);
                                 continue;
                             }
-                            self.end_run(Ended::Unsettled(
+                            self.end_run(Ended::Unsettled(Cow::Borrowed(
                                 "an earlier attempt may have taken effect and the tool cannot re-send it (`resend = false`, or it does not take the key)",
-                            ));
+                            ),
+                            false,
+                        ));
                             continue;
                         }
                         run.attempts += 1;
@@ -533,9 +560,11 @@ impl<'a> Call<'a> {
             }
             // S20: not sent again where the provider cannot deduplicate.
             if unknown && !run.resend {
-                self.end_run(Ended::Unsettled(
+                self.end_run(Ended::Unsettled(Cow::Borrowed(
                     "the attempt may have taken effect and the tool cannot re-send it (`resend = false`, or it does not take the key)",
-                ));
+                ),
+                false,
+            ));
                 return;
             }
             if let Some(delay) = run.next_delay(failure) {

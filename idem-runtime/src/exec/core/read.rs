@@ -120,7 +120,9 @@ impl<'a> Read<'a> {
                     "idemkit.read_only",
                     tool = self.name,
                     attempts = Empty,
-                    outcome = Empty
+                    outcome = Empty,
+                    otel.status_code = Empty,
+                    otel.status_description = Empty,
                 );
                 self.started = Some(Instant::now());
             }

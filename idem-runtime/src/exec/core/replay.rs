@@ -34,7 +34,7 @@ impl Replay<'_> {
             ),
         };
         tracing::warn!(error = %err, "not run");
-        record.finish(0, CallOutcome::Unreplayable);
+        record.finish_because(0, CallOutcome::Unreplayable, Some(&err.to_string()));
         err
     }
 

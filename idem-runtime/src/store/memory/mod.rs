@@ -50,6 +50,43 @@ struct Inner {
     /// record is Running under the claim that replaced it, so that the claim given back
     /// unused ([`Store::restore`](crate::Store::restore)) brings it back.
     priors: HashMap<[u8; 16], Prior, KeyHashing>,
+    /// What a record keeps through takeovers (S32, S31), beside the records for the same
+    /// reason: only for a record that was taken over or had an Unknown answer of verify (a key
+    /// without one was first made at its record's `created`, with no Unknown answer and no note
+    /// kept).
+    stories: HashMap<[u8; 16], Story, KeyHashing>,
+}
+
+/// What a record keeps through takeovers (see [`Inner::stories`]).
+#[derive(Debug, Clone)]
+struct Story {
+    /// When its operation was first made.
+    first_made: Tick,
+    /// How many Unknown answers of verify it has had, and since when.
+    unknowns: u32,
+    unknown_since: Option<Tick>,
+    /// The note of the ambiguous record it was last taken over from: what it reads with while
+    /// a lapsed holder's lease leaves it Running (S31).
+    note: Option<Box<str>>,
+}
+
+impl Inner {
+    /// The story of `key`'s record `rec`, made at its first takeover or Unknown answer.
+    fn story(&mut self, key: &[u8; 16], created: Tick) -> &mut Story {
+        self.stories.entry(*key).or_insert_with(|| Story {
+            first_made: created,
+            unknowns: 0,
+            unknown_since: None,
+            note: None,
+        })
+    }
+
+    /// `key`'s record is gone or replaced by a new one: so is its story.
+    fn forget_story(&mut self, key: &[u8; 16]) {
+        if !self.stories.is_empty() {
+            self.stories.remove(key);
+        }
+    }
 }
 
 /// What a takeover replaced (see [`Inner::priors`]).

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use super::rows::kind;
+use super::rows::{kind, shown_kind};
 use super::{Kept, MemoryStore, State};
 use crate::error::StoreError;
 use crate::key::IdempotencyKey;
@@ -42,6 +42,7 @@ impl MemoryStore {
         for k in &expired {
             inner.records.remove(k);
             inner.resolutions.remove(k);
+            inner.forget_story(k);
         }
         inner.resolutions.retain(|_, kept| kept.kept_until > now);
         expired.len()
@@ -91,6 +92,7 @@ impl Records for MemoryStore {
             }
             State::Running { .. } => {
                 inner.records.remove(key.as_bytes());
+                inner.forget_story(key.as_bytes());
                 Ok(Released::Released)
             }
             ref other => Ok(Released::NotRunning(kind(other))),
@@ -111,6 +113,7 @@ impl Records for MemoryStore {
             });
         }
         inner.resolutions.remove(key);
+        inner.forget_story(key);
         Ok(match inner.records.remove(key) {
             Some(rec) if rec.expires_at > now => Forgot::Forgotten,
             _ => Forgot::NotFound,
@@ -243,7 +246,7 @@ impl Records for MemoryStore {
                 .records
                 .values()
                 .filter(|r| r.expires_at > now)
-                .map(|r| (inner.names.str(r.tool), kind(&r.state))),
+                .map(|r| (inner.names.str(r.tool), shown_kind(r, now))),
         ))
     }
 }

@@ -6,6 +6,7 @@ use uuid::Uuid;
 use super::clock::Tick;
 use super::{Inner, Kept, MemoryStore, Rec, State};
 use crate::key::IdempotencyKey;
+use crate::store::record::lapsed;
 use crate::store::{Record, RecordState, StateKind};
 
 pub(super) fn kind(state: &State) -> StateKind {
@@ -16,14 +17,39 @@ pub(super) fn kind(state: &State) -> StateKind {
     }
 }
 
+/// The kind of `rec` as operators read it at `now` (S31): a live Running record whose holder's
+/// lease lapsed is an ambiguous one.
+pub(super) fn shown_kind(rec: &Rec, now: Tick) -> StateKind {
+    match rec.state {
+        State::Running { lease_until, .. } if lease_until <= now && rec.expires_at > now => {
+            StateKind::Ambiguous
+        }
+        ref state => kind(state),
+    }
+}
+
 impl MemoryStore {
     /// The record `rec` of `key` as operators see it, the decision kept for it included.
     pub(super) fn record(&self, inner: &Inner, key: [u8; 16], rec: &Rec, now: Tick) -> Record {
+        let story = match inner.stories.is_empty() {
+            true => None,
+            false => inner.stories.get(&key),
+        };
         Record {
             key: IdempotencyKey::from_uuid(Uuid::from_bytes(key)),
             tool: inner.names.str(rec.tool).to_owned(),
             fingerprint: rec.fingerprint,
             state: match &rec.state {
+                // S31: its holder's lease lapsed (the holder died, stalled or was cut off): read
+                // as the ambiguous record it may be, with the note it kept.
+                State::Running { lease_until, .. }
+                    if *lease_until <= now && rec.expires_at > now =>
+                {
+                    lapsed(
+                        self.clock.wall(*lease_until),
+                        story.and_then(|s| s.note.as_deref()),
+                    )
+                }
                 State::Running { token, lease_until } => RecordState::Running {
                     token: *token,
                     lease_remaining: now.until(*lease_until),
@@ -40,6 +66,11 @@ impl MemoryStore {
             updated: self.clock.wall(rec.updated),
             tenant: rec.tenant.map(|t| inner.names.str(t).to_owned()),
             resolution: Self::kept(inner, &key, now).map(|k| k.resolution.clone()),
+            first_made: self.clock.wall(story.map_or(rec.created, |s| s.first_made)),
+            unknowns: story.map_or(0, |s| s.unknowns),
+            unknown_since: story
+                .and_then(|s| s.unknown_since)
+                .map(|t| self.clock.wall(t)),
         }
     }
 

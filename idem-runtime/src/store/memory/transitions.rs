@@ -7,7 +7,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use super::clock::Tick;
-use super::{Inner, MemoryStore, Prior, Rec, State};
+use super::{Inner, MemoryStore, Prior, Rec, State, Story};
 use crate::error::StoreError;
 use crate::key::IdempotencyKey;
 use crate::store::{
@@ -72,6 +72,9 @@ impl MemoryStore {
                 if !inner.priors.is_empty() {
                     inner.priors.remove(req.key.as_bytes());
                 }
+                if !inner.stories.is_empty() {
+                    inner.stories.remove(req.key.as_bytes());
+                }
                 absent_or_expired.insert_entry(Box::new(Rec {
                     tool: inner.names.get(req.tool),
                     fingerprint: req.fingerprint,
@@ -122,6 +125,25 @@ impl MemoryStore {
                 inner
                     .priors
                     .insert(*req.key.as_bytes(), Prior::Record(rec.clone()));
+                // S32, S31: when it was first made, its Unknown answers and the note of the
+                // ambiguous record it was stay through the takeover.
+                let was = match &rec.state {
+                    State::Ambiguous { note, .. } => Some(note.clone()),
+                    _ => None,
+                };
+                let created = rec.created;
+                let story = inner
+                    .stories
+                    .entry(*req.key.as_bytes())
+                    .or_insert_with(|| Story {
+                        first_made: created,
+                        unknowns: 0,
+                        unknown_since: None,
+                        note: None,
+                    });
+                if was.is_some() {
+                    story.note = was;
+                }
                 rec.state = running;
                 rec.expires_at = now.after(req.ttl);
                 (rec.created, rec.updated) = (now, now);
@@ -182,6 +204,7 @@ impl MemoryStore {
         }
         inner.records.remove(key.as_bytes());
         inner.forget_prior(&key);
+        inner.forget_story(key.as_bytes());
         Written::Applied
     }
 
@@ -224,32 +247,42 @@ impl MemoryStore {
             // A new record: absent again.
             _ => {
                 inner.records.remove(key.as_bytes());
+                inner.forget_story(key.as_bytes());
             }
         }
         Written::Applied
     }
 
+    /// `unknown`: after an Unknown answer of verify, counted (S32).
     fn mark_ambiguous_sync(
         &self,
         key: IdempotencyKey,
         token: LeaseToken,
         note: &str,
         ttl: Duration,
+        unknown: bool,
     ) -> Written {
         let now = self.clock.now();
-        let mut inner = self.lock();
-        if let Some(rec) = Self::held(&mut inner, &key, token, now) {
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        if let Some(rec) = Self::held(inner, &key, token, now) {
             rec.state = State::Ambiguous {
                 note: note.into(),
                 by: token,
             };
             rec.expires_at = now.after(ttl);
             rec.updated = now;
+            if unknown {
+                let created = rec.created;
+                let story = inner.story(key.as_bytes(), created);
+                story.unknowns = story.unknowns.saturating_add(1);
+                story.unknown_since.get_or_insert(now);
+            }
             inner.forget_prior(&key);
             return Written::Applied;
         }
         // This holder's mark, sent again (its reply was lost): done already.
-        match Self::done_by(&inner, &key, token, now, false) {
+        match Self::done_by(inner, &key, token, now, false) {
             true => Written::Applied,
             false => Written::Fenced,
         }
@@ -293,7 +326,17 @@ impl Store for MemoryStore {
         note: &'a str,
         ttl: Duration,
     ) -> StoreFuture<'a, Written> {
-        StoreFuture::ready(Ok(self.mark_ambiguous_sync(key, token, note, ttl)))
+        StoreFuture::ready(Ok(self.mark_ambiguous_sync(key, token, note, ttl, false)))
+    }
+
+    fn mark_unknown<'a>(
+        &'a self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        note: &'a str,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Written> {
+        StoreFuture::ready(Ok(self.mark_ambiguous_sync(key, token, note, ttl, true)))
     }
 
     fn restore<'a>(

@@ -21,7 +21,7 @@ pub use self::options::PostgresStoreBuilder;
 use self::sql::{Sql, quote};
 
 /// The schema version this build writes and understands.
-const SCHEMA_VERSION: i32 = 5;
+const SCHEMA_VERSION: i32 = 6;
 
 /// How often an operation is sent again after the connection it ran on was lost. Every statement
 /// is safe to repeat: the caller's lease token recognises a claim or write that already applied.
@@ -259,6 +259,10 @@ impl PostgresStore {
     async fn migrate_on(&self, client: &mut Object) -> Result<(), Migration> {
         // Unnamed statements only (`query_typed`, `batch_execute`): safe behind any pooler.
         let tx = client.transaction().await?;
+        // Every start runs `CREATE … IF NOT EXISTS` on what exists: no NOTICE ("already exists,
+        // skipping") in the program's logs for it; for this transaction only.
+        tx.batch_execute("SET LOCAL client_min_messages = warning")
+            .await?;
         if let Some((schema, name)) = &self.sql.schema {
             // Only when missing: `CREATE SCHEMA IF NOT EXISTS` needs CREATE on the database even
             // when the schema exists, which a least-privileged role does not have.
@@ -353,6 +357,14 @@ impl PostgresStore {
                  ADD COLUMN IF NOT EXISTS prior_created timestamptz,
                  ADD COLUMN IF NOT EXISTS prior_updated timestamptz,
                  ADD COLUMN IF NOT EXISTS prior_tenant text;
+             -- Version 6 (S32): what a row keeps through every takeover: when its operation
+             -- was first made (NULL in a row written before: its `created`), and the Unknown
+             -- answers of verify about it and since when. A takeover also keeps the `note` of
+             -- the row it took over (S31).
+             ALTER TABLE {records}
+                 ADD COLUMN IF NOT EXISTS first_made timestamptz,
+                 ADD COLUMN IF NOT EXISTS unknowns integer NOT NULL DEFAULT 0,
+                 ADD COLUMN IF NOT EXISTS unknown_since timestamptz;
              INSERT INTO {version_table} (version) VALUES ({SCHEMA_VERSION})
                  ON CONFLICT (singleton) DO UPDATE SET version = EXCLUDED.version;"
         ))

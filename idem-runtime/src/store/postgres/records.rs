@@ -7,7 +7,7 @@ use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
 use super::rows::{bad_state, corrupt_row, micros, record_of};
-use super::sql::{RECORD_COLUMNS, types};
+use super::sql::{RECORD_COLUMNS, SHOWN_STATE, types};
 use super::{PRUNE_BATCH, PostgresStore, SCHEMA_VERSION};
 use crate::error::{StoreError, StoreErrorKind};
 use crate::key::IdempotencyKey;
@@ -112,7 +112,7 @@ impl Records for PostgresStore {
               WHERE expires_at > now()
                 AND ($1::text IS NULL OR tool = $1)
                 AND ($6::text IS NULL OR tenant = $6)
-                AND ($2::text IS NULL OR state = $2)
+                AND ($2::text IS NULL OR {SHOWN_STATE} = $2)
                 AND ($3::int8 IS NULL OR created <= now() - $3::int8 {US})
                 AND ($4::int8 IS NULL OR created > now() - $4::int8 {US})
               ORDER BY created DESC, key
@@ -333,7 +333,8 @@ impl Records for PostgresStore {
 
     async fn counts(&self) -> Result<Vec<Count>, StoreError> {
         let query = format!(
-            "SELECT tool, state, count(*) FROM {} WHERE expires_at > now() GROUP BY tool, state",
+            "SELECT tool, {SHOWN_STATE} AS shown, count(*) FROM {} WHERE expires_at > now()
+              GROUP BY tool, shown",
             self.sql.records
         );
         let query = &query;

@@ -8,6 +8,7 @@ use uuid::Uuid;
 use crate::error::StoreError;
 use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
+use crate::store::record::lapsed;
 use crate::store::{
     Decision, Existing, ExistingState, LeaseToken, Record, RecordState, Resolution,
 };
@@ -46,7 +47,9 @@ pub(super) fn existing_of(row: &Row) -> Result<Existing, StoreError> {
 
 /// Reads `RECORD_COLUMNS`: `tool, fingerprint, state, token, outcome, note,
 /// lease_remaining_us, expires_in_us, created, updated, tenant, key, resolution, resolved_at,
-/// resolution_note`.
+/// resolution_note, lease_until, first_made, unknowns, unknown_since`, as operators and the
+/// settler read it (S31: a live running row whose holder's lease lapsed is an ambiguous one,
+/// with the note it kept).
 pub(super) fn record_of(row: &Row) -> Result<Record, StoreError> {
     let tool: String = row.try_get(0).map_err(corrupt_row)?;
     let fingerprint = fingerprint_of(row.try_get(1).map_err(corrupt_row)?)?;
@@ -73,7 +76,14 @@ pub(super) fn record_of(row: &Row) -> Result<Record, StoreError> {
             resolution_note,
         )),
     };
+    let lease_until: std::time::SystemTime = row.try_get(15).map_err(corrupt_row)?;
+    let first_made: Option<std::time::SystemTime> = row.try_get(16).map_err(corrupt_row)?;
+    let unknowns: i32 = row.try_get(17).map_err(corrupt_row)?;
+    let unknown_since: Option<std::time::SystemTime> = row.try_get(18).map_err(corrupt_row)?;
     let state = match (state, outcome) {
+        ("running", _) if lease_us <= 0 && expires_us > 0 => {
+            lapsed(lease_until.max(std::time::UNIX_EPOCH), note.as_deref())
+        }
         ("running", _) => RecordState::Running {
             token: LeaseToken(token),
             lease_remaining: Duration::from_micros(lease_us.max(0) as u64),
@@ -95,6 +105,10 @@ pub(super) fn record_of(row: &Row) -> Result<Record, StoreError> {
         updated: updated.max(std::time::UNIX_EPOCH),
         tenant,
         resolution,
+        // S32: NULL in a row written before schema 6: its `created`.
+        first_made: first_made.unwrap_or(created).max(std::time::UNIX_EPOCH),
+        unknowns: u32::try_from(unknowns).unwrap_or(0),
+        unknown_since,
     })
 }
 

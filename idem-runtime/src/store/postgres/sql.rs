@@ -49,7 +49,13 @@ pub(super) mod types {
 pub(super) const RECORD_COLUMNS: &str = "tool, fingerprint, state, token, outcome, note,
     GREATEST(EXTRACT(EPOCH FROM lease_until - now()) * 1000000, 0)::int8,
     GREATEST(EXTRACT(EPOCH FROM expires_at - now()) * 1000000, 0)::int8,
-    created, updated, tenant, key, resolution, resolved_at, resolution_note";
+    created, updated, tenant, key, resolution, resolved_at, resolution_note,
+    lease_until, first_made, unknowns, unknown_since";
+
+/// The state operators read a row in (S31): a running row whose holder's lease lapsed is an
+/// ambiguous one.
+pub(super) const SHOWN_STATE: &str =
+    "(CASE WHEN state = 'running' AND lease_until <= now() THEN 'ambiguous' ELSE state END)";
 
 /// The statements, with the table names filled in once.
 #[derive(Clone)]
@@ -66,6 +72,7 @@ pub(super) struct Sql {
     pub(super) renew: String,
     pub(super) release: String,
     pub(super) mark_ambiguous: String,
+    pub(super) mark_unknown: String,
     pub(super) restore_taken: String,
     pub(super) restore_unknown: String,
     pub(super) restore_new: String,
@@ -101,13 +108,18 @@ impl Sql {
             // a wait: a row released meanwhile would be reported as taken over (issue 52).
             claim: format!(
                 "INSERT INTO {t} AS r (key, tool, fingerprint, state, token, lease_until, expires_at,
-                                       created, updated, tenant)
+                                       created, updated, tenant, first_made)
                  VALUES ($1, $2, $3, 'running', $4, now() + $5::int8 {us}, now() + $6::int8 {us},
-                         now(), now(), $7::text)
+                         now(), now(), $7::text, now())
                  ON CONFLICT (key) DO UPDATE
                     SET tool = EXCLUDED.tool, fingerprint = EXCLUDED.fingerprint, state = 'running',
                         token = EXCLUDED.token, lease_until = EXCLUDED.lease_until,
-                        expires_at = EXCLUDED.expires_at, outcome = NULL, note = NULL,
+                        expires_at = EXCLUDED.expires_at, outcome = NULL,
+                        note = CASE WHEN r.expires_at <= now() THEN NULL ELSE r.note END,
+                        first_made = CASE WHEN r.expires_at <= now() THEN EXCLUDED.first_made
+                                          ELSE COALESCE(r.first_made, r.created) END,
+                        unknowns = CASE WHEN r.expires_at <= now() THEN 0 ELSE r.unknowns END,
+                        unknown_since = CASE WHEN r.expires_at <= now() THEN NULL ELSE r.unknown_since END,
                         created = EXCLUDED.created, updated = EXCLUDED.updated,
                         tenant = EXCLUDED.tenant, resolution = NULL, resolved_at = NULL,
                         resolution_note = NULL, kept_until = NULL,
@@ -176,6 +188,19 @@ impl Sql {
                 "UPDATE {t} SET state = 'ambiguous', note = $3, outcome = NULL,
                                 expires_at = now() + $4::int8 {us}, updated = now(),
                                 prior_state = NULL
+                  WHERE key = $1 AND token = $2 AND expires_at > now()
+                    AND state IN ('running', 'ambiguous')"
+            ),
+            // The same after an Unknown answer of verify, counted (S32) when the row was
+            // running (not when the mark is sent again).
+            mark_unknown: format!(
+                "UPDATE {t} SET state = 'ambiguous', note = $3, outcome = NULL,
+                                expires_at = now() + $4::int8 {us}, updated = now(),
+                                prior_state = NULL,
+                                unknowns = unknowns + CASE WHEN state = 'running' THEN 1 ELSE 0 END,
+                                unknown_since = CASE WHEN state = 'running'
+                                                     THEN COALESCE(unknown_since, now())
+                                                     ELSE unknown_since END
                   WHERE key = $1 AND token = $2 AND expires_at > now()
                     AND state IN ('running', 'ambiguous')"
             ),

@@ -167,6 +167,24 @@ impl AsyncStore for PostgresStore {
             .await?;
         Ok(Written::from_changed(n))
     }
+
+    async fn mark_unknown(
+        &self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        note: &str,
+        ttl: Duration,
+    ) -> Result<Written, StoreError> {
+        let (key, token, ttl) = (key.as_uuid(), token.0, micros(ttl));
+        let n = self
+            .run("mark_unknown", |c| async move {
+                let params: [&(dyn ToSql + Sync); 4] = [&key, &token, &note, &ttl];
+                self.changed(&c, &self.sql.mark_unknown, types::MARK_AMBIGUOUS, &params)
+                    .await
+            })
+            .await?;
+        Ok(Written::from_changed(n))
+    }
 }
 
 #[async_trait::async_trait]

@@ -7,6 +7,7 @@ use redis::Value;
 use crate::error::StoreError;
 use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
+use crate::store::record::lapsed;
 use crate::store::{
     Decision, Existing, ExistingState, LeaseToken, Record, RecordState, Resolution,
 };
@@ -101,7 +102,9 @@ pub(super) fn existing_of(items: Vec<Value>) -> Result<Existing, StoreError> {
     Ok(Existing { fingerprint, state })
 }
 
-/// Reads the `get` script's reply: the record's 15 fields, the server's time among them.
+/// Reads the `get` script's reply: the record's 19 fields, the server's time among them, as
+/// operators and the settler read it (S31: a live running record whose holder's lease lapsed
+/// is an ambiguous one, with the note it kept).
 pub(super) fn record_of(
     key: IdempotencyKey,
     items: Vec<Value>,
@@ -122,9 +125,23 @@ pub(super) fn record_of(
         decision,
         resolved_at,
         resolution_note,
-    ] = fields::<15>(items)?;
+        lease_until,
+        first_made,
+        unknowns,
+        unknown_since,
+    ] = fields::<19>(items)?;
     let tool = String::from_utf8(bytes(tool)?).map_err(|_| corrupt_field("tool"))?;
+    let lease_left = int(lease_left)?;
+    let expires_in = int(expires_in)?;
+    let created = wall_time(&bytes(created)?);
     let state = match bytes(state)?.as_slice() {
+        b"running" if lease_left <= 0 && expires_in > 0 => {
+            let note = bytes(note)?;
+            lapsed(
+                wall_time(&bytes(lease_until)?),
+                Some(String::from_utf8_lossy(&note).as_ref()),
+            )
+        }
         b"running" => RecordState::Running {
             token: LeaseToken(
                 std::str::from_utf8(&bytes(token)?)
@@ -132,7 +149,7 @@ pub(super) fn record_of(
                     .and_then(|t| t.parse().ok())
                     .ok_or_else(|| corrupt_field("token"))?,
             ),
-            lease_remaining: Duration::from_millis(int(lease_left)?.max(0) as u64),
+            lease_remaining: Duration::from_millis(lease_left.max(0) as u64),
         },
         b"completed" => RecordState::Completed {
             outcome: bytes(outcome)?,
@@ -142,13 +159,25 @@ pub(super) fn record_of(
         },
         other => return Err(bad_state(other)),
     };
+    let first_made = bytes(first_made)?;
+    let unknown_since = bytes(unknown_since)?;
     let record = Record {
         key,
         tool,
         fingerprint: fingerprint_of(&bytes(fp)?)?,
         state,
-        expires_in: Duration::from_millis(int(expires_in)?.max(0) as u64),
-        created: wall_time(&bytes(created)?),
+        expires_in: Duration::from_millis(expires_in.max(0) as u64),
+        created,
+        // S32: '' in a record written before it was kept: its `created`.
+        first_made: match first_made.is_empty() {
+            true => created,
+            false => wall_time(&first_made),
+        },
+        unknowns: std::str::from_utf8(&bytes(unknowns)?)
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0),
+        unknown_since: (!unknown_since.is_empty()).then(|| wall_time(&unknown_since)),
         updated: wall_time(&bytes(updated)?),
         tenant: Some(bytes(tenant)?)
             .filter(|t| !t.is_empty())

@@ -16,11 +16,13 @@ local function ms(x) return string.format('%.0f', x) end
 /// Taken, it answers what it took over: 1 nothing (a new record), 2 a holder whose lease was
 /// over, 3 an ambiguous record (ours claimed again: what our claim took over). A live record
 /// taken over is kept in fields prefixed `p:` (S27: a claim given back unused, [`RESTORE`],
-/// brings it back); ours claimed again keeps its own.
+/// brings it back); ours claimed again keeps its own. A takeover keeps when the operation was
+/// first made, its Unknown answers (S32) and its note (S31); a new record is first made now.
 const CLAIM: &str = r"
 local r = redis.call('HMGET', KEYS[1], 'fp', 'state', 'token', 'lease_until', 'expires_at', 'outcome', 'p:state')
 local took = 1
 local prior = {}
+local kept = {'first_made', ms(now)}
 if r[1] and tonumber(r[5]) > now then
   local lease_left = tonumber(r[4]) - now
   local same = r[1] == ARGV[2]
@@ -42,11 +44,16 @@ if r[1] and tonumber(r[5]) > now then
   local was = r[2]
   if ours then was = r[7] end
   if was == 'ambiguous' then took = 3 elseif was then took = 2 end
+  local k = redis.call('HMGET', KEYS[1], 'first_made', 'created', 'unknowns', 'unknown_since', 'note')
+  kept = {'first_made', k[1] or k[2] or '0'}
+  if k[3] then kept[#kept + 1] = 'unknowns'; kept[#kept + 1] = k[3] end
+  if k[4] then kept[#kept + 1] = 'unknown_since'; kept[#kept + 1] = k[4] end
+  if k[5] then kept[#kept + 1] = 'note'; kept[#kept + 1] = k[5] end
 end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'tool', ARGV[1], 'fp', ARGV[2], 'state', 'running', 'token', ARGV[3],
   'lease_until', ms(now + ARGV[4]), 'expires_at', ms(now + ARGV[5]), 'created', ms(now), 'updated', ms(now),
-  'tenant', ARGV[7] or '')
+  'tenant', ARGV[7] or '', unpack(kept))
 if #prior > 0 then redis.call('HSET', KEYS[1], unpack(prior)) end
 redis.call('PEXPIREAT', KEYS[1], ms(now + ARGV[5] + ARGV[6]))
 return took
@@ -56,7 +63,8 @@ return took
 /// name (`HMGET`), so the scripts need no command beyond those the store's ACL lists.
 const FIELDS: &str = r"
 local FIELDS = {'tool', 'fp', 'state', 'token', 'lease_until', 'expires_at', 'outcome', 'note',
-  'created', 'updated', 'tenant', 'res', 'res_at', 'res_note', 'kept_until'}
+  'created', 'updated', 'tenant', 'res', 'res_at', 'res_note', 'kept_until', 'first_made', 'unknowns',
+  'unknown_since'}
 ";
 
 /// Whether the live record of KEYS[1] is held by token ARGV[1] in one of the given states.
@@ -147,18 +155,37 @@ redis.call('PEXPIREAT', KEYS[1], ms(now + ARGV[3] + ARGV[4]))
 return 1
 ";
 
+/// KEYS[1] record; ARGV token, note, ttl ms, grace ms. [`MARK_AMBIGUOUS`] after an Unknown
+/// answer of verify, counting it (S32) when the record was running (not when the mark is sent
+/// again).
+const MARK_UNKNOWN: &str = r"
+if not held('running', 'ambiguous') then return 0 end
+local r = redis.call('HMGET', KEYS[1], 'state', 'unknowns', 'unknown_since')
+if r[1] == 'running' then
+  redis.call('HSET', KEYS[1], 'unknowns', tostring((tonumber(r[2]) or 0) + 1))
+  if not r[3] then redis.call('HSET', KEYS[1], 'unknown_since', ms(now)) end
+end
+redis.call('HSET', KEYS[1], 'state', 'ambiguous', 'note', ARGV[2], 'expires_at', ms(now + ARGV[3]),
+  'updated', ms(now))
+redis.call('HDEL', KEYS[1], 'outcome')
+redis.call('PEXPIREAT', KEYS[1], ms(now + ARGV[3] + ARGV[4]))
+return 1
+";
+
 /// KEYS[1] record. The record, for operators: the live one, or one released by an operator's
 /// not-applied and kept until `kept_until` to show that decision (nil otherwise), with the
 /// server's time; `created`/`updated`/`tenant` are '' in a record written before they were kept
 /// (and `tenant` in one made under no tenant), `res`/`res_at` '' when no operator decided, and
-/// `res_note` false when the decision has no note.
+/// `res_note` false when the decision has no note; then the lease end, `first_made` ('' in a
+/// record written before it was kept), `unknowns` and `unknown_since` ('' when none).
 const GET: &str = r"
 local r = redis.call('HMGET', KEYS[1], 'tool', 'fp', 'state', 'token', 'lease_until', 'expires_at', 'outcome', 'note', 'created', 'updated', 'tenant',
-  'res', 'res_at', 'res_note', 'kept_until')
+  'res', 'res_at', 'res_note', 'kept_until', 'first_made', 'unknowns', 'unknown_since')
 if not r[1] then return nil end
 if tonumber(r[6]) <= now and not (r[15] and tonumber(r[15]) > now) then return nil end
 return {r[1], r[2], r[3], r[4], math.max(tonumber(r[5] or now) - now, 0), math.max(tonumber(r[6]) - now, 0), r[7] or '', r[8] or '',
-  r[9] or '', r[10] or '', now, r[11] or '', r[12] or '', r[13] or '', r[14] and {r[14]} or {}}
+  r[9] or '', r[10] or '', now, r[11] or '', r[12] or '', r[13] or '', r[14] and {r[14]} or {},
+  r[5] or '', r[16] or '', r[17] or '', r[18] or ''}
 ";
 
 /// KEYS[1] record. expired → absent (a record released by an operator once its `kept_until`
@@ -185,6 +212,7 @@ pub(super) struct Scripts {
     pub(super) renew: Script,
     pub(super) release: Script,
     pub(super) mark_ambiguous: Script,
+    pub(super) mark_unknown: Script,
     pub(super) restore: Script,
     pub(super) get: Script,
     pub(super) prune: Script,
@@ -209,6 +237,7 @@ pub(super) fn scripts() -> &'static Scripts {
             renew: with(&[PRELUDE, HELD, RENEW]),
             release: with(&[PRELUDE, HELD, RELEASE]),
             mark_ambiguous: with(&[PRELUDE, HELD, MARK_AMBIGUOUS]),
+            mark_unknown: with(&[PRELUDE, HELD, MARK_UNKNOWN]),
             restore: with(&[PRELUDE, FIELDS, HELD, RESTORE]),
             get: with(&[PRELUDE, GET]),
             prune: with(&[PRELUDE, PRUNE]),

@@ -167,6 +167,31 @@ impl AsyncStore for RedisStore {
             .await?;
         Ok(Written::from_changed(n))
     }
+
+    async fn mark_unknown(
+        &self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        note: &str,
+        ttl: Duration,
+    ) -> Result<Written, StoreError> {
+        let (token, ttl, grace) = (token.0.to_string(), ms(ttl), ms(self.grace));
+        let args: [&[u8]; 4] = [
+            token.as_bytes(),
+            note.as_bytes(),
+            ttl.as_bytes(),
+            grace.as_bytes(),
+        ];
+        let n: i64 = self
+            .invoke(
+                "mark_unknown",
+                &self.scripts.mark_unknown,
+                &self.record_key(&key),
+                &args,
+            )
+            .await?;
+        Ok(Written::from_changed(n))
+    }
 }
 
 #[async_trait::async_trait]

@@ -203,7 +203,7 @@ pub(super) fn migrate(conn: &Connection, path: &Path) -> Result<(), StoreError> 
             conn.execute_batch(migration).map_err(failed)?;
             conn.pragma_update(None, "user_version", from as i64 + 1)
                 .map_err(failed)?;
-            tracing::info!(path = %path.display(), version = from + 1, "store schema migrated");
+            tracing::debug!(path = %path.display(), version = from + 1, "store schema migrated");
         }
         conn.pragma_update(None, "application_id", sql::APPLICATION_ID)
             .map_err(failed)?;

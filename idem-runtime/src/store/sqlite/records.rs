@@ -9,7 +9,7 @@ use uuid::Uuid;
 use super::conn::Access;
 use super::error::sql_error;
 use super::group::Scope;
-use super::rows::{decode, ms, now_ms, remaining};
+use super::rows::{decode_shown, ms, now_ms, remaining};
 use super::sql::record_columns;
 use super::transitions::prune_expired;
 use super::{SqliteStore, sql};
@@ -18,6 +18,14 @@ use crate::key::IdempotencyKey;
 use crate::store::records::check_resolution;
 use crate::store::{Count, Forgot, RecordFilter, Records, Released, Resolved, StateKind};
 use crate::store::{Decision, LeaseToken, Record, Written};
+
+/// The state operators read a row in (S31): a running row whose holder's lease lapsed is an
+/// ambiguous one.
+macro_rules! shown_state {
+    () => {
+        "(CASE WHEN state = 'running' AND lease_until <= :now THEN 'ambiguous' ELSE state END)"
+    };
+}
 
 /// Live records that pass the filter (each condition off when its parameter is NULL), newest
 /// first. `:made_before`/`:made_after` are unix ms, `now` minus the ages asked for.
@@ -29,7 +37,9 @@ const LIST: &str = concat!(
     WHERE expires_at > :now
       AND (:tool IS NULL OR tool = :tool)
       AND (:tenant IS NULL OR tenant = :tenant)
-      AND (:state IS NULL OR state = :state)
+      AND (:state IS NULL OR ",
+    shown_state!(),
+    " = :state)
       AND (:made_before IS NULL OR created <= :made_before)
       AND (:made_after IS NULL OR created > :made_after)
     ORDER BY created DESC, key
@@ -77,9 +87,12 @@ const SETTLE_NOT_APPLIED: &str = "
     WHERE key = :key AND state = 'running' AND token = :token AND expires_at > :now";
 
 /// Live records by tool and state.
-const COUNTS: &str = "
-    SELECT tool, state, count(*) FROM records WHERE expires_at > :now
-    GROUP BY tool, state ORDER BY tool, state";
+const COUNTS: &str = concat!(
+    "SELECT tool, ",
+    shown_state!(),
+    " AS shown, count(*) FROM records WHERE expires_at > :now
+    GROUP BY tool, shown ORDER BY tool, shown"
+);
 
 fn state_of(word: &str) -> Option<StateKind> {
     word.parse().ok()
@@ -98,7 +111,7 @@ impl SqliteStore {
                 .and_then(|mut st| {
                     st.query_row(
                         named_params! { ":key": key.as_str(), ":now": now_ms() },
-                        |row| Ok(decode(row, &key, path)),
+                        |row| Ok(decode_shown(row, &key, path)),
                     )
                     .optional()
                 })
@@ -165,9 +178,9 @@ impl Records for SqliteStore {
                         ":tenant": filter.tenant,
                     },
                     |row| {
-                        let key: String = row.get(15)?;
+                        let key: String = row.get(18)?;
                         Ok(match key.parse::<IdempotencyKey>() {
-                            Ok(key) => decode(row, &key, path),
+                            Ok(key) => decode_shown(row, &key, path),
                             Err(_) => Err(StoreError::corrupt(format!(
                                 "a record in {} has the key `{key}`, which is not a UUID; delete that row \
                                  (`DELETE FROM records WHERE key = '{key}'`)",

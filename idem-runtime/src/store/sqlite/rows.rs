@@ -10,6 +10,7 @@ use uuid::Uuid;
 use crate::error::StoreError;
 use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
+use crate::store::record::lapsed;
 use crate::store::{Decision, LeaseToken, Record, RecordState, Resolution};
 
 pub(super) fn now_ms() -> i64 {
@@ -129,7 +130,43 @@ pub(super) fn decode(
                 },
             )),
         },
+        // S32: NULL in a record written before schema 6: its `created`.
+        first_made: match col(15)? {
+            ValueRef::Null => wall_time(int(8, "created")?),
+            _ => wall_time(int(15, "first_made")?),
+        },
+        unknowns: u32::try_from(int(16, "unknowns")?).unwrap_or(0),
+        unknown_since: match col(17)? {
+            ValueRef::Null => None,
+            _ => Some(wall_time(int(17, "unknown_since")?)),
+        },
     })
+}
+
+/// [`decode`], as operators and the settler read it (S31): a live running record whose
+/// holder's lease lapsed is an ambiguous one, with the note it kept from the ambiguous record
+/// it was taken over from.
+pub(super) fn decode_shown(
+    row: &rusqlite::Row<'_>,
+    key: &IdempotencyKey,
+    path: &Path,
+) -> Result<Record, StoreError> {
+    let mut record = decode(row, key, path)?;
+    if let RecordState::Running {
+        lease_remaining, ..
+    } = record.state
+        && lease_remaining.is_zero()
+        && !record.expires_in.is_zero()
+    {
+        let lease_until: i64 = row
+            .get(4)
+            .map_err(|e| corrupt(path, key, "lease_until", &e.to_string()))?;
+        let note: Option<String> = row
+            .get(6)
+            .map_err(|e| corrupt(path, key, "note", &e.to_string()))?;
+        record.state = lapsed(wall_time(lease_until), note.as_deref());
+    }
+    Ok(record)
 }
 
 pub(super) fn corrupt(path: &Path, key: &IdempotencyKey, column: &str, what: &str) -> StoreError {

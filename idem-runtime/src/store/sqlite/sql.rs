@@ -68,14 +68,22 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ALTER TABLE records ADD COLUMN prior_created INTEGER;
     ALTER TABLE records ADD COLUMN prior_updated INTEGER;
     ALTER TABLE records ADD COLUMN prior_tenant TEXT;",
+    // v5 → v6 (S32): what a record keeps through every takeover: `first_made` (unix ms, when its
+    // operation was first claimed; NULL in a record written before: its `created`), and the
+    // Unknown answers of verify about it, `unknowns` and `unknown_since` (unix ms of the first).
+    // A takeover also keeps the `note` of the record it took over (S31: a lapsed holder's record
+    // reads with it).
+    "ALTER TABLE records ADD COLUMN first_made INTEGER;
+    ALTER TABLE records ADD COLUMN unknowns INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE records ADD COLUMN unknown_since INTEGER;",
 ];
 
 /// absent (no row at all) → running: the usual claim, one statement. Returns the token only when
 /// it inserted the record; on any row of the key (live or expired) it does nothing, and the claim
 /// reads that row and runs [`CLAIM`].
 pub(super) const INSERT_NEW: &str = "
-    INSERT INTO records (key, tool, fingerprint, state, token, lease_until, lease_ms, expires_at, created, updated, tenant)
-    VALUES (:key, :tool, :fingerprint, 'running', :token, :lease_until, :lease_ms, :expires_at, :now, :now, :tenant)
+    INSERT INTO records (key, tool, fingerprint, state, token, lease_until, lease_ms, expires_at, created, updated, tenant, first_made)
+    VALUES (:key, :tool, :fingerprint, 'running', :token, :lease_until, :lease_ms, :expires_at, :now, :now, :tenant, :now)
     ON CONFLICT (key) DO NOTHING
     RETURNING token";
 
@@ -84,14 +92,21 @@ pub(super) const INSERT_NEW: &str = "
 /// running under :token already (this claim sent again, its answer lost) → the same.
 /// Returns the token only when the caller took the record. An operator's decision on the row
 /// it replaces is dropped (it was that record's). A live row it takes over is kept in the
-/// `prior_` columns (S27, see [`RESTORE_TAKEN`]); an expired one is not.
+/// `prior_` columns (S27, see [`RESTORE_TAKEN`]); an expired one is not. A takeover keeps when
+/// the operation was first made, its Unknown answers (S32) and its note (S31); a new record
+/// starts them afresh.
 pub(super) const CLAIM: &str = "
-    INSERT INTO records (key, tool, fingerprint, state, token, lease_until, lease_ms, expires_at, created, updated, tenant)
-    VALUES (:key, :tool, :fingerprint, 'running', :token, :lease_until, :lease_ms, :expires_at, :now, :now, :tenant)
+    INSERT INTO records (key, tool, fingerprint, state, token, lease_until, lease_ms, expires_at, created, updated, tenant, first_made)
+    VALUES (:key, :tool, :fingerprint, 'running', :token, :lease_until, :lease_ms, :expires_at, :now, :now, :tenant, :now)
     ON CONFLICT (key) DO UPDATE SET
         tool = excluded.tool, fingerprint = excluded.fingerprint, state = 'running',
         token = excluded.token, lease_until = excluded.lease_until, lease_ms = excluded.lease_ms,
-        outcome = NULL, note = NULL, expires_at = excluded.expires_at,
+        outcome = NULL, expires_at = excluded.expires_at,
+        note = CASE WHEN records.expires_at <= :now THEN NULL ELSE records.note END,
+        first_made = CASE WHEN records.expires_at <= :now THEN excluded.first_made
+                          ELSE coalesce(records.first_made, records.created) END,
+        unknowns = CASE WHEN records.expires_at <= :now THEN 0 ELSE records.unknowns END,
+        unknown_since = CASE WHEN records.expires_at <= :now THEN NULL ELSE records.unknown_since END,
         created = excluded.created, updated = excluded.updated, tenant = excluded.tenant,
         resolution = NULL, resolved_at = NULL, resolution_note = NULL, kept_until = NULL,
         prior_state = CASE WHEN records.expires_at <= :now THEN NULL
@@ -132,7 +147,7 @@ pub(super) const CLAIM: &str = "
 macro_rules! record_columns {
     () => {
         "tool, fingerprint, state, token, lease_until, outcome, note, expires_at, created, updated, tenant,
-         resolution, resolved_at, resolution_note, lease_ms"
+         resolution, resolved_at, resolution_note, lease_ms, first_made, unknowns, unknown_since"
     };
 }
 pub(super) use record_columns;
@@ -165,6 +180,16 @@ pub(super) const COMPLETE: &str = "
 pub(super) const MARK_AMBIGUOUS: &str = "
     UPDATE records SET state = 'ambiguous', note = :note, lease_until = NULL,
                        expires_at = :expires_at, updated = :now, prior_state = NULL
+    WHERE key = :key AND state IN ('running', 'ambiguous') AND token = :token AND expires_at > :now";
+
+/// [`MARK_AMBIGUOUS`] after an Unknown answer of verify, counting it (S32) when the record was
+/// running (not when the mark is sent again).
+pub(super) const MARK_UNKNOWN: &str = "
+    UPDATE records SET state = 'ambiguous', note = :note, lease_until = NULL,
+                       expires_at = :expires_at, updated = :now, prior_state = NULL,
+                       unknowns = unknowns + (state = 'running'),
+                       unknown_since = CASE WHEN state = 'running' THEN coalesce(unknown_since, :now)
+                                            ELSE unknown_since END
     WHERE key = :key AND state IN ('running', 'ambiguous') AND token = :token AND expires_at > :now";
 
 /// An operator's applied (S24): ambiguous | running (lease over) → completed with :outcome, kept

@@ -78,11 +78,11 @@ impl AsyncStore for SqliteStore {
                             named_params! { ":key": key.as_str(), ":now": now },
                             // The holder's lease (column 14, `lease_ms`): NULL in a record
                             // written before it was kept; anything but an integer is an error.
-                            // What it took over itself (column 15, `prior_state`), for this
+                            // What it took over itself (column 18, `prior_state`), for this
                             // claim sent again under its own token.
                             |row| {
                                 let holder_lease = row.get::<_, Option<i64>>(14)?;
-                                let prior = row.get::<_, Option<String>>(15)?;
+                                let prior = row.get::<_, Option<String>>(18)?;
                                 Ok(decode(row, &key, path).map(|rec| (rec, holder_lease, prior)))
                             },
                         ).optional()?;
@@ -256,11 +256,35 @@ impl AsyncStore for SqliteStore {
         note: &str,
         ttl: Duration,
     ) -> Result<Written, StoreError> {
+        self.mark(sql::MARK_AMBIGUOUS, key, token, note, ttl).await
+    }
+
+    async fn mark_unknown(
+        &self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        note: &str,
+        ttl: Duration,
+    ) -> Result<Written, StoreError> {
+        self.mark(sql::MARK_UNKNOWN, key, token, note, ttl).await
+    }
+}
+
+impl SqliteStore {
+    /// Running → ambiguous by `statement` ([`sql::MARK_AMBIGUOUS`], [`sql::MARK_UNKNOWN`]).
+    async fn mark(
+        &self,
+        statement: &'static str,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        note: &str,
+        ttl: Duration,
+    ) -> Result<Written, StoreError> {
         let (note, ttl) = (note.to_owned(), ms(ttl));
         self.run(Access::Write, move |conn, path| {
             let now = now_ms();
             let changed = conn
-                .prepare_cached(sql::MARK_AMBIGUOUS)
+                .prepare_cached(statement)
                 .and_then(|mut st| {
                     st.execute(named_params! {
                         ":key": key.as_str(), ":token": token.0.as_bytes(), ":note": note,
