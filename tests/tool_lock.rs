@@ -203,3 +203,19 @@ fn lock_check_panics_with_the_report() {
     let (_dir, path) = lock_file(&text);
     idemkit::lock::check(&path);
 }
+
+#[test]
+fn lock_says_when_previous_was_removed_and_when_that_is_safe() {
+    let said = mismatch(&older_lock(|lock| {
+        lock["tools"]["charge"]["previous"] = serde_json::json!(["customer_id: &str as text"]);
+    }));
+    assert!(said.contains("tool `charge`"), "{said}");
+    assert!(
+        said.contains("`previous = \"customer_id\"` was removed"),
+        "{said}"
+    );
+    assert!(
+        said.contains("safe once every record made under it has expired"),
+        "{said}"
+    );
+}

@@ -362,11 +362,7 @@ fn tool_changes(name: &str, t: &ToolInfo, was: &Locked<'_>, changes: &mut Vec<St
                 previous.join(", ")
             ));
         } else {
-            let names: Vec<&str> = was
-                .key
-                .iter()
-                .map(|f| f.split(':').next().unwrap_or(f))
-                .collect();
+            let names = field_names(&was.key);
             let types_only = was.key.len() == key.len()
                 && names.iter().zip(t.key_fields).all(|(a, b)| a == b)
                 && kinds(&was.key).eq(kinds_owned(&key));
@@ -398,7 +394,7 @@ fn tool_changes(name: &str, t: &ToolInfo, was: &Locked<'_>, changes: &mut Vec<St
                  A call no longer finds operations made under that key: safe once every record made under it has \
                  expired (the tool's ttl after the deploy that changed the key), not before.\n  \
                  To fix: keep `previous` until then; then update the lock.",
-                was.previous.join(", ")
+                field_names(&was.previous).join(", ")
             ));
         } else {
             changes.push(format!(
@@ -472,6 +468,14 @@ fn tool_changes(name: &str, t: &ToolInfo, was: &Locked<'_>, changes: &mut Vec<St
             ));
         }
     }
+}
+
+/// The names of key fields as the lock writes them (`customer_id: &str as text` → `customer_id`).
+fn field_names<'a>(fields: &[&'a str]) -> Vec<&'a str> {
+    fields
+        .iter()
+        .map(|f| f.split(':').next().unwrap_or(f))
+        .collect()
 }
 
 fn kinds<'a>(fields: &'a [&'a str]) -> impl Iterator<Item = &'a str> + 'a {

@@ -248,6 +248,8 @@ pub(super) fn start(phase: &mut Phase<'_>) {
                         sent_at: None,
                     };
                     match find_previous(idem.settings(), &req, wait, &cancelled).await {
+                        // Dropped meanwhile: no claim of its own key (S27).
+                        Ok(None) if cancelled.load(Ordering::Relaxed) => return Begun::Cancelled,
                         Ok(None) => {}
                         Ok(Some(found)) => {
                             call.key = key;
