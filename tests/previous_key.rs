@@ -202,3 +202,48 @@ fn lock_with_the_old_key_accepts_the_change_bridged_by_previous_as_safe() {
     );
     assert!(!said.contains("runs it again"), "{said}");
 }
+
+#[tokio::test]
+async fn previous_key_running_record_of_the_old_derivation_is_waited_for_then_replayed() {
+    let idem = Idem::new(MemoryStore::new());
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+    let (finish_tx, finish_rx) = tokio::sync::oneshot::channel::<()>();
+    let mut started_tx = Some(started_tx);
+    let mut finish_rx = Some(finish_rx);
+    let mut fingerprint = Fingerprinter::new();
+    fingerprint.arg("amount_cents", &500u64).unwrap();
+    fingerprint.arg("purpose", &"rent").unwrap();
+    // The old build's call, holding the previous key until told to finish.
+    let old = Tool::new("charge").idem(&idem).resend(false).run_keyed(
+        old_key("cus_running"),
+        fingerprint.finish(),
+        |_key| {
+            let started = started_tx.take().expect("the old build runs once");
+            let finish = finish_rx.take().expect("the old build runs once");
+            async move {
+                started.send(()).unwrap();
+                finish.await.unwrap();
+                Ok::<_, PayError>("old build charged".to_owned())
+            }
+        },
+    );
+    // The new build's call, made while the old one runs; the old one is told to finish after
+    // it (whether the new call is then waiting or not yet claiming, it must replay).
+    let new = async {
+        started_rx.await.unwrap();
+        let call = idem.scope(charge("cus_running", "rent", 500));
+        let finish = async {
+            tokio::task::yield_now().await;
+            finish_tx.send(()).unwrap();
+        };
+        tokio::join!(call, finish).0
+    };
+    let (old, new) = tokio::join!(old, new);
+    assert_eq!(old.unwrap(), "old build charged");
+    assert_eq!(
+        new.unwrap(),
+        "old build charged",
+        "waited for, then replayed"
+    );
+    assert_eq!(runs("cus_running"), 0, "the new build's body did not run");
+}
