@@ -4,6 +4,8 @@
 //! the build before it is deployed.
 //!
 //! ```no_run
+//! // A unit test of the crate that defines the tools (or of the application crate that links
+//! // every crate of tools): the tools register themselves in the binary that links them.
 //! #[test]
 //! fn tools_match_their_lock() {
 //!     idem_runtime::lock::check("idemkit.lock");
@@ -307,6 +309,15 @@ fn differences(locked: &Value, current: &BTreeMap<&'static str, &'static ToolInf
         .and_then(Value::as_object)
         .unwrap_or(&empty);
     let mut changes = Vec::new();
+    if current.is_empty() && !locked_tools.is_empty() {
+        changes.push(
+            "no side-effect tool is registered in this test binary at all: the check must run in a binary that \
+             links the tools, such as a unit test (`#[cfg(test)]`) of the crate that defines them, or of the \
+             application crate that depends on every crate of tools (an integration test under `tests/` does not \
+             link a binary crate, and may leave out a library's tools it never names)."
+                .to_owned(),
+        );
+    }
     for (name, entry) in locked_tools {
         if !current.contains_key(name.as_str()) {
             let was = Locked::read(entry);
@@ -356,7 +367,8 @@ fn tool_changes(name: &str, t: &ToolInfo, was: &Locked<'_>, changes: &mut Vec<St
                 "{head}: its key changed, with `previous` naming the key it had (safe).\n  \
                  was: {}\n  now: {} (previous: {})\n  \
                  A call finds an operation made under the previous key and replays, waits for or settles it there, \
-                 so nothing runs twice.\n  To fix: update the lock, which then records the transition.",
+                 so nothing runs twice. `previous` may go once every record made under it has expired (the tool's \
+                 ttl after this deploy).\n  To fix: update the lock, which then records the transition.",
                 was.key.join(", "),
                 key.join(", "),
                 previous.join(", ")
@@ -560,6 +572,21 @@ fn schema_change(old: &Value, new: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_binary_without_tools_is_told_where_the_check_must_run() {
+        let locked = serde_json::json!({"format": 1, "tools": {"charge": {"key": ["customer_id: &str as text"], "key_encoding": 1}}});
+        let changes = differences(&locked, &BTreeMap::new());
+        assert!(
+            changes[0].contains("no side-effect tool is registered"),
+            "{changes:?}"
+        );
+        assert!(changes[0].contains("unit test"), "{changes:?}");
+        assert!(
+            changes[1].contains("tool `charge` is in the lock"),
+            "{changes:?}"
+        );
+    }
 
     #[test]
     fn schema_change_names_a_required_field_added_and_the_fix() {
