@@ -219,3 +219,28 @@ fn lock_says_when_previous_was_removed_and_when_that_is_safe() {
         "{said}"
     );
 }
+
+#[test]
+fn lock_absent_is_written_then_matches_or_under_ci_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idemkit.lock");
+    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false");
+    let update = std::env::var("IDEMKIT_LOCK").is_ok_and(|v| v == "update");
+    match idemkit::lock::compare(&path) {
+        Ok(Checked::Written) if !ci || update => {
+            assert_eq!(
+                std::fs::read_to_string(&path).unwrap(),
+                idemkit::lock::render()
+            );
+            assert!(matches!(
+                idemkit::lock::compare(&path),
+                Ok(Checked::Matches | Checked::Written)
+            ));
+        }
+        Err(LockError::File(why)) if ci && !update => {
+            assert!(why.contains("missing, and CI is set"), "{why}");
+            assert!(!path.exists());
+        }
+        other => panic!("CI={ci}: {other:?}"),
+    }
+}

@@ -120,8 +120,14 @@ impl std::error::Error for LockError {}
 /// package's directory under `cargo test`). See [`compare`] for when it writes the file.
 #[track_caller]
 pub fn check(path: impl AsRef<Path>) {
+    let path = path.as_ref();
     match compare(path) {
-        Ok(_) => {}
+        Ok(Checked::Matches) => {}
+        Ok(Checked::Written) => eprintln!(
+            "idemkit: wrote the lock {} ({} side-effect tool(s)); commit it",
+            path.display(),
+            side_effects().len()
+        ),
         Err(e) => panic!("{e}"),
     }
 }
