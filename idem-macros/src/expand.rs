@@ -71,25 +71,8 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
                 .as_ref()
                 .map(|p| previous_lookup(&private, name, &hasher, &call, p));
             // C3: each value is borrowed at the user's span, so a non-`KeyPart` type is reported there.
-            let key_fields = plan.keys.iter().map(|k| {
-                let (field, path) = (&k.name, &k.path);
-                let value = match k.normalize {
-                    None => quote_spanned!(k.span=> &#path),
-                    Some(n) => {
-                        let f = Ident::new(n.name(), Span::call_site());
-                        quote_spanned!(k.span=> &#private::normalize::#f(#private::KeyText::key_text(&#path)))
-                    }
-                };
-                quote!(#hasher.field(#field, #value);)
-            });
-            let fingerprint = plan.fingerprint.iter().map(|f| {
-                let (arg, ident) = (&f.name, &f.ident);
-                let value = quote_spanned!(f.span=> &#ident);
-                match f.except.as_slice() {
-                    [] => quote!(.arg(#arg, #value)),
-                    except => quote!(.arg_except(#arg, #value, &[#(#except),*])),
-                }
-            });
+            let key_fields = plan.keys.iter().map(|k| key_field(&private, &hasher, k));
+            let fingerprint = plan.fingerprint.iter().map(fingerprint_arg);
             let args_local = Ident::new("__idemkit_args", Span::mixed_site());
             let verify = plan
                 .verify
