@@ -167,7 +167,7 @@ impl<'a> Run<'a> {
                 let unsucceeded = match &ended {
                     Ended::Stored(_) | Ended::Unreplayable(_) => false,
                     Ended::Failed(Failure::Permanent) => ambiguous,
-                    Ended::Failed(_) | Ended::Unsettled(_) => true,
+                    Ended::Failed(_) | Ended::Unsettled(..) => true,
                     Ended::Lost { attempting, .. } => *attempting || attempts > 0 || ambiguous,
                 };
                 // What the call ended with, and, for a call that failed, why (its span's status).
