@@ -106,6 +106,9 @@ closed="$(grep -c '^test result: ' "$log")"
 
 echo
 echo "== idemkit tests (scripts/test.sh; the log: $log)"
+if ((rc != 0 && failed == 0)); then
+    echo "FAILED: cargo ended with an error that no test reported (a build error? see above and the log)"
+fi
 if ((opened != closed)); then
     echo "FAILED: $((opened - closed)) test binary(ies) ended without their closing line: a test ended the process"
     echo "(std::process::exit, an abort), and that binary's other results are lost. The binaries that ran:"

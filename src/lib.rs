@@ -102,6 +102,8 @@ pub use idem_runtime::{
     in_current_scope, normalize, observe, operation, operation_name, operation_scope,
     scoped_operation, store, tools, tools_manifest,
 };
+// The lock of every side-effect tool's identity, checked from the application's own tests.
+pub use idem_runtime::lock;
 // What a model is told of a failed call (MCP, rig, JSON): kept apart from the list above.
 pub use idem_runtime::Explanation;
 // The settler (S28, docs/operating.md): settles records kept as ambiguous without a caller.

@@ -46,12 +46,16 @@ pub(crate) const ARGUMENTS: &[&str] = &[
     "rig",
     "verify",
     "resend",
+    "previous",
 ];
 
 /// The arguments of one `#[side_effect(...)]` or `#[read_only(...)]`, as written.
 #[derive(Default)]
 pub(crate) struct Args {
     pub key: Option<KeyArg>,
+    /// `previous = "a, b"`: the key derivation the tool had before its key changed; a call also
+    /// finds its operation under the key it derives.
+    pub previous: Option<KeyArg>,
     pub name: Option<LitStr>,
     pub max_attempts: Option<(Ident, u32)>,
     pub retry: Option<(Ident, Expr)>,
@@ -217,6 +221,11 @@ fn argument(cx: &Ctxt, args: &mut Args, ident: &Ident, input: ParseStream) -> sy
             once(args.key.is_some());
             let key = key_arg(cx, ident, input)?;
             args.key.get_or_insert(key);
+        }
+        "previous" => {
+            once(args.previous.is_some());
+            let previous = key_arg(cx, ident, input)?;
+            args.previous.get_or_insert(previous);
         }
         "name" => {
             once(args.name.is_some());
@@ -454,7 +463,7 @@ fn key_arg(cx: &Ctxt, ident: &Ident, input: ParseStream) -> syn::Result<KeyArg> 
                 cx.error(
                     span,
                     format!(
-                        "cannot read the key fields {:?}: {e}; write a comma-separated list of parameter names or paths, e.g. `key = \"customer_id, args.period\"`",
+                        "cannot read the key fields {:?}: {e}; write a comma-separated list of parameter names or paths, e.g. `{ident} = \"customer_id, args.period\"`",
                         lit.value()
                     ),
                 );
@@ -485,7 +494,9 @@ fn key_arg(cx: &Ctxt, ident: &Ident, input: ParseStream) -> syn::Result<KeyArg> 
     } else {
         Err(syn::Error::new(
             ident.span(),
-            "write the key fields as `key = \"customer_id, period\"` or `key(customer_id, period)`",
+            format!(
+                "write the key fields as `{ident} = \"customer_id, period\"` or `{ident}(customer_id, period)`"
+            ),
         ))
     }
 }

@@ -36,7 +36,10 @@ pub(crate) fn check(cx: &Ctxt, args: &Args, tool: &Tool) {
     rig(cx, args, tool);
     if tool.kind == Kind::SideEffect {
         crate::minted::check(cx, &tool.item.body);
-        key_paths(cx, args, tool);
+        if let Some(key) = &args.key {
+            key_paths(cx, tool, key, Which::Key);
+        }
+        previous(cx, args, tool);
         impl_trait_arguments(cx, args, tool);
     }
 }
@@ -122,6 +125,12 @@ fn arguments(cx: &Ctxt, args: &Args, kind: Kind) {
                     &key.tokens,
                     "read-only tools need no key: they may run any number of times, so nothing is recorded; \
                      remove `key`, or use #[side_effect(key = ...)] if the tool acts on the world",
+                );
+            }
+            if let Some(previous) = &args.previous {
+                cx.error_spanned(
+                    &previous.tokens,
+                    "read-only tools have no key, so no previous key: remove `previous`",
                 );
             }
             if let Some((ident, path)) = &args.verify {
@@ -456,11 +465,51 @@ fn output(cx: &Ctxt, tool: &Tool) {
     }
 }
 
-/// C2, C9: each key path starts at a parameter, a binding or `self`, once, under a name of its own.
-fn key_paths(cx: &Ctxt, args: &Args, tool: &Tool) {
-    let Some(key) = &args.key else {
+/// Which list of key fields is checked: the key, or the previous derivation.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Which {
+    Key,
+    Previous,
+}
+
+/// `previous = "..."`: a derivation the tool can still make (its fields are parameters), other
+/// than the key itself; only on #[side_effect].
+fn previous(cx: &Ctxt, args: &Args, tool: &Tool) {
+    let Some(previous) = &args.previous else {
         return;
     };
+    if previous.paths.is_empty() {
+        if !previous.unreadable {
+            cx.error(
+                previous.list_span,
+                "the previous key list is empty: name the key fields the tool had before its key changed, \
+                 e.g. `previous = \"customer_id\"`, or remove `previous`",
+            );
+        }
+        return;
+    }
+    if let Some(key) = &args.key {
+        let shown =
+            |k: &crate::attr::KeyArg| k.paths.iter().map(KeyPath::display).collect::<Vec<_>>();
+        if !key.paths.is_empty() && shown(key) == shown(previous) {
+            cx.error(
+                previous.list_span,
+                format!(
+                    "`previous` is the key itself (`{}`): it names the derivation the tool had before its key \
+                     changed, so that a call still finds operations made under that key; write the key fields as \
+                     they were (e.g. `previous = \"customer_id\"` after adding `purpose` to the key), or remove \
+                     `previous` if the key did not change",
+                    shown(key).join(", ")
+                ),
+            );
+            return;
+        }
+    }
+    key_paths(cx, tool, previous, Which::Previous);
+}
+
+/// C2, C9: each key path starts at a parameter, a binding or `self`, once, under a name of its own.
+fn key_paths(cx: &Ctxt, tool: &Tool, key: &crate::attr::KeyArg, which: Which) {
     // Names a key path may start at, and whether each is a parameter (vs a binding).
     let mut roots: BTreeMap<String, Ident> = BTreeMap::new();
     for p in &tool.params {
@@ -522,7 +571,7 @@ fn key_paths(cx: &Ctxt, args: &Args, tool: &Tool) {
             );
             continue;
         } else if !roots.contains_key(&root) {
-            unknown_root(cx, tool, path, &root, &roots);
+            unknown_root(cx, tool, path, &root, &roots, which);
             continue;
         }
     }
@@ -535,6 +584,7 @@ fn unknown_root(
     path: &KeyPath,
     root: &str,
     roots: &BTreeMap<String, Ident>,
+    which: Which,
 ) {
     let shown = path.display();
     let mut candidates: Vec<&str> = roots.keys().map(String::as_str).collect();
@@ -560,11 +610,18 @@ fn unknown_root(
                 .join(", ")
         ),
     };
-    cx.error(
-        path.span,
-        format!(
+    let message = match which {
+        Which::Key => format!(
             "unknown key field `{shown}`: `{root}` is not a parameter of `{}`; {hint}",
             tool.item.sig.ident
         ),
-    );
+        Which::Previous => format!(
+            "`previous` names `{shown}`, but `{root}` is not a parameter of `{}`: the previous key is derived from \
+             this call's arguments, so each of its fields must be one; {hint} If the field is gone from the tool, \
+             the previous key cannot be derived: keep the parameter until records made under that key have \
+             expired, or remove `previous`",
+            tool.item.sig.ident
+        ),
+    };
+    cx.error(path.span, message);
 }

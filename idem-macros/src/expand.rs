@@ -66,26 +66,13 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
             });
             let hasher = Ident::new("__idemkit_hasher", Span::mixed_site());
             let n_fields = plan.keys.len();
+            let previous = plan
+                .previous
+                .as_ref()
+                .map(|p| previous_lookup(&private, name, &hasher, &call, p));
             // C3: each value is borrowed at the user's span, so a non-`KeyPart` type is reported there.
-            let key_fields = plan.keys.iter().map(|k| {
-                let (field, path) = (&k.name, &k.path);
-                let value = match k.normalize {
-                    None => quote_spanned!(k.span=> &#path),
-                    Some(n) => {
-                        let f = Ident::new(n.name(), Span::call_site());
-                        quote_spanned!(k.span=> &#private::normalize::#f(#private::KeyText::key_text(&#path)))
-                    }
-                };
-                quote!(#hasher.field(#field, #value);)
-            });
-            let fingerprint = plan.fingerprint.iter().map(|f| {
-                let (arg, ident) = (&f.name, &f.ident);
-                let value = quote_spanned!(f.span=> &#ident);
-                match f.except.as_slice() {
-                    [] => quote!(.arg(#arg, #value)),
-                    except => quote!(.arg_except(#arg, #value, &[#(#except),*])),
-                }
-            });
+            let key_fields = plan.keys.iter().map(|k| key_field(&private, &hasher, k));
+            let fingerprint = plan.fingerprint.iter().map(fingerprint_arg);
             let args_local = Ident::new("__idemkit_args", Span::mixed_site());
             let verify = plan
                 .verify
@@ -122,6 +109,7 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
                 let #args_local = #private::Arguments::new() #(#fingerprint)* .finish();
                 #checks
                 let mut #call = #runner.side_effect(#settings, #key, #args_local);
+                #previous
                 while let ::core::option::Option::Some(#key) = #call.attempt().await {
                     #verify
                     #(#per_attempt)*
@@ -163,6 +151,56 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
         #vis #sig {
             #body
         }
+    }
+}
+
+/// `previous = "..."`: the key and fingerprint the previous derivation makes of this call's
+/// arguments, handed to the call, which looks its operation up under them before claiming its own
+/// key.
+fn previous_lookup(
+    private: &Private,
+    name: &TokenStream,
+    hasher: &Ident,
+    call: &Ident,
+    previous: &crate::lower::Previous,
+) -> TokenStream {
+    let n_fields = previous.keys.len();
+    let local = Ident::new("__idemkit_previous_key", Span::mixed_site());
+    let fields = previous.keys.iter().map(|k| key_field(private, hasher, k));
+    let fingerprint = previous.fingerprint.iter().map(fingerprint_arg);
+    quote! {
+        let #local = {
+            let mut #hasher = #private::KeyHasher::new(#name, #n_fields);
+            #(#fields)*
+            #hasher.finish_in_place()
+        };
+        #call.previous(
+            #local,
+            #private::Arguments::new() #(#fingerprint)* .finish(),
+        );
+    }
+}
+
+/// One key field hashed: borrowed at the user's span (C3), normalised first where asked.
+fn key_field(private: &Private, hasher: &Ident, k: &crate::lower::KeyField) -> TokenStream {
+    let (field, path) = (&k.name, &k.path);
+    let value = match k.normalize {
+        None => quote_spanned!(k.span=> &#path),
+        Some(n) => {
+            let f = Ident::new(n.name(), Span::call_site());
+            quote_spanned!(k.span=> &#private::normalize::#f(#private::KeyText::key_text(&#path)))
+        }
+    };
+    quote!(#hasher.field(#field, #value);)
+}
+
+/// One fingerprinted argument: `.arg(name, &value)`, without its key fields where it has some.
+fn fingerprint_arg(f: &crate::lower::FingerprintArg) -> TokenStream {
+    let (arg, ident) = (&f.name, &f.ident);
+    let value = quote_spanned!(f.span=> &#ident);
+    match f.except.as_slice() {
+        [] => quote!(.arg(#arg, #value)),
+        except => quote!(.arg_except(#arg, #value, &[#(#except),*])),
     }
 }
 
@@ -459,7 +497,21 @@ fn registration(private: &Private, tool: &Tool, plan: &Plan) -> TokenStream {
     };
     let key_fields = plan.keys.iter().map(|k| &k.name);
     let key_types = plan.keys.iter().map(|k| key_type(private, tool, k));
+    let previous = plan.previous.as_ref().map_or(&[][..], |p| &p.keys[..]);
+    let previous_fields = previous.iter().map(|k| &k.name);
+    let previous_types = previous.iter().map(|k| key_type(private, tool, k));
     let description = crate::describe::description(&tool.item.attrs);
+    let tenant_required = plan.tenant_required;
+    let operation_scoped = tool.kind == Kind::SideEffect
+        && tool
+            .params
+            .iter()
+            .any(|p| matches!(p.role, Role::Named(_)) && crate::ast::is_operation_type(&p.arg.ty));
+    let (resend, verify) = match tool.kind {
+        Kind::SideEffect => (plan.resend, plan.verify.is_some()),
+        Kind::ReadOnly => (false, false),
+    };
+    let (outcome_type, outcome_schema) = outcome_shape(private, tool, &plan.ok);
     quote! {
         #private::inventory::submit! {
             #private::ToolInfo {
@@ -467,6 +519,14 @@ fn registration(private: &Private, tool: &Tool, plan: &Plan) -> TokenStream {
                 kind: #private::ToolKind::#kind,
                 key_fields: &[#(#key_fields),*],
                 key_types: &[#(#key_types),*],
+                previous_fields: &[#(#previous_fields),*],
+                previous_types: &[#(#previous_types),*],
+                tenant_required: #tenant_required,
+                operation_scoped: #operation_scoped,
+                resend: #resend,
+                verify: #verify,
+                outcome_type: #outcome_type,
+                outcome_schema: #outcome_schema,
                 description: #description,
                 module_path: ::core::module_path!(),
                 file: ::core::file!(),
@@ -510,6 +570,51 @@ fn key_type(private: &Private, tool: &Tool, field: &crate::lower::KeyField) -> T
         quote!(&(*#v) #rest)
     };
     quote!((|| #private::key_type::<#ty, _>(|#v| #read)) as fn() -> &'static str)
+}
+
+/// The outcome type's name and its JSON Schema (where it has one), for the lock
+/// (`idemkit::lock`): functions that name `T` through the compiler, or `"?"` and no schema where
+/// the registration cannot name it (it mentions the function's generics, `Self`, a named
+/// lifetime). The schema is picked by autoref specialisation: `T: JsonSchema` with idemkit's
+/// `json` feature, else none.
+fn outcome_shape(private: &Private, tool: &Tool, ok: &syn::Type) -> (TokenStream, TokenStream) {
+    if !nameable_in_static(ok, &tool.item.sig.generics) {
+        return (
+            quote!((|| "?") as fn() -> &'static str),
+            quote!((|| ::core::option::Option::None) as fn() -> ::core::option::Option<#private::serde_json::Value>),
+        );
+    }
+    let ok = strip_spans(ok);
+    (
+        quote!((|| ::core::any::type_name::<#ok>()) as fn() -> &'static str),
+        quote!((|| {
+            #[allow(unused_imports)]
+            use #private::{OutcomeSchema as _, OutcomeNoSchema as _};
+            (&#private::OutcomeProbe::<#ok>::new()).outcome_schema()
+        }) as fn() -> ::core::option::Option<#private::serde_json::Value>),
+    )
+}
+
+/// `ty` re-spanned at the call site, so that nothing the registration does with it is reported
+/// at the user's type (the checks of C8 report there, once).
+fn strip_spans(ty: &syn::Type) -> TokenStream {
+    fn respan(tokens: TokenStream) -> TokenStream {
+        tokens
+            .into_iter()
+            .map(|tt| match tt {
+                proc_macro2::TokenTree::Group(g) => {
+                    let mut group = proc_macro2::Group::new(g.delimiter(), respan(g.stream()));
+                    group.set_span(Span::call_site());
+                    proc_macro2::TokenTree::Group(group)
+                }
+                mut tt => {
+                    tt.set_span(Span::call_site());
+                    tt
+                }
+            })
+            .collect()
+    }
+    respan(ty.to_token_stream())
 }
 
 /// Whether `ty` can be named in an item nested in the function (a `static`).

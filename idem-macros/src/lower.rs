@@ -9,7 +9,7 @@ use syn::spanned::Spanned;
 use syn::{Ident, Type};
 
 use crate::ast::{self, Kind, Role, Tool};
-use crate::attr::{Args, KeyPath, Normalize};
+use crate::attr::{Args, KeyArg, KeyPath, Normalize};
 use crate::mode::mcp::is_parameters;
 
 /// What the expansion needs, once everything checked out.
@@ -36,6 +36,17 @@ pub(crate) struct Plan {
     pub resend: bool,
     /// `verify = path` (S19).
     pub verify: Option<VerifyPlan>,
+    /// `tenant_required = true` (S18).
+    pub tenant_required: bool,
+    /// `previous = "..."`: the previous derivation.
+    pub previous: Option<Previous>,
+}
+
+/// The key derivation a tool had before its key changed (`previous = "..."`): its key fields,
+/// and the arguments it fingerprinted (every one that is not one of its whole key fields).
+pub(crate) struct Previous {
+    pub keys: Vec<KeyField>,
+    pub fingerprint: Vec<FingerprintArg>,
 }
 
 /// How the verify function is called: with the tool's parameters, in order.
@@ -110,9 +121,16 @@ pub(crate) fn lower(args: &Args, tool: &Tool) -> Plan {
         }
         (None, syn::ReturnType::Default) => unreachable!("checked: a return type"),
     };
-    let (keys, fingerprint) = match tool.kind {
-        Kind::SideEffect => key_fields(args, tool),
-        Kind::ReadOnly => (Vec::new(), Vec::new()),
+    let (keys, fingerprint) = match (tool.kind, &args.key) {
+        (Kind::SideEffect, Some(key)) => key_fields(tool, key),
+        _ => (Vec::new(), Vec::new()),
+    };
+    let previous = match (tool.kind, &args.previous) {
+        (Kind::SideEffect, Some(previous)) => {
+            let (keys, fingerprint) = key_fields(tool, previous);
+            Some(Previous { keys, fingerprint })
+        }
+        _ => None,
     };
     let name = match &args.name {
         Some(lit) => lit.value(),
@@ -140,9 +158,12 @@ pub(crate) fn lower(args: &Args, tool: &Tool) -> Plan {
         .as_ref()
         .filter(|_| tool.kind == Kind::SideEffect)
         .map(|(_, path)| verify_plan(tool, path));
+    let tenant_required = args.tenant_required.as_ref().is_some_and(|(_, b)| b.value);
     Plan {
         resend,
         verify,
+        tenant_required,
+        previous,
         registered: !by_rig_name,
         name_expr,
         name,
@@ -179,10 +200,7 @@ fn json_params(tool: &Tool) -> Vec<JsonParam> {
 }
 
 /// Each key path resolved (to a parameter, a binding or `self`), and the arguments fingerprinted.
-fn key_fields(args: &Args, tool: &Tool) -> (Vec<KeyField>, Vec<FingerprintArg>) {
-    let Some(key) = &args.key else {
-        return (Vec::new(), Vec::new());
-    };
+fn key_fields(tool: &Tool, key: &KeyArg) -> (Vec<KeyField>, Vec<FingerprintArg>) {
     let mut fields = Vec::new();
     let mut whole: Vec<String> = Vec::new();
     for path in &key.paths {
@@ -206,7 +224,7 @@ fn key_fields(args: &Args, tool: &Tool) -> (Vec<KeyField>, Vec<FingerprintArg>) 
             if !whole.contains(&name) {
                 fingerprint.push(FingerprintArg {
                     name,
-                    except: fingerprint_except(tool, args, ident),
+                    except: fingerprint_except(tool, key, ident),
                     ident: ident.clone(),
                     span: p.arg.ty.span(),
                 });
@@ -270,13 +288,10 @@ fn key_path(tool: &Tool, root: &Ident, fields: &[Ident]) -> Option<TokenStream> 
 
 /// The request's fields that are key fields are left out of its fingerprint (MCP mode only, so
 /// other tools' fingerprints do not change): `req.customer_id` excludes `customer_id` from `req`.
-fn fingerprint_except(tool: &Tool, args: &Args, ident: &Ident) -> Vec<String> {
+fn fingerprint_except(tool: &Tool, key: &KeyArg, ident: &Ident) -> Vec<String> {
     if tool.mcp.is_none() {
         return Vec::new();
     }
-    let Some(key) = &args.key else {
-        return Vec::new();
-    };
     key.paths
         .iter()
         .filter(|p| p.root == *ident && p.fields.len() == 1)

@@ -141,7 +141,7 @@ fn resend_is_always_set_by_default_to_whether_the_tool_takes_the_key() {
         ),
     )
     .to_string();
-    assert!(!text.contains("resend"), "{text}");
+    assert!(!text.contains(". resend ("), "{text}");
 }
 
 /// Issue 51 #4, S20: a body that sends its key with `.send_idempotent()` (or reads it with

@@ -83,6 +83,7 @@ mod idem;
 #[cfg_attr(docsrs, doc(cfg(feature = "json")))]
 pub mod json;
 mod key;
+pub mod lock;
 mod meters;
 mod observe;
 mod registry;
@@ -142,4 +143,41 @@ pub mod __private {
     pub use serde;
     pub use serde_json;
     pub use uuid;
+
+    /// Picks, by autoref specialisation, an outcome type's JSON Schema for the lock
+    /// ([`crate::lock`]): `T: JsonSchema` with the `json` feature, else none.
+    pub struct OutcomeProbe<T: ?Sized>(std::marker::PhantomData<fn() -> Box<T>>);
+
+    impl<T: ?Sized> OutcomeProbe<T> {
+        /// The probe.
+        #[allow(clippy::new_without_default)]
+        pub fn new() -> Self {
+            OutcomeProbe(std::marker::PhantomData)
+        }
+    }
+
+    /// Picked when `T` has a JSON Schema.
+    pub trait OutcomeSchema {
+        /// The schema.
+        fn outcome_schema(&self) -> Option<serde_json::Value>;
+    }
+
+    #[cfg(feature = "json")]
+    impl<T: schemars::JsonSchema + ?Sized> OutcomeSchema for OutcomeProbe<T> {
+        fn outcome_schema(&self) -> Option<serde_json::Value> {
+            serde_json::to_value(schemars::schema_for!(T)).ok()
+        }
+    }
+
+    /// Picked otherwise: no schema.
+    pub trait OutcomeNoSchema {
+        /// None.
+        fn outcome_schema(&self) -> Option<serde_json::Value>;
+    }
+
+    impl<T: ?Sized> OutcomeNoSchema for &OutcomeProbe<T> {
+        fn outcome_schema(&self) -> Option<serde_json::Value> {
+            None
+        }
+    }
 }

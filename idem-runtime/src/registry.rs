@@ -41,6 +41,25 @@ pub struct ToolInfo {
     /// the attribute could not name it (a generic or borrowed-with-a-named-lifetime parameter, a
     /// field of `self`). See [`tools_manifest`].
     pub key_types: &'static [fn() -> &'static str],
+    /// The key fields of the previous derivation (`previous = "..."`), in order: a call also
+    /// finds its operation under the key these make (empty when the attribute names none).
+    pub previous_fields: &'static [&'static str],
+    /// Each previous key field's Rust type name, as [`ToolInfo::key_types`].
+    pub previous_types: &'static [fn() -> &'static str],
+    /// `tenant_required = true`: the tool never runs without a tenant (S18).
+    pub tenant_required: bool,
+    /// The tool keys on an operation the host names (an `OperationId` parameter).
+    pub operation_scoped: bool,
+    /// S20: whether an attempt whose outcome is unknown may be sent again.
+    pub resend: bool,
+    /// S19: whether the tool has a `verify` function.
+    pub verify: bool,
+    /// The outcome type's Rust type name (`std::any::type_name`), `"?"` where the attribute
+    /// could not name it.
+    pub outcome_type: fn() -> &'static str,
+    /// The outcome type's JSON Schema, where it has one (`schemars::JsonSchema`, with the `json`
+    /// feature).
+    pub outcome_schema: fn() -> Option<serde_json::Value>,
     /// The tool's doc comment.
     pub description: &'static str,
     /// Where it is defined: `module_path!()`.
@@ -96,7 +115,7 @@ pub fn tools_manifest() -> String {
 }
 
 /// The kind a key encodes a value of Rust type `ty` as (key encoding v1), by its type name.
-fn key_kind(ty: &str) -> &'static str {
+pub(crate) fn key_kind(ty: &str) -> &'static str {
     let ty = ty.trim_start_matches('&').trim();
     let last = ty.rsplit("::").next().unwrap_or(ty);
     let base = ty.split('<').next().unwrap_or(ty);

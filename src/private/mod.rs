@@ -347,6 +347,13 @@ impl<'a, T, E> UncheckedCall<'a, T, E> {
 }
 
 impl<'a, T, E> UncheckedCall<'a, T, E> {
+    pub fn previous(
+        &mut self,
+        _key: IdempotencyKey,
+        _arguments: Result<Fingerprint, serde_json::Error>,
+    ) {
+    }
+
     pub fn verifying(&self) -> bool {
         unreachable!("{UNCHECKED}")
     }

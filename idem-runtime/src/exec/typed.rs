@@ -68,6 +68,18 @@ impl<'a, T, E> SideEffectCall<'a, T, E> {
         }
     }
 
+    /// The key and fingerprint the tool's previous derivation (`previous = "..."`) makes of the
+    /// call's arguments: before its own key is claimed, the call looks its operation up under
+    /// this one, and is that operation's call when a record of it is there (replayed, waited
+    /// for, taken over), so a key change never runs an operation twice.
+    pub fn previous(
+        &mut self,
+        key: IdempotencyKey,
+        fingerprint: Result<Fingerprint, serde_json::Error>,
+    ) {
+        self.call.previous(key, fingerprint);
+    }
+
     /// How an error of the verify function reads, for the record's note (`idemkit show`) and the
     /// call's span when a verification fails (S19); without it, by how the error classifies.
     pub fn describe_errors(&mut self, describe: Option<fn(&E) -> String>) {

@@ -13,10 +13,11 @@ use tracing::field::Empty;
 
 use super::end::Run;
 use super::lease::Holder;
-use super::timed::{Answered, timed_answer};
+use super::timed::{Answered, timed, timed_answer};
 use super::trace::CallTrace;
 use super::{Between, Phase};
 use crate::error::{Error, StoreError};
+use crate::fingerprint::Fingerprint;
 use crate::idem::{Idem, Settings};
 use crate::key::IdempotencyKey;
 use crate::store::{Claim, ClaimRequest, Existing, ExistingState, LeaseToken, Outcome, Takeover};
@@ -62,11 +63,12 @@ pub(super) fn start(phase: &mut Phase<'_>) {
         tool,
         key,
         fingerprint: Ok(fingerprint),
-    } = &*phase
+        previous,
+    } = phase
     else {
         unreachable!("idemkit: a call's claim started without its fingerprint")
     };
-    let (tool, key, fingerprint) = (*tool, *key, *fingerprint);
+    let (tool, key, fingerprint, previous) = (*tool, *key, *fingerprint, previous.take());
     let idem = tool.runtime();
     // S18: the task's tenant, else the runtime's; the key the body and the store see is then
     // the tenant's own.
@@ -79,6 +81,11 @@ pub(super) fn start(phase: &mut Phase<'_>) {
         Some(tenant) => key.for_tenant(tenant),
         None => key,
     };
+    // `previous = "..."`: its key is the tenant's own too.
+    let previous = previous.map(|p| match &tenant {
+        Some(tenant) => (p.key.for_tenant(tenant), p.fingerprint),
+        None => (p.key, p.fingerprint),
+    });
     let span = tracing::info_span!(
         "idemkit.side_effect",
         tool = tool.name,
@@ -119,6 +126,18 @@ pub(super) fn start(phase: &mut Phase<'_>) {
         *phase = Phase::Refused(call.refused(e));
         return;
     }
+    let previous = match previous {
+        None => None,
+        Some((key, Ok(fingerprint))) => Some((key, fingerprint)),
+        Some((_, Err(source))) => {
+            let e = Error::Arguments {
+                tool: tool.name.to_owned(),
+                source,
+            };
+            *phase = Phase::Refused(call.refused(e));
+            return;
+        }
+    };
     let s = idem.settings();
     let token = LeaseToken::new();
     let ttl = tool.ttl.unwrap_or(s.ttl);
@@ -160,16 +179,20 @@ pub(super) fn start(phase: &mut Phase<'_>) {
     };
     // A store that answers at once is answered here, without a boxed future. An answer still to
     // come is dropped unpolled (a store's future does nothing until polled) and asked again by
-    // the claim loop below, which can await it.
-    let answered = crate::meters::store_since(call.metered, "claim", claimed_at, || {
-        s.store.claim(&req).into_ready()
-    })
-    .ok()
-    .map(|claim| {
-        claim
-            .map_err(|e| call.store_error(e))
-            .and_then(|claim| answer(&req, claim))
+    // the claim loop below, which can await it. A call with a previous key looks there first,
+    // below.
+    let answered = previous.is_none().then(|| {
+        crate::meters::store_since(call.metered, "claim", claimed_at, || {
+            s.store.claim(&req).into_ready()
+        })
+        .ok()
+        .map(|claim| {
+            claim
+                .map_err(|e| call.store_error(e))
+                .and_then(|claim| answer(&req, claim))
+        })
     });
+    let answered = answered.flatten();
     match answered {
         Some(Ok(Answer::Run(takeover))) => {
             let run = Run::side_effect(
@@ -212,6 +235,45 @@ pub(super) fn start(phase: &mut Phase<'_>) {
     *phase = Phase::Claiming(
         Box::pin(
             async move {
+                let mut call = call;
+                if let Some((key, fingerprint)) = previous {
+                    let req = ClaimRequest {
+                        key,
+                        tool: &name,
+                        fingerprint,
+                        token,
+                        lease,
+                        ttl,
+                        tenant: tenant.clone(),
+                        sent_at: None,
+                    };
+                    match find_previous(idem.settings(), &req, wait, &cancelled).await {
+                        // Dropped meanwhile: no claim of its own key (S27).
+                        Ok(None) if cancelled.load(Ordering::Relaxed) => return Begun::Cancelled,
+                        Ok(None) => {}
+                        Ok(Some(found)) => {
+                            call.key = key;
+                            let (claimed_at, takeover) = match found {
+                                Claimed::Run(sent, takeover) => (sent, takeover),
+                                Claimed::Replay(outcome) => return Begun::Replay(call, outcome),
+                                Claimed::Cancelled => return Begun::Cancelled,
+                            };
+                            return Begun::Run(Run::side_effect(
+                                call,
+                                holder(idem),
+                                policy,
+                                claimed_at,
+                                takeover,
+                                sending,
+                                false,
+                            ));
+                        }
+                        Err(e) => {
+                            call.key = key;
+                            return Begun::Refused(call.refused(e));
+                        }
+                    }
+                }
                 let req = ClaimRequest {
                     key,
                     tool: &name,
@@ -243,6 +305,46 @@ pub(super) fn start(phase: &mut Phase<'_>) {
         ),
         on_drop,
     );
+}
+
+/// The key and fingerprint a tool's previous derivation (`previous = "..."`) makes of a call's
+/// arguments.
+pub(crate) struct Previous {
+    pub(crate) key: IdempotencyKey,
+    pub(crate) fingerprint: Result<Fingerprint, serde_json::Error>,
+}
+
+/// Looks the call's operation up under its previous key, by claiming that key: `None` when no
+/// record of it is there (the claim made a new record, which is released at once: the call goes
+/// on under its own key); else what the claim found, which the call then is (replayed, run after
+/// a takeover, refused: in flight past the wait, the key reused, the store down), under the
+/// previous key. Never both: an operation made under the previous key is never run again
+/// under the new one.
+async fn find_previous(
+    s: &Settings,
+    req: &ClaimRequest<'_>,
+    wait: Duration,
+    cancelled: &AtomicBool,
+) -> Result<Option<Claimed>, Error> {
+    match claim(s, req, wait, cancelled).await? {
+        Claimed::Run(_, None) => {
+            if let Err(e) = timed(s, "release", s.store.release(req.key, req.token)).await {
+                tracing::warn!(
+                    error = %e,
+                    "could not give back the claim of the previous key (nothing ran under it); it ends with its lease"
+                );
+            }
+            s.wakes.ended(&req.key);
+            Ok(None)
+        }
+        found => {
+            tracing::info!(
+                previous_key = %req.key,
+                "found the operation under the tool's previous key; the call is its call"
+            );
+            Ok(Some(found))
+        }
+    }
 }
 
 pub(super) enum Claimed {

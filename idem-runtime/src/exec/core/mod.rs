@@ -127,6 +127,8 @@ enum Phase<'a> {
         tool: Tool<'a>,
         key: IdempotencyKey,
         fingerprint: Result<Fingerprint, serde_json::Error>,
+        /// The previous derivation's key and fingerprint, looked up first (`previous = "..."`).
+        previous: Option<Box<claim::Previous>>,
     },
     /// The claim is awaited; what to end if the call is dropped meanwhile. Owns everything,
     /// so a dropped call can leave it to finish in the background (S27).
@@ -184,7 +186,20 @@ impl<'a> Call<'a> {
                 tool,
                 key,
                 fingerprint,
+                previous: None,
             },
+        }
+    }
+
+    /// Before its own key, the call looks its operation up under `key`, the previous
+    /// derivation's, with that derivation's `fingerprint` (see `claim::Previous`).
+    pub(crate) fn previous(
+        &mut self,
+        key: IdempotencyKey,
+        fingerprint: Result<Fingerprint, serde_json::Error>,
+    ) {
+        if let Phase::Claim { previous, .. } = &mut self.phase {
+            *previous = Some(Box::new(claim::Previous { key, fingerprint }));
         }
     }
 
