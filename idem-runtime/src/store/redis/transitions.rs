@@ -3,11 +3,12 @@
 
 use std::time::Duration;
 
-use redis::Value;
+use redis::{Script, Value};
 use uuid::Uuid;
 
 use super::RedisStore;
 use super::rows::{corrupt_field, existing_of, ms, unexpected};
+
 use crate::error::StoreError;
 use crate::key::IdempotencyKey;
 use crate::store::{
@@ -125,22 +126,8 @@ impl AsyncStore for RedisStore {
         note: &str,
         ttl: Duration,
     ) -> Result<Written, StoreError> {
-        let (token, ttl, grace) = (token.0.to_string(), ms(ttl), ms(self.grace));
-        let args: [&[u8]; 4] = [
-            token.as_bytes(),
-            note.as_bytes(),
-            ttl.as_bytes(),
-            grace.as_bytes(),
-        ];
-        let n: i64 = self
-            .invoke(
-                "restore",
-                &self.scripts.restore,
-                &self.record_key(&key),
-                &args,
-            )
-            .await?;
-        Ok(Written::from_changed(n))
+        self.noted("restore", &self.scripts.restore, key, token, note, ttl)
+            .await
     }
 
     async fn mark_ambiguous(
@@ -150,26 +137,43 @@ impl AsyncStore for RedisStore {
         note: &str,
         ttl: Duration,
     ) -> Result<Written, StoreError> {
-        let (token, ttl, grace) = (token.0.to_string(), ms(ttl), ms(self.grace));
-        let args: [&[u8]; 4] = [
-            token.as_bytes(),
-            note.as_bytes(),
-            ttl.as_bytes(),
-            grace.as_bytes(),
-        ];
-        let n: i64 = self
-            .invoke(
-                "mark_ambiguous",
-                &self.scripts.mark_ambiguous,
-                &self.record_key(&key),
-                &args,
-            )
-            .await?;
-        Ok(Written::from_changed(n))
+        self.noted(
+            "mark_ambiguous",
+            &self.scripts.mark_ambiguous,
+            key,
+            token,
+            note,
+            ttl,
+        )
+        .await
     }
 
     async fn mark_unknown(
         &self,
+        key: IdempotencyKey,
+        token: LeaseToken,
+        note: &str,
+        ttl: Duration,
+    ) -> Result<Written, StoreError> {
+        self.noted(
+            "mark_unknown",
+            &self.scripts.mark_unknown,
+            key,
+            token,
+            note,
+            ttl,
+        )
+        .await
+    }
+}
+
+impl RedisStore {
+    /// Runs one of the scripts that write a held record with a note (`restore`, `mark_ambiguous`,
+    /// `mark_unknown`): the holder's token, the note, the time-to-live and the grace.
+    async fn noted(
+        &self,
+        what: &'static str,
+        script: &Script,
         key: IdempotencyKey,
         token: LeaseToken,
         note: &str,
@@ -183,12 +187,7 @@ impl AsyncStore for RedisStore {
             grace.as_bytes(),
         ];
         let n: i64 = self
-            .invoke(
-                "mark_unknown",
-                &self.scripts.mark_unknown,
-                &self.record_key(&key),
-                &args,
-            )
+            .invoke(what, script, &self.record_key(&key), &args)
             .await?;
         Ok(Written::from_changed(n))
     }
