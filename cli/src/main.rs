@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use idem_runtime::sentences::{self, EFFECT_UNKNOWN};
-use idem_runtime::store::{Decision, Forgot, RecordFilter, Released, Resolved, StateKind};
+use idem_runtime::store::{
+    Decision, Forgot, RecordFilter, RecordState, Released, Resolved, StateKind,
+};
 use idem_runtime::{IdempotencyKey, OperationId};
 
 mod key;
@@ -423,6 +425,21 @@ async fn run(cli: &Cli, target: &Target) -> Result<String, Failed> {
             ))),
         },
         Command::Release { key, force } => {
+            // S31: a running record whose holder's lease lapsed reads as ambiguous (its body may
+            // have started): released, the next call would run the operation blind, where a
+            // takeover verifies it or keeps it unknown. Settled as an ambiguous one is, unless
+            // the operator says the holder is known to have done nothing (`--force`).
+            if !*force
+                && let Some(record) = store.get(key).await.map_err(failed)?
+                && let RecordState::Ambiguous { note } = &record.state
+            {
+                return Err(Failed(format!(
+                    "{key} is ambiguous: {note}. {}. `--force` releases a record whose holder's lease \
+                     lapsed anyway: only if you know its holder did nothing, since the next call then runs \
+                     the operation again",
+                    sentences::how_to_settle(key)
+                )));
+            }
             match store.release_key(key, *force).await.map_err(failed)? {
                 Released::Released => Ok(format!(
                     "released {key}: the next call with this key runs the operation again (with the same key)\n"

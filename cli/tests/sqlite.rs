@@ -692,6 +692,27 @@ async fn s31_idemkit_settle_reports_a_dead_callers_record() {
     assert!(stdout(&out).contains(&k), "{}", stdout(&out));
     let out = run(&["show", &k], 0);
     assert!(stdout(&out).contains("lease lapsed"), "{}", stdout(&out));
+    // Released, the next call would run the operation blind: refused as an ambiguous record is,
+    // pointing to how it is settled; `--force` is the operator's word that nothing ran.
+    let out = run(&["release", &k], 1);
+    assert!(
+        stderr(&out).contains("ambiguous") && stderr(&out).contains("resolve"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        Records::get(&store, &key("charge", 31))
+            .await
+            .unwrap()
+            .is_some()
+    );
+    run(&["release", "--force", &k], 0);
+    assert!(
+        Records::get(&store, &key("charge", 31))
+            .await
+            .unwrap()
+            .is_none()
+    );
 }
 
 /// S32 (issue 52 #2): `show`'s "made" is when the operation was first made, not the time a
