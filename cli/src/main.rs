@@ -88,11 +88,13 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Frees a running record so the next call runs again; refused while its lease is live.
+    /// Frees a running record so the next call runs again; refused while its lease is live, and
+    /// once it has lapsed (the record then reads as ambiguous: `resolve` it) unless `--force`.
     Release {
         #[arg(value_parser = parse_key)]
         key: IdempotencyKey,
-        /// Release even though the lease is live: only when its holder is known to be dead.
+        /// Release even though the lease is live, or lapsed with its body maybe started: only when
+        /// its holder is known to be dead (or to have done nothing).
         #[arg(long)]
         force: bool,
     },
@@ -446,7 +448,8 @@ async fn run(cli: &Cli, target: &Target) -> Result<String, Failed> {
                 )),
                 Released::LeaseLive { remaining } => Err(Failed(format!(
                     "refused: the lease on {key} is live for another {}, so its holder may still be running the \
-                 operation. Wait for the lease to run out, then release it. `--force` releases it now, but only \
+                 operation. Wait for the lease to run out: the record then reads as ambiguous, and `idemkit resolve` \
+                 or the settler settles it. `--force` releases it now, but only \
                  do that if you know the holder is dead: if it is alive, the next call runs the effect a second \
                  time alongside it, and the holder's outcome is refused when it finishes",
                     show::span(remaining)
