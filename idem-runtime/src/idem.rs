@@ -7,7 +7,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use crate::error::Error;
-use crate::key::OperationId;
+use crate::key::{IdempotencyKey, OperationId};
 use crate::retry::RetryPolicy;
 use crate::store::{OperationIds, Store};
 use crate::wake::Wakes;
@@ -189,6 +189,24 @@ pub(crate) fn task_tenant() -> Option<Arc<str>> {
         return None;
     }
     TENANT.try_with(Arc::clone).ok()
+}
+
+/// The tenant a call of `idem` is made for (S18): the task's ([`as_tenant`]), else the runtime's
+/// ([`IdemBuilder::tenant`]). The one rule: the claim keys the record with it, and the HTTP
+/// layer names that record's key with it, so what an answer tells an operator to resolve is a key
+/// the store holds.
+#[inline]
+pub(crate) fn call_tenant(idem: Option<&Idem>) -> Option<Arc<str>> {
+    task_tenant().or_else(|| idem.and_then(|idem| idem.settings().tenant.clone()))
+}
+
+/// The key of the record a call keyed `key` makes for `tenant` (S18): the tenant's own.
+#[inline]
+pub(crate) fn record_key(key: IdempotencyKey, tenant: Option<&str>) -> IdempotencyKey {
+    match tenant {
+        Some(tenant) => key.for_tenant(tenant),
+        None => key,
+    }
 }
 
 /// What a task's calls run under that lives in the task (the scoped runtime, the tenant, the

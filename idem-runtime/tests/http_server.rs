@@ -717,6 +717,51 @@ async fn s25_a_handler_whose_response_broke_off_is_not_run_again() {
     says_it_ran_and_how_it_is_settled(retry).await;
 }
 
+/// S18 and S25 together: a runtime made for one tenant (`Idem::builder().tenant(..)`) and a layer
+/// with no scope of its own. The record is the tenant's, so the key the 500 names (the one an
+/// operator gives `idemkit resolve`) must be that record's key, in both of the layer's modes.
+/// Failed before with `handler_resends(true)`: the layer named the key without the runtime's
+/// tenant, a key the store does not hold (it derived the record's key from the task's tenant
+/// only; the claim, from the task's, else the runtime's).
+#[tokio::test]
+async fn s25_the_unknown_outcome_names_the_key_of_the_record_under_the_runtimes_tenant() {
+    let store = Arc::new(MemoryStore::new());
+    let idem = Idem::builder()
+        .shared_store(store.clone())
+        .tenant("acme")
+        .build()
+        .unwrap();
+    for resends in [false, true] {
+        // The handler panics in its first run only: one of its own per mode.
+        let handler = Shared::default();
+        let layer = IdempotencyLayer::new(idem.clone()).handler_resends(resends);
+        let app = unknown_outcome_routes(layer, &handler);
+        let client_key = format!("t-{resends}");
+        let answer = app
+            .clone()
+            .oneshot(keyed_as("/panic", &format!("\"{client_key}\"")))
+            .await
+            .unwrap();
+        let body = says_it_ran_and_how_it_is_settled(answer).await;
+        let key = IdempotencyKey::derive("http", &[("idempotency_key", &client_key.as_str())]);
+        let record = store
+            .get(&key.for_tenant("acme"))
+            .await
+            .unwrap()
+            .expect("the record is the runtime's tenant's");
+        assert_eq!(record.tenant.as_deref(), Some("acme"));
+        assert!(
+            body.contains(&record.key.to_string()),
+            "the answer names {} (the record's key): {body}",
+            record.key
+        );
+        assert!(
+            !body.contains(&key.to_string()),
+            "the answer names the key without the tenant, which no record has: {body}"
+        );
+    }
+}
+
 /// A tool's error for the handler below.
 #[derive(Debug)]
 struct InnerError;

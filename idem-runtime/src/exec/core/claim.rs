@@ -72,20 +72,11 @@ pub(super) fn start(phase: &mut Phase<'_>) {
     let idem = tool.runtime();
     // S18: the task's tenant, else the runtime's; the key the body and the store see is then
     // the tenant's own.
-    let tenant = crate::idem::task_tenant().or_else(|| {
-        idem.as_ref()
-            .ok()
-            .and_then(|idem| idem.settings().tenant.clone())
-    });
-    let key = match &tenant {
-        Some(tenant) => key.for_tenant(tenant),
-        None => key,
-    };
+    let tenant = crate::idem::call_tenant(idem.as_ref().ok());
+    let key = crate::idem::record_key(key, tenant.as_deref());
     // `previous = "..."`: its key is the tenant's own too.
-    let previous = previous.map(|p| match &tenant {
-        Some(tenant) => (p.key.for_tenant(tenant), p.fingerprint),
-        None => (p.key, p.fingerprint),
-    });
+    let previous =
+        previous.map(|p| (crate::idem::record_key(p.key, tenant.as_deref()), p.fingerprint));
     let span = tracing::info_span!(
         "idemkit.side_effect",
         tool = tool.name,

@@ -354,8 +354,10 @@ where
     let result: Result<Stored, Served<S::Error, ResBody>> =
         tool.run_keyed(key, fingerprint, attempt).await;
     let first = first.into_inner().unwrap_or_else(|p| p.into_inner());
-    // The record's key, as `idemkit resolve` takes it (the task's tenant, as the executor read it).
-    let record_key = crate::idem::task_tenant().map_or(key, |t| key.for_tenant(&t));
+    // The record's key, as `idemkit resolve` takes it: the tenant's own, by the claim's rule (the
+    // task's tenant, else the layer's runtime's).
+    let tenant = crate::idem::call_tenant(Some(&config.idem));
+    let record_key = crate::idem::record_key(key, tenant.as_deref());
     match result {
         Ok(stored) => Ok(match first {
             Some(first) => Response::from_parts(first.0, first.1),
