@@ -24,7 +24,7 @@ use sha2::{Digest, Sha256};
 use support::{Pair, Selected, record, summary};
 use uuid::Uuid;
 
-/// Encoding v1 written out by hand (DESIGN.md "Keys"), for the baseline's input.
+/// Encoding v1 written out by hand (docs/protocol.md, "Keys: encoding v1"), for the baseline's input.
 fn encode_v1(tool: &str, fields: &[(&str, u8, Vec<u8>)]) -> Vec<u8> {
     let mut out = b"idemkit:v1\0".to_vec();
     let put = |b: &[u8], out: &mut Vec<u8>| {

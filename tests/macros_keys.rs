@@ -1,4 +1,4 @@
-//! Keys derived through the attributes (DESIGN.md "Keys", encoding v1). The same tool with owned
+//! Keys derived through the attributes (docs/protocol.md, "Keys: encoding v1"). The same tool with owned
 //! key fields, pinned to the same name, is in `macros_keys_owned.rs`: a binary of its own, since
 //! two tools of one name in one program are refused at their first call (S21; the registry's
 //! duplicate-name report is tested in `tool_names.rs`).

@@ -1,4 +1,4 @@
-//! The executor protocol (DESIGN.md S1–S8) driven through the attributes, counting how often the
+//! The executor protocol (docs/protocol.md, S1–S8) driven through the attributes, counting how often the
 //! body ran. Each test has its own store (`Idem::scope`), and tokio's clock is paused, so backoff
 //! sleeps and leases pass instantly.
 

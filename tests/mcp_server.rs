@@ -139,7 +139,7 @@ async fn tools_list_carries_derived_annotations_and_a_repeated_charge_is_replaye
     assert_eq!(first.is_error, Some(false), "{first:?}");
     let first_out = first.structured_content.clone().unwrap();
     assert_eq!(first_out["replayed"], false);
-    // DESIGN.md's golden key: tool `charge`, cus_1 / subscription / 2026-11.
+    // The golden key of docs/protocol.md: tool `charge`, cus_1 / subscription / 2026-11.
     assert_eq!(
         first_out["idempotencyKey"],
         "32e00e40-1a53-8058-93c7-e9d1adc8ecaa"

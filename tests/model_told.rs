@@ -1,4 +1,4 @@
-//! What a model is told (issue 30 #5, issue 31, DESIGN.md S19/S20): every `idemkit::Error`
+//! What a model is told (docs/protocol.md, S19/S20): every `idemkit::Error`
 //! variant gets its own answer on every surface (MCP tool result, rig's `ToolExecutionError`,
 //! the [`Explanation`] JSON calls carry): a stable reason, whether calling again can help, and
 //! "not run" only where idemkit refused the call before any attempt. Where the effect may have

@@ -1,6 +1,6 @@
 //! Encoding v1 of keys (a contract): golden vectors and the properties callers rely on.
 //!
-//! The vectors were cross-checked against an independent implementation of the DESIGN's
+//! The vectors were cross-checked against an independent implementation of the
 //! encoding (Python's hashlib and uuid). A change here changes every key in flight: a replay
 //! after an upgrade would act twice. Do not "fix" a vector; fix the encoder.
 

@@ -38,7 +38,7 @@ impl Val {
         }
     }
 
-    /// Tag and value bytes, straight from the table in DESIGN.md.
+    /// Tag and value bytes, straight from the table in docs/protocol.md ("Keys: encoding v1").
     fn encoded(&self) -> (u8, Vec<u8>) {
         match self {
             Val::Text(s) => (1, s.as_bytes().to_vec()),
@@ -72,7 +72,7 @@ fn derive(tool: &str, fields: &[(String, Val)]) -> IdempotencyKey {
     IdempotencyKey::derive(tool, &refs)
 }
 
-/// Encoding v1 written out from the DESIGN, independently of the crate's hasher.
+/// Encoding v1 written out from docs/protocol.md, independently of the crate's hasher.
 fn reference_key(tool: &str, fields: &[(String, Val)]) -> Uuid {
     let mut bytes = b"idemkit:v1\0".to_vec();
     let put = |bytes: &mut Vec<u8>, b: &[u8]| {

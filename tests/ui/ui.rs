@@ -1,4 +1,4 @@
-//! The attributes' contract at compile time (DESIGN.md "Compile errors", C1–C9, and the third
+//! The attributes' contract at compile time (docs/protocol.md, "Compile errors", C1–C9, and the third
 //! wave's C10): every misuse is a compile error with a message that says what is wrong and what
 //! to do, at the offending token; the `.stderr` files are the expected diagnostics. The pass
 //! cases compile *and run*: each asserts the keys its tools derive.

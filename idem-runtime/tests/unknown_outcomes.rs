@@ -1,5 +1,7 @@
-//! The third wave's executor rows (S14+, S19, S20, S22) and the holes of issue 30 that live in
-//! the executor (#2, #3, #4, #7, #9), on the memory store and tokio's paused clock.
+//! Unknown outcomes in the executor: S14+ (ambiguity survives a takeover), S19 (verify asked
+//! first), S20 (re-sent only where the provider deduplicates), S22 (a stalled holder stops), S15
+//! (a call dropped late) and S16 (an outcome that cannot be kept or read back is recorded as ran),
+//! on the memory store and tokio's paused clock.
 //!
 //! A provider that does not deduplicate is a counter of effects: every run of a body that
 //! reaches it counts, and a test fails when one operation counts twice. Each test names its row
@@ -97,7 +99,7 @@ fn tool<'a>(idem: &'a Idem) -> Tool<'a> {
 
 // ---- S20: no blind re-send ------------------------------------------------------------------
 
-/// S20, issue 31's second row: a lost reply from a provider that cannot deduplicate. Before: the
+/// S20: a lost reply from a provider that cannot deduplicate. Before: the
 /// attempt was re-sent at once (2 messages, `Ok` of the second).
 #[tokio::test(start_paused = true)]
 async fn s20_an_unknown_outcome_is_not_resent_when_the_tool_cannot_resend() {
@@ -204,7 +206,7 @@ async fn dead_holder(store: &MemoryStore, lease: Duration) {
 
 // ---- S14+: ambiguity taken over -------------------------------------------------------------
 
-/// S14+, issue 30 #3: a call that takes over a record kept as ambiguous keeps the ambiguity,
+/// S14+: a call that takes over a record kept as ambiguous keeps the ambiguity,
 /// whatever its own attempts answer; a later call with other arguments gets `KeyReuse`. Before:
 /// call 2's transient failure released the record, and call 3 with another amount ran (two
 /// charges).
@@ -377,7 +379,7 @@ async fn poll_once<F: Future>(fut: &mut Pin<Box<F>>) -> Poll<F::Output> {
     std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await
 }
 
-/// S22, issue 30 #2: a holder stalled at an await (SIGSTOP, a paused VM) past its lease; another
+/// S22: a holder stalled at an await (SIGSTOP, a paused VM) past its lease; another
 /// caller takes over and sends; the holder resumes and must not poll its body on. Before: it
 /// polled the body, which sent a second message, then ended `LeaseLost`.
 #[tokio::test(start_paused = true)]
@@ -424,7 +426,7 @@ async fn s22_a_stalled_holder_polls_its_body_no_further_after_a_takeover() {
     );
 }
 
-/// S22, issue 30 #2: a holder stalled while it waits between attempts starts no attempt after
+/// S22: a holder stalled while it waits between attempts starts no attempt after
 /// its lease was taken over. Before: it started attempt 2 (a second message).
 #[tokio::test(start_paused = true)]
 async fn s22_a_holder_stalled_in_its_backoff_starts_no_attempt_after_a_takeover() {
@@ -498,7 +500,7 @@ async fn s22_a_stalled_holder_that_was_not_taken_over_renews_and_goes_on() {
     ));
 }
 
-// ---- issue 30 #4, #7, #9 --------------------------------------------------------------------
+// ---- S15, S16: outcomes that cannot be kept, calls dropped late -----------------------------
 
 /// An outcome that serializes, but whose skipped field has no `default`: it does not read back.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -508,11 +510,11 @@ struct Order {
     items: Vec<u32>,
 }
 
-/// S16, issue 30 #4: an outcome that does not read back is recorded as not replayable when it
+/// S16: an outcome that does not read back is recorded as not replayable when it
 /// completes, so a repeat is told the operation ran. Before: every repeat got
 /// `Error::Store{Corrupt}` ("the record could not be reached").
 #[tokio::test(start_paused = true)]
-async fn issue30_4_an_outcome_that_does_not_read_back_is_unreplayable() {
+async fn s16_an_outcome_that_does_not_read_back_is_unreplayable() {
     let idem = Idem::new(MemoryStore::new());
     let runs = Arc::new(AtomicU32::new(0));
     let call = || {
@@ -538,10 +540,10 @@ async fn issue30_4_an_outcome_that_does_not_read_back_is_unreplayable() {
     assert_eq!(runs.load(SeqCst), 1);
 }
 
-/// Issue 30 #7: a call dropped after its runtime is gone does not panic in `Drop` (before:
+/// S15: a call dropped after its runtime is gone does not panic in `Drop` (before:
 /// "there is no reactor running", an abort if already unwinding).
 #[test]
-fn issue30_7_dropping_a_call_after_its_runtime_is_gone_does_not_panic() {
+fn s15_dropping_a_call_after_its_runtime_is_gone_does_not_panic() {
     let idem = Idem::new(Slow(MemoryStore::new()));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -678,11 +680,11 @@ impl Store for FullDisk {
     }
 }
 
-/// Issue 30 #9: an outcome too large for the free space. The caller gets its result, the record
+/// S16: an outcome too large for the free space. The caller gets its result, the record
 /// says the operation ran, and a repeat after the lease does not run it again. Before: the
 /// record stayed running, and the next call after the lease ran the body again.
 #[tokio::test(start_paused = true)]
-async fn issue30_9_an_outcome_the_store_cannot_keep_is_recorded_as_ran() {
+async fn s16_an_outcome_the_store_cannot_keep_is_recorded_as_ran() {
     let idem = Idem::new(FullDisk(MemoryStore::new()));
     let runs = Arc::new(AtomicU32::new(0));
     let call = || {
