@@ -34,7 +34,6 @@
 //! ```
 //!
 #![doc = include_str!("../protocol.md")]
-
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -79,7 +78,7 @@ pub use idem::{
     in_current_scope, operation, operation_name, operation_scope, scoped_operation,
 };
 pub use key::normalize;
-pub use key::{IdempotencyKey, KeyField, KeyHasher, KeyPart, KeyValue, OperationId};
+pub use key::{IdempotencyKey, JsonKeyField, KeyField, KeyHasher, KeyPart, KeyValue, OperationId};
 pub use observe::{CallInfo, CallOutcome, observe};
 pub use registry::{
     DuplicateTools, ToolInfo, ToolKind, check_unique_tool_names, tools, tools_manifest,

@@ -107,11 +107,16 @@ use idem_runtime::{CallInfo, Classify, Explanation, Failure, ToolKind};
 use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ContentBlock};
 
+mod client;
 #[cfg(feature = "json")]
 mod json_server;
 mod operations;
 mod tenants;
 
+pub use self::client::{
+    CallError, DEFAULT_TIMEOUT, IDEMPOTENCY_KEY_META, IdempotentClient, RemoteReply, RemoteTool,
+    for_model,
+};
 #[cfg(feature = "json")]
 #[cfg_attr(docsrs, doc(cfg(feature = "json")))]
 pub use self::json_server::JsonToolsServer;

@@ -19,6 +19,7 @@ use std::str::FromStr;
 use uuid::Uuid;
 
 mod hasher;
+mod json;
 pub mod normalize;
 mod operation;
 mod part;
@@ -26,6 +27,7 @@ mod part;
 mod tests;
 
 pub use self::hasher::KeyHasher;
+pub use self::json::JsonKeyField;
 pub use self::operation::OperationId;
 pub use self::part::{KeyField, KeyPart, KeyValue};
 

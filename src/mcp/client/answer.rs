@@ -1,0 +1,55 @@
+//! What a model reads of a remote call ([`for_model`]): the one place a remote call's end is
+//! rendered for a model, from the runtime's explanations and sentences.
+
+use idem_runtime::{Explanation, ToolKind};
+use rmcp::model::{CallToolResult, ContentBlock};
+
+use super::{CallError, RemoteReply};
+
+/// A remote call's end as an MCP result for a model: the tool's own answer as its server gave
+/// it (a replay starts with the sentence that says so: nothing was done again), or, when idemkit
+/// refused the call or its outcome is unknown, a tool error (`isError: true`) with the
+/// explanation's sentence first, then `{"error", "reason", "retryable", "idempotencyKey"}` as
+/// idemkit's own MCP tools answer (the reasons are [`Explanation`]'s). `kind` is the tool's
+/// (a read's failures promise no key); `key_fields` name its key fields for the model.
+pub fn for_model(
+    ended: &Result<RemoteReply, CallError>,
+    kind: ToolKind,
+    key_fields: &[String],
+) -> CallToolResult {
+    match ended {
+        Ok(reply) => {
+            let mut out = reply.result.clone();
+            if reply.replayed {
+                let key = reply.key.map(|k| k.to_string());
+                let note = crate::__private::replayed_note(key.as_deref());
+                out.content.insert(0, ContentBlock::text(note));
+            }
+            out
+        }
+        Err(CallError::Idem(e)) => {
+            let fields: Vec<&str> = key_fields.iter().map(String::as_str).collect();
+            let told = Explanation::of_error(e, &fields);
+            let key = key_of_error(e);
+            super::super::failed(e.to_string(), &told, key)
+        }
+        Err(error @ CallError::Upstream { key, failure, .. }) => {
+            let told = Explanation::of_failure(*failure, kind, None);
+            super::super::failed(error.to_string(), &told, key.map(|k| k.to_string()))
+        }
+    }
+}
+
+/// The key an idemkit error names, where it names one.
+fn key_of_error(e: &idem_runtime::Error) -> Option<String> {
+    use idem_runtime::Error;
+    match e {
+        Error::KeyReuse { key, .. }
+        | Error::InFlight { key, .. }
+        | Error::LeaseLost { key, .. }
+        | Error::Ambiguous { key, .. }
+        | Error::Unreplayable { key, .. } => Some(key.to_string()),
+        Error::Store { key, .. } => key.map(|k| k.to_string()),
+        _ => None,
+    }
+}

@@ -1,0 +1,378 @@
+//! Tools you call: `tools/call` to a remote MCP server's tools, made safe to repeat
+//! ([`IdempotentClient`]).
+
+mod answer;
+mod config;
+mod failure;
+
+pub use self::answer::for_model;
+pub use self::config::RemoteTool;
+pub use self::failure::CallError;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use idem_runtime::__private::serde_json::{Map, Value};
+use idem_runtime::{
+    Error, Fingerprint, Idem, IdempotencyKey, JsonKeyField, KeyField, Tool, ToolKind, observe,
+};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, ServerResult,
+    ToolAnnotations,
+};
+use rmcp::service::{Peer, PeerRequestOptions, RoleClient};
+
+use self::config::Plan;
+use self::failure::{Attempt, classify_sent, classify_unsent};
+
+/// The request `_meta` entry the call's idempotency key is sent in, as its 36 characters
+/// (`{"idemkit/idempotency-key": "32e00e40-1a53-8058-93c7-e9d1adc8ecaa"}`): the same key on every
+/// attempt and every repeat of one operation, so a server that honours it deduplicates a repeat.
+/// MCP's request ids are not deduplication keys (each attempt has its own).
+pub const IDEMPOTENCY_KEY_META: &str = "idemkit/idempotency-key";
+
+/// How long one attempt waits for its answer unless set otherwise: then it counts as sent and its
+/// answer lost (`Ambiguous`).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// An rmcp client's [`Peer`] through which `tools/call` to tools of a remote MCP server (ones
+/// you did not write: payments, tickets, e-mail) are keyed, recorded and replayed as this
+/// program's own `#[side_effect]` tools are: the same key encoding, stores and executor (claim,
+/// record, replay, key reuse refused, an unknown outcome kept and not sent again blindly).
+///
+/// Each tool is configured by name with a [`RemoteTool`], or taken as the server's annotations
+/// say: `readOnlyHint: true` is called as it is. A tool with neither is refused (a
+/// [`CallError::Idem`] that says what to configure), never called unprotected.
+///
+/// ```no_run
+/// # async fn run(peer: rmcp::service::Peer<rmcp::service::RoleClient>) -> Result<(), Box<dyn std::error::Error>> {
+/// use idemkit::mcp::{IdempotentClient, RemoteTool};
+/// use rmcp::model::CallToolRequestParams;
+/// use serde_json::json;
+///
+/// let payments = IdempotentClient::new(peer) // `().serve(transport).await?.peer().clone()`
+///     .tool("charge", RemoteTool::keyed(["customer_id", "invoice"]))
+///     .tool("send_receipt", RemoteTool::keyed(["invoice"]).resend(false));
+/// let args = json!({"customer_id": "cus_1", "invoice": "inv_7", "cents": 4200});
+/// let call = CallToolRequestParams::new("charge").with_arguments(args.as_object().unwrap().clone());
+/// let reply = payments.call_tool(call).await?; // once, however often it is called
+/// println!("{:?} replayed: {}", reply.result.content, reply.replayed);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct IdempotentClient {
+    peer: Peer<RoleClient>,
+    idem: Option<Idem>,
+    tools: BTreeMap<String, RemoteTool>,
+    timeout: Duration,
+    /// The server's tools' annotations, from `tools/list` (read once, when a call needs them).
+    hints: Arc<Mutex<Option<Arc<BTreeMap<String, Option<ToolAnnotations>>>>>>,
+}
+
+impl std::fmt::Debug for IdempotentClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdempotentClient")
+            .field("tools", &self.tools)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A remote tool's answer, and how this call got it.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RemoteReply {
+    /// The tool's answer as its server gave it (for a replay, as it was recorded). An answer
+    /// with `isError: true` is the tool's own and is not recorded: a repeat sends the call again.
+    pub result: CallToolResult,
+    /// The key the call ran under (`None` for a read).
+    pub key: Option<IdempotencyKey>,
+    /// Whether the answer is an earlier call's, recorded; nothing was sent.
+    pub replayed: bool,
+}
+
+impl IdempotentClient {
+    /// Calls through `peer` (an rmcp client's: `().serve(transport).await?.peer().clone()`).
+    pub fn new(peer: Peer<RoleClient>) -> Self {
+        IdempotentClient {
+            peer,
+            idem: None,
+            tools: BTreeMap::new(),
+            timeout: DEFAULT_TIMEOUT,
+            hints: Arc::default(),
+        }
+    }
+
+    /// Records in `idem`'s store (default: the runtime in force, [`Idem::current`]).
+    pub fn idem(mut self, idem: Idem) -> Self {
+        self.idem = Some(idem);
+        self
+    }
+
+    /// Calls of the tool `name` as `config` says (over its server's annotations).
+    pub fn tool(mut self, name: impl Into<String>, config: RemoteTool) -> Self {
+        self.tools.insert(name.into(), config);
+        self
+    }
+
+    /// How long one attempt waits for its answer (default [`DEFAULT_TIMEOUT`]); past it, the
+    /// request counts as sent and its answer lost.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The peer calls go through.
+    pub fn peer(&self) -> &Peer<RoleClient> {
+        &self.peer
+    }
+
+    /// Calls the remote tool `params.name` with `params.arguments`: a read as it is; a side
+    /// effect keyed on its key fields, its key in `_meta` ([`IDEMPOTENCY_KEY_META`]), recorded,
+    /// so that a repeat of the operation gets the recorded answer (`replayed`) and is not sent
+    /// again. The other entries of `params.meta` are sent as given.
+    pub async fn call_tool(&self, params: CallToolRequestParams) -> Result<RemoteReply, CallError> {
+        let name = params.name.to_string();
+        let config = self.tools.get(&name);
+        let hints = if RemoteTool::needs_hints(config) {
+            self.hints_of(&name).await?
+        } else {
+            None
+        };
+        let plan = config::plan(&name, config, hints.as_ref())?;
+        let (ended, key, replayed) = match plan {
+            Plan::Read => {
+                let attempt = || self.send(params.clone(), None);
+                (
+                    self.entry(&name, config).read_only(attempt).await,
+                    None,
+                    false,
+                )
+            }
+            Plan::Keyed {
+                fields,
+                key_name,
+                resend,
+            } => {
+                let arguments = params.arguments.clone().unwrap_or_default();
+                let (key, fingerprint) = key_of(&name, &key_name, &fields, &arguments)?;
+                let tool = self.entry(&key_name, config).resend(resend);
+                let attempt = |key: IdempotencyKey| self.send(params.clone(), Some(key));
+                let (ended, info) = observe(tool.run_keyed(key, fingerprint, attempt)).await;
+                let replayed = info.as_ref().is_some_and(|i| i.replayed);
+                // The key the call ran under (under the tenant in force, where there is one).
+                let key = info.and_then(|i| i.key).unwrap_or(key);
+                (ended, Some(key), replayed)
+            }
+        };
+        match ended {
+            Ok(result) => Ok(RemoteReply {
+                result,
+                key,
+                replayed,
+            }),
+            // The tool's own answer, not recorded (see `Attempt::ToolError`).
+            Err(Attempt::ToolError(result)) => Ok(RemoteReply {
+                result,
+                key,
+                replayed: false,
+            }),
+            Err(Attempt::Idem(e)) => Err(CallError::Idem(e)),
+            Err(Attempt::Upstream(failure, source)) => Err(CallError::Upstream {
+                tool: name,
+                key,
+                failure,
+                source,
+            }),
+        }
+    }
+
+    /// The executor's entry for the tool recorded as `name`, with this client's runtime and the
+    /// tool's settings.
+    fn entry<'a>(&'a self, name: &'a str, config: Option<&RemoteTool>) -> Tool<'a> {
+        let tool = Tool::new(name);
+        let tool = match &self.idem {
+            Some(idem) => tool.idem(idem),
+            None => tool,
+        };
+        match config {
+            Some(c) => c.settings(tool),
+            None => tool,
+        }
+    }
+
+    /// One attempt: the request, its key in `_meta`, its answer within the timeout.
+    async fn send(
+        &self,
+        mut params: CallToolRequestParams,
+        key: Option<IdempotencyKey>,
+    ) -> Result<CallToolResult, Attempt> {
+        if let Some(key) = key {
+            let meta = params.meta.get_or_insert_with(Default::default);
+            meta.0.0.insert(
+                IDEMPOTENCY_KEY_META.to_owned(),
+                Value::String(key.to_string()),
+            );
+        }
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let options = PeerRequestOptions::with_timeout(self.timeout);
+        let handle = match self.peer.send_request_with_option(request, options).await {
+            Ok(handle) => handle,
+            Err(e) => return Err(Attempt::Upstream(classify_unsent(&e), e)),
+        };
+        match handle.await_response().await {
+            Ok(ServerResult::CallToolResult(result)) if result.is_error == Some(true) => {
+                Err(Attempt::ToolError(result))
+            }
+            Ok(ServerResult::CallToolResult(result)) => Ok(result),
+            // An answer this client does not drive (input required, a task): the tool may act.
+            Ok(_) => Err(Attempt::Upstream(
+                idem_runtime::Failure::Ambiguous,
+                rmcp::ServiceError::UnexpectedResponse,
+            )),
+            Err(e) => Err(Attempt::Upstream(classify_sent(&e), e)),
+        }
+    }
+
+    /// The annotations of the server's tool `name` (`None`: not listed), from `tools/list`, read
+    /// once. A listing that fails fails the call: nothing was sent.
+    async fn hints_of(&self, name: &str) -> Result<Option<ToolAnnotations>, CallError> {
+        let cached = self.hints.lock().expect("hints lock").clone();
+        let listed = match cached {
+            Some(listed) => listed,
+            None => {
+                let tools =
+                    self.peer
+                        .list_all_tools()
+                        .await
+                        .map_err(|source| CallError::Upstream {
+                            tool: name.to_owned(),
+                            key: None,
+                            failure: classify_unsent_listing(&source),
+                            source,
+                        })?;
+                let listed: Arc<BTreeMap<_, _>> = Arc::new(
+                    tools
+                        .into_iter()
+                        .map(|t| (t.name.to_string(), t.annotations))
+                        .collect(),
+                );
+                *self.hints.lock().expect("hints lock") = Some(listed.clone());
+                listed
+            }
+        };
+        Ok(match listed.get(name) {
+            // Listed without annotations: MCP's defaults (not read-only, not idempotent).
+            Some(hints) => Some(hints.clone().unwrap_or_default()),
+            None => None,
+        })
+    }
+
+    /// The kind of tool a call of `name` is, as configured or hinted so far (for a model's
+    /// answer); a side effect unless known to be a read.
+    fn kind_of(&self, name: &str) -> ToolKind {
+        let config = self.tools.get(name);
+        let hinted_read = self
+            .hints
+            .lock()
+            .expect("hints lock")
+            .as_ref()
+            .and_then(|l| l.get(name).cloned().flatten())
+            .and_then(|h| h.read_only_hint)
+            == Some(true);
+        match config::plan(name, config, None) {
+            Ok(Plan::Read) => ToolKind::ReadOnly,
+            Err(_) if hinted_read => ToolKind::ReadOnly,
+            _ => ToolKind::SideEffect,
+        }
+    }
+
+    /// [`IdempotentClient::call_tool`] answered as a model reads it ([`for_model`]).
+    pub async fn call_tool_for_model(&self, params: CallToolRequestParams) -> CallToolResult {
+        let name = params.name.to_string();
+        let fields = match self.tools.get(&name) {
+            Some(c) => c.key_fields().to_vec(),
+            None => Vec::new(),
+        };
+        let ended = self.call_tool(params).await;
+        for_model(&ended, self.kind_of(&name), &fields)
+    }
+}
+
+/// A listing that failed: nothing of the call was sent, whatever the listing's own failure.
+fn classify_unsent_listing(_: &rmcp::ServiceError) -> idem_runtime::Failure {
+    idem_runtime::Failure::Transient
+}
+
+/// The key of a call of `tool` (recorded as `key_name`) from its key `fields` in `arguments`,
+/// and the fingerprint of the other arguments (the arguments without the key fields).
+fn key_of(
+    tool: &str,
+    key_name: &str,
+    fields: &[String],
+    arguments: &Map<String, Value>,
+) -> Result<(IdempotencyKey, Fingerprint), CallError> {
+    refuse_local_namesake(key_name)?;
+    let missing = |field: &str, what: &str| {
+        CallError::Idem(Error::Settings {
+            tool: tool.to_owned(),
+            reason: format!(
+                "its key field `{field}` is {what} in the arguments; call it with `{field}` set to the text, \
+                 integer or bool that identifies the operation"
+            ),
+        })
+    };
+    let mut values = Vec::with_capacity(fields.len());
+    let mut others = Value::Object(arguments.clone());
+    for field in fields {
+        let mut at = arguments.get(field.split('.').next().unwrap_or_default());
+        for part in field.split('.').skip(1) {
+            at = at.and_then(|v| v.get(part));
+        }
+        let value = at.ok_or_else(|| missing(field, "missing"))?;
+        let part = JsonKeyField::new(value).map_err(|what| missing(field, what))?;
+        let name = field.rsplit('.').next().unwrap_or(field);
+        values.push((name, part));
+        remove_path(&mut others, field);
+    }
+    let fields: Vec<KeyField<'_>> = values
+        .iter()
+        .map(|(name, part)| (*name, part as &(dyn idem_runtime::KeyPart + Sync)))
+        .collect();
+    let key = IdempotencyKey::derive(key_name, &fields);
+    Ok((key, Fingerprint::of_value(&others)))
+}
+
+fn remove_path(value: &mut Value, path: &str) {
+    let mut parts = path.split('.').peekable();
+    let mut at = value;
+    while let Some(part) = parts.next() {
+        let Value::Object(map) = at else { return };
+        if parts.peek().is_none() {
+            map.remove(part);
+            return;
+        }
+        match map.get_mut(part) {
+            Some(next) => at = next,
+            None => return,
+        }
+    }
+}
+
+/// S21: a remote tool keyed under the name of one of this program's own side-effect tools would
+/// share its keys and records.
+fn refuse_local_namesake(key_name: &str) -> Result<(), CallError> {
+    match idem_runtime::tools().find(|t| t.name == key_name && t.kind == ToolKind::SideEffect) {
+        Some(local) => Err(CallError::Idem(Error::Settings {
+            tool: key_name.to_owned(),
+            reason: format!(
+                "this program's own side-effect tool `{key_name}` ({}:{}) has the same name, and the two would share \
+                 keys and records (one's outcome replayed as the other's). Give the remote tool a name of its own: \
+                 `RemoteTool::keyed([..]).key_name(\"payments/{key_name}\")`",
+                local.file, local.line
+            ),
+        })),
+        None => Ok(()),
+    }
+}
