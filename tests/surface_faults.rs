@@ -20,6 +20,8 @@
     feature = "sqlite"
 ))]
 
+#[path = "surface_faults/client.rs"]
+mod client;
 #[path = "surface_faults/provider.rs"]
 mod provider;
 #[path = "surface_faults/surfaces.rs"]
@@ -97,37 +99,41 @@ impl Fault {
     /// What the caller is told, in order (see each fault's procedure in [`run_cell`]): what the
     /// docs say of it.
     fn expected(self, kind: Kind) -> &'static [&'static str] {
-        use Kind::{Http, Plain, Verify};
+        use Kind::{Client, Http, Plain, Verify};
         match (self, kind) {
             // S20: the outcome is unknown, nothing re-sends it; S19: verify finds it applied.
-            (Fault::Lost, Plain) => &["ambiguous", "ambiguous"],
+            (Fault::Lost, Plain | Client) => &["ambiguous", "ambiguous"],
             (Fault::Lost, Verify) => &["verified", "replay"],
             (Fault::Lost, Http) => &["lost", "201 replayed"],
             // S15: kept as ambiguous; S25: the handler's run is not the connection's.
-            (Fault::Cancelled, Plain) => &["dropped", "ambiguous"],
+            (Fault::Cancelled, Plain | Client) => &["dropped", "ambiguous"],
             (Fault::Cancelled, Verify) => &["dropped", "verified"],
             (Fault::Cancelled, Http) => &["dropped", "201 replayed"],
             (Fault::Panic, Plain) => &["panicked", "ambiguous"],
             (Fault::Panic, Verify) => &["panicked", "verified"],
             (Fault::Panic, Http) => &["500 ran", "500 ran"],
+            // The upstream's handler panics: the client's attempt is unanswered, its outcome unknown.
+            (Fault::Panic, Client) => &["ambiguous", "ambiguous"],
             // S16: the first caller gets its result; repeats are told it ran.
             (Fault::Broken, Plain | Verify) => &["ok", "unreplayable"],
             (Fault::Broken, Http) => &["500 ran", "500 ran"],
+            // The client records the upstream's answer as the JSON it came as, which reads back.
+            (Fault::Broken, Client) => &["ok", "replay"],
             // S8 with S19/S20/S25: the dead holder's record, taken over after its lease.
-            (Fault::Killed, Plain) => &["killed", "ambiguous"],
+            (Fault::Killed, Plain | Client) => &["killed", "ambiguous"],
             (Fault::Killed, Verify) => &["killed", "verified"],
             (Fault::Killed, Http) => &["killed", "500 ran"],
             // S7: first, the duplicate while the first runs, a repeat after.
-            (Fault::Duplicate, Plain | Verify) => &["ok", "in_flight", "replay"],
+            (Fault::Duplicate, Plain | Verify | Client) => &["ok", "in_flight", "replay"],
             (Fault::Duplicate, Http) => &["201", "409", "201 replayed"],
             // S9: fail closed, nothing run; once the store is back, run once.
-            (Fault::StoreDown, Plain | Verify) => &["store_unavailable", "ok"],
+            (Fault::StoreDown, Plain | Verify | Client) => &["store_unavailable", "ok"],
             (Fault::StoreDown, Http) => &["503", "201"],
             // S26: two calls inside another call, then the first again at top level.
-            (Fault::Nested, Plain | Verify) => &["ok", "ok", "replay"],
+            (Fault::Nested, Plain | Verify | Client) => &["ok", "ok", "replay"],
             (Fault::Nested, Http) => &["201", "201", "201 replayed"],
             // S3.
-            (Fault::OtherArgs, Plain | Verify) => &["ok", "key_reuse"],
+            (Fault::OtherArgs, Plain | Verify | Client) => &["ok", "key_reuse"],
             (Fault::OtherArgs, Http) => &["201", "422"],
         }
     }
@@ -565,4 +571,27 @@ async fn s26_broken_variant_verify_closures_outside_the_calls_key_are_caught() {
             .any(|f| f.contains("was sent under key") && f.contains(&outer.to_string())),
         "{nested:?}"
     );
+}
+
+/// The MCP client told to re-send an unknown outcome (`RemoteTool::resend(true)`) to an upstream
+/// that does not deduplicate by the key in `_meta`: after a lost answer, its repeat acts again,
+/// and the matrix counts 2 effects. (As shipped, `resend` follows the tool's `idempotentHint`,
+/// `false` here, and the cell counts 1.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s20_broken_variant_a_client_told_to_resend_to_an_upstream_that_does_not_deduplicate_acts_twice()
+ {
+    static RESENDS: client::McpClient = client::McpClient { resend: Some(true) };
+    static SHIPPED: client::McpClient = client::McpClient { resend: None };
+    let resends = &run_cells(vec![(&RESENDS, Fault::Lost)], "client-resends").await[0];
+    assert_eq!(resends.effects, 2, "{resends:?}");
+    assert!(
+        resends
+            .failures
+            .iter()
+            .any(|f| f.contains("made 2 effects")),
+        "{resends:?}"
+    );
+    let shipped = &run_cells(vec![(&SHIPPED, Fault::Lost)], "client-shipped").await[0];
+    assert_eq!(shipped.effects, 1, "{shipped:?}");
+    assert!(shipped.failures.is_empty(), "{shipped:?}");
 }

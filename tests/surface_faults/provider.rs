@@ -223,6 +223,8 @@ impl TryFrom<RawReceipt> for Receipt {
 pub enum PayError {
     Http(HttpError),
     Idem(idemkit::Error),
+    /// The provider answered this status to a request sent without `send_idempotent`.
+    Upstream(u16),
 }
 
 impl std::fmt::Display for PayError {
@@ -230,6 +232,7 @@ impl std::fmt::Display for PayError {
         match self {
             PayError::Http(e) => e.fmt(f),
             PayError::Idem(e) => e.fmt(f),
+            PayError::Upstream(status) => write!(f, "the provider answered {status}"),
         }
     }
 }
@@ -239,6 +242,7 @@ impl std::error::Error for PayError {
         match self {
             PayError::Http(e) => Some(e),
             PayError::Idem(e) => Some(e),
+            PayError::Upstream(_) => None,
         }
     }
 }
@@ -260,6 +264,7 @@ impl Classify for PayError {
         match self {
             PayError::Http(e) => e.classify(),
             PayError::Idem(_) => Failure::Permanent,
+            PayError::Upstream(_) => Failure::Ambiguous,
         }
     }
 }
@@ -271,6 +276,7 @@ impl PayError {
             PayError::Idem(e) => Explanation::of_error(e, &[]).reason.to_owned(),
             PayError::Http(HttpError::NoCall) => "no_call".to_owned(),
             PayError::Http(e) => format!("http_{:?}", e.classify()).to_lowercase(),
+            PayError::Upstream(status) => format!("upstream_{status}"),
         }
     }
 }
@@ -292,6 +298,30 @@ pub fn send(
     let op = op.to_owned();
     async move {
         let response = sent.await?;
+        let raw: RawReceipt = response.json().await.map_err(HttpError::from)?;
+        after_effect(&op).await;
+        Ok(Receipt { id: raw.id })
+    }
+}
+
+/// The charge of `op` sent with `key` as its `Idempotency-Key`, named rather than current: what a
+/// remote MCP tool does with the key its request's `_meta` carries (the MCP client's surface).
+/// Then the scripted `after`.
+pub fn send_keyed(
+    op: &str,
+    amount: u64,
+    key: Option<String>,
+) -> impl Future<Output = Result<Receipt, PayError>> + Send + 'static {
+    let mut request = HTTP.post(url(op)).json(&json!({ "amount": amount }));
+    if let Some(key) = key {
+        request = request.header("idempotency-key", format!("\"{key}\""));
+    }
+    let op = op.to_owned();
+    async move {
+        let response = request.send().await.map_err(HttpError::from)?;
+        if !response.status().is_success() {
+            return Err(PayError::Upstream(response.status().as_u16()));
+        }
         let raw: RawReceipt = response.json().await.map_err(HttpError::from)?;
         after_effect(&op).await;
         Ok(Receipt { id: raw.id })

@@ -107,6 +107,9 @@ pub enum Kind {
     Plain,
     Verify,
     Http,
+    /// The MCP client (`mcp::IdempotentClient`): a fault upstream reaches it as an unanswered
+    /// request, never as its own panic or unreadable outcome.
+    Client,
 }
 
 fn of_rust(result: Result<Receipt, PayError>, info: Option<CallInfo>) -> Answer {
@@ -548,7 +551,7 @@ async fn of_http(response: Response) -> Answer {
 }
 
 /// The surfaces the matrix runs, in its rows' order.
-pub static SURFACES: [&(dyn Surface + 'static); 8] = [
+pub static SURFACES: [&(dyn Surface + 'static); 9] = [
     &Attr,
     &ToolSideEffect,
     &ToolVerify,
@@ -557,6 +560,7 @@ pub static SURFACES: [&(dyn Surface + 'static); 8] = [
     &Rmcp,
     &Rig,
     &HTTP,
+    &super::client::CLIENT,
 ];
 
 /// The surface a child process is told to run.
