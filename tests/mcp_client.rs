@@ -593,3 +593,40 @@ async fn client_s8_a_repeat_after_the_client_restarts_is_replayed_from_sqlite() 
     );
     assert_eq!(upstream.requests("charge").len(), 1);
 }
+
+/// S18: equal arguments under two tenants are two operations, each sent under its tenant's key
+/// and each replayed only its own answer.
+#[tokio::test]
+async fn client_s18_equal_arguments_under_two_tenants_are_two_operations() {
+    let upstream = Arc::new(Upstream::default());
+    let connection = connect(&upstream).await;
+    let client = client(&connection, &Idem::new(MemoryStore::new()));
+    let mut answers = Vec::new();
+    for tenant in ["acme", "globex", "acme", "globex"] {
+        let reply = idemkit::as_tenant(tenant, client.call_tool(call("charge", charge(4200))))
+            .await
+            .unwrap();
+        answers.push((reply.replayed, reply.key, reply.result.structured_content));
+    }
+    let keys = [
+        expected_key("charge").for_tenant("acme"),
+        expected_key("charge").for_tenant("globex"),
+    ];
+    assert_eq!(
+        (answers[0].0, answers[1].0, answers[2].0, answers[3].0),
+        (false, false, true, true)
+    );
+    assert_eq!((answers[0].1, answers[1].1), (Some(keys[0]), Some(keys[1])));
+    assert_eq!(
+        (&answers[0].2, &answers[1].2),
+        (&answers[2].2, &answers[3].2)
+    );
+    assert_ne!(answers[0].2, answers[1].2);
+    let sent: Vec<Option<String>> = upstream
+        .requests("charge")
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(sent, keys.map(|k| Some(k.to_string())).to_vec());
+    assert_eq!(upstream.effects("charge"), 2);
+}

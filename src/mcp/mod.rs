@@ -1,4 +1,5 @@
-//! MCP tools served with [rmcp](https://docs.rs/rmcp) (feature `rmcp`).
+//! MCP tools served with [rmcp](https://docs.rs/rmcp) (feature `rmcp`), and remote MCP tools called
+//! through an rmcp client ([`IdempotentClient`]).
 //!
 //! Write `#[side_effect(...)]` or `#[read_only]` **above** rmcp's `#[tool]` on a tool method, and
 //! `#[classified_tools]` above `#[tool_router]` on the impl block:
@@ -92,6 +93,10 @@
 //!   own, to name the reason.
 //! - **`#[classified_tools]`** on the impl block fails the build for a `#[tool]` method that is
 //!   neither `#[side_effect]` nor `#[read_only]`.
+//! - **Tools you call**: [`IdempotentClient`] is the client side, for tools of a remote MCP server
+//!   you did not write: `tools/call` through an rmcp client's peer, keyed on the argument fields
+//!   named per tool ([`RemoteTool`]), its key sent in `_meta` ([`IDEMPOTENCY_KEY_META`]), recorded
+//!   and replayed by the same executor; [`for_model`] renders a call's end for a model.
 //! - **Tenants**: a server that knows its client wraps its handler in [`Tenanted`], which runs
 //!   each request under the tenant it reads from the request's [`RequestContext`](rmcp::service::RequestContext) (an
 //!   authenticated principal the transport put in its extensions, or the client named in the
