@@ -24,7 +24,7 @@ enum Fault {
     /// restarted server).
     DropAfterCommit,
     /// Commits, then never answers.
-    HangAfterCommit,
+    Hang,
     /// The connection closes before anything is committed.
     CrashBeforeCommit,
 }
@@ -126,7 +126,7 @@ impl Server {
                 self.crash();
                 std::future::pending::<()>().await;
             }
-            Some(Fault::HangAfterCommit) => std::future::pending::<()>().await,
+            Some(Fault::Hang) => std::future::pending::<()>().await,
             _ => {}
         }
         answer
@@ -343,7 +343,7 @@ async fn client_s20_a_repeat_after_the_answer_was_dropped_reaches_the_upstream_o
 async fn client_s20_a_repeat_after_a_hang_reaches_the_upstream_once() {
     let upstream = Arc::new(Upstream::default());
     let idem = Idem::new(MemoryStore::new());
-    upstream.fault(Fault::HangAfterCommit);
+    upstream.fault(Fault::Hang);
     let connection = connect(&upstream).await;
     let client = client(&connection, &idem);
     assert_eq!(
@@ -399,7 +399,7 @@ async fn client_s20_a_crash_before_commit_is_kept_unknown_and_not_sent_again() {
 async fn client_s20_an_idempotent_tool_is_sent_again_under_its_key_and_acts_once() {
     let upstream = Arc::new(Upstream::default());
     let idem = Idem::new(MemoryStore::new());
-    upstream.fault(Fault::HangAfterCommit);
+    upstream.fault(Fault::Hang);
     let connection = connect(&upstream).await;
     let reply = client(&connection, &idem)
         .call_tool(call("charge_dedup", charge(4200)))

@@ -67,7 +67,7 @@ pub struct IdempotentClient {
     tools: BTreeMap<String, RemoteTool>,
     timeout: Duration,
     /// The server's tools' annotations, from `tools/list` (read once, when a call needs them).
-    hints: Arc<Mutex<Option<Arc<BTreeMap<String, Option<ToolAnnotations>>>>>>,
+    hints: Arc<Mutex<Option<Listing>>>,
 }
 
 impl std::fmt::Debug for IdempotentClient {
@@ -78,6 +78,9 @@ impl std::fmt::Debug for IdempotentClient {
             .finish_non_exhaustive()
     }
 }
+
+/// The server's tools by name, with their annotations (`None`: listed without any).
+type Listing = Arc<BTreeMap<String, Option<ToolAnnotations>>>;
 
 /// A remote tool's answer, and how this call got it.
 #[derive(Debug, Clone)]
@@ -252,7 +255,7 @@ impl IdempotentClient {
                             failure: classify_unsent_listing(&source),
                             source,
                         })?;
-                let listed: Arc<BTreeMap<_, _>> = Arc::new(
+                let listed: Listing = Arc::new(
                     tools
                         .into_iter()
                         .map(|t| (t.name.to_string(), t.annotations))
@@ -262,11 +265,10 @@ impl IdempotentClient {
                 listed
             }
         };
-        Ok(match listed.get(name) {
-            // Listed without annotations: MCP's defaults (not read-only, not idempotent).
-            Some(hints) => Some(hints.clone().unwrap_or_default()),
-            None => None,
-        })
+        // Listed without annotations: MCP's defaults (not read-only, not idempotent).
+        Ok(listed
+            .get(name)
+            .map(|hints| hints.clone().unwrap_or_default()))
     }
 
     /// The kind of tool a call of `name` is, as configured or hinted so far (for a model's
@@ -312,16 +314,14 @@ fn key_of(
     key_name: &str,
     fields: &[String],
     arguments: &Map<String, Value>,
-) -> Result<(IdempotencyKey, Fingerprint), CallError> {
+) -> Result<(IdempotencyKey, Fingerprint), Error> {
     refuse_local_namesake(key_name)?;
-    let missing = |field: &str, what: &str| {
-        CallError::Idem(Error::Settings {
-            tool: tool.to_owned(),
-            reason: format!(
-                "its key field `{field}` is {what} in the arguments; call it with `{field}` set to the text, \
+    let missing = |field: &str, what: &str| Error::Settings {
+        tool: tool.to_owned(),
+        reason: format!(
+            "its key field `{field}` is {what} in the arguments; call it with `{field}` set to the text, \
                  integer or bool that identifies the operation"
-            ),
-        })
+        ),
     };
     let mut values = Vec::with_capacity(fields.len());
     let mut others = Value::Object(arguments.clone());
@@ -362,9 +362,9 @@ fn remove_path(value: &mut Value, path: &str) {
 
 /// S21: a remote tool keyed under the name of one of this program's own side-effect tools would
 /// share its keys and records.
-fn refuse_local_namesake(key_name: &str) -> Result<(), CallError> {
+fn refuse_local_namesake(key_name: &str) -> Result<(), Error> {
     match idem_runtime::tools().find(|t| t.name == key_name && t.kind == ToolKind::SideEffect) {
-        Some(local) => Err(CallError::Idem(Error::Settings {
+        Some(local) => Err(Error::Settings {
             tool: key_name.to_owned(),
             reason: format!(
                 "this program's own side-effect tool `{key_name}` ({}:{}) has the same name, and the two would share \
@@ -372,7 +372,7 @@ fn refuse_local_namesake(key_name: &str) -> Result<(), CallError> {
                  `RemoteTool::keyed([..]).key_name(\"payments/{key_name}\")`",
                 local.file, local.line
             ),
-        })),
+        }),
         None => Ok(()),
     }
 }
