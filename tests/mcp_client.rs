@@ -516,6 +516,33 @@ async fn client_an_unconfigured_tool_that_is_not_read_only_is_refused_with_what_
             "{text}"
         );
     }
+    // A model calling through the client is told the same, as a tool error.
+    let told = client
+        .call_tool_for_model(call("send_email", json!({"to": "a@b.c"})))
+        .await;
+    assert_eq!(told.is_error, Some(true));
+    let text = serde_json::to_string(&told).unwrap();
+    assert!(
+        text.contains("Not run") && text.contains("RemoteTool::keyed"),
+        "{text}"
+    );
+    // A configured tool called without one of its key fields, or with a float for one: refused,
+    // nothing claimed or sent, and the model is told which field to send.
+    for args in [
+        json!({"customer": "cus_1", "cents": 1}),
+        json!({"customer": 1.5, "invoice": "i", "cents": 1}),
+    ] {
+        let refused = client.call_tool(call("charge", args)).await;
+        let told = for_model(&refused, ToolKind::SideEffect, &[]);
+        assert!(
+            matches!(refused, Err(CallError::InvalidArguments { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(
+            told.structured_content.unwrap()["reason"],
+            json!("invalid_arguments")
+        );
+    }
     assert!(upstream.requests.lock().unwrap().is_empty());
 }
 

@@ -1,6 +1,7 @@
 //! What a model reads of a remote call ([`for_model`]): the one place a remote call's end is
 //! rendered for a model, from the runtime's explanations and sentences.
 
+use idem_runtime::__private::serde_json::json;
 use idem_runtime::{Explanation, ToolKind};
 use rmcp::model::{CallToolResult, ContentBlock};
 
@@ -32,6 +33,17 @@ pub fn for_model(
             let told = Explanation::of_error(e, &fields);
             let key = key_of_error(e);
             super::super::failed(e.to_string(), &told, key)
+        }
+        // Nothing claimed or sent: what to correct, as `JsonToolsServer` says of such arguments.
+        Err(error @ CallError::InvalidArguments { .. }) => {
+            let text = error.to_string();
+            let mut out = CallToolResult::structured_error(json!({
+                "error": text,
+                "reason": "invalid_arguments",
+                "retryable": false,
+            }));
+            out.content.insert(0, ContentBlock::text(text));
+            out
         }
         Err(error @ CallError::Upstream { key, failure, .. }) => {
             let told = Explanation::of_failure(*failure, kind, None);

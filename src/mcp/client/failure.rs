@@ -18,6 +18,14 @@ pub enum CallError {
     /// is not sent again blindly ([`Error::Ambiguous`], [`Error::LeaseLost`]). Its text says
     /// what happened and what to do.
     Idem(Error),
+    /// The call's arguments cannot be keyed (a key field missing, or not text, an integer or a
+    /// bool): refused before anything was claimed or sent. The caller's (the model's) to correct.
+    InvalidArguments {
+        /// The tool called.
+        tool: String,
+        /// What is wrong, and what to send instead.
+        message: String,
+    },
     /// The upstream failed and the retries ran out: the transport (never sent: `Transient`; sent
     /// and its answer lost, where the tool may re-send: `Ambiguous`) or the protocol (a JSON-RPC
     /// error: `Permanent` when the server refused the request as such, `Ambiguous` otherwise).
@@ -37,6 +45,11 @@ impl fmt::Display for CallError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CallError::Idem(e) => e.fmt(f),
+            CallError::InvalidArguments { tool, message } => write!(
+                f,
+                "idemkit: {}: {message}",
+                idem_runtime::sentences::was_not_run(&format!("remote tool `{tool}`"))
+            ),
             CallError::Upstream {
                 tool,
                 key,
@@ -67,6 +80,7 @@ impl StdError for CallError {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
         match self {
             CallError::Idem(e) => Some(e),
+            CallError::InvalidArguments { .. } => None,
             CallError::Upstream { source, .. } => Some(source),
         }
     }
@@ -82,6 +96,7 @@ impl Classify for CallError {
     fn classify(&self) -> Failure {
         match self {
             CallError::Idem(e) => e.classify(),
+            CallError::InvalidArguments { .. } => Failure::Permanent,
             CallError::Upstream { failure, .. } => *failure,
         }
     }

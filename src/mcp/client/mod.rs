@@ -159,7 +159,8 @@ impl IdempotentClient {
                 resend,
             } => {
                 let arguments = params.arguments.clone().unwrap_or_default();
-                let (key, fingerprint) = key_of(&name, &key_name, &fields, &arguments)?;
+                let (key, fingerprint) =
+                    key_of(&name, &key_name, &fields, &arguments).map_err(|e| *e)?;
                 let tool = self.entry(&key_name, config).resend(resend);
                 let attempt = |key: IdempotencyKey| self.send(params.clone(), Some(key));
                 let (ended, info) = observe(tool.run_keyed(key, fingerprint, attempt)).await;
@@ -314,13 +315,13 @@ fn key_of(
     key_name: &str,
     fields: &[String],
     arguments: &Map<String, Value>,
-) -> Result<(IdempotencyKey, Fingerprint), Error> {
-    refuse_local_namesake(key_name)?;
-    let missing = |field: &str, what: &str| Error::Settings {
+) -> Result<(IdempotencyKey, Fingerprint), Box<CallError>> {
+    refuse_local_namesake(key_name).map_err(CallError::Idem)?;
+    let invalid = |field: &str, what: &str| CallError::InvalidArguments {
         tool: tool.to_owned(),
-        reason: format!(
+        message: format!(
             "its key field `{field}` is {what} in the arguments; call it with `{field}` set to the text, \
-                 integer or bool that identifies the operation"
+             integer or bool that identifies the operation"
         ),
     };
     let mut values = Vec::with_capacity(fields.len());
@@ -330,8 +331,8 @@ fn key_of(
         for part in field.split('.').skip(1) {
             at = at.and_then(|v| v.get(part));
         }
-        let value = at.ok_or_else(|| missing(field, "missing"))?;
-        let part = JsonKeyField::new(value).map_err(|what| missing(field, what))?;
+        let value = at.ok_or_else(|| invalid(field, "missing"))?;
+        let part = JsonKeyField::new(value).map_err(|what| invalid(field, what))?;
         let name = field.rsplit('.').next().unwrap_or(field);
         values.push((name, part));
         remove_path(&mut others, field);
