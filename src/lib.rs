@@ -54,7 +54,7 @@
 //! | `postgres` | `PostgresStore` (tokio-postgres + deadpool): many workers on many machines |
 //! | `redis` | `RedisStore` (redis-rs), with its documented durability limits |
 //! | `json` | tools marked `json`: listed with a JSON Schema, called by name with JSON arguments (`JsonTools`) |
-//! | `rmcp` | rmcp tool methods with MCP annotations from the attributes; with `json`, `mcp::JsonToolsServer` |
+//! | `rmcp` | rmcp tool methods with MCP annotations from the attributes; with `json`, `mcp::JsonToolsServer`; remote MCP servers' tools called through `mcp::IdempotentClient` |
 //! | `rig` | rig tools: `#[side_effect(key = "args.…", rig)]` on a rig `Tool`'s `call` |
 //! | `anyhow` | `anyhow::Error` as a tool's error type |
 //! | `reqwest` | `send_idempotent()` on reqwest 0.13's `RequestBuilder`: a request sent inside a side effect carries its key (`http`) |

@@ -1,11 +1,25 @@
-//! What a model reads of a remote call ([`for_model`]): the one place a remote call's end is
-//! rendered for a model, from the runtime's explanations and sentences.
+//! What a remote call answers: its reply ([`RemoteReply`]), and what a model reads of its end
+//! ([`for_model`]), the one place a remote call's end is rendered for a model, from the runtime's
+//! explanations and sentences.
 
 use idem_runtime::__private::serde_json::json;
-use idem_runtime::{Explanation, ToolKind};
+use idem_runtime::{Explanation, IdempotencyKey, ToolKind};
 use rmcp::model::{CallToolResult, ContentBlock};
 
-use super::{CallError, RemoteReply};
+use super::failure::CallError;
+
+/// A remote tool's answer, and how this call got it.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RemoteReply {
+    /// The tool's answer as its server gave it (for a replay, as it was recorded). An answer
+    /// with `isError: true` is the tool's own and is not recorded: a repeat sends the call again.
+    pub result: CallToolResult,
+    /// The key the call ran under (`None` for a read).
+    pub key: Option<IdempotencyKey>,
+    /// Whether the answer is an earlier call's, recorded; nothing was sent.
+    pub replayed: bool,
+}
 
 /// A remote call's end as an MCP result for a model: the tool's own answer as its server gave
 /// it (a replay starts with the sentence that says so: nothing was done again), or, when idemkit

@@ -5,7 +5,7 @@ mod answer;
 mod config;
 mod failure;
 
-pub use self::answer::for_model;
+pub use self::answer::{RemoteReply, for_model};
 pub use self::config::RemoteTool;
 pub use self::failure::CallError;
 
@@ -81,19 +81,6 @@ impl std::fmt::Debug for IdempotentClient {
 
 /// The server's tools by name, with their annotations (`None`: listed without any).
 type Listing = Arc<BTreeMap<String, Option<ToolAnnotations>>>;
-
-/// A remote tool's answer, and how this call got it.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct RemoteReply {
-    /// The tool's answer as its server gave it (for a replay, as it was recorded). An answer
-    /// with `isError: true` is the tool's own and is not recorded: a repeat sends the call again.
-    pub result: CallToolResult,
-    /// The key the call ran under (`None` for a read).
-    pub key: Option<IdempotencyKey>,
-    /// Whether the answer is an earlier call's, recorded; nothing was sent.
-    pub replayed: bool,
-}
 
 impl IdempotentClient {
     /// Calls through `peer` (an rmcp client's: `().serve(transport).await?.peer().clone()`).
