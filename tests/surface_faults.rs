@@ -4,7 +4,7 @@
 //! `IdempotencyLayer` (axum, in process), each through: the response lost after the effect, the
 //! call cut off after it, a panic after it, a broken reply, SIGKILL and a repeat in another
 //! process (SQLite file), a concurrent duplicate, the store down, the call nested inside another
-//! call, and a repeat with other arguments.
+//! call, a repeat with other arguments, and a repeat after the record's time-to-live (S33).
 //!
 //! Effects are counted at a provider on loopback that does **not** deduplicate
 //! (`surface_faults/provider.rs`), with the `Idempotency-Key` each came with: every cell asserts
@@ -50,9 +50,10 @@ enum Fault {
     StoreDown,
     Nested,
     OtherArgs,
+    AfterTtl,
 }
 
-const FAULTS: [Fault; 9] = [
+const FAULTS: [Fault; 10] = [
     Fault::Lost,
     Fault::Cancelled,
     Fault::Panic,
@@ -62,6 +63,7 @@ const FAULTS: [Fault; 9] = [
     Fault::StoreDown,
     Fault::Nested,
     Fault::OtherArgs,
+    Fault::AfterTtl,
 ];
 
 impl Fault {
@@ -76,6 +78,7 @@ impl Fault {
             Fault::StoreDown => "store-down",
             Fault::Nested => "nested",
             Fault::OtherArgs => "other-args",
+            Fault::AfterTtl => "after-ttl",
         }
     }
 
@@ -91,6 +94,7 @@ impl Fault {
             Fault::StoreDown => "store down",
             Fault::Nested => "nested in another call",
             Fault::OtherArgs => "repeat with other arguments",
+            Fault::AfterTtl => "a repeat after the ttl",
         }
     }
 
@@ -129,6 +133,10 @@ impl Fault {
             // S3.
             (Fault::OtherArgs, Plain | Verify) => &["ok", "key_reuse"],
             (Fault::OtherArgs, Http) => &["201", "422"],
+            // S33: done, then past its time-to-live: the same arguments are told it was done
+            // (a tombstone), other arguments are still key reuse; never a second run.
+            (Fault::AfterTtl, Plain | Verify) => &["ok", "expired", "key_reuse"],
+            (Fault::AfterTtl, Http) => &["201", "410", "422"],
         }
     }
 }
@@ -220,11 +228,15 @@ async fn procedure(
     op: String,
 ) -> Result<(Vec<Answer>, Vec<String>), String> {
     let http = surface.kind() == Kind::Http;
-    let cx = Cx::memory(match fault {
-        // A repeat waits for a run detached from its gone client (S25).
-        Fault::Cancelled => Duration::from_secs(600),
-        _ => Duration::ZERO,
-    });
+    let cx = Cx::memory(
+        match fault {
+            // A repeat waits for a run detached from its gone client (S25).
+            Fault::Cancelled => Duration::from_secs(600),
+            _ => Duration::ZERO,
+        },
+        // S33: records that outlive their time-to-live within the cell.
+        (fault == Fault::AfterTtl).then_some(surfaces::LEASE),
+    );
     let call = |op: &str, amount| surface.call(cx.clone(), op.to_owned(), amount);
     let answers = match fault {
         Fault::Lost if http => {
@@ -309,6 +321,11 @@ async fn procedure(
             return Ok((answers, vec![a, b]));
         }
         Fault::OtherArgs => vec![call(&op, 100).await, call(&op, 200).await],
+        Fault::AfterTtl => {
+            let first = call(&op, 100).await;
+            tokio::time::sleep(surfaces::LEASE + Duration::from_millis(500)).await;
+            vec![first, call(&op, 100).await, call(&op, 200).await]
+        }
     };
     Ok((answers, vec![op]))
 }
@@ -565,4 +582,20 @@ async fn s26_broken_variant_verify_closures_outside_the_calls_key_are_caught() {
             .any(|f| f.contains("was sent under key") && f.contains(&outer.to_string())),
         "{nested:?}"
     );
+}
+
+/// S33 on every surface (the attribute, `Tool::side_effect`, `Tool::verify`, JSON, MCP's JSON
+/// server, an rmcp tool, rig and the HTTP layer): a call, then past its record's time-to-live
+/// the same call is told it was done (a tombstone: `expired`, HTTP `410`) and runs nothing, and
+/// one with other arguments is key reuse. One effect per operation at the provider.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s33_a_repeat_after_the_ttl_runs_nothing_on_every_surface() {
+    let all = SURFACES.iter().map(|s| (*s, Fault::AfterTtl)).collect();
+    let cells = run_cells(all, "s33").await;
+    assert_eq!(cells.len(), SURFACES.len());
+    let failures: Vec<&String> = cells.iter().flat_map(|c| &c.failures).collect();
+    assert!(failures.is_empty(), "{failures:#?}");
+    for cell in &cells {
+        assert_eq!(cell.effects, 1, "{}: {}", cell.surface, cell.text());
+    }
 }
