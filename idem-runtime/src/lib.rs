@@ -46,7 +46,7 @@
 //! | S7 | same key, concurrently | exactly one body runs; the others wait (bounded) for its outcome, or get [`Error::InFlight`] |
 //! | S8 | the process dies mid-call | the lease expires; the next call takes over with the same key |
 //! | S9 | the store is unreachable or its data corrupt | [`Error::Store`]; the body is not run |
-//! | S10 | the record is older than its time-to-live (default 24 h) | a completed record is treated as absent; a running or ambiguous one never expires by time (S34) |
+//! | S10 | the record is older than its time-to-live (default 24 h) | a completed record is a tombstone (S33), never absent because time passed; a running or ambiguous one never expires by time (S34) |
 //! | S11 | a lease holder finishes after its lease was taken over | its write is refused; the new holder's record stands |
 //! | S12 | a body runs longer than the lease | its holder renews the lease while it runs |
 //! | S13 | a holder's renewal is refused, or fails until its lease ends | no further attempt; its body stops at the next await; [`Error::LeaseLost`] |
@@ -65,6 +65,7 @@
 //! | S30 | an actor holding a record to decide it (the settler, `idemkit resolve`, the HTTP layer, a caller) is cut off, times out or dies | as soon as its hold lapses the record is what it was before the hold: ambiguous stays ambiguous and listed; a [`Settler`] pass dropped mid-verify gives its claim back at once |
 //! | S31 | a holder died, its lease lapsed, its body may have started | operators' reads ([`Records`]) and the [`Settler`] read the record as ambiguous; `idemkit settle` reports it and the settler settles it, without waiting for a caller |
 //! | S32 | a record is taken over, by a caller or the settler | when it was first made ([`Record::first_made`](store::Record::first_made)), its Unknown answers of verify and since when stay as they were; the settler's bounds count across takeovers |
+//! | S33 | a completed (or resolved / settled as applied) record's ttl has passed | a tombstone answers a repeat: [`Error::Expired`] ("done on DATE; its result is no longer kept"), never a run; other arguments get [`Error::KeyReuse`]; kept for the store's tombstone setting ([`store::DEFAULT_TOMBSTONES`], 400 days) or until an operator forgets it; a release or a not-applied decision leaves none |
 //! | S34 | an ambiguous record is older than its ttl | it stays ambiguous and listed until a decision settles it (the [`Settler`], `idemkit resolve`, `idemkit forget`); never pruned by time, nor is a running record whose lease lapsed (S31); [`Record::expires_in`](store::Record::expires_in) is `Duration::MAX`; a settle pass reports how long the oldest has waited ([`SettleReport::oldest_unknown`]) |
 
 #![warn(missing_docs)]
