@@ -378,8 +378,10 @@ impl Count {
 /// yearly operation (a renewal keyed by its period) repeated by a late retry, a replayed
 /// plan or a restored backup a year on is still answered "done", with a month's margin;
 /// and small next to what it keeps: a tombstone is the key, a fingerprint digest, the tool,
-/// the tenant and two times, without the outcome (benches/README.md measures its bytes on
-/// each store).
+/// the tenant and its times, without the outcome: 179 bytes in the memory store, 252 in
+/// SQLite, 401 in PostgreSQL, 456 in Redis (measured: benches/README.md), so an agent making
+/// 10,000 operations a day keeps about 1 GB of them on SQLite. An HTTP API whose clients send
+/// random keys may want far less (docs/http.md).
 pub const DEFAULT_TOMBSTONES: Duration = Duration::from_secs(400 * 86_400);
 
 /// Operator reads and repairs, implemented by every store; the `idemkit` command is built on it.

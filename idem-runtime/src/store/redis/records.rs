@@ -198,6 +198,7 @@ impl RedisStore {
         let mut cursor = 0;
         let mut pruned = 0;
         let tombstones = self.tombstones.as_millis().to_string();
+        let grace = self.grace.as_millis().to_string();
         loop {
             let (next, names) = self
                 .scan_step(cursor, "scanning for expired records")
@@ -207,7 +208,12 @@ impl RedisStore {
                     return Ok(pruned);
                 }
                 let n: i64 = self
-                    .invoke("prune", &self.scripts.prune, &name, &[tombstones.as_bytes()])
+                    .invoke(
+                        "prune",
+                        &self.scripts.prune,
+                        &name,
+                        &[tombstones.as_bytes(), grace.as_bytes()],
+                    )
                     .await?;
                 pruned += n as usize;
             }

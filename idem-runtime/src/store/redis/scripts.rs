@@ -196,15 +196,29 @@ return {r[1], r[2], r[3], r[4], math.max(tonumber(r[5] or now) - now, 0), math.m
   r[5] or '', r[16] or '', r[17] or '', r[18] or ''}
 ";
 
-/// KEYS[1] record; ARGV tombstone setting ms. expired → absent (a record released by an
+/// KEYS[1] record; ARGV tombstone setting ms, grace ms. expired → absent (a record released by an
 /// operator once its `kept_until` has passed; never a running or ambiguous one with no
 /// decision, S34); S33: a tombstone (completed, past its expiry) → absent once the tombstone
-/// setting has passed too, else kept without its outcome.
+/// setting has passed too, else kept without its outcome (the key written afresh, its expiry
+/// the tombstone setting and the grace past its time-to-live).
 const PRUNE: &str = r"
 local r = redis.call('HMGET', KEYS[1], 'expires_at', 'kept_until', 'state', 'res')
 if r[3] == 'completed' and r[1] and tonumber(r[1]) <= now then
-  if tonumber(r[1]) + tonumber(ARGV[1]) <= now then redis.call('DEL', KEYS[1]) return 1 end
-  redis.call('HSET', KEYS[1], 'outcome', '')
+  local until_ = tonumber(r[1]) + tonumber(ARGV[1])
+  if until_ <= now then redis.call('DEL', KEYS[1]) return 1 end
+  local o = redis.call('HGET', KEYS[1], 'outcome')
+  if o and #o > 0 then
+    -- Written afresh without the outcome: a hash that held a long value keeps Redis's larger
+    -- encoding until it is rewritten.
+    local vals = redis.call('HMGET', KEYS[1], unpack(FIELDS))
+    local kept = {}
+    for i, f in ipairs(FIELDS) do
+      if vals[i] and f ~= 'outcome' then kept[#kept + 1] = f; kept[#kept + 1] = vals[i] end
+    end
+    redis.call('DEL', KEYS[1])
+    redis.call('HSET', KEYS[1], 'outcome', '', unpack(kept))
+    redis.call('PEXPIREAT', KEYS[1], ms(until_ + tonumber(ARGV[2])))
+  end
   return 0
 end
 if r[1] and not live(r[3], r[1], r[4]) and not (r[2] and tonumber(r[2]) > now) then
@@ -255,7 +269,7 @@ pub(super) fn scripts() -> &'static Scripts {
             mark_unknown: with(&[PRELUDE, HELD, MARK_UNKNOWN]),
             restore: with(&[PRELUDE, FIELDS, HELD, RESTORE]),
             get: with(&[PRELUDE, GET]),
-            prune: with(&[PRELUDE, PRUNE]),
+            prune: with(&[PRELUDE, FIELDS, PRUNE]),
             operation_id: Script::new(OPERATION_ID),
         }
     })
