@@ -179,9 +179,10 @@ impl Explanation {
                 "expired",
                 false,
                 format!(
-                    "Already done: this operation (idempotency key {key}) was {}. Calling again with the same \
-                     arguments gets this same answer and does nothing; tell the user it was done. If the user asks for \
-                     a new operation, change one of {fields} so that it gets a key of its own.",
+                    "Already done: this operation (idempotency key {key}) was {}. It will not be done again under \
+                     this key: calling again with the same arguments gets this same answer and does nothing; tell the \
+                     user it was done. If the user asks for a new operation, change one of {fields} so that it gets a \
+                     key of its own.",
                     crate::sentences::done_not_kept(*done, *resolved)
                 ),
             ),
