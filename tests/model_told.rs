@@ -275,13 +275,20 @@ fn s33_mcp_rig_and_the_error_tell_the_model_it_was_done_on_the_date_and_is_not_k
         resolved: false,
     };
     let said = expired().to_string();
-    let out = idemkit::mcp::side_effect_output::<(), _>(Err(ToolError(expired())), None, &["order_id"])
-        .unwrap();
+    let out =
+        idemkit::mcp::side_effect_output::<(), _>(Err(ToolError(expired())), None, &["order_id"])
+            .unwrap();
     let mcp = out.content[0].as_text().unwrap().text.clone();
     assert_eq!(out.structured_content.unwrap()["reason"], "expired");
     let rig = idemkit::rig::tool_error(ToolError(expired()), None, &["order_id"]);
-    assert_eq!((rig.code(), rig.retryable()), (Some("expired"), Some(false)));
-    let rig = rig.model_output().as_content()[0].as_text().unwrap().to_owned();
+    assert_eq!(
+        (rig.code(), rig.retryable()),
+        (Some("expired"), Some(false))
+    );
+    let rig = rig.model_output().as_content()[0]
+        .as_text()
+        .unwrap()
+        .to_owned();
     for text in [&said, &mcp, &rig] {
         assert!(
             text.contains("done on 2025-12-04T00:00:00.000Z; its result is no longer kept"),

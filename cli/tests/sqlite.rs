@@ -863,18 +863,30 @@ async fn s33_list_show_and_forget_a_tombstone() {
     let k = key("charge", 33).to_string();
 
     let out = run(&["list", "--state", "tombstone"], 0);
-    assert!(stdout(&out).contains(&k) && stdout(&out).contains("tombstone"), "{}", stdout(&out));
-    let out = run(&["show", &k], 0);
     assert!(
-        stdout(&out).contains("done on 20") && stdout(&out).contains("its result is no longer kept"),
+        stdout(&out).contains(&k) && stdout(&out).contains("tombstone"),
         "{}",
         stdout(&out)
     );
-    assert!(stdout(&out).contains(&format!("idemkit forget {k}")), "{}", stdout(&out));
+    let out = run(&["show", &k], 0);
+    assert!(
+        stdout(&out).contains("done on 20")
+            && stdout(&out).contains("its result is no longer kept"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stdout(&out).contains(&format!("idemkit forget {k}")),
+        "{}",
+        stdout(&out)
+    );
     let out = run(&["show", &k, "--json"], 0);
     let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(json["state"], "tombstone", "{json}");
-    assert!(json["done"].as_str().is_some_and(|d| d.starts_with("20")), "{json}");
+    assert!(
+        json["done"].as_str().is_some_and(|d| d.starts_with("20")),
+        "{json}"
+    );
     assert!(json.get("outcome").is_none(), "no outcome is shown: {json}");
 
     run(&["forget", &k], 0);

@@ -1081,6 +1081,10 @@ async fn s33_a_repeat_after_the_ttl_is_410_and_the_handler_does_not_run_again() 
     let other = s
         .post("/v1/charges", Some(r#""k-33""#), r#"{"cents":99}"#)
         .await;
-    assert_eq!(other.status(), StatusCode::UNPROCESSABLE_ENTITY, "another payload: key reuse");
+    assert_eq!(
+        other.status(),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "another payload: key reuse"
+    );
     assert_eq!(s.runs(), 1);
 }

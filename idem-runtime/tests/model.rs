@@ -595,11 +595,7 @@ fn broken_s33_a_tombstone_treated_as_absent_is_caught() {
         },
         ..two_callers()
     };
-    let text = caught(
-        "S33 tombstone dropped",
-        &cfg,
-        Property::S20AtMostOneEffect,
-    );
+    let text = caught("S33 tombstone dropped", &cfg, Property::S20AtMostOneEffect);
     assert!(text.contains("Expire"), "{text}");
 }
 

@@ -565,7 +565,8 @@ mod needs_postgres {
 
     #[cfg(feature = "postgres")]
     #[tokio::test]
-    async fn s33_a_postgres_dump_of_schema_6_past_its_ttl_reads_done_records_as_tombstones_and_runs_released_ones() {
+    async fn s33_a_postgres_dump_of_schema_6_past_its_ttl_reads_done_records_as_tombstones_and_runs_released_ones()
+     {
         check_postgres_aged(PG_FIXTURE_S32, Format::S32, true).await;
     }
 
@@ -695,7 +696,8 @@ mod needs_redis {
 
     #[cfg(feature = "redis")]
     #[tokio::test]
-    async fn s33_a_redis_dump_of_schema_6_past_its_ttl_reads_done_records_as_tombstones_and_runs_released_ones() {
+    async fn s33_a_redis_dump_of_schema_6_past_its_ttl_reads_done_records_as_tombstones_and_runs_released_ones()
+     {
         check_redis_aged(REDIS_FIXTURE_S32, Format::S32, true).await;
     }
 
@@ -831,14 +833,21 @@ async fn check_expired_under_old_rules(
                     resolved: by_decision,
                 } => {
                     assert_eq!(by_decision, order == 5, "order {order}");
-                    assert_eq!(done == std::time::UNIX_EPOCH, !dated, "order {order}: {done:?}");
+                    assert_eq!(
+                        done == std::time::UNIX_EPOCH,
+                        !dated,
+                        "order {order}: {done:?}"
+                    );
                 }
                 other => panic!("order {order}: {other:?}"),
             },
             other => panic!("order {order}: {other:?}"),
         }
     }
-    let idem = Idem::builder().shared_store(std::sync::Arc::new(store.clone())).build().unwrap();
+    let idem = Idem::builder()
+        .shared_store(std::sync::Arc::new(store.clone()))
+        .build()
+        .unwrap();
     let runs = std::sync::atomic::AtomicU32::new(0);
     let call = |order: u64| {
         let runs = &runs;
@@ -860,10 +869,18 @@ async fn check_expired_under_old_rules(
     }
     let said = late.unwrap_err().to_string();
     assert!(
-        said.contains(if dated { "done on 20" } else { "done on a date this store did not keep" }),
+        said.contains(if dated {
+            "done on 20"
+        } else {
+            "done on a date this store did not keep"
+        }),
         "{said}"
     );
-    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 0, "not run again");
+    assert_eq!(
+        runs.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "not run again"
+    );
     if resolved {
         assert!(call(6).await.is_ok(), "released by a decision: it runs");
         assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
@@ -900,12 +917,17 @@ impl From<Error> for Failing {
 /// expiry (and a not-applied decision's `kept_until`) in the past.
 fn aged_sqlite(path: &Path, resolved: bool) {
     let conn = rusqlite::Connection::open(path).unwrap();
-    conn.execute("UPDATE records SET expires_at = 1000 WHERE key IN (?1, ?2, ?3)",
-        rusqlite::params![key(1).to_string(), key(5).to_string(), key(6).to_string()])
-        .unwrap();
+    conn.execute(
+        "UPDATE records SET expires_at = 1000 WHERE key IN (?1, ?2, ?3)",
+        rusqlite::params![key(1).to_string(), key(5).to_string(), key(6).to_string()],
+    )
+    .unwrap();
     if resolved {
-        conn.execute("UPDATE records SET kept_until = 1000 WHERE key = ?1", [key(6).to_string()])
-            .unwrap();
+        conn.execute(
+            "UPDATE records SET kept_until = 1000 WHERE key = ?1",
+            [key(6).to_string()],
+        )
+        .unwrap();
     }
 }
 
@@ -919,7 +941,8 @@ async fn s33_a_sqlite_file_of_0_1_0_past_its_ttl_reads_its_completed_records_as_
 }
 
 #[tokio::test]
-async fn s33_a_sqlite_file_of_schema_6_past_its_ttl_reads_done_records_as_tombstones_and_runs_released_ones() {
+async fn s33_a_sqlite_file_of_schema_6_past_its_ttl_reads_done_records_as_tombstones_and_runs_released_ones()
+ {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("idemkit.db");
     std::fs::copy(manifest_path(FIXTURE_S32), &path).expect("the checked-in fixture");

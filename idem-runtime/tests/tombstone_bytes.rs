@@ -41,13 +41,15 @@ const N: u64 = 2_000;
 const TTL: Duration = Duration::from_millis(200);
 
 fn key(n: u64) -> IdempotencyKey {
-    IdempotencyKey::derive("payments.charge", &[("order", &n)])
-        .for_tenant("acme")
+    IdempotencyKey::derive("payments.charge", &[("order", &n)]).for_tenant("acme")
 }
 
 /// A receipt of 200 bytes, as a provider's answer might be.
 fn outcome(n: u64) -> Outcome {
-    let text = format!(r#"{{"id":"ch_{n:012}","amount":4200,"currency":"eur","note":"{}"}}"#, "x".repeat(200));
+    let text = format!(
+        r#"{{"id":"ch_{n:012}","amount":4200,"currency":"eur","note":"{}"}}"#,
+        "x".repeat(200)
+    );
     Outcome::from(text.as_bytes()[..200].to_vec())
 }
 
@@ -66,7 +68,10 @@ async fn write(store: &(impl Store + Records)) {
         .with_tenant(Some("acme".into()));
         store.claim(&req).await.unwrap();
         assert_eq!(
-            store.complete(key(n), token, outcome(n), TTL).await.unwrap(),
+            store
+                .complete(key(n), token, outcome(n), TTL)
+                .await
+                .unwrap(),
             Written::Applied
         );
     }
@@ -76,9 +81,17 @@ async fn write(store: &(impl Store + Records)) {
 /// Prunes until nothing more changes (outcomes dropped, nothing deleted under the default
 /// setting), and checks every record is a tombstone.
 async fn prune(store: &impl Records) {
-    assert_eq!(store.prune(usize::MAX).await.unwrap(), 0, "no tombstone goes");
+    assert_eq!(
+        store.prune(usize::MAX).await.unwrap(),
+        0,
+        "no tombstone goes"
+    );
     let tombstones = store
-        .list(&RecordFilter::new().state(StateKind::Tombstone).limit(N as usize + 1))
+        .list(
+            &RecordFilter::new()
+                .state(StateKind::Tombstone)
+                .limit(N as usize + 1),
+        )
         .await
         .unwrap();
     assert_eq!(tombstones.len() as u64, N);
@@ -90,7 +103,10 @@ fn report(store: &str, before: f64, after: f64, bound: f64) {
          ({N} records, 200-byte outcomes)"
     );
     assert!(after < before, "{store}: a tombstone keeps no outcome");
-    assert!(after <= bound, "{store}: {after:.0} bytes per tombstone, over {bound}");
+    assert!(
+        after <= bound,
+        "{store}: {after:.0} bytes per tombstone, over {bound}"
+    );
 }
 
 #[tokio::test]

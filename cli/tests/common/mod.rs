@@ -166,7 +166,9 @@ pub async fn every_subcommand<S: Store + OperationIds + Records + Clone>(store: 
         assert!(table.contains(k.as_str()), "{k} listed:\n{table}");
     }
     assert!(
-        table.lines().any(|l| l.contains(&k3) && l.contains("tombstone")),
+        table
+            .lines()
+            .any(|l| l.contains(&k3) && l.contains("tombstone")),
         "a completed record past its ttl is listed as a tombstone:\n{table}"
     );
     let listed: serde_json::Value =

@@ -113,15 +113,15 @@ pub use self::settle::{
     s32_the_operator_bound_counts_across_callers_retries,
     s34_a_pass_reports_the_oldest_unknown_it_left,
 };
-pub use self::tombstones::{
-    s33_a_repeat_after_the_ttl_runs_nothing_and_is_told_when_it_was_done,
-    s33_a_tombstone_is_never_claimed_and_never_replayed,
-    s33_what_did_not_happen_leaves_no_tombstone_and_a_decision_applied_does,
-};
 pub use self::takeover::{
     s6_a_claim_of_an_ambiguous_record_is_a_takeover_from_ambiguity,
     s8_a_claim_past_a_holders_lease_is_a_takeover_from_an_expired_holder,
     s10_claims_of_absent_or_expired_records_are_not_takeovers,
+};
+pub use self::tombstones::{
+    s33_a_repeat_after_the_ttl_runs_nothing_and_is_told_when_it_was_done,
+    s33_a_tombstone_is_never_claimed_and_never_replayed,
+    s33_what_did_not_happen_leaves_no_tombstone_and_a_decision_applied_does,
 };
 
 /// What the suite tests: a [`Store`] (the claim state machine the executor drives), its

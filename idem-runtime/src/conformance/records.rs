@@ -255,7 +255,13 @@ pub async fn records_prune_removes_only_expired_records<S: StoreUnderTest>(store
         );
         assert_eq!(
             store
-                .resolve(&key_of(order), crate::store::Decision::NotApplied, None, None, short)
+                .resolve(
+                    &key_of(order),
+                    crate::store::Decision::NotApplied,
+                    None,
+                    None,
+                    short
+                )
                 .await
                 .unwrap(),
             crate::store::Resolved::Resolved

@@ -93,13 +93,19 @@ pub async fn s33_a_repeat_after_the_ttl_runs_nothing_and_is_told_when_it_was_don
         .unwrap()
         .expect("a tombstone is shown");
     assert_eq!(record.state, RecordState::Tombstone);
-    assert_eq!((record.tool.as_str(), record.fingerprint), ("charge", fingerprint_of(4200)));
+    assert_eq!(
+        (record.tool.as_str(), record.fingerprint),
+        ("charge", fingerprint_of(4200))
+    );
     assert_eq!(record.expires_in, Duration::ZERO);
     let listed = store
         .list(&RecordFilter::new().state(StateKind::Tombstone))
         .await
         .unwrap();
-    assert_eq!(listed.iter().map(|r| r.key).collect::<Vec<_>>(), vec![key_of(33)]);
+    assert_eq!(
+        listed.iter().map(|r| r.key).collect::<Vec<_>>(),
+        vec![key_of(33)]
+    );
     let (still, _) = tool.call(short(), 33, 4200, &[], Duration::ZERO).await;
     assert!(is_tombstone_answer(&still), "after a prune too: {still:?}");
     assert_eq!(tool.runs(), 1);
@@ -143,7 +149,13 @@ pub async fn s33_what_did_not_happen_leaves_no_tombstone_and_a_decision_applied_
     }
     assert_eq!(
         store
-            .resolve(&key_of(41), Decision::NotApplied, None, Some("not in the ledger"), TTL)
+            .resolve(
+                &key_of(41),
+                Decision::NotApplied,
+                None,
+                Some("not in the ledger"),
+                TTL
+            )
             .await
             .unwrap(),
         Resolved::Resolved
@@ -151,7 +163,13 @@ pub async fn s33_what_did_not_happen_leaves_no_tombstone_and_a_decision_applied_
     let receipt = br#"{"run":0,"key":"seen at the provider"}"#;
     assert_eq!(
         store
-            .resolve(&key_of(42), Decision::Applied, Some(receipt), Some("in the ledger"), TTL)
+            .resolve(
+                &key_of(42),
+                Decision::Applied,
+                Some(receipt),
+                Some("in the ledger"),
+                TTL
+            )
             .await
             .unwrap(),
         Resolved::Resolved
@@ -171,8 +189,16 @@ pub async fn s33_what_did_not_happen_leaves_no_tombstone_and_a_decision_applied_
         matches!(&late, Err(TestError::Other(m)) if m.contains("settled it as applied")),
         "{late:?}"
     );
-    assert_eq!(tool.runs(), runs + 2, "the applied decision's operation is not run");
-    let record = store.get(&key_of(42)).await.unwrap().expect("its tombstone");
+    assert_eq!(
+        tool.runs(),
+        runs + 2,
+        "the applied decision's operation is not run"
+    );
+    let record = store
+        .get(&key_of(42))
+        .await
+        .unwrap()
+        .expect("its tombstone");
     assert_eq!(record.state, RecordState::Tombstone);
     assert_eq!(
         record.resolution.map(|r| r.decision),

@@ -77,8 +77,8 @@ pub use self::outcome::Outcome;
 pub use self::record::{Record, RecordState};
 pub(crate) use self::records::Records;
 pub use self::records::{
-    Count, DEFAULT_TOMBSTONES, Decision, Forgot, RecordFilter, Released, Resolution, Resolved, StateKind, UnknownState,
-    check_resolution, count_records,
+    Count, DEFAULT_TOMBSTONES, Decision, Forgot, RecordFilter, Released, Resolution, Resolved,
+    StateKind, UnknownState, check_resolution, count_records,
 };
 pub use self::redact::redacted_url;
 #[cfg(feature = "sqlite")]

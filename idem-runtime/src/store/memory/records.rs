@@ -97,11 +97,7 @@ impl Records for MemoryStore {
     async fn release_key(&self, key: &IdempotencyKey, force: bool) -> Result<Released, StoreError> {
         let now = self.clock.now();
         let mut inner = self.lock();
-        let Some(rec) = inner
-            .records
-            .get(key.as_bytes())
-            .filter(|r| r.counts(now))
-        else {
+        let Some(rec) = inner.records.get(key.as_bytes()).filter(|r| r.counts(now)) else {
             return Ok(Released::NotFound);
         };
         match rec.state {

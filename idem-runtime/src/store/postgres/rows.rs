@@ -109,8 +109,11 @@ pub(super) fn record_of(row: &Row) -> Result<Record, StoreError> {
         },
         (state, _) => return Err(bad_state(state)),
     };
-    let never =
-        undecided && !matches!(state, RecordState::Completed { .. } | RecordState::Tombstone);
+    let never = undecided
+        && !matches!(
+            state,
+            RecordState::Completed { .. } | RecordState::Tombstone
+        );
     Ok(Record {
         key: IdempotencyKey::from_uuid(key),
         tool,

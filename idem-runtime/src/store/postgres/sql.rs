@@ -69,7 +69,8 @@ const R_EXPIRED: &str = "NOT (r.expires_at > now() OR r.state = 'completed' OR (
 
 /// The state operators read a row in (S31): a running row whose holder's lease lapsed is an
 /// ambiguous one; (S33) a completed row past its expiry is a tombstone.
-pub(super) const SHOWN_STATE: &str = "(CASE WHEN state = 'running' AND lease_until <= now() THEN 'ambiguous'
+pub(super) const SHOWN_STATE: &str =
+    "(CASE WHEN state = 'running' AND lease_until <= now() THEN 'ambiguous'
        WHEN state = 'completed' AND expires_at <= now() THEN 'tombstone' ELSE state END)";
 
 /// The statements, with the table names filled in once.

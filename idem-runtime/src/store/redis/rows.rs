@@ -172,8 +172,11 @@ pub(super) fn record_of(
     };
     let first_made = bytes(first_made)?;
     let unknown_since = bytes(unknown_since)?;
-    let never =
-        undecided && !matches!(state, RecordState::Completed { .. } | RecordState::Tombstone);
+    let never = undecided
+        && !matches!(
+            state,
+            RecordState::Completed { .. } | RecordState::Tombstone
+        );
     let record = Record {
         key,
         tool,

@@ -100,8 +100,10 @@ pub(super) fn decode(
     };
     // S34: a running or ambiguous record with no decision never expires by time (one written
     // before with an expiry too).
-    let never = !matches!(state, RecordState::Completed { .. } | RecordState::Tombstone)
-        && matches!(col(11)?, ValueRef::Null);
+    let never = !matches!(
+        state,
+        RecordState::Completed { .. } | RecordState::Tombstone
+    ) && matches!(col(11)?, ValueRef::Null);
     Ok(Record {
         key: *key,
         tool,
