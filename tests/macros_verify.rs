@@ -491,3 +491,43 @@ async fn s34_an_sms_left_ambiguous_is_not_sent_again_after_its_ttl_on_sqlite() {
     assert!(again.unwrap_err().is_ambiguous(), "not sent again");
     assert_eq!(gw.runs(), 1, "the SMS went out once");
 }
+
+/// S33, through the attribute on SQLite, as issue 53 measured it from outside: a send, its
+/// repeat within the ttl replays the first run, and the same call past the ttl (its record a
+/// tombstone) is told it was done and when, and runs nothing (before: the body ran again, run 2);
+/// another message to the same number (other arguments) is key reuse.
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn s33_a_send_repeated_after_its_ttl_on_sqlite_runs_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(idemkit::SqliteStore::open(dir.path().join("idemkit.db")).unwrap());
+    let idem = Idem::builder()
+        .shared_store(store.clone())
+        .lease(Duration::from_millis(500))
+        .ttl(Duration::from_secs(1))
+        .build()
+        .expect("consistent settings");
+    let gw = Gateway::failing([]);
+    let first = idem.scope(gw.sms("+1555", "hi".to_owned())).await.unwrap();
+    let again = idem.scope(gw.sms("+1555", "hi".to_owned())).await.unwrap();
+    assert_eq!((first.run, again.run), (1, 1), "within the ttl: a replay");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let late = idem.scope(gw.sms("+1555", "hi".to_owned())).await;
+    match late {
+        Err(SendError::Idem(e)) => {
+            assert!(matches!(*e, idemkit::Error::Expired { .. }), "{e}");
+            let said = e.to_string();
+            assert!(
+                said.contains("done on 20") && said.contains("its result is no longer kept"),
+                "{said}"
+            );
+        }
+        other => panic!("a repeat after the ttl is a tombstone's answer: {other:?}"),
+    }
+    let other = idem.scope(gw.sms("+1555", "bye".to_owned())).await;
+    assert!(
+        matches!(&other, Err(SendError::Idem(e)) if matches!(**e, idemkit::Error::KeyReuse { .. })),
+        "{other:?}"
+    );
+    assert_eq!(gw.runs(), 1, "the SMS went out once");
+}

@@ -134,6 +134,18 @@ fn variants() -> Vec<(Error, &'static str, bool, Told)> {
             false,
             Told::Done,
         ),
+        // S33: done earlier, its record past its ttl: a tombstone.
+        (
+            Error::Expired {
+                tool: tool(),
+                key,
+                done: std::time::UNIX_EPOCH + Duration::from_secs(1_764_806_400),
+                resolved: false,
+            },
+            "expired",
+            false,
+            Told::Done,
+        ),
         (
             Error::Arguments {
                 tool: tool(),
@@ -227,6 +239,7 @@ fn check_text(text: &str, error: &Error, reason: &str, told: Told) {
             | Error::LeaseLost { .. }
             | Error::Ambiguous { .. }
             | Error::Unreplayable { .. }
+            | Error::Expired { .. }
     ) || matches!(error, Error::Store { source, .. } if source.kind() != idemkit::StoreErrorKind::Unavailable);
     if names_key {
         assert!(text.contains(&key), "{reason}: the key in {text}");
@@ -248,6 +261,41 @@ fn issue30_5_every_error_variant_has_its_own_reason_and_sentence() {
     }
     // One word each (the two `ambiguous` cases share theirs, and nothing else does).
     assert_eq!(reasons.len(), variants().len() - 1);
+}
+
+/// S33: a repeat after the ttl is told, on MCP and rig as in `Error`'s text, that it was done on
+/// the date the store kept, that its result is no longer kept, and that calling again does nothing;
+/// never "Not run" (it ran), never retryable.
+#[test]
+fn s33_mcp_rig_and_the_error_tell_the_model_it_was_done_on_the_date_and_is_not_kept() {
+    let expired = || Error::Expired {
+        tool: "refund".into(),
+        key: key(),
+        done: std::time::UNIX_EPOCH + Duration::from_secs(1_764_806_400),
+        resolved: false,
+    };
+    let said = expired().to_string();
+    let out =
+        idemkit::mcp::side_effect_output::<(), _>(Err(ToolError(expired())), None, &["order_id"])
+            .unwrap();
+    let mcp = out.content[0].as_text().unwrap().text.clone();
+    assert_eq!(out.structured_content.unwrap()["reason"], "expired");
+    let rig = idemkit::rig::tool_error(ToolError(expired()), None, &["order_id"]);
+    assert_eq!(
+        (rig.code(), rig.retryable()),
+        (Some("expired"), Some(false))
+    );
+    let rig = rig.model_output().as_content()[0]
+        .as_text()
+        .unwrap()
+        .to_owned();
+    for text in [&said, &mcp, &rig] {
+        assert!(
+            text.contains("done on 2025-12-04T00:00:00.000Z; its result is no longer kept"),
+            "{text}"
+        );
+        assert!(!text.contains("Not run"), "{text}");
+    }
 }
 
 #[test]

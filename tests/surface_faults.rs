@@ -4,7 +4,7 @@
 //! `IdempotencyLayer` (axum, in process), each through: the response lost after the effect, the
 //! call cut off after it, a panic after it, a broken reply, SIGKILL and a repeat in another
 //! process (SQLite file), a concurrent duplicate, the store down, the call nested inside another
-//! call, and a repeat with other arguments.
+//! call, a repeat with other arguments, and a repeat after the record's time-to-live (S33).
 //!
 //! Effects are counted at a provider on loopback that does **not** deduplicate
 //! (`surface_faults/provider.rs`), with the `Idempotency-Key` each came with: every cell asserts
@@ -52,9 +52,10 @@ enum Fault {
     StoreDown,
     Nested,
     OtherArgs,
+    AfterTtl,
 }
 
-const FAULTS: [Fault; 9] = [
+const FAULTS: [Fault; 10] = [
     Fault::Lost,
     Fault::Cancelled,
     Fault::Panic,
@@ -64,6 +65,7 @@ const FAULTS: [Fault; 9] = [
     Fault::StoreDown,
     Fault::Nested,
     Fault::OtherArgs,
+    Fault::AfterTtl,
 ];
 
 impl Fault {
@@ -78,6 +80,7 @@ impl Fault {
             Fault::StoreDown => "store-down",
             Fault::Nested => "nested",
             Fault::OtherArgs => "other-args",
+            Fault::AfterTtl => "after-ttl",
         }
     }
 
@@ -93,6 +96,7 @@ impl Fault {
             Fault::StoreDown => "store down",
             Fault::Nested => "nested in another call",
             Fault::OtherArgs => "repeat with other arguments",
+            Fault::AfterTtl => "a repeat after the ttl",
         }
     }
 
@@ -135,6 +139,10 @@ impl Fault {
             // S3.
             (Fault::OtherArgs, Plain | Verify | Client) => &["ok", "key_reuse"],
             (Fault::OtherArgs, Http) => &["201", "422"],
+            // S33: done, then past its time-to-live: the same arguments are told it was done
+            // (a tombstone), other arguments are still key reuse; never a second run.
+            (Fault::AfterTtl, Plain | Verify | Client) => &["ok", "expired", "key_reuse"],
+            (Fault::AfterTtl, Http) => &["201", "410", "422"],
         }
     }
 }
@@ -226,11 +234,15 @@ async fn procedure(
     op: String,
 ) -> Result<(Vec<Answer>, Vec<String>), String> {
     let http = surface.kind() == Kind::Http;
-    let cx = Cx::memory(match fault {
-        // A repeat waits for a run detached from its gone client (S25).
-        Fault::Cancelled => Duration::from_secs(600),
-        _ => Duration::ZERO,
-    });
+    let cx = Cx::memory(
+        match fault {
+            // A repeat waits for a run detached from its gone client (S25).
+            Fault::Cancelled => Duration::from_secs(600),
+            _ => Duration::ZERO,
+        },
+        // S33: records that outlive their time-to-live within the cell.
+        (fault == Fault::AfterTtl).then_some(surfaces::LEASE),
+    );
     let call = |op: &str, amount| surface.call(cx.clone(), op.to_owned(), amount);
     let answers = match fault {
         Fault::Lost if http => {
@@ -315,6 +327,11 @@ async fn procedure(
             return Ok((answers, vec![a, b]));
         }
         Fault::OtherArgs => vec![call(&op, 100).await, call(&op, 200).await],
+        Fault::AfterTtl => {
+            let first = call(&op, 100).await;
+            tokio::time::sleep(surfaces::LEASE + Duration::from_millis(500)).await;
+            vec![first, call(&op, 100).await, call(&op, 200).await]
+        }
     };
     Ok((answers, vec![op]))
 }
@@ -594,4 +611,20 @@ async fn s20_broken_variant_a_client_told_to_resend_to_an_upstream_that_does_not
     let shipped = &run_cells(vec![(&SHIPPED, Fault::Lost)], "client-shipped").await[0];
     assert_eq!(shipped.effects, 1, "{shipped:?}");
     assert!(shipped.failures.is_empty(), "{shipped:?}");
+}
+
+/// S33 on every surface (the attribute, `Tool::side_effect`, `Tool::verify`, JSON, MCP's JSON
+/// server, an rmcp tool, rig, the HTTP layer and the MCP client): a call, then past its record's time-to-live
+/// the same call is told it was done (a tombstone: `expired`, HTTP `410`) and runs nothing, and
+/// one with other arguments is key reuse. One effect per operation at the provider.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s33_a_repeat_after_the_ttl_runs_nothing_on_every_surface() {
+    let all = SURFACES.iter().map(|s| (*s, Fault::AfterTtl)).collect();
+    let cells = run_cells(all, "s33").await;
+    assert_eq!(cells.len(), SURFACES.len());
+    let failures: Vec<&String> = cells.iter().flat_map(|c| &c.failures).collect();
+    assert!(failures.is_empty(), "{failures:#?}");
+    for cell in &cells {
+        assert_eq!(cell.effects, 1, "{}: {}", cell.surface, cell.text());
+    }
 }

@@ -59,7 +59,7 @@ enum Command {
         /// Only this tool's records.
         #[arg(long)]
         tool: Option<String>,
-        /// Only records in this state: running, completed or ambiguous.
+        /// Only records in this state: running, completed, ambiguous or tombstone.
         #[arg(long, value_parser = parse_state)]
         state: Option<StateKind>,
         /// Only records made at least this long ago (500ms, 30s, 10m, 2h, 7d).
@@ -152,6 +152,12 @@ enum Command {
         /// At most this many.
         #[arg(long, default_value_t = 100_000)]
         limit: usize,
+        /// How long a tombstone (S33: a completed record past its ttl, which answers a late
+        /// repeat "done on DATE" and is never run again) is kept past its ttl before this prune
+        /// removes it: give the agent's own setting (its store's `tombstones(…)`) if it is not
+        /// the default, 400d (500ms, 30s, 10m, 2h, 7d).
+        #[arg(long, value_parser = show::parse_age, value_name = "AGE")]
+        tombstones: Option<Duration>,
     },
     /// Records kept as ambiguous, counted for an operator's cron: `idemkit settle [--dry-run]
     /// [--tool NAME] [--tenant NAME]`.
@@ -322,6 +328,10 @@ async fn run(cli: &Cli, target: &Target) -> Result<String, Failed> {
         pg_schema: cli.pg_schema.clone(),
         pg_table: cli.pg_table.clone(),
         redis_prefix: cli.redis_prefix.clone(),
+        tombstones: match &cli.command {
+            Command::Prune { tombstones, .. } => *tombstones,
+            _ => None,
+        },
     };
     let read_only = matches!(
         cli.command,
@@ -543,9 +553,11 @@ async fn run(cli: &Cli, target: &Target) -> Result<String, Failed> {
                 other => Err(Failed(format!("{key}: {other:?}"))),
             }
         }
-        Command::Prune { limit } => {
+        Command::Prune { limit, .. } => {
             let n = store.prune(*limit).await.map_err(failed)?;
-            Ok(format!("pruned {n} expired record(s)\n"))
+            Ok(format!(
+                "pruned {n} expired record(s); tombstones (S33) are kept until their setting passes\n"
+            ))
         }
         Command::Settle { .. } => unreachable!("`idemkit settle` is run by `settle`, before `run`"),
         Command::Counts { json } => {

@@ -21,6 +21,7 @@ pub(crate) async fn settle(
         pg_schema: cli.pg_schema.clone(),
         pg_table: cli.pg_table.clone(),
         redis_prefix: cli.redis_prefix.clone(),
+        tombstones: None,
     };
     let at = target.describe();
     let store = match target.open(&names, true).await {

@@ -126,6 +126,11 @@ pub fn record_json(r: &Record) -> Value {
             })
         }
         RecordState::Completed { outcome } => v["outcome"] = outcome_json(outcome),
+        // S33: done on `updated`, its outcome no longer kept.
+        RecordState::Tombstone => {
+            v["done"] = json!(time(r.updated));
+            v["note"] = json!(sentences::done_not_kept(r.updated, r.resolution.is_some()));
+        }
         RecordState::Ambiguous { note } => {
             v["note"] = json!(note);
             if r.is_live() {
@@ -313,6 +318,17 @@ pub fn record_text(r: &Record) -> String {
         RecordState::Ambiguous { note } => {
             field("note", note.clone());
             field("settle", sentences::how_to_settle(r.key));
+        }
+        // S33: done, its outcome no longer kept; a repeat of its key runs nothing.
+        RecordState::Tombstone => {
+            field(
+                "tombstone",
+                sentences::done_not_kept(r.updated, r.resolution.is_some()),
+            );
+            field(
+                "forget",
+                format!("`idemkit forget {}` lets the next call run it again", r.key),
+            );
         }
         RecordState::Completed { outcome } => {
             out += "outcome:\n";

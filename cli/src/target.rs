@@ -49,6 +49,8 @@ pub struct Names {
     pub pg_schema: Option<String>,
     pub pg_table: Option<String>,
     pub redis_prefix: Option<String>,
+    /// S33: how long a prune keeps tombstones past their ttl (`None`: the store's default).
+    pub tombstones: Option<std::time::Duration>,
 }
 
 impl Target {
@@ -92,8 +94,11 @@ impl Target {
                         path.display()
                     )));
                 }
-                let store = SqliteStore::builder(path).read_only(read_only).open()?;
-                Ok(Box::new(store))
+                let mut builder = SqliteStore::builder(path).read_only(read_only);
+                if let Some(keep) = names.tombstones {
+                    builder = builder.tombstones(keep);
+                }
+                Ok(Box::new(builder.open()?))
             }
             #[cfg(feature = "postgres")]
             Target::Postgres(url) => {
@@ -106,6 +111,9 @@ impl Target {
                 if let Some(table) = &names.pg_table {
                     builder = builder.table(table);
                 }
+                if let Some(keep) = names.tombstones {
+                    builder = builder.tombstones(keep);
+                }
                 Ok(Box::new(builder.connect().await?))
             }
             #[cfg(feature = "redis")]
@@ -113,6 +121,9 @@ impl Target {
                 let mut builder = RedisStore::builder(url.as_str());
                 if let Some(prefix) = &names.redis_prefix {
                     builder = builder.prefix(prefix);
+                }
+                if let Some(keep) = names.tombstones {
+                    builder = builder.tombstones(keep);
                 }
                 Ok(Box::new(builder.connect().await?))
             }

@@ -833,3 +833,62 @@ async fn s34_show_list_and_settle_say_an_ambiguous_record_never_expires() {
         stdout(&out)
     );
 }
+
+/// S33: a completed record past its ttl is a tombstone: `list --state tombstone` lists it,
+/// `show` says when it was done and that its result is no longer kept (`--json`: state
+/// `tombstone`, `done`), and `forget` removes it, after which the key has no record.
+#[tokio::test]
+async fn s33_list_show_and_forget_a_tombstone() {
+    use idem_runtime::store::{ClaimRequest, LeaseToken, Outcome, Written};
+    use idem_runtime::{Fingerprint, Store};
+    let file = StoreFile::new();
+    let (store, run) = (file.store.clone(), |args: &[&str], code| {
+        file.run(args, code)
+    });
+    let token = LeaseToken::new();
+    let short = std::time::Duration::from_millis(50);
+    let req = ClaimRequest::new(
+        key("charge", 33),
+        "charge",
+        Fingerprint::of(&4200u64).unwrap(),
+        token,
+        short,
+        short,
+    );
+    store.claim(&req).await.unwrap();
+    let done = Outcome::from(&br#"{"charge_id":"ch_33","cents":4200}"#[..]);
+    let completed = store.complete(key("charge", 33), token, done, short);
+    assert_eq!(completed.await.unwrap(), Written::Applied);
+    tokio::time::sleep(short * 4).await;
+    let k = key("charge", 33).to_string();
+
+    let out = run(&["list", "--state", "tombstone"], 0);
+    assert!(
+        stdout(&out).contains(&k) && stdout(&out).contains("tombstone"),
+        "{}",
+        stdout(&out)
+    );
+    let out = run(&["show", &k], 0);
+    assert!(
+        stdout(&out).contains("done on 20")
+            && stdout(&out).contains("its result is no longer kept"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stdout(&out).contains(&format!("idemkit forget {k}")),
+        "{}",
+        stdout(&out)
+    );
+    let out = run(&["show", &k, "--json"], 0);
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(json["state"], "tombstone", "{json}");
+    assert!(
+        json["done"].as_str().is_some_and(|d| d.starts_with("20")),
+        "{json}"
+    );
+    assert!(json.get("outcome").is_none(), "no outcome is shown: {json}");
+
+    run(&["forget", &k], 0);
+    run(&["show", &k], 1);
+}

@@ -35,6 +35,7 @@ use crate::retry::{Classify, Failure};
 /// | `Ambiguous` | `Ambiguous` | the outcome is unknown (S14, S19, S20): never "did not happen", so never released; settled by `verify` or an operator |
 /// | `KeyReuse` | `Permanent` | another operation's key: the same arguments are refused again |
 /// | `Unreplayable` | `Permanent` | the operation ran; it is never run again under this key |
+/// | `Expired` | `Permanent` | the operation was done and its record's time-to-live passed (S33): never run again under this key |
 /// | `Arguments`, `Settings`, `NoTenant`, `NoOperation`, `NoRuntime`, `NotConfigured`, `DuplicateTool` | `Permanent` | the program must change first |
 ///
 /// ```
@@ -57,6 +58,7 @@ impl Classify for Error {
             Error::LeaseLost { .. } | Error::Ambiguous { .. } => Failure::Ambiguous,
             Error::KeyReuse { .. }
             | Error::Unreplayable { .. }
+            | Error::Expired { .. }
             | Error::Arguments { .. }
             | Error::Settings { .. }
             | Error::NoTenant { .. }
@@ -282,6 +284,15 @@ mod tests {
                     tool: tool(),
                     key,
                     reason: "r".into(),
+                },
+                Failure::Permanent,
+            ),
+            (
+                Error::Expired {
+                    tool: tool(),
+                    key,
+                    done: std::time::UNIX_EPOCH,
+                    resolved: false,
                 },
                 Failure::Permanent,
             ),

@@ -124,6 +124,27 @@ pub enum Error {
         reason: String,
     },
 
+    /// The operation was done under this key (completed, or settled as applied) and its
+    /// record's time-to-live has passed (S33): its outcome is no longer kept, but it is never
+    /// run again because time passed. The record is a tombstone until the store's tombstone
+    /// setting passes or an operator forgets it (`idemkit forget KEY`, which lets the next call
+    /// run it again). The body was not run.
+    #[error(
+        "idemkit: tool `{tool}` with key {key} was {}. {}",
+        crate::sentences::done_not_kept(*done, *resolved),
+        crate::sentences::DONE_WHAT_TO_DO
+    )]
+    Expired {
+        /// The tool's name.
+        tool: String,
+        /// The operation's key.
+        key: IdempotencyKey,
+        /// When it was done, by the store's clock (`UNIX_EPOCH` when the store did not keep it).
+        done: std::time::SystemTime,
+        /// Whether a decision (an operator's, or the settler's verify) ended it.
+        resolved: bool,
+    },
+
     /// The arguments that are not key fields could not be serialized for the fingerprint.
     #[error(
         "idemkit: the arguments of tool `{tool}` cannot be fingerprinted: {source}; {not_run}. \

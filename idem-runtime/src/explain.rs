@@ -31,6 +31,7 @@ use crate::sentences::{EFFECT_UNKNOWN, NOT_RUN, how_to_settle};
 /// | `ambiguous` | no | outcome unknown: an attempt (of this call or an earlier one) may have taken effect |
 /// | `lease_lost` | no | outcome unknown: the call lost its lease while the tool ran |
 /// | `unreplayable` | no | done earlier, but its result cannot be returned |
+/// | `expired` | no | done earlier and its result is no longer kept (S33: past its time-to-live): never done again under the key |
 /// | `duplicate_tool` | no | not run: two tools share the name |
 /// | `invalid_arguments`, `settings`, `no_tenant`, `not_configured` | no | not run: the program must be fixed |
 /// | `no_operation` | no | not run: the tool is keyed on an operation the host names, and none was named |
@@ -169,6 +170,22 @@ impl Explanation {
                 ),
             ),
             Error::Unreplayable { key, reason, .. } => unreplayable(key, Some(reason)),
+            Error::Expired {
+                key,
+                done,
+                resolved,
+                ..
+            } => Self::new(
+                "expired",
+                false,
+                format!(
+                    "Already done: this operation (idempotency key {key}) was {}. It will not be done again under \
+                     this key: calling again with the same arguments gets this same answer and does nothing; tell the \
+                     user it was done. If the user asks for a new operation, change one of {fields} so that it gets a \
+                     key of its own.",
+                    crate::sentences::done_not_kept(*done, *resolved)
+                ),
+            ),
             Error::Arguments { source, .. } => Self::new(
                 "invalid_arguments",
                 false,
@@ -382,6 +399,7 @@ fn tool_of(error: &Error) -> Option<&str> {
         | Error::LeaseLost { tool, .. }
         | Error::Ambiguous { tool, .. }
         | Error::Unreplayable { tool, .. }
+        | Error::Expired { tool, .. }
         | Error::Arguments { tool, .. }
         | Error::Settings { tool, .. }
         | Error::NoTenant { tool }

@@ -522,7 +522,9 @@ impl IdemBuilder {
         self
     }
 
-    /// How long a completed record is kept (default 24 h); older ones are treated as absent. At
+    /// How long a completed record's outcome is kept and replayed (default 24 h). Past it the
+    /// record is a tombstone (S33): a repeat gets [`Error::Expired`] ("done on DATE; its result
+    /// is no longer kept"), never a run, until the store's tombstone setting passes too. At
     /// least the lease. A running or ambiguous record never expires by time (S34): it is kept
     /// until it completes or a decision settles it.
     pub fn ttl(mut self, ttl: Duration) -> Self {

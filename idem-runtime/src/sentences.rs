@@ -103,3 +103,32 @@ pub fn replayed(key: Option<&str>) -> String {
         key.unwrap_or("?")
     )
 }
+
+/// S33: what a repeat of an operation whose record is a tombstone is told: it was done on
+/// `done` (by a decision, when `resolved`), its result is no longer kept, and it is not run
+/// again; a clause with no full stop, for any surface to end.
+///
+/// ```
+/// use std::time::{Duration, UNIX_EPOCH};
+/// let said = idem_runtime::sentences::done_not_kept(UNIX_EPOCH + Duration::from_secs(86_400), false);
+/// assert!(said.starts_with("done on 1970-01-02T00:00:00.000Z; its result is no longer kept"));
+/// ```
+pub fn done_not_kept(done: std::time::SystemTime, resolved: bool) -> String {
+    let when = match done {
+        std::time::UNIX_EPOCH => "done on a date this store did not keep".to_owned(),
+        at => format!("done on {}", utc(at)),
+    };
+    let how = match resolved {
+        true => " (an operator or its verify function settled it as applied)",
+        false => "",
+    };
+    format!(
+        "{when}{how}; its result is no longer kept (its time-to-live has passed), and it is not run again \
+         under this key"
+    )
+}
+
+/// S33: what to do about an operation answered [`done_not_kept`]: nothing, if it was meant;
+/// a new operation needs the field that tells it apart in its key.
+pub const DONE_WHAT_TO_DO: &str = "If this is the same operation, it is done: do not call it again. If it is a new one, \
+     it needs a key of its own (a field that tells it apart, such as a date or a reference)";

@@ -1096,3 +1096,40 @@ async fn a_response_over_the_bound_is_streamed_whole_and_recorded_as_ran_not_kep
     assert!(text.contains("max_response_bytes"), "{text}");
     assert_eq!(handler.runs.load(SeqCst), 1);
 }
+
+/// S33: a repeat after the record's time-to-live does not run the handler: 410 Gone, a problem
+/// that says when it was done and that its response is no longer kept.
+#[tokio::test]
+async fn s33_a_repeat_after_the_ttl_is_410_and_the_handler_does_not_run_again() {
+    let s = serve(|l| {
+        l.lease(Duration::from_millis(500))
+            .ttl(Duration::from_millis(1000))
+    })
+    .await;
+    let first = s
+        .post("/v1/charges", Some(r#""k-33""#), r#"{"cents":42}"#)
+        .await;
+    assert_eq!(first.status(), StatusCode::CREATED);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let late = s
+        .post("/v1/charges", Some(r#""k-33""#), r#"{"cents":42}"#)
+        .await;
+    assert_eq!(late.status(), StatusCode::GONE);
+    assert_eq!(late.headers()["content-type"], "application/problem+json");
+    let problem: serde_json::Value = late.json().await.unwrap();
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("done on ") && detail.contains("its result is no longer kept"),
+        "{detail}"
+    );
+    assert_eq!(s.runs(), 1, "the handler did not run again");
+    let other = s
+        .post("/v1/charges", Some(r#""k-33""#), r#"{"cents":99}"#)
+        .await;
+    assert_eq!(
+        other.status(),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "another payload: key reuse"
+    );
+    assert_eq!(s.runs(), 1);
+}

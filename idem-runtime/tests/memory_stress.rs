@@ -1,7 +1,7 @@
 //! The memory store's state machine under concurrency.
 //!
 //! - Many tasks on tokio's paused clock claim, complete, release, mark ambiguous, prune and let
-//!   leases and records expire in random interleavings; every answer and every record is checked
+//!   leases and records' ttls expire in random interleavings; every answer and every record is checked
 //!   against a sequential model of the state machine in `store/mod.rs`. Each store operation is
 //!   atomic (one lock, no await inside), so stepping the model right after it, before anything
 //!   else can run, linearizes them exactly.
@@ -64,17 +64,10 @@ impl Model {
         *self.seen.entry(what).or_default() += 1;
     }
 
-    /// The live record of `k` at `now` (an expired one is absent, and forgotten).
-    fn live(&mut self, k: usize, now: Instant) -> Option<&mut ModelRec> {
-        if self
-            .records
-            .get(&k)
-            .is_some_and(|r| r.expires_at.is_some_and(|e| e <= now))
-        {
-            self.records.remove(&k);
-            self.completed.remove(&k);
-            self.note("record expired");
-        }
+    /// The live record of `k` at `now`: every record the model makes stays until released (a
+    /// running or ambiguous one never expires by time, S34; a completed one past its ttl is a
+    /// tombstone, S33).
+    fn live(&mut self, k: usize, _now: Instant) -> Option<&mut ModelRec> {
         self.records.get_mut(&k)
     }
 
@@ -102,6 +95,13 @@ impl Model {
             ModelState::Running { lease_until, .. } => Some(ExistingState::Running {
                 lease_remaining: lease_until.saturating_duration_since(now),
             }),
+            // S33: past its ttl, a tombstone (when it was done is the store's: see `normal`).
+            ModelState::Completed { .. } if rec.expires_at.is_some_and(|e| e <= now) => {
+                Some(ExistingState::Tombstone {
+                    done: std::time::UNIX_EPOCH,
+                    resolved: false,
+                })
+            }
             ModelState::Completed { outcome, .. } => Some(ExistingState::Completed {
                 outcome: outcome.clone().into(),
             }),
@@ -113,6 +113,7 @@ impl Model {
                 self.note(match state {
                     ExistingState::Running { .. } => "claim: live holder",
                     ExistingState::Completed { .. } => "claim: completed",
+                    ExistingState::Tombstone { .. } => "claim: tombstone",
                     ExistingState::Ambiguous => "claim: ambiguous, other arguments",
                     _ => unreachable!("the model makes no other state"),
                 });
@@ -191,6 +192,9 @@ impl Model {
                     token: *token,
                     lease_remaining: lease_until.saturating_duration_since(now),
                 },
+                ModelState::Completed { .. } if rec.expires_at.is_some_and(|e| e <= now) => {
+                    RecordState::Tombstone
+                }
                 ModelState::Completed { outcome, .. } => RecordState::Completed {
                     outcome: outcome.clone(),
                 },
@@ -237,6 +241,24 @@ async fn records(store: &MemoryStore) -> Result<Vec<Option<Seen>>, String> {
         }));
     }
     Ok(all)
+}
+
+/// A claim's answer as the model predicts it: a tombstone's time is the store's clock's.
+fn normal(claim: &Claim) -> Claim {
+    match claim {
+        Claim::Existing(Existing {
+            fingerprint,
+            state: ExistingState::Tombstone { resolved, .. },
+            ..
+        }) => Claim::Existing(Existing::new(
+            *fingerprint,
+            ExistingState::Tombstone {
+                done: std::time::UNIX_EPOCH,
+                resolved: *resolved,
+            },
+        )),
+        other => other.clone(),
+    }
 }
 
 /// What the model predicts of a record: all but its times.
@@ -298,7 +320,7 @@ async fn worker(
             let mut m = model.lock().unwrap();
             let live_before = m.live_holders(k, now);
             let expected = m.claim(k, &req, now);
-            if got != expected {
+            if normal(&got) != expected {
                 return Err(format!(
                     "claim of key {k}: store said {got:?}, model {expected:?}"
                 ));
@@ -431,7 +453,7 @@ fn memory_store_matches_its_model_across_interleaved_tasks_and_expiries() {
         "complete applied",
         "release applied",
         "mark_ambiguous applied",
-        "record expired",
+        "claim: tombstone",
     ] {
         assert!(
             seen.get(transition).copied().unwrap_or(0) > 0,

@@ -26,8 +26,9 @@
 //!   off (its pass dropped: the drop guard gives the record back as ambiguous at once, S30),
 //!   crashed, or failed by the store at each step. Expiry and prune (a record past its ttl is
 //!   absent to every transition, so they are one step, at any time once no lease is live): as
-//!   main has it (S10: any record, an ambiguous one included) or as S34 (issue 53) makes it
-//!   (never a record that is, or counts as, ambiguous). The design as issue 52 builds it, or with
+//!   main had it (S10: any record, an ambiguous one included), as S34 (issue 53) makes it
+//!   (never a record that is, or counts as, ambiguous), or as S33 with it (never a completed one
+//!   either: its tombstone answers; a tombstone dropped early is a broken variant). The design as issue 52 builds it, or with
 //!   one part taken out (`Settle`): the settler as main had it is a broken variant.
 //! - `model/check.rs`: the checker, written here rather than taken from `stateright`: the model
 //!   is one `Copy` struct of small integers with time kept relative (what is left of each lease),
@@ -50,8 +51,9 @@
 //! ends, and the settlers alone (no caller, no fault) reach a state where no unknown waits.
 //!
 //! Not covered: more than one key or fingerprint (`KeyReuse`, S3, S18), and so the settler's
-//! `limit` and its order over many records; a completed record's tombstone (S33, issue 53: here a
-//! completed record past its ttl is absent and the next call runs anew, a new record, by S10); the
+//! `limit` and its order over many records; a tombstone past its own setting (S33: pruned then,
+//! like an operator's forget, the next call runs anew; within it a tombstone answers a repeat as
+//! a replay does, which is how the model has it: `Expiry::S33`, effects counted across time); the
 //! record's first-made time and its age bound (`operator_after`): they are kept and reset with the
 //! count of Unknown answers, which stands for them; the settler's verify timeout (its answer may
 //! come at any time; its write is fenced) and settlers on a store that reads each claimer's clock
@@ -470,11 +472,11 @@ fn with_settle(cfg: Config, settle: Settle) -> Config {
     }
 }
 
-/// Issue 52's design: `settlers` settlers, expiry as S34 (issue 53) makes it.
+/// Issue 52's design: `settlers` settlers, expiry as S33 and S34 (issue 53) make it.
 fn settle(settlers: u8) -> Settle {
     Settle {
         settlers,
-        expiry: Expiry::S34,
+        expiry: Expiry::S33,
         ..Settle::NONE
     }
 }
@@ -543,8 +545,8 @@ fn model_s28_s30_s32_two_settlers_hold() {
 }
 
 /// S34: an ambiguous record (and a running one whose lease lapsed, which counts as one) never
-/// expires; completed ones do (S10), at any time. Two callers, a tool without `verify` whose
-/// unknown outcomes stay ambiguous.
+/// expires; completed ones do (S10), at any time, and the next call runs anew (its effects
+/// counted afresh). Two callers, a tool without `verify` whose unknown outcomes stay ambiguous.
 #[test]
 fn model_s34_ambiguous_records_never_expiring_holds() {
     let cfg = Config {
@@ -558,6 +560,43 @@ fn model_s34_ambiguous_records_never_expiring_holds() {
         ..two_callers()
     };
     holds("2 callers, S34 expiry", &cfg);
+}
+
+/// S33 (with S34): a completed record past its ttl is a tombstone that answers every repeat, so
+/// "at most one effect" holds across time: effects are never counted afresh (short of an
+/// operator's forget). Two callers, every fault, expiry at any time.
+#[test]
+fn model_s33_the_body_never_runs_twice_for_one_key_across_time_holds() {
+    let cfg = Config {
+        exec: Exec {
+            settle: Settle {
+                expiry: Expiry::S33,
+                ..Settle::NONE
+            },
+            ..GATED
+        },
+        ..two_callers()
+    };
+    holds("2 callers, S33 tombstones", &cfg);
+}
+
+/// S33's broken variant: a claim treats a completed record past its ttl as absent (or a prune
+/// drops its tombstone early), as every store did before issue 53: counted across time, the
+/// checker finds the second effect, after an `Expire`.
+#[test]
+fn broken_s33_a_tombstone_treated_as_absent_is_caught() {
+    let cfg = Config {
+        exec: Exec {
+            settle: Settle {
+                expiry: Expiry::S33TombstoneDropped,
+                ..Settle::NONE
+            },
+            ..GATED
+        },
+        ..two_callers()
+    };
+    let text = caught("S33 tombstone dropped", &cfg, Property::S20AtMostOneEffect);
+    assert!(text.contains("Expire"), "{text}");
 }
 
 /// Finding (issue 53, fixed by its S34; kept as a documented finding): an ambiguous record

@@ -178,14 +178,16 @@ mod needs_postgres {
         let url = server_url();
         let f = Faulty::new(&url).await;
         let role = f.role.clone();
-        // An expired row for the key, so the claim's upsert has a row to wait for: a completed
-        // one (a running or ambiguous row never expires by time, S34).
+        // An expired row for the key, so the claim's upsert has a row to wait for: one an
+        // operator resolved as not applied (a running or ambiguous row with no decision never
+        // expires by time, S34, and a completed one is a tombstone, S33).
         f.admin
         .execute(
             &format!(
-                "INSERT INTO {role}.records (key, tool, fingerprint, state, token, lease_until, outcome, expires_at)
-                 VALUES ($1, 'charge', $2, 'completed', $3, now() - interval '1 hour', '\\x7b7d'::bytea,
-                         now() - interval '1 second')"
+                "INSERT INTO {role}.records (key, tool, fingerprint, state, token, lease_until, expires_at,
+                                             resolution, resolved_at, kept_until)
+                 VALUES ($1, 'charge', $2, 'ambiguous', $3, now() - interval '1 hour', now() - interval '1 second',
+                         'not_applied', now() - interval '1 second', now() - interval '1 second')"
             ),
             &[&key_of(3).as_uuid(), &vec![0u8; 32], &uuid::Uuid::new_v4()],
         )

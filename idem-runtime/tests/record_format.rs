@@ -557,10 +557,30 @@ mod needs_postgres {
         check_postgres(PG_FIXTURE_S32, Format::S32).await;
     }
 
+    #[cfg(feature = "postgres")]
+    #[tokio::test]
+    async fn s33_a_postgres_dump_of_0_1_0_past_its_ttl_reads_its_completed_records_as_tombstones() {
+        check_postgres_aged(PG_FIXTURE, Format::V010, true).await;
+    }
+
+    #[cfg(feature = "postgres")]
+    #[tokio::test]
+    async fn s33_a_postgres_dump_of_schema_6_past_its_ttl_reads_done_records_as_tombstones_and_runs_released_ones()
+     {
+        check_postgres_aged(PG_FIXTURE_S32, Format::S32, true).await;
+    }
+
     /// Restores the dump `fixture` (written anew first when writing the newest, S32, one)
     /// and checks its records.
     #[cfg(feature = "postgres")]
     async fn check_postgres(fixture: &str, format: Format) {
+        check_postgres_aged(fixture, format, false).await;
+    }
+
+    /// [`check_postgres`]; `aged`: the records aged past their ttl first, and checked as S33
+    /// reads them ([`check_expired_under_old_rules`]).
+    #[cfg(feature = "postgres")]
+    async fn check_postgres_aged(fixture: &str, format: Format, aged: bool) {
         use idem_runtime::PostgresStore;
         let url = servers::server_url("IDEMKIT_TEST_POSTGRES_URL", "PostgreSQL");
         let fixture = manifest_path(fixture);
@@ -608,11 +628,35 @@ mod needs_postgres {
             .unwrap();
         tokio::spawn(connection);
         client.batch_execute(&sql).await.expect("the dump restores");
+        if aged {
+            client
+                .batch_execute(&format!(
+                    "UPDATE \"{schema}\".idemkit SET expires_at = '2001-01-01' WHERE key IN ('{}', '{}', '{}')",
+                    key(1),
+                    key(5),
+                    key(6)
+                ))
+                .await
+                .unwrap();
+            if format.resolved() {
+                client
+                    .batch_execute(&format!(
+                        "UPDATE \"{schema}\".idemkit SET kept_until = '2001-01-01' WHERE key = '{}'",
+                        key(6)
+                    ))
+                    .await
+                    .unwrap();
+            }
+        }
         let store = PostgresStore::builder(&url)
             .schema(&schema)
             .connect()
             .await
             .unwrap();
+        if aged {
+            check_expired_under_old_rules(store, format.resolved(), format != Format::V010).await;
+            return;
+        }
         check_records(store, &std::fs::read_to_string(&id_file).unwrap(), format).await;
     }
 }
@@ -644,10 +688,30 @@ mod needs_redis {
         check_redis(REDIS_FIXTURE_S32, Format::S32).await;
     }
 
+    #[cfg(feature = "redis")]
+    #[tokio::test]
+    async fn s33_a_redis_dump_of_0_1_0_past_its_ttl_reads_its_completed_records_as_tombstones() {
+        check_redis_aged(REDIS_FIXTURE, Format::V010, true).await;
+    }
+
+    #[cfg(feature = "redis")]
+    #[tokio::test]
+    async fn s33_a_redis_dump_of_schema_6_past_its_ttl_reads_done_records_as_tombstones_and_runs_released_ones()
+     {
+        check_redis_aged(REDIS_FIXTURE_S32, Format::S32, true).await;
+    }
+
     /// Loads the dump `fixture` (written anew first when writing the newest, S32, one) and
     /// checks its records.
     #[cfg(feature = "redis")]
     async fn check_redis(fixture: &str, format: Format) {
+        check_redis_aged(fixture, format, false).await;
+    }
+
+    /// [`check_redis`]; `aged`: the records aged past their ttl first (their `expires_at`), and
+    /// checked as S33 reads them ([`check_expired_under_old_rules`]).
+    #[cfg(feature = "redis")]
+    async fn check_redis_aged(fixture: &str, format: Format, aged: bool) {
         use idem_runtime::RedisStore;
         use redis::AsyncCommands;
         let url = servers::server_url("IDEMKIT_TEST_REDIS_URL", "Redis");
@@ -722,11 +786,166 @@ mod needs_redis {
                 let _: () = conn.pexpire(&k, pttl).await.unwrap();
             }
         }
+        if aged {
+            for order in [1, 5, 6] {
+                let k = format!("{prefix}rec:{}", key(order));
+                if conn.exists(&k).await.unwrap() {
+                    let _: () = conn.hset(&k, "expires_at", "1000").await.unwrap();
+                    if order == 6 {
+                        let _: () = conn.hset(&k, "kept_until", "1000").await.unwrap();
+                    }
+                }
+            }
+        }
         let store = RedisStore::builder(&url)
             .prefix(&prefix)
             .connect()
             .await
             .unwrap();
+        if aged {
+            check_expired_under_old_rules(store, format.resolved(), format != Format::V010).await;
+            return;
+        }
         check_records(store, dump["operation_id"].as_str().unwrap(), format).await;
     }
+}
+
+/// S33 after an upgrade: the fixture's records as an earlier version left them once their
+/// time-to-live had passed and no prune had run (aged by hand in the store's own format).
+/// Order 1 (completed) and, where the format kept decisions, 5 (resolved as applied) were done:
+/// each reads as a tombstone, a claim answers it and a call runs nothing
+/// (`Error::Expired`). Order 6 (resolved as not applied, `resolved` formats) did not happen:
+/// it is absent, and a call runs it. `dated`: whether the format kept when a record changed
+/// (0.1.0 did not: "a date this store did not keep").
+async fn check_expired_under_old_rules(
+    store: impl Store + OperationIds + Records + Clone + 'static,
+    resolved: bool,
+    dated: bool,
+) {
+    let done: &[u64] = if resolved { &[1, 5] } else { &[1] };
+    for &order in done {
+        let record = store.get(&key(order)).await.unwrap().expect("a tombstone");
+        assert_eq!(record.state, RecordState::Tombstone, "order {order}");
+        match store.claim(&request(order)).await.unwrap() {
+            Claim::Existing(existing) => match existing.state {
+                ExistingState::Tombstone {
+                    done,
+                    resolved: by_decision,
+                } => {
+                    assert_eq!(by_decision, order == 5, "order {order}");
+                    assert_eq!(
+                        done == std::time::UNIX_EPOCH,
+                        !dated,
+                        "order {order}: {done:?}"
+                    );
+                }
+                other => panic!("order {order}: {other:?}"),
+            },
+            other => panic!("order {order}: {other:?}"),
+        }
+    }
+    let idem = Idem::builder()
+        .shared_store(std::sync::Arc::new(store.clone()))
+        .build()
+        .unwrap();
+    let runs = std::sync::atomic::AtomicU32::new(0);
+    let call = |order: u64| {
+        let runs = &runs;
+        let idem = &idem;
+        async move {
+            Tool::new("charge")
+                .idem(idem)
+                .side_effect(&[("order", &order)], &4200u64, |_key| async move {
+                    runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    Ok::<_, Failing>(serde_json::json!({"charge_id": "ch_again"}))
+                })
+                .await
+        }
+    };
+    let late = call(1).await;
+    match &late {
+        Err(Failing::Idem(Error::Expired { .. })) => {}
+        other => panic!("a completed record expired under the old rules is a tombstone: {other:?}"),
+    }
+    let said = late.unwrap_err().to_string();
+    assert!(
+        said.contains(if dated {
+            "done on 20"
+        } else {
+            "done on a date this store did not keep"
+        }),
+        "{said}"
+    );
+    assert_eq!(
+        runs.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "not run again"
+    );
+    if resolved {
+        assert!(call(6).await.is_ok(), "released by a decision: it runs");
+        assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+}
+
+/// The error of [`check_expired_under_old_rules`]' calls.
+#[derive(Debug)]
+enum Failing {
+    Idem(Error),
+}
+
+impl std::fmt::Display for Failing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failing::Idem(e) => e.fmt(f),
+        }
+    }
+}
+
+impl Classify for Failing {
+    fn classify(&self) -> Failure {
+        Failure::Permanent
+    }
+}
+
+impl From<Error> for Failing {
+    fn from(e: Error) -> Self {
+        Failing::Idem(e)
+    }
+}
+
+/// The SQL that ages a fixture's records as an earlier version left them past their ttl: every
+/// expiry (and a not-applied decision's `kept_until`) in the past.
+fn aged_sqlite(path: &Path, resolved: bool) {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.execute(
+        "UPDATE records SET expires_at = 1000 WHERE key IN (?1, ?2, ?3)",
+        rusqlite::params![key(1).to_string(), key(5).to_string(), key(6).to_string()],
+    )
+    .unwrap();
+    if resolved {
+        conn.execute(
+            "UPDATE records SET kept_until = 1000 WHERE key = ?1",
+            [key(6).to_string()],
+        )
+        .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn s33_a_sqlite_file_of_0_1_0_past_its_ttl_reads_its_completed_records_as_tombstones() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idemkit.db");
+    std::fs::copy(manifest_path(FIXTURE), &path).expect("the checked-in fixture");
+    aged_sqlite(&path, false);
+    check_expired_under_old_rules(SqliteStore::open(&path).unwrap(), false, false).await;
+}
+
+#[tokio::test]
+async fn s33_a_sqlite_file_of_schema_6_past_its_ttl_reads_done_records_as_tombstones_and_runs_released_ones()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idemkit.db");
+    std::fs::copy(manifest_path(FIXTURE_S32), &path).expect("the checked-in fixture");
+    aged_sqlite(&path, true);
+    check_expired_under_old_rules(SqliteStore::open(&path).unwrap(), true, true).await;
 }

@@ -153,10 +153,14 @@ async fn outcomes_ambiguous_records_and_operation_ids_survive_reopening_the_file
 #[tokio::test]
 async fn prune_deletes_expired_records_in_bounded_batches_and_keeps_live_ones() {
     let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(dir.path().join("idemkit.db")).unwrap();
+    // S33: tombstones kept for no time past their time-to-live, so a prune may delete them.
+    let store = SqliteStore::builder(dir.path().join("idemkit.db"))
+        .tombstones(Duration::ZERO)
+        .open()
+        .unwrap();
     for n in 1..=5 {
         // Completed with a time-to-live of zero: expired as soon as written (a running or
-        // ambiguous record never expires by time, S34).
+        // ambiguous record never expires by time, S34), a tombstone kept for no time (S33).
         let req = request(n, DAY);
         assert_eq!(
             store.claim(&req).await.unwrap(),
@@ -183,6 +187,32 @@ async fn prune_deletes_expired_records_in_bounded_batches_and_keeps_live_ones() 
         store.get(&key(6)).await.unwrap().is_some(),
         "the live record stays"
     );
+}
+
+/// S33: with the default tombstone setting a prune keeps a completed record past its
+/// time-to-live, as a tombstone: a claim of its key answers it, never runs it.
+#[tokio::test]
+async fn s33_prune_keeps_a_tombstone_until_its_setting_passes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("idemkit.db")).unwrap();
+    let req = request(1, DAY);
+    assert_eq!(
+        store.claim(&req).await.unwrap(),
+        Claim::Acquired { takeover: None }
+    );
+    let done = Outcome::from(b"{}".as_slice());
+    assert_eq!(
+        store
+            .complete(key(1), req.token, done, Duration::ZERO)
+            .await
+            .unwrap(),
+        Written::Applied
+    );
+    assert_eq!(store.prune(10).await.unwrap(), 0, "a tombstone is kept");
+    assert!(matches!(
+        store.claim(&request(1, DAY)).await.unwrap(),
+        Claim::Existing(e) if matches!(e.state, idem_runtime::store::ExistingState::Tombstone { .. })
+    ));
 }
 
 #[test]

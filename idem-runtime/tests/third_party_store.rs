@@ -48,8 +48,15 @@ enum State {
 impl Rec {
     /// Whether it still counts at `now`: a running or ambiguous record never expires by time
     /// (S34).
+    /// (S34); a completed one past its time-to-live is a tombstone (S33), which counts until
+    /// pruned past the tombstone setting or forgotten.
     fn live(&self, now: Instant) -> bool {
-        self.expires.is_none_or(|e| e > now)
+        self.expires.is_none_or(|e| e > now) || matches!(self.state, State::Completed(..))
+    }
+
+    /// S33: completed, past its time-to-live.
+    fn tombstone(&self, now: Instant) -> bool {
+        matches!(self.state, State::Completed(..)) && self.expires.is_some_and(|e| e <= now)
     }
 }
 
@@ -97,6 +104,7 @@ impl MapStore {
                     token: *token,
                     lease_remaining: until.saturating_duration_since(now),
                 },
+                State::Completed(..) if r.tombstone(now) => RecordState::Tombstone,
                 State::Completed(o, _) => RecordState::Completed {
                     outcome: o.to_vec(),
                 },
@@ -141,6 +149,10 @@ impl Store for MapStore {
                 State::Ambiguous(..) if same => Ok(Takeover::Ambiguous),
                 State::Running(_, until) => Err(ExistingState::Running {
                     lease_remaining: until.saturating_duration_since(now),
+                }),
+                State::Completed(..) if r.tombstone(now) => Err(ExistingState::Tombstone {
+                    done: r.updated,
+                    resolved: r.resolution.is_some(),
                 }),
                 State::Completed(outcome, _) => Err(ExistingState::Completed {
                     outcome: outcome.clone(),
@@ -353,11 +365,25 @@ impl Records for MapStore {
         let expired: Vec<_> = map
             .0
             .iter()
-            .filter(|(_, r)| !Self::kept(r, now))
+            .filter(|(_, r)| match r.tombstone(now) {
+                // S33: a tombstone goes once the tombstone setting has passed too.
+                true => r
+                    .expires
+                    .is_some_and(|e| e + idem_runtime::store::DEFAULT_TOMBSTONES <= now),
+                false => !Self::kept(r, now),
+            })
             .map(|(k, _)| *k)
             .take(limit)
             .collect();
         expired.iter().for_each(|k| drop(map.0.remove(k)));
+        // What a tombstone keeps: no outcome.
+        for r in map.0.values_mut() {
+            if r.tombstone(now)
+                && let State::Completed(outcome, _) = &mut r.state
+            {
+                *outcome = Outcome::from(&b""[..]);
+            }
+        }
         Ok(expired.len())
     }
 

@@ -61,8 +61,9 @@ impl Cx {
         })
     }
 
-    /// A memory store that is down while [`Cx::down`] is set.
-    pub fn memory(in_flight_wait: Duration) -> Arc<Cx> {
+    /// A memory store that is down while [`Cx::down`] is set; its records kept for `ttl` (the
+    /// lease at least) where given, else the runtime's default.
+    pub fn memory(in_flight_wait: Duration, ttl: Option<Duration>) -> Arc<Cx> {
         let down = Arc::new(AtomicBool::new(false));
         let is_down = down.clone();
         let store = Intercept::new(MemoryStore::new(), move |_, _| {
@@ -70,7 +71,16 @@ impl Cx {
                 .load(SeqCst)
                 .then(|| StoreError::unavailable("the store is down (matrix)"))
         });
-        Cx::with(Idem::new(store), down, in_flight_wait)
+        let idem = match ttl {
+            Some(ttl) => Idem::builder()
+                .store(store)
+                .lease(LEASE)
+                .ttl(ttl)
+                .build()
+                .expect("a ttl of the lease at least"),
+            None => Idem::new(store),
+        };
+        Cx::with(idem, down, in_flight_wait)
     }
 
     /// The SQLite file at `path` (the SIGKILL cells: the child's and then the parent's).

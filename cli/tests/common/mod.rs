@@ -159,15 +159,17 @@ pub async fn every_subcommand<S: Store + OperationIds + Records + Clone>(store: 
         key("charge", 4).to_string(),
     );
 
-    // list: what ran, newest first; the expired record is not live.
+    // list: what ran, newest first; the completed record past its ttl is a tombstone (S33).
     let table = stdout(&run(&["list"], 0));
     assert!(table.starts_with("KEY"), "{table}");
-    for k in [&k1, &k2, &k4] {
+    for k in [&k1, &k2, &k3, &k4] {
         assert!(table.contains(k.as_str()), "{k} listed:\n{table}");
     }
     assert!(
-        !table.contains(&k3),
-        "expired records are not listed:\n{table}"
+        table
+            .lines()
+            .any(|l| l.contains(&k3) && l.contains("tombstone")),
+        "a completed record past its ttl is listed as a tombstone:\n{table}"
     );
     let listed: serde_json::Value =
         serde_json::from_str(&stdout(&run(&["list", "--json"], 0))).unwrap();
@@ -177,8 +179,9 @@ pub async fn every_subcommand<S: Store + OperationIds + Records + Clone>(store: 
         .iter()
         .map(|r| r["key"].as_str().unwrap())
         .collect();
-    assert_eq!(keys, [&k4, &k2, &k1]);
-    assert_eq!(listed[1]["outcome"]["charge_id"], "ch_2");
+    assert_eq!(keys, [&k4, &k3, &k2, &k1]);
+    assert_eq!(listed[1]["state"], "tombstone");
+    assert_eq!(listed[2]["outcome"]["charge_id"], "ch_2");
     assert_eq!(listed[0]["state"], "running");
     let running: serde_json::Value =
         serde_json::from_str(&stdout(&run(&["list", "--json", "--state", "running"], 0))).unwrap();
@@ -242,10 +245,17 @@ pub async fn every_subcommand<S: Store + OperationIds + Records + Clone>(store: 
     assert_eq!(agent.runs(), before + 1);
     run(&["forget", key("charge", 99).as_ref()], 1);
 
-    // prune: only the expired record goes.
+    // prune: a tombstone (S33) stays until its setting passes (400 days by default); told the
+    // agent's own setting, it goes; live records never do.
+    let kept = "tombstones (S33) are kept until their setting passes";
     let pruned = stdout(&run(&["prune"], 0));
-    assert_eq!(pruned, "pruned 1 expired record(s)\n");
-    assert_eq!(stdout(&run(&["prune"], 0)), "pruned 0 expired record(s)\n");
+    assert_eq!(pruned, format!("pruned 0 expired record(s); {kept}\n"));
+    let pruned = stdout(&run(&["prune", "--tombstones", "100ms"], 0));
+    assert_eq!(pruned, format!("pruned 1 expired record(s); {kept}\n"));
+    assert_eq!(
+        stdout(&run(&["prune", "--tombstones", "100ms"], 0)),
+        format!("pruned 0 expired record(s); {kept}\n")
+    );
     let left: serde_json::Value =
         serde_json::from_str(&stdout(&run(&["list", "--json"], 0))).unwrap();
     assert_eq!(left.as_array().unwrap().len(), 2, "{left}");

@@ -206,31 +206,6 @@ pub async fn s16_an_outcome_that_does_not_read_back_is_unreplayable_and_a_damage
     );
 }
 
-/// S10: a record older than its time-to-live is treated as absent, and pruned.
-pub async fn s10_records_past_their_ttl_are_absent(store: impl StoreUnderTest) {
-    let store = Arc::new(store);
-    let idem = runtime(store.clone());
-    let tool = Counted::new();
-    let short = || charge(&idem).ttl(Duration::from_millis(1000));
-    tool.call(short(), 12, 4200, &[], Duration::ZERO)
-        .await
-        .0
-        .unwrap();
-    assert_eq!(
-        tool.call(short(), 12, 4200, &[], Duration::ZERO).await.1,
-        CallOutcome::Replayed
-    );
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(store.get(&key_of(12)).await.unwrap(), None);
-    assert!(
-        store.prune(100).await.unwrap() >= 1,
-        "the expired record is pruned"
-    );
-    // Expired: other arguments may use the key again, and the body runs.
-    let (again, outcome) = tool.call(short(), 12, 9900, &[], Duration::ZERO).await;
-    assert_eq!((again.unwrap().run, outcome), (2, CallOutcome::Completed));
-}
-
 /// S34: an ambiguous record older than its time-to-live stays ambiguous and listed until a
 /// decision settles it: prune leaves it, and a repeat of its key (resend off, no verify) does
 /// not run the body but ends with `Error::Ambiguous`. A running record whose holder died with

@@ -43,12 +43,13 @@ mod resolve;
 mod restore;
 mod settle;
 mod takeover;
+mod tombstones;
 
 pub use self::answers::unpolled_answers_change_nothing;
 pub use self::faults::{
     operation_ids_are_minted_once, s8_a_dead_holders_lease_expires_and_is_taken_over,
     s9_corrupt_outcome_fails_closed, s9_unreachable_store_fails_closed,
-    s10_records_past_their_ttl_are_absent, s11_a_slow_holder_cannot_overwrite_the_new_record,
+    s11_a_slow_holder_cannot_overwrite_the_new_record,
     s11_late_writes_of_a_taken_over_lease_are_fenced,
     s16_an_outcome_that_does_not_read_back_is_unreplayable_and_a_damaged_one_corrupt,
     s18_operation_ids_are_scoped_to_tenants_like_keys,
@@ -117,6 +118,11 @@ pub use self::takeover::{
     s8_a_claim_past_a_holders_lease_is_a_takeover_from_an_expired_holder,
     s10_claims_of_absent_or_expired_records_are_not_takeovers,
 };
+pub use self::tombstones::{
+    s33_a_repeat_after_the_ttl_runs_nothing_and_is_told_when_it_was_done,
+    s33_a_tombstone_is_never_claimed_and_never_replayed,
+    s33_what_did_not_happen_leaves_no_tombstone_and_a_decision_applied_does,
+};
 
 /// What the suite tests: a [`Store`] (the claim state machine the executor drives), its
 /// [`OperationIds`], and its operator [`Records`] (the rows read what the calls left behind
@@ -147,7 +153,9 @@ macro_rules! conformance_tests {
             s9_unreachable_store_fails_closed,
             s9_corrupt_outcome_fails_closed,
             s16_an_outcome_that_does_not_read_back_is_unreplayable_and_a_damaged_one_corrupt,
-            s10_records_past_their_ttl_are_absent,
+            s33_a_repeat_after_the_ttl_runs_nothing_and_is_told_when_it_was_done,
+            s33_what_did_not_happen_leaves_no_tombstone_and_a_decision_applied_does,
+            s33_a_tombstone_is_never_claimed_and_never_replayed,
             s34_an_ambiguous_record_outlives_its_ttl_until_decided,
             s10_claims_of_absent_or_expired_records_are_not_takeovers,
             s11_late_writes_of_a_taken_over_lease_are_fenced,

@@ -243,16 +243,39 @@ pub async fn records_forget_makes_the_next_call_run_again<S: StoreUnderTest>(sto
 /// `prune`: expired records go, live ones stay, at most `limit`.
 pub async fn records_prune_removes_only_expired_records<S: StoreUnderTest>(store: S) {
     let short = Duration::from_millis(50);
+    // Expired: released by a not-applied decision kept a short while (S24).
     for order in [1, 2] {
         let token = claim_raw(&store, "charge", order, short, short).await;
         assert_eq!(
             store
-                .complete(key_of(order), token, Outcome::from(b"{}"), short)
+                .mark_ambiguous(key_of(order), token, "timed out", short)
                 .await
                 .unwrap(),
             Written::Applied
         );
+        assert_eq!(
+            store
+                .resolve(
+                    &key_of(order),
+                    crate::store::Decision::NotApplied,
+                    None,
+                    None,
+                    short
+                )
+                .await
+                .unwrap(),
+            crate::store::Resolved::Resolved
+        );
     }
+    // S33: completed, past its time-to-live: a tombstone, kept past a prune.
+    let token = claim_raw(&store, "charge", 5, short, short).await;
+    assert_eq!(
+        store
+            .complete(key_of(5), token, Outcome::from(b"{}"), short)
+            .await
+            .unwrap(),
+        Written::Applied
+    );
     let token = claim_raw(&store, "charge", 3, HOUR, HOUR).await;
     assert_eq!(
         store
@@ -271,7 +294,7 @@ pub async fn records_prune_removes_only_expired_records<S: StoreUnderTest>(store
     let left = store.list(&RecordFilter::new()).await.unwrap();
     let mut left = keys(&left);
     left.sort();
-    let mut live = vec![key_of(3), key_of(4)];
+    let mut live = vec![key_of(3), key_of(4), key_of(5)];
     live.sort();
     assert_eq!(left, live);
 }

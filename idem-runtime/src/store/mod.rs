@@ -7,7 +7,7 @@
 //! (`idem_runtime::conformance`, feature `conformance`):
 //!
 //! ```text
-//!      claim (absent, or Completed and expired)           complete (token matches)
+//!      claim (absent, or released by a decision)          complete (token matches)
 //!   absent ───────────────────────────────▶ Running ─────────────────────────────▶ Completed
 //!      ▲                                    │  ▲  │
 //!      │         release (token matches)    │  │  │ mark_ambiguous (token matches)
@@ -29,7 +29,11 @@
 //! it was through every takeover. Operators and the settler read a Running record whose lease
 //! lapsed as an ambiguous one ([`Records::get`], S31).
 //!
-//! A completed record whose time-to-live has passed is absent for every operation. A Running or
+//! A completed record whose time-to-live has passed is a tombstone (S33): a claim answers
+//! [`ExistingState::Tombstone`] (the executor's [`Error::Expired`](crate::Error::Expired)),
+//! never takes it, and [`Records`] show it as [`RecordState::Tombstone`]; its outcome may be
+//! dropped, and it is removed only by a prune past the store's tombstone setting
+//! ([`DEFAULT_TOMBSTONES`]) or an operator's [`Records::forget`]. A Running or
 //! Ambiguous record never expires by time (S34): a claim takes it over, prune leaves it, and
 //! [`Records::get`]/[`Records::list`] show it with [`Record::expires_in`] [`Duration::MAX`](std::time::Duration::MAX) until
 //! it completes or a decision settles it; a row written before with an expiry on it reads the
@@ -77,8 +81,8 @@ pub use self::outcome::Outcome;
 pub use self::record::{Record, RecordState};
 pub(crate) use self::records::Records;
 pub use self::records::{
-    Count, Decision, Forgot, RecordFilter, Released, Resolution, Resolved, StateKind, UnknownState,
-    check_resolution, count_records,
+    Count, DEFAULT_TOMBSTONES, Decision, Forgot, RecordFilter, Released, Resolution, Resolved,
+    StateKind, UnknownState, check_resolution, count_records,
 };
 pub use self::redact::redacted_url;
 #[cfg(feature = "sqlite")]

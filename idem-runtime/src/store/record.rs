@@ -181,4 +181,11 @@ pub enum RecordState {
         /// the ambiguous record it was taken over from, or one saying the lease lapsed).
         note: String,
     },
+    /// S33: done (completed, or resolved or settled as applied: [`Record::resolution`] says
+    /// which) and past its time-to-live: the outcome is no longer kept or answered, and a repeat
+    /// of its key gets "done on DATE; its result is no longer kept", never a run. When it was
+    /// done is [`Record::updated`]; [`Record::expires_in`] is zero (its time-to-live passed).
+    /// It is kept until the store's tombstone setting has passed too, or an operator forgets
+    /// it.
+    Tombstone,
 }

@@ -34,9 +34,13 @@ pub trait Store: Send + Sync + 'static {
     /// expired or the record is Ambiguous → Running under `req.token`), atomically; otherwise
     /// nothing changes and the answer is the live record ([`Claim::Existing`]). The new record
     /// expires `req.ttl` from now, its lease `req.lease` from now. The answer says which:
-    /// `Claim::Acquired { takeover: None }` for a new record (a completed record past its
-    /// time-to-live counts as absent; a running or ambiguous one with no decision never does,
-    /// S34: it is taken over), `Some(`[`Takeover`]`)` for the kind of live record replaced.
+    /// `Claim::Acquired { takeover: None }` for a new record (a record released, or resolved or
+    /// settled as not applied, counts as absent: the operation did not happen), `Some(`[`Takeover`]`)`
+    /// for the kind of live record replaced. A completed record past its time-to-live never
+    /// counts as absent (S33): it answers [`ExistingState::Tombstone`] (or key reuse, with other
+    /// arguments) until the store's tombstone setting has passed and it is pruned, or an
+    /// operator forgets it. A running or ambiguous one with no decision never expires (S34: it
+    /// is taken over).
     /// A running or ambiguous record never expires by time: only its completion (or a decision)
     /// ends it; a store may keep `req.ttl` with it but must not let it pass.
     ///
@@ -261,6 +265,19 @@ pub enum ExistingState {
     /// The operation ran out of attempts and may have happened (only reported when the
     /// fingerprint differs; with the same fingerprint the claim takes it over).
     Ambiguous,
+    /// S33: the operation was done (completed, or resolved or settled as applied) and the
+    /// record's time-to-live has passed: its outcome is no longer kept (or no longer answered),
+    /// but the operation is never run again because time passed. What stays is a tombstone,
+    /// until the store's tombstone setting passes or an operator forgets it.
+    Tombstone {
+        /// When it was done (its completion or the decision), by the store's clock;
+        /// [`SystemTime::UNIX_EPOCH`](std::time::SystemTime::UNIX_EPOCH) when the store does not know (a record written before
+        /// stores kept it).
+        done: std::time::SystemTime,
+        /// Whether a decision ended it (an operator's `idemkit resolve … applied`, or the
+        /// settler's verify), rather than its own body's completion.
+        resolved: bool,
+    },
 }
 
 /// Whether a holder's write was applied.

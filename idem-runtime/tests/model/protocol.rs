@@ -143,8 +143,17 @@ pub enum Expiry {
     S10,
     /// S34 (issue 53): a record kept as ambiguous, or counting as one (S31: running, its lease
     /// lapsed), never expires by time; a completed one may (S10: the next call runs anew, a new
-    /// record; S33's tombstone, issue 53, is outside the model).
+    /// record, its effects counted afresh).
     S34,
+    /// S33 with S34 (issue 53): as S34, and a completed record is never absent because time
+    /// passed: past its ttl its tombstone answers a repeat, which ends without running (as at a
+    /// replay: in the model the two are one state). Effects are counted across time: "the body
+    /// never runs twice for one key" holds for ever, short of an operator's forget.
+    S33,
+    /// A broken S33: a claim treats a completed record past its ttl as absent (or a prune
+    /// drops its tombstone before its setting): the next call runs the body again. Effects are
+    /// counted across time, as S33 promises, so the checker finds the second.
+    S33TombstoneDropped,
 }
 
 impl Exec {
@@ -776,14 +785,21 @@ fn expiry_steps(cfg: &Config, s: &State, push: &mut impl FnMut(Action, State)) {
     let expiry = cfg.exec.settle.expiry;
     let expires = match (expiry, s.rec) {
         (Expiry::Never, _) | (_, Rec::Absent) => false,
-        (_, Rec::Completed) => true,
+        (Expiry::S10, Rec::Completed) => true,
         (Expiry::S10, Rec::Ambiguous) => true,
         (Expiry::S10, Rec::Running { rem, .. }) => rem <= 0,
-        (Expiry::S34, Rec::Ambiguous | Rec::Running { .. }) => false,
+        (
+            Expiry::S34 | Expiry::S33 | Expiry::S33TombstoneDropped,
+            Rec::Ambiguous | Rec::Running { .. },
+        ) => false,
+        // S33: a completed record past its ttl is a tombstone, never absent by time.
+        (Expiry::S33, Rec::Completed) => false,
+        (_, Rec::Completed) => true,
     };
     if expires {
         let mut t = *s;
-        if s.rec == Rec::Completed && !s.forced {
+        let across_time = matches!(expiry, Expiry::S33 | Expiry::S33TombstoneDropped);
+        if s.rec == Rec::Completed && !s.forced && !across_time {
             // The next call runs anew (S10, by contract): the effects counted are the new
             // record's. No earlier holder can take a step: none holds a lease (S12, S22), unless
             // an operator forced one out, which S20 excuses anyway.

@@ -384,6 +384,13 @@ pub(super) fn answer(req: &ClaimRequest<'_>, claim: Claim) -> Result<Answer, Err
     }
     match state {
         ExistingState::Completed { outcome } => Ok(Answer::Replay(outcome)),
+        // S33: done, and past its time-to-live: never run again because time passed.
+        ExistingState::Tombstone { done, resolved } => Err(Error::Expired {
+            tool: req.tool.to_owned(),
+            key: req.key,
+            done,
+            resolved,
+        }),
         ExistingState::Running { lease_remaining } => Ok(Answer::Wait(lease_remaining)),
         ExistingState::Ambiguous => Err(Error::Store {
             tool: req.tool.to_owned(),

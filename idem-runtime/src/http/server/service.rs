@@ -463,6 +463,18 @@ pub(super) fn refusal<B>(config: &Config, e: &Error) -> Response<ResponseBody<B>
                  ({reason}); it will not be run again under this key (record {key})"
             ),
         ),
+        // S33: done, and past its time-to-live: its response is no longer kept, and it is never
+        // run again. 410 Gone: what the key named existed and is permanently gone; neither 409
+        // (the draft's "being processed", which clients retry) nor 422 (another payload).
+        Error::Expired { done, resolved, .. } => (
+            StatusCode::GONE,
+            "The request was done; its response is no longer kept",
+            format!(
+                "the request with this Idempotency-Key was {}. {}",
+                sentences::done_not_kept(*done, *resolved),
+                "Do not send it again; a new request needs a new Idempotency-Key"
+            ),
+        ),
         // Fail closed: nothing ran; a retry may find the store back. (A record that cannot be
         // read, corrupt or of another version, is not a retry's to fix: 500, below.)
         Error::Store { source, .. }

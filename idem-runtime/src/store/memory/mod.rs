@@ -32,6 +32,8 @@ pub struct MemoryStore {
     inner: Mutex<Inner>,
     /// When the store was made: its records' times are counted from here.
     clock: Origin,
+    /// S33: how long a tombstone is kept past its time-to-live (`None`: the default).
+    tombstones: Option<std::time::Duration>,
 }
 
 #[derive(Debug, Default)]
@@ -213,6 +215,21 @@ struct Rec {
     tenant: Option<Name>,
 }
 
+impl Rec {
+    /// Whether the record counts at `now`: before its expiry, or running or ambiguous (which
+    /// never expire by time, S34: their expiry is `Tick::NEVER` until a decision), or completed
+    /// (S33: past its expiry, a tombstone, never absent until pruned past the tombstone setting
+    /// or forgotten). What does not count is a record released by a not-applied decision.
+    fn counts(&self, now: Tick) -> bool {
+        self.expires_at > now || matches!(self.state, State::Completed { .. })
+    }
+
+    /// S33: done, and past its time-to-live.
+    fn is_tombstone(&self, now: Tick) -> bool {
+        self.expires_at <= now && matches!(self.state, State::Completed { .. })
+    }
+}
+
 #[derive(Debug, Clone)]
 enum State {
     Running {
@@ -229,6 +246,21 @@ impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The same store, keeping a tombstone (S33: a completed record past its time-to-live, its
+    /// outcome dropped) for `keep` past that time-to-live before a prune may delete it; default
+    /// [`DEFAULT_TOMBSTONES`](crate::store::DEFAULT_TOMBSTONES) (400 days). Until then a repeat
+    /// of its key is answered "done on DATE; its result is no longer kept", never run.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let store = idem_runtime::MemoryStore::new().tombstones(Duration::from_secs(30 * 86_400));
+    /// # let _ = store;
+    /// ```
+    pub fn tombstones(mut self, keep: std::time::Duration) -> Self {
+        self.tombstones = Some(keep);
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -249,7 +281,7 @@ impl MemoryStore {
             .get_mut(key.as_bytes())
             .map(|rec| &mut **rec)
             .filter(|rec| {
-                rec.expires_at > now
+                rec.counts(now)
                     && matches!(rec.state, State::Running { token: t, .. } if t == token)
             })
     }

@@ -28,14 +28,21 @@ impl MemoryStore {
             .map(|rec| self.record(&inner, *key, rec, now))
     }
 
-    /// Deletes up to `limit` expired records (for `Store::prune` and `Records::prune`).
+    /// Deletes up to `limit` expired records (for `Store::prune` and `Records::prune`): never a
+    /// live one, and a tombstone (S33) only once the tombstone setting has passed too; the
+    /// tombstones it keeps keep no outcome.
     pub(super) fn prune_expired(&self, limit: usize) -> usize {
         let now = self.clock.now();
-        let mut inner = self.lock();
+        let keep = self.tombstones.unwrap_or(crate::store::DEFAULT_TOMBSTONES);
+        let mut guard = self.lock();
+        let inner = &mut *guard;
         let expired: Vec<[u8; 16]> = inner
             .records
             .iter()
-            .filter(|(k, r)| !Self::shown(&inner, k, r, now))
+            .filter(|(k, r)| match r.is_tombstone(now) {
+                true => r.expires_at.after(keep) <= now,
+                false => !Self::shown(inner, k, r, now),
+            })
             .map(|(k, _)| *k)
             .take(limit)
             .collect();
@@ -44,7 +51,20 @@ impl MemoryStore {
             inner.resolutions.remove(k);
             inner.forget_story(k);
         }
-        inner.resolutions.retain(|_, kept| kept.kept_until > now);
+        // What a tombstone keeps: no outcome.
+        for rec in inner.records.values_mut() {
+            if rec.is_tombstone(now)
+                && let State::Completed { outcome, .. } = &mut rec.state
+                && !outcome.is_empty()
+            {
+                *outcome = Outcome::from(&[][..]);
+            }
+        }
+        let records = &inner.records;
+        inner.resolutions.retain(|k, kept| {
+            kept.kept_until > now
+                || (kept.resolution.decision == Decision::Applied && records.contains_key(k))
+        });
         expired.len()
     }
 }
@@ -66,7 +86,7 @@ impl Records for MemoryStore {
         let mut found: Vec<Record> = inner
             .records
             .iter()
-            .filter(|(_, r)| r.expires_at > now)
+            .filter(|(_, r)| r.counts(now))
             .map(|(k, r)| self.record(&inner, *k, r, now))
             .filter(|r| filter.matches(r, wall_now))
             .collect();
@@ -77,11 +97,7 @@ impl Records for MemoryStore {
     async fn release_key(&self, key: &IdempotencyKey, force: bool) -> Result<Released, StoreError> {
         let now = self.clock.now();
         let mut inner = self.lock();
-        let Some(rec) = inner
-            .records
-            .get(key.as_bytes())
-            .filter(|r| r.expires_at > now)
-        else {
+        let Some(rec) = inner.records.get(key.as_bytes()).filter(|r| r.counts(now)) else {
             return Ok(Released::NotFound);
         };
         match rec.state {
@@ -103,7 +119,7 @@ impl Records for MemoryStore {
         let now = self.clock.now();
         let mut inner = self.lock();
         let key = key.as_bytes();
-        if let Some(rec) = inner.records.get(key).filter(|r| r.expires_at > now)
+        if let Some(rec) = inner.records.get(key).filter(|r| r.counts(now))
             && let State::Running { lease_until, .. } = rec.state
             && lease_until > now
             && !force
@@ -115,7 +131,7 @@ impl Records for MemoryStore {
         inner.resolutions.remove(key);
         inner.forget_story(key);
         Ok(match inner.records.remove(key) {
-            Some(rec) if rec.expires_at > now => Forgot::Forgotten,
+            Some(rec) if rec.counts(now) => Forgot::Forgotten,
             _ => Forgot::NotFound,
         })
     }
@@ -155,7 +171,7 @@ impl Records for MemoryStore {
         let Some(rec) = inner
             .records
             .get_mut(key.as_bytes())
-            .filter(|r| r.expires_at > now)
+            .filter(|r| r.counts(now))
         else {
             return Ok(Resolved::NotFound);
         };
@@ -245,7 +261,7 @@ impl Records for MemoryStore {
             inner
                 .records
                 .values()
-                .filter(|r| r.expires_at > now)
+                .filter(|r| r.counts(now))
                 .map(|r| (inner.names.str(r.tool), shown_kind(r, now))),
         ))
     }

@@ -24,6 +24,7 @@ pub(super) fn shown_kind(rec: &Rec, now: Tick) -> StateKind {
         State::Running { lease_until, .. } if lease_until <= now && rec.expires_at > now => {
             StateKind::Ambiguous
         }
+        _ if rec.is_tombstone(now) => StateKind::Tombstone,
         ref state => kind(state),
     }
 }
@@ -54,6 +55,8 @@ impl MemoryStore {
                     token: *token,
                     lease_remaining: now.until(*lease_until),
                 },
+                // S33: done, past its time-to-live.
+                State::Completed { .. } if rec.is_tombstone(now) => RecordState::Tombstone,
                 State::Completed { outcome, .. } => RecordState::Completed {
                     outcome: outcome.to_vec(),
                 },
@@ -83,12 +86,16 @@ impl MemoryStore {
         if inner.resolutions.is_empty() {
             return None;
         }
-        inner.resolutions.get(key).filter(|k| k.kept_until > now)
+        // An applied decision stays with its completed record, a tombstone too (S33: how it
+        // ended); a not-applied one is shown until `kept_until`.
+        inner.resolutions.get(key).filter(|k| {
+            k.kept_until > now || k.resolution.decision == crate::store::Decision::Applied
+        })
     }
 
     /// Whether `rec` is shown to operators: live, or released by an operator's not-applied and
     /// still kept to show that decision.
     pub(super) fn shown(inner: &Inner, key: &[u8; 16], rec: &Rec, now: Tick) -> bool {
-        rec.expires_at > now || Self::kept(inner, key, now).is_some()
+        rec.counts(now) || Self::kept(inner, key, now).is_some()
     }
 }

@@ -28,7 +28,7 @@ impl MemoryStore {
         inner
             .records
             .get(key.as_bytes())
-            .filter(|rec| rec.expires_at > now)
+            .filter(|rec| rec.counts(now))
             .is_some_and(|rec| match &rec.state {
                 State::Completed { by, .. } => completed && *by == token,
                 State::Ambiguous { by, .. } => !completed && *by == token,
@@ -63,7 +63,7 @@ impl MemoryStore {
         };
         // One lookup: the entry is either live (decide below), or absent or expired (a new record).
         let rec = match inner.records.entry(*req.key.as_bytes()) {
-            Entry::Occupied(live) if live.get().expires_at > now => live.into_mut(),
+            Entry::Occupied(live) if live.get().counts(now) => live.into_mut(),
             absent_or_expired => {
                 // A decision on the record this one replaces is not this one's.
                 if !inner.resolutions.is_empty() {
@@ -110,6 +110,11 @@ impl MemoryStore {
             State::Ambiguous { .. } if same => Err(Takeover::Ambiguous),
             State::Running { lease_until, .. } => Ok(ExistingState::Running {
                 lease_remaining: now.until(*lease_until),
+            }),
+            // S33: done, past its time-to-live: a tombstone, never a new run.
+            State::Completed { .. } if rec.expires_at <= now => Ok(ExistingState::Tombstone {
+                done: self.clock.wall(rec.updated),
+                resolved: inner.resolutions.contains_key(req.key.as_bytes()),
             }),
             State::Completed { outcome, .. } => Ok(ExistingState::Completed {
                 outcome: outcome.clone(),

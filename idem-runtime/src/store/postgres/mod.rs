@@ -125,6 +125,8 @@ pub struct PostgresStore {
     sql: Sql,
     /// Named statements prepared once per connection (default), or unnamed ones (PgBouncer).
     prepared: bool,
+    /// S33: how long a tombstone is kept past its time-to-live.
+    tombstones: std::time::Duration,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -153,6 +155,7 @@ impl PostgresStore {
             connect_timeout: Duration::from_secs(5),
             read_only: false,
             prepared_statements: true,
+            tombstones: crate::store::DEFAULT_TOMBSTONES,
         }
     }
 
@@ -168,9 +171,20 @@ impl PostgresStore {
             pool,
             sql,
             prepared: true,
+            tombstones: crate::store::DEFAULT_TOMBSTONES,
         };
         store.migrate().await?;
         Ok(store)
+    }
+
+    /// The same store, keeping a tombstone (S33: a completed record past its time-to-live, its
+    /// outcome dropped) for `keep` past that time-to-live before a prune may delete it; default
+    /// [`DEFAULT_TOMBSTONES`](crate::store::DEFAULT_TOMBSTONES) (400 days). Until then a repeat
+    /// of its key is answered "done on DATE; its result is no longer kept", never run.
+    #[must_use]
+    pub fn with_tombstones(mut self, keep: std::time::Duration) -> Self {
+        self.tombstones = keep;
+        self
     }
 
     /// Whether statements are prepared once per connection under a name (`true`, the default)

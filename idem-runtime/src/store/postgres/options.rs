@@ -22,6 +22,7 @@ pub struct PostgresStoreBuilder {
     pub(super) connect_timeout: Duration,
     pub(super) read_only: bool,
     pub(super) prepared_statements: bool,
+    pub(super) tombstones: Duration,
 }
 
 impl std::fmt::Debug for PostgresStoreBuilder {
@@ -50,6 +51,15 @@ impl PostgresStoreBuilder {
     /// companions are named after it: `<table>_operations`, `<table>_schema`.
     pub fn table(mut self, table: impl Into<String>) -> Self {
         self.table = table.into();
+        self
+    }
+
+    /// How long a tombstone (S33: a completed record past its time-to-live, its outcome
+    /// dropped) is kept past that time-to-live before a prune may delete it; default
+    /// [`DEFAULT_TOMBSTONES`](crate::store::DEFAULT_TOMBSTONES) (400 days). Until then a repeat
+    /// of its key is answered "done on DATE; its result is no longer kept", never run.
+    pub fn tombstones(mut self, keep: Duration) -> Self {
+        self.tombstones = keep;
         self
     }
 
@@ -120,6 +130,7 @@ impl PostgresStoreBuilder {
                 pool,
                 sql: Sql::new(self.schema.as_deref(), &self.table)?,
                 prepared: self.prepared_statements,
+                tombstones: self.tombstones,
             };
             store.check_schema().await?;
             return Ok(store);
@@ -127,7 +138,8 @@ impl PostgresStoreBuilder {
         Ok(
             PostgresStore::from_pool(pool, self.schema.as_deref(), &self.table)
                 .await?
-                .with_prepared_statements(self.prepared_statements),
+                .with_prepared_statements(self.prepared_statements)
+                .with_tombstones(self.tombstones),
         )
     }
 }

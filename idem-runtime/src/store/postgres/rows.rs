@@ -26,7 +26,7 @@ pub(super) fn fingerprint_of(bytes: &[u8]) -> Result<Fingerprint, StoreError> {
     })
 }
 
-/// Reads `fingerprint, state, outcome, lease_remaining_us`.
+/// Reads `fingerprint, state, outcome, lease_remaining_us, expired, updated, resolved`.
 pub(super) fn existing_of(row: &Row) -> Result<Existing, StoreError> {
     let fingerprint = fingerprint_of(row.try_get(0).map_err(corrupt_row)?)?;
     let state: &str = row.try_get(1).map_err(corrupt_row)?;
@@ -36,6 +36,16 @@ pub(super) fn existing_of(row: &Row) -> Result<Existing, StoreError> {
         ("running", _) => ExistingState::Running {
             lease_remaining: Duration::from_micros(lease_us.max(0) as u64),
         },
+        // S33: done, past its time-to-live.
+        ("completed", _) if row.try_get::<_, bool>(4).map_err(corrupt_row)? => {
+            ExistingState::Tombstone {
+                done: row
+                    .try_get::<_, std::time::SystemTime>(5)
+                    .map_err(corrupt_row)?
+                    .max(std::time::UNIX_EPOCH),
+                resolved: row.try_get(6).map_err(corrupt_row)?,
+            }
+        }
         ("completed", Some(outcome)) => ExistingState::Completed {
             outcome: outcome.into(),
         },
@@ -91,13 +101,19 @@ pub(super) fn record_of(row: &Row) -> Result<Record, StoreError> {
             token: LeaseToken(token),
             lease_remaining: Duration::from_micros(lease_us.max(0) as u64),
         },
+        // S33: done, past its time-to-live.
+        ("completed", _) if expires_us <= 0 => RecordState::Tombstone,
         ("completed", Some(outcome)) => RecordState::Completed { outcome },
         ("ambiguous", _) => RecordState::Ambiguous {
             note: note.unwrap_or_default(),
         },
         (state, _) => return Err(bad_state(state)),
     };
-    let never = undecided && !matches!(state, RecordState::Completed { .. });
+    let never = undecided
+        && !matches!(
+            state,
+            RecordState::Completed { .. } | RecordState::Tombstone
+        );
     Ok(Record {
         key: IdempotencyKey::from_uuid(key),
         tool,

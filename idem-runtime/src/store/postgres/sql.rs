@@ -22,7 +22,7 @@ pub(super) mod types {
     pub(in super::super) const RELEASE: &[Type] = &[Type::UUID, Type::UUID];
     pub(in super::super) const MARK_AMBIGUOUS: &[Type] =
         &[Type::UUID, Type::UUID, Type::TEXT, Type::INT8];
-    pub(in super::super) const PRUNE: &[Type] = &[Type::INT8];
+    pub(in super::super) const PRUNE: &[Type] = &[Type::INT8, Type::INT8];
     pub(in super::super) const OPERATION_ID: &[Type] = &[Type::TEXT, Type::UUID];
     pub(in super::super) const OPERATION_NAME: &[Type] = &[Type::TEXT];
     pub(in super::super) const LIST: &[Type] = &[
@@ -52,25 +52,26 @@ pub(super) const RECORD_COLUMNS: &str = "tool, fingerprint, state, token, outcom
     created, updated, tenant, key, resolution, resolved_at, resolution_note,
     lease_until, first_made, unknowns, unknown_since";
 
-/// S34: whether a row is live: before its expiry, or running or ambiguous with no decision on
+/// S34, S33: whether a row is live: before its expiry; running or ambiguous with no decision on
 /// it, which never expires by time (an unknown outcome waits for a decision however long that
-/// takes; a running row whose holder's lease lapsed reads as one, S31). A row written before
-/// with an expiry on such a record reads the same: its expiry is ignored.
-pub(super) const LIVE: &str =
-    "(expires_at > now() OR (state IN ('running', 'ambiguous') AND resolution IS NULL))";
+/// takes; a running row whose holder's lease lapsed reads as one, S31); or completed (by its
+/// body, or resolved or settled as applied), which past its expiry is a tombstone, never absent
+/// until pruned past the tombstone setting or forgotten. A row written before with an expiry on
+/// such a record reads the same: its expiry is ignored. Not live: a row released by a
+/// not-applied decision (the operation did not happen).
+pub(super) const LIVE: &str = "(expires_at > now() OR state = 'completed' OR (state IN ('running', 'ambiguous') AND resolution IS NULL))";
 
-/// S34: the row is not [`LIVE`]: past its expiry, and completed or decided.
-pub(super) const EXPIRED: &str =
-    "NOT (expires_at > now() OR (state IN ('running', 'ambiguous') AND resolution IS NULL))";
+/// S34: the row is not [`LIVE`]: past its expiry, and released by a decision.
+pub(super) const EXPIRED: &str = "NOT (expires_at > now() OR state = 'completed' OR (state IN ('running', 'ambiguous') AND resolution IS NULL))";
 
 /// [`EXPIRED`] of the row a claim's upsert found (`r`).
-const R_EXPIRED: &str =
-    "NOT (r.expires_at > now() OR (r.state IN ('running', 'ambiguous') AND r.resolution IS NULL))";
+const R_EXPIRED: &str = "NOT (r.expires_at > now() OR r.state = 'completed' OR (r.state IN ('running', 'ambiguous') AND r.resolution IS NULL))";
 
 /// The state operators read a row in (S31): a running row whose holder's lease lapsed is an
-/// ambiguous one.
+/// ambiguous one; (S33) a completed row past its expiry is a tombstone.
 pub(super) const SHOWN_STATE: &str =
-    "(CASE WHEN state = 'running' AND lease_until <= now() THEN 'ambiguous' ELSE state END)";
+    "(CASE WHEN state = 'running' AND lease_until <= now() THEN 'ambiguous'
+       WHEN state = 'completed' AND expires_at <= now() THEN 'tombstone' ELSE state END)";
 
 /// The statements, with the table names filled in once.
 #[derive(Clone)]
@@ -174,7 +175,8 @@ impl Sql {
             // The live record a claim did not take (none: it went away meanwhile).
             existing: format!(
                 "SELECT fingerprint, state, outcome,
-                        GREATEST(EXTRACT(EPOCH FROM lease_until - now()) * 1000000, 0)::int8
+                        GREATEST(EXTRACT(EPOCH FROM lease_until - now()) * 1000000, 0)::int8,
+                        expires_at <= now(), updated, resolution IS NOT NULL
                    FROM {t} WHERE key = $1 AND {LIVE}"
             ),
             // running (our token) → completed, kept for ttl; completed by us already → the same
@@ -257,10 +259,22 @@ impl Sql {
             ),
             // expired → absent, one batch; rows another pruner holds are skipped, not waited for;
             // a row released by an operator is kept until its `kept_until`.
+            // S33: a tombstone (completed, past its expiry) goes once the tombstone setting ($2,
+            // microseconds) has passed too; until then it keeps no outcome (the empty bytea
+            // stands for "no longer kept": a stored outcome is JSON, never empty). The two sets
+            // of rows are disjoint.
             prune: format!(
-                "DELETE FROM {t} WHERE key IN (
+                "WITH dropped AS (
+                     UPDATE {t} SET outcome = ''::bytea WHERE key IN (
+                         SELECT key FROM {t}
+                          WHERE state = 'completed' AND expires_at <= now() AND length(outcome) > 0
+                            AND expires_at > now() - $2::int8 {us}
+                          LIMIT $1 FOR UPDATE SKIP LOCKED)
+                     RETURNING 1)
+                 DELETE FROM {t} WHERE key IN (
                      SELECT key FROM {t}
-                      WHERE {EXPIRED} AND (kept_until IS NULL OR kept_until <= now())
+                      WHERE ({EXPIRED} OR (state = 'completed' AND expires_at <= now() - $2::int8 {us}))
+                        AND (kept_until IS NULL OR kept_until <= now())
                       LIMIT $1 FOR UPDATE SKIP LOCKED)"
             ),
             // absent → `fresh`; present → unchanged. Returns the stored id either way (the no-op

@@ -126,6 +126,8 @@ pub struct RedisStore {
     conn: Arc<Connection>,
     prefix: String,
     grace: Duration,
+    /// S33: how long a tombstone is kept past its time-to-live.
+    tombstones: Duration,
     replicas: Option<Replicas>,
     scripts: &'static Scripts,
 }
@@ -185,6 +187,7 @@ impl RedisStore {
             url: url.into(),
             prefix: "idemkit:".to_owned(),
             grace: Duration::from_secs(60),
+            tombstones: crate::store::DEFAULT_TOMBSTONES,
             timeout: Duration::from_secs(5),
             replicas: None,
         }

@@ -18,6 +18,7 @@ pub struct RedisStoreBuilder {
     pub(super) url: String,
     pub(super) prefix: String,
     pub(super) grace: Duration,
+    pub(super) tombstones: Duration,
     pub(super) timeout: Duration,
     pub(super) replicas: Option<Replicas>,
 }
@@ -41,8 +42,19 @@ impl RedisStoreBuilder {
         self
     }
 
+    /// How long a tombstone (S33: a completed record past its time-to-live, its outcome
+    /// dropped by a prune) is kept past that time-to-live: its key's own expiry (`PEXPIREAT`)
+    /// is set that much later (then the grace), and a prune deletes it no sooner; default
+    /// [`DEFAULT_TOMBSTONES`](crate::store::DEFAULT_TOMBSTONES) (400 days). Until then a repeat
+    /// of its key is answered "done on DATE; its result is no longer kept", never run.
+    pub fn tombstones(mut self, keep: Duration) -> Self {
+        self.tombstones = keep;
+        self
+    }
+
     /// How long Redis keeps a record after its time-to-live before deleting it by itself.
     /// Default one minute.
+
     pub fn expiry_grace(mut self, grace: Duration) -> Self {
         self.grace = grace;
         self
@@ -108,6 +120,7 @@ impl RedisStoreBuilder {
             }),
             prefix: self.prefix,
             grace: self.grace,
+            tombstones: self.tombstones,
             replicas: self.replicas,
             scripts: scripts(),
         })

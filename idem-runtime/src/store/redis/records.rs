@@ -197,6 +197,8 @@ impl RedisStore {
     pub(super) async fn prune_now(&self, limit: usize) -> Result<usize, StoreError> {
         let mut cursor = 0;
         let mut pruned = 0;
+        let tombstones = self.tombstones.as_millis().to_string();
+        let grace = self.grace.as_millis().to_string();
         loop {
             let (next, names) = self
                 .scan_step(cursor, "scanning for expired records")
@@ -206,7 +208,12 @@ impl RedisStore {
                     return Ok(pruned);
                 }
                 let n: i64 = self
-                    .invoke("prune", &self.scripts.prune, &name, &[])
+                    .invoke(
+                        "prune",
+                        &self.scripts.prune,
+                        &name,
+                        &[tombstones.as_bytes(), grace.as_bytes()],
+                    )
                     .await?;
                 pruned += n as usize;
             }
@@ -301,7 +308,12 @@ impl Records for RedisStore {
         check_resolution(decision, outcome)?;
         let word = decision.stored().as_bytes();
         let has_note: &[u8] = if note.is_some() { b"1" } else { b"0" };
-        let (ttl, grace) = (ms(ttl), ms(self.grace));
+        // S33: an applied decision's key outlives its time-to-live by the tombstone setting.
+        let grace = match decision {
+            Decision::Applied => self.grace.saturating_add(self.tombstones),
+            _ => self.grace,
+        };
+        let (ttl, grace) = (ms(ttl), ms(grace));
         let token = Uuid::new_v4().to_string();
         let args: [&[u8]; 7] = [
             word,
@@ -343,7 +355,12 @@ impl Records for RedisStore {
         check_resolution(decision, outcome)?;
         let token = token.0.to_string();
         let has_note: &[u8] = if note.is_some() { b"1" } else { b"0" };
-        let (ttl, grace) = (ms(ttl), ms(self.grace));
+        // S33: an applied decision's key outlives its time-to-live by the tombstone setting.
+        let grace = match decision {
+            Decision::Applied => self.grace.saturating_add(self.tombstones),
+            _ => self.grace,
+        };
+        let (ttl, grace) = (ms(ttl), ms(grace));
         let args: [&[u8]; 7] = [
             token.as_bytes(),
             decision.stored().as_bytes(),

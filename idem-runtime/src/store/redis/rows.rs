@@ -87,9 +87,14 @@ fn wall_time(field: &[u8]) -> SystemTime {
 /// Reads the `claim` script's answer about an existing record: `fingerprint, state,
 /// lease_left, outcome`.
 pub(super) fn existing_of(items: Vec<Value>) -> Result<Existing, StoreError> {
-    let [fp, state, lease_left, outcome] = fields::<4>(items)?;
+    let [fp, state, lease_left, outcome, tomb, updated, resolved] = fields::<7>(items)?;
     let fingerprint = fingerprint_of(&bytes(fp)?)?;
     let state = match bytes(state)?.as_slice() {
+        // S33: done, past its time-to-live.
+        b"completed" if bytes(tomb)? == b"1" => ExistingState::Tombstone {
+            done: wall_time(&bytes(updated)?),
+            resolved: bytes(resolved)? == b"1",
+        },
         b"running" => ExistingState::Running {
             lease_remaining: Duration::from_millis(int(lease_left)?.max(0) as u64),
         },
@@ -155,6 +160,8 @@ pub(super) fn record_of(
             ),
             lease_remaining: Duration::from_millis(lease_left.max(0) as u64),
         },
+        // S33: done, past its time-to-live.
+        b"completed" if expires_in <= 0 => RecordState::Tombstone,
         b"completed" => RecordState::Completed {
             outcome: bytes(outcome)?,
         },
@@ -165,7 +172,11 @@ pub(super) fn record_of(
     };
     let first_made = bytes(first_made)?;
     let unknown_since = bytes(unknown_since)?;
-    let never = undecided && !matches!(state, RecordState::Completed { .. });
+    let never = undecided
+        && !matches!(
+            state,
+            RecordState::Completed { .. } | RecordState::Tombstone
+        );
     let record = Record {
         key,
         tool,

@@ -6,13 +6,16 @@ use redis::Script;
 /// whether a record is live (`live(state, expires_at, res)`): before its expiry, or running or
 /// ambiguous with no decision on it, which never expires by time (S34: an unknown outcome waits
 /// for a decision however long that takes; a running record whose holder's lease lapsed reads
-/// as one, S31); a record written before with an expiry on such a record reads the same.
+/// as one, S31); or completed (S33: past its expiry, a tombstone, never absent until pruned past
+/// the tombstone setting, its key's own expiry, or forgotten); a record written before with an
+/// expiry on such a record reads the same.
 pub(super) const PRELUDE: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function ms(x) return string.format('%.0f', x) end
 local function live(state, expires, res)
-  return (tonumber(expires) or 0) > now or ((state == 'running' or state == 'ambiguous') and not res)
+  return (tonumber(expires) or 0) > now or state == 'completed'
+    or ((state == 'running' or state == 'ambiguous') and not res)
 end
 ";
 
@@ -27,18 +30,20 @@ end
 /// brings it back); ours claimed again keeps its own. A takeover keeps when the operation was
 /// first made, its Unknown answers (S32) and its note (S31); a new record is first made now.
 const CLAIM: &str = r"
-local r = redis.call('HMGET', KEYS[1], 'fp', 'state', 'token', 'lease_until', 'expires_at', 'outcome', 'p:state', 'res')
+local r = redis.call('HMGET', KEYS[1], 'fp', 'state', 'token', 'lease_until', 'expires_at', 'outcome', 'p:state', 'res', 'updated')
 local took = 1
 local prior = {}
 local kept = {'first_made', ms(now)}
 if r[1] and live(r[2], r[5], r[8]) then
-  local lease_left = tonumber(r[4]) - now
+  local lease_left = (tonumber(r[4]) or now) - now
   local same = r[1] == ARGV[2]
   local ours = r[3] == ARGV[3] and r[2] == 'running'
   local take = same and (r[2] == 'ambiguous'
     or (r[2] == 'running' and (lease_left <= 0 or ours)))
   if not take then
-    return {r[1], r[2], math.max(lease_left, 0), r[6] or ''}
+    local tomb = '0'
+    if r[2] == 'completed' and (tonumber(r[5]) or 0) <= now then tomb = '1' end
+    return {r[1], r[2], math.max(lease_left or 0, 0), r[6] or '', tomb, r[9] or '', r[8] and '1' or '0'}
   end
   local names = {}
   for i, f in ipairs(FIELDS) do names[i] = ours and ('p:' .. f) or f end
@@ -191,10 +196,31 @@ return {r[1], r[2], r[3], r[4], math.max(tonumber(r[5] or now) - now, 0), math.m
   r[5] or '', r[16] or '', r[17] or '', r[18] or ''}
 ";
 
-/// KEYS[1] record. expired → absent (a record released by an operator once its `kept_until`
-/// has passed; never a running or ambiguous one with no decision, S34).
+/// KEYS[1] record; ARGV tombstone setting ms, grace ms. expired → absent (a record released by an
+/// operator once its `kept_until` has passed; never a running or ambiguous one with no
+/// decision, S34); S33: a tombstone (completed, past its expiry) → absent once the tombstone
+/// setting has passed too, else kept without its outcome (the key written afresh, its expiry
+/// the tombstone setting and the grace past its time-to-live).
 const PRUNE: &str = r"
 local r = redis.call('HMGET', KEYS[1], 'expires_at', 'kept_until', 'state', 'res')
+if r[3] == 'completed' and r[1] and tonumber(r[1]) <= now then
+  local until_ = tonumber(r[1]) + tonumber(ARGV[1])
+  if until_ <= now then redis.call('DEL', KEYS[1]) return 1 end
+  local o = redis.call('HGET', KEYS[1], 'outcome')
+  if o and #o > 0 then
+    -- Written afresh without the outcome: a hash that held a long value keeps Redis's larger
+    -- encoding until it is rewritten.
+    local vals = redis.call('HMGET', KEYS[1], unpack(FIELDS))
+    local kept = {}
+    for i, f in ipairs(FIELDS) do
+      if vals[i] and f ~= 'outcome' then kept[#kept + 1] = f; kept[#kept + 1] = vals[i] end
+    end
+    redis.call('DEL', KEYS[1])
+    redis.call('HSET', KEYS[1], 'outcome', '', unpack(kept))
+    redis.call('PEXPIREAT', KEYS[1], ms(until_ + tonumber(ARGV[2])))
+  end
+  return 0
+end
 if r[1] and not live(r[3], r[1], r[4]) and not (r[2] and tonumber(r[2]) > now) then
   redis.call('DEL', KEYS[1]) return 1
 end
@@ -243,7 +269,7 @@ pub(super) fn scripts() -> &'static Scripts {
             mark_unknown: with(&[PRELUDE, HELD, MARK_UNKNOWN]),
             restore: with(&[PRELUDE, FIELDS, HELD, RESTORE]),
             get: with(&[PRELUDE, GET]),
-            prune: with(&[PRELUDE, PRUNE]),
+            prune: with(&[PRELUDE, FIELDS, PRUNE]),
             operation_id: Script::new(OPERATION_ID),
         }
     })

@@ -74,7 +74,9 @@ impl AsyncStore for RedisStore {
         outcome: Outcome,
         ttl: Duration,
     ) -> Result<Written, StoreError> {
-        let (token, ttl, grace) = (token.0.to_string(), ms(ttl), ms(self.grace));
+        // S33: the key outlives its time-to-live by the tombstone setting (then the grace).
+        let grace = ms(self.grace.saturating_add(self.tombstones));
+        let (token, ttl) = (token.0.to_string(), ms(ttl));
         let args: [&[u8]; 4] = [
             token.as_bytes(),
             outcome.as_bytes(),

@@ -152,6 +152,7 @@ impl SqliteStore {
             busy_timeout: Duration::from_secs(5),
             read_only: false,
             vfs: None,
+            tombstones: crate::store::DEFAULT_TOMBSTONES,
         }
     }
 

@@ -51,6 +51,7 @@ pub struct SqliteStoreBuilder {
     pub(super) busy_timeout: Duration,
     pub(super) read_only: bool,
     pub(super) vfs: Option<String>,
+    pub(super) tombstones: Duration,
 }
 
 impl SqliteStoreBuilder {
@@ -78,6 +79,17 @@ impl SqliteStoreBuilder {
     /// Opens the file through the SQLite VFS registered as `name` instead of the default one.
     /// For tests: the power-cut tests open the store through a VFS that simulates a power loss
     /// (`tests/crashvfs`); a VFS of your own must keep SQLite's durability and locking.
+    /// How long a tombstone (S33: a completed record past its time-to-live, its outcome
+    /// dropped) is kept past that time-to-live before a prune may delete it; default
+    /// [`DEFAULT_TOMBSTONES`](crate::store::DEFAULT_TOMBSTONES) (400 days). Until then a repeat
+    /// of its key is answered "done on DATE; its result is no longer kept", never run; after it,
+    /// the key is absent and a repeat runs the operation again. `Duration::MAX` keeps them until
+    /// an operator forgets them (`idemkit forget`).
+    pub fn tombstones(mut self, keep: Duration) -> Self {
+        self.tombstones = keep;
+        self
+    }
+
     #[doc(hidden)]
     pub fn vfs(mut self, name: impl Into<String>) -> Self {
         self.vfs = Some(name.into());

@@ -20,10 +20,11 @@ use crate::store::{Count, Forgot, RecordFilter, Records, Released, Resolved, Sta
 use crate::store::{Decision, LeaseToken, Record, Written};
 
 /// The state operators read a row in (S31): a running row whose holder's lease lapsed is an
-/// ambiguous one.
+/// ambiguous one; (S33) a completed row past its expiry is a tombstone.
 macro_rules! shown_state {
     () => {
-        "(CASE WHEN state = 'running' AND lease_until <= :now THEN 'ambiguous' ELSE state END)"
+        "(CASE WHEN state = 'running' AND lease_until <= :now THEN 'ambiguous'
+               WHEN state = 'completed' AND expires_at <= :now THEN 'tombstone' ELSE state END)"
     };
 }
 
@@ -148,8 +149,9 @@ impl SqliteStore {
 
     /// Deletes up to `limit` expired records (for `Store::prune` and `Records::prune`).
     pub(super) async fn prune_now(&self, limit: usize) -> Result<usize, StoreError> {
+        let tombstones = self.here().db.settings.tombstones;
         self.run(Access::Long, move |conn, path| {
-            prune_expired(conn, now_ms(), limit)
+            prune_expired(conn, now_ms(), limit, tombstones)
                 .map_err(|e| sql_error(path, "prune expired records from", e))
         })
         .await

@@ -80,6 +80,8 @@ pub(super) fn decode(
                 lease_remaining: remaining(int(4, "lease_until")?, now),
             }
         }
+        // S33: past its expiry, a tombstone (its outcome dropped by a prune, or not yet).
+        "completed" if int(7, "expires_at")? <= now => RecordState::Tombstone,
         "completed" => RecordState::Completed {
             outcome: blob(5, "outcome", None)?,
         },
@@ -98,8 +100,10 @@ pub(super) fn decode(
     };
     // S34: a running or ambiguous record with no decision never expires by time (one written
     // before with an expiry too).
-    let never =
-        !matches!(state, RecordState::Completed { .. }) && matches!(col(11)?, ValueRef::Null);
+    let never = !matches!(
+        state,
+        RecordState::Completed { .. } | RecordState::Tombstone
+    ) && matches!(col(11)?, ValueRef::Null);
     Ok(Record {
         key: *key,
         tool,

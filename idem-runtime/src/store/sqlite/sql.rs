@@ -78,17 +78,23 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ALTER TABLE records ADD COLUMN unknown_since INTEGER;",
 ];
 
-/// S34: whether the row (`$t` its qualifier, `""` or `"records."`) is live at `:now`: before its
-/// expiry, or running or ambiguous with no decision on it, which never expires by time (an
-/// unknown outcome waits for a decision however long that takes; a running record whose
-/// holder's lease lapsed reads as one, S31). A row written before with an expiry on such a
-/// record reads the same: its expiry is ignored.
+/// S34, S33: whether the row (`$t` its qualifier, `""` or `"records."`) is live at `:now`:
+/// before its expiry; running or ambiguous with no decision on it, which never expires by time
+/// (an unknown outcome waits for a decision however long that takes; a running record whose
+/// holder's lease lapsed reads as one, S31); or completed (by its body, or resolved or settled
+/// as applied), which past its expiry is a tombstone: the operation was done, and is never run
+/// again because time passed; only pruning past the tombstone setting, or an operator, removes
+/// it. A row written before with an expiry on such a record reads the same: its expiry is
+/// ignored. What is not live is a record released by a not-applied decision (S24, S28): the
+/// operation did not happen, and the next call runs it.
 macro_rules! live {
     ($t:literal) => {
         concat!(
             "(",
             $t,
-            "expires_at > :now OR (",
+            "expires_at > :now OR ",
+            $t,
+            "state = 'completed' OR (",
             $t,
             "state IN ('running', 'ambiguous') AND ",
             $t,
@@ -350,13 +356,25 @@ pub(super) const RESTORE_NEW: &str = concat!(
 
 /// expired (not [`live`], written so that the expiry index serves it) → absent, at most
 /// :limit rows, oldest first (a record released by an operator is kept until its `kept_until`;
-/// a running or ambiguous one with no decision never goes, S34).
+/// a running or ambiguous one with no decision never goes, S34); and a tombstone (completed,
+/// past its expiry) whose tombstone setting has passed too (`:tombstones_before`: now less the
+/// setting), S33.
 pub(super) const PRUNE: &str = "
     DELETE FROM records WHERE key IN (
         SELECT key FROM records
         WHERE expires_at <= :now
           AND NOT (state IN ('running', 'ambiguous') AND resolution IS NULL)
+          AND (state <> 'completed' OR expires_at <= :tombstones_before)
           AND (kept_until IS NULL OR kept_until <= :now)
+        ORDER BY expires_at LIMIT :limit)";
+
+/// S33: a completed record past its expiry keeps no outcome (a tombstone: key, fingerprint,
+/// tool, tenant, how it ended and when), at most :limit rows. The empty blob stands for "no
+/// longer kept": a stored outcome is never empty (it is JSON).
+pub(super) const DROP_OUTCOMES: &str = "
+    UPDATE records SET outcome = x'' WHERE key IN (
+        SELECT key FROM records
+        WHERE expires_at <= :now AND state = 'completed' AND length(outcome) > 0
         ORDER BY expires_at LIMIT :limit)";
 
 /// absent → :id; present → unchanged. Returns the stored id either way.

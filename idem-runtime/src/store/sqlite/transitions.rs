@@ -31,7 +31,7 @@ fn taken_over(before: RecordState, ours: LeaseToken, prior: Option<&str>) -> Opt
         },
         RecordState::Running { .. } => Some(Takeover::ExpiredHolder),
         RecordState::Ambiguous { .. } => Some(Takeover::Ambiguous),
-        RecordState::Completed { .. } => None,
+        RecordState::Completed { .. } | RecordState::Tombstone => None,
     }
 }
 
@@ -43,6 +43,7 @@ impl AsyncStore for SqliteStore {
             (req.key, req.tool.to_owned(), req.fingerprint, req.token);
         let tenant = req.tenant.clone();
         let (lease, ttl) = (ms(req.lease), ms(req.ttl));
+        let tombstones = self.here().db.settings.tombstones;
         let prune =
             self.here().claims.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == PRUNE_EVERY - 1;
         // A claim that also prunes (up to `PRUNE_BATCH` rows) runs on the store's thread.
@@ -98,7 +99,7 @@ impl AsyncStore for SqliteStore {
                         // is capped by this claimer's, as then.
                         cap_by = holder_lease.filter(|ms| *ms > 0).unwrap_or(lease);
                         // A completed record is never taken while live (a replay): no write.
-                        let replay = matches!(&before, Some(Ok(Record { state: RecordState::Completed { .. }, .. })));
+                        let replay = matches!(&before, Some(Ok(Record { state: RecordState::Completed { .. } | RecordState::Tombstone, .. })));
                         let took: Option<Vec<u8>> = if replay {
                             None
                         } else {
@@ -132,7 +133,7 @@ impl AsyncStore for SqliteStore {
             let (took, live, takeover) = claim.map_err(|e| sql_error(path, "claim a key in", e))?;
             if prune {
                 // Best effort: a failed prune leaves expired rows for the next one.
-                if let Err(e) = prune_expired(conn, now, PRUNE_BATCH) {
+                if let Err(e) = prune_expired(conn, now, PRUNE_BATCH, tombstones) {
                     tracing::debug!(error = %e, "opportunistic prune failed");
                 }
             }
@@ -145,6 +146,11 @@ impl AsyncStore for SqliteStore {
                         RecordState::Running { lease_remaining, .. } => ExistingState::Running { lease_remaining },
                         RecordState::Completed { outcome } => ExistingState::Completed { outcome: outcome.into() },
                         RecordState::Ambiguous { .. } => ExistingState::Ambiguous,
+                        // S33: done, past its time-to-live.
+                        RecordState::Tombstone => ExistingState::Tombstone {
+                            done: rec.updated,
+                            resolved: rec.resolution.is_some(),
+                        },
                     };
                     Ok(Claim::Existing(Existing { fingerprint: rec.fingerprint, state }))
                 }
@@ -322,8 +328,18 @@ impl OperationIds for SqliteStore {
     }
 }
 
-pub(super) fn prune_expired(conn: &Connection, now: i64, limit: usize) -> rusqlite::Result<usize> {
+pub(super) fn prune_expired(
+    conn: &Connection,
+    now: i64,
+    limit: usize,
+    tombstones: Duration,
+) -> rusqlite::Result<usize> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    conn.prepare_cached(sql::PRUNE)?
-        .execute(named_params! { ":now": now, ":limit": limit })
+    let tombstones_before = now.saturating_sub(ms(tombstones));
+    let pruned = conn.prepare_cached(sql::PRUNE)?.execute(
+        named_params! { ":now": now, ":limit": limit, ":tombstones_before": tombstones_before },
+    )?;
+    conn.prepare_cached(sql::DROP_OUTCOMES)?
+        .execute(named_params! { ":now": now, ":limit": limit })?;
+    Ok(pruned)
 }
