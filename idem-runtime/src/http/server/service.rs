@@ -493,8 +493,22 @@ pub(super) fn refusal<B>(config: &Config, e: &Error) -> Response<ResponseBody<B>
             e.to_string(),
         ),
     };
-    // The same advice a tool's caller gets of this error (the record's key where it names one).
-    problem(status, title, &detail, Explanation::of_error(e, &[]).advice)
+    // The same advice a tool's caller gets of this error, with the record's key only where the
+    // detail names it for an operator (a key reused, a request in flight and the store down are
+    // the client's to act on, with its own Idempotency-Key).
+    let mut advice = Explanation::of_error(e, &[]).advice;
+    let unnamed = match e {
+        Error::KeyReuse { .. } | Error::InFlight { .. } => true,
+        Error::Store { source, .. } => matches!(
+            source.kind(),
+            StoreErrorKind::Unavailable | StoreErrorKind::Other
+        ),
+        _ => false,
+    };
+    if unnamed {
+        advice.key = None;
+    }
+    problem(status, title, &detail, advice)
 }
 
 impl<S> tower_layer::Layer<S> for IdempotencyLayer {
