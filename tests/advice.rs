@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
+use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use http_body_util::BodyExt as _;
 use idemkit::advice::State;
@@ -40,6 +41,10 @@ static GATE: Semaphore = Semaphore::const_new(0);
 enum PayError {
     /// Sent, no answer: it may have happened.
     Timeout,
+    /// Refused by the provider: nothing happened, and it will not succeed.
+    Declined,
+    /// The provider said when to come back: nothing happened.
+    RateLimited(Duration),
     Idem(Error),
 }
 
@@ -47,6 +52,8 @@ impl std::fmt::Display for PayError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             PayError::Timeout => f.write_str("the provider did not answer in time"),
+            PayError::Declined => f.write_str("card declined"),
+            PayError::RateLimited(after) => write!(f, "rate limited: come back in {after:?}"),
             PayError::Idem(e) => e.fmt(f),
         }
     }
@@ -55,7 +62,7 @@ impl std::fmt::Display for PayError {
 impl std::error::Error for PayError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            PayError::Timeout => None,
+            PayError::Timeout | PayError::Declined | PayError::RateLimited(_) => None,
             PayError::Idem(e) => Some(e),
         }
     }
@@ -65,7 +72,8 @@ impl Classify for PayError {
     fn classify(&self) -> Failure {
         match self {
             PayError::Timeout => Failure::Ambiguous,
-            PayError::Idem(_) => Failure::Permanent,
+            PayError::Declined | PayError::Idem(_) => Failure::Permanent,
+            PayError::RateLimited(after) => Failure::RetryAfter(*after),
         }
     }
 }
@@ -77,10 +85,17 @@ impl From<Error> for PayError {
 }
 
 /// What every surface's body does with an order: `…lost` times out after sending (its outcome
-/// unknown), `…slow` waits for the gate, anything else is charged.
+/// unknown), `…declined` is declined, `…limited` rate limited for 2.5 s, `…slow` waits for the
+/// gate, anything else is charged.
 async fn provider(order: &str, cents: u64) -> Result<String, PayError> {
     if order.ends_with("lost") {
         return Err(PayError::Timeout);
+    }
+    if order.ends_with("declined") {
+        return Err(PayError::Declined);
+    }
+    if order.ends_with("limited") {
+        return Err(PayError::RateLimited(Duration::from_millis(2500)));
     }
     if order.ends_with("slow") {
         STARTED.notify_one();
@@ -180,7 +195,15 @@ impl Cx {
                 post(|body: String| async move {
                     let args: ChargeArgs = serde_json::from_str(&body).unwrap();
                     match provider(&args.order, args.cents).await {
-                        Ok(done) => done,
+                        Ok(done) => (StatusCode::OK, HeaderMap::new(), done),
+                        Err(PayError::Declined) => {
+                            (StatusCode::PAYMENT_REQUIRED, HeaderMap::new(), "card declined".into())
+                        }
+                        Err(PayError::RateLimited(_)) => {
+                            let mut headers = HeaderMap::new();
+                            headers.insert("retry-after", "3".parse().unwrap());
+                            (StatusCode::TOO_MANY_REQUESTS, headers, "come back later".into())
+                        }
                         // The handler's answer is lost after it sent the charge (S25).
                         Err(e) => panic!("{e}"),
                     }
@@ -328,17 +351,11 @@ impl Cx {
             answer
         };
         let (first, second) = tokio::join!(first, second);
-        assert_eq!(first.advice.map(|a| a.state), surface_ran(surface));
+        assert_eq!(
+            first.advice.map(|a| a.state),
+            expected_on(surface, State::Ran)
+        );
         second
-    }
-}
-
-/// What a surface's success advises: `ran`, except on HTTP, whose success is the handler's own
-/// response (no advice; a replay is marked by its `Idempotent-Replayed` header).
-fn surface_ran(surface: Surface) -> Option<State> {
-    match surface {
-        Surface::Http => None,
-        _ => Some(State::Ran),
     }
 }
 
@@ -353,17 +370,31 @@ async fn situations(cx: &Cx, surface: Surface) -> Vec<(&'static str, Answer)> {
         ("running_elsewhere", cx.while_running(surface, &order("slow")).await),
         ("unknown (this call's attempt)", cx.call(surface, &order("lost"), 1).await),
         ("unknown (a repeat of it)", cx.call(surface, &order("lost"), 1).await),
+        ("ran (the tool's own failure, without effect)", cx.call(surface, &order("declined"), 1).await),
+        ("ran (rate limited: when to retry)", cx.call(surface, &order("limited"), 1).await),
     ]
 }
 
-const EXPECTED: [Option<State>; 6] = [
-    Some(State::Ran),
-    Some(State::Replayed),
-    Some(State::NotRun),
-    Some(State::RunningElsewhere),
-    Some(State::Unknown),
-    Some(State::Unknown),
+const EXPECTED: [State; 8] = [
+    State::Ran,
+    State::Replayed,
+    State::NotRun,
+    State::RunningElsewhere,
+    State::Unknown,
+    State::Unknown,
+    State::Ran,
+    State::Ran,
 ];
+
+/// What `surface` advises where the others advise `state`: the same, except that the HTTP
+/// layer's successes, and a handler's own failures, are the handler's own responses (no advice;
+/// a replay is marked by its `Idempotent-Replayed` header).
+fn expected_on(surface: Surface, state: State) -> Option<State> {
+    match (surface, state) {
+        (Surface::Http, State::Ran | State::Replayed) => None,
+        _ => Some(state),
+    }
+}
 
 /// `text` with how long a call waited (`(waited 4.697µs)`, which varies) written `(waited …)`.
 fn without_waits(text: &str) -> String {
@@ -408,13 +439,9 @@ async fn s35_the_same_situation_gets_the_same_advice_on_json_mcp_rig_and_http() 
     let mut all = Vec::new();
     for surface in SURFACES {
         let answers = situations(&cx, surface).await;
+        assert_eq!(answers.len(), EXPECTED.len());
         for ((situation, answer), expected) in answers.iter().zip(EXPECTED) {
-            let expected = match (surface, expected) {
-                (_, Some(State::Ran)) | (_, Some(State::Replayed)) => {
-                    expected.and(surface_ran(surface)).map(|_| expected.unwrap())
-                }
-                _ => expected,
-            };
+            let expected = expected_on(surface, expected);
             assert_eq!(
                 answer.advice.as_ref().map(|a| a.state),
                 expected,
@@ -492,7 +519,7 @@ fn errors() -> Vec<(Error, State, bool)> {
     let tool = || "s35.charge".to_owned();
     let key = IdempotencyKey::derive("s35.charge", &[("order", &"o1")]);
     vec![
-        (Error::KeyReuse { tool: tool(), key }, State::NotRun, true),
+        (Error::KeyReuse { tool: tool(), key }, State::NotRun, false),
         (
             Error::InFlight {
                 tool: tool(),
@@ -596,8 +623,9 @@ fn errors() -> Vec<(Error, State, bool)> {
 
 /// S35: every error the runtime has is advised alike on the MCP method path
 /// (`mcp::side_effect_output`, what `#[tool]` methods return), rig (`rig::tool_error`) and a JSON
-/// call's error (from the explanation a JSON call makes of it); none but a key reuse says a new
-/// key is safe, and every one says the same key is.
+/// call's error (from the explanation a JSON call makes of it); none says a new key is safe (each
+/// may follow an effect under this key, or says nothing of one), and every one says the same key
+/// is.
 #[test]
 fn s35_every_error_is_advised_alike_on_mcp_rig_and_json() {
     let mut table = String::new();
@@ -629,4 +657,23 @@ fn s35_every_error_is_advised_alike_on_mcp_rig_and_json() {
         writeln!(table, "{name}: {}", serde_json::to_string(&json).unwrap()).unwrap();
     }
     insta::assert_snapshot!("s35_errors_advised", table);
+}
+
+/// S35: on the surfaces that report the tool's own failures (JSON, MCP, rig), one without effect
+/// says a new key is safe too, and a rate limit says when to retry; the same on each.
+#[tokio::test]
+async fn s35_a_failure_without_effect_says_a_new_key_is_safe_and_when_to_retry() {
+    let cx = Cx::new();
+    for surface in [Surface::Json, Surface::Mcp, Surface::Rig] {
+        let declined = cx.call(surface, &format!("{}-x-declined", surface.name()), 1).await;
+        let declined = declined.advice.unwrap();
+        assert_eq!(declined.state, State::Ran);
+        assert_eq!(declined.reason.as_deref(), Some("failed"));
+        assert!(declined.same_key_safe && declined.new_key_safe && !declined.retryable);
+        let limited = cx.call(surface, &format!("{}-x-limited", surface.name()), 1).await;
+        let limited = limited.advice.unwrap();
+        assert_eq!(limited.reason.as_deref(), Some("failed_transient"));
+        assert!(limited.retryable && limited.new_key_safe);
+        assert_eq!(limited.retry_after_seconds, Some(3), "2.5 s, rounded up");
+    }
 }

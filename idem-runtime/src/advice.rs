@@ -32,7 +32,7 @@
 //! | `state` | string | what happened to the operation: `ran`, `replayed`, `not_run`, `running_elsewhere`, `unknown`, `expired` (table below) |
 //! | `reason` | string or null | on a failure, the [`Explanation`](crate::Explanation)'s stable word (`key_reuse`, `in_flight`, `ambiguous`, …); `null` on a success |
 //! | `sameKeySafe` | bool | calling again with the same key (the same arguments) cannot do the effect twice |
-//! | `newKeySafe` | bool | a call under a new key (other key fields, a new `Idempotency-Key`) cannot repeat an effect this operation had or may have had: idemkit knows it did not take effect |
+//! | `newKeySafe` | bool | a call under a new key (other key fields, a new `Idempotency-Key`) cannot repeat an effect this operation had or may have had: idemkit knows that nothing took effect under this key (a read; a failure the tool classifies as without effect). Where it is false and the call is truly a new operation, the sentence says how to give it a key of its own |
 //! | `retryable` | bool | calling again with the same key can give another answer (not the same refusal, not the same replay) |
 //! | `retryAfterSeconds` | integer or null | when to call again, where idemkit knows (a provider's `Retry-After`); `null`: no wait known (or `retryable` is false) |
 //! | `key` | string or null | the operation's idempotency key, as idemkit records it (`idemkit show KEY`, `idemkit resolve KEY`); `null` where the call has none (a read, a call refused before its key was made) |
@@ -47,7 +47,7 @@
 //! | --- | --- | --- | --- | --- | --- |
 //! | `ran` | the tool ran in this call: its value (or its own error) is the answer; or done earlier, its result not returnable | yes | no (a read, or a failure without effect: yes) | no (a failure the tool calls transient: yes) | a success; `failed`, `failed_transient`, `unreplayable`, `result_not_json`, `no_runtime` |
 //! | `replayed` | done by an earlier call; its recorded result, nothing done again | yes | no | no | a replay |
-//! | `not_run` | idemkit refused before any attempt of it: nothing was done by this call | yes | only for `key_reuse` (the key holds another operation) | `store_unavailable`: yes | `key_reuse`, `store_unavailable`, `store_unreadable`, `refused`, `invalid_arguments`, `settings`, `no_tenant`, `no_operation`, `not_configured`, `duplicate_tool`, `unknown_tool`; the HTTP layer's `key_missing`, `key_malformed`, `too_large`, `body_unreadable` |
+//! | `not_run` | idemkit refused before any attempt of it: nothing was done by this call | yes | no (`key_reuse`: an earlier call did take effect under this key, and only the caller knows whether this call is that operation again) | `store_unavailable`: yes | `key_reuse`, `store_unavailable`, `store_unreadable`, `refused`, `invalid_arguments`, `settings`, `no_tenant`, `no_operation`, `not_configured`, `duplicate_tool`, `unknown_tool`; the HTTP layer's `key_missing`, `key_malformed`, `too_large`, `body_unreadable` |
 //! | `running_elsewhere` | the same operation is running in another call | yes | no | yes (later: it gets that call's outcome) | `in_flight` |
 //! | `unknown` | an attempt may or may not have taken effect | yes (it is not sent again unless the provider deduplicates by the key) | no | no (`failed_ambiguous`: yes) | `ambiguous`, `lease_lost`, `failed_ambiguous` |
 //! | `expired` | done, but past its record's ttl: only a tombstone is kept, not its result | yes (answered from the tombstone, never run again) | no | no | `expired` (S33) |
@@ -166,8 +166,7 @@ impl Advice {
     /// A reason this table does not know reads as `unknown`, the safe assumption.
     pub fn for_reason(reason: &str, retryable: bool, key: Option<String>) -> Self {
         let (state, new_key_safe) = match reason {
-            "key_reuse" => (State::NotRun, true),
-            "store_unavailable" | "store_unreadable" | "refused" | "invalid_arguments"
+            "key_reuse" | "store_unavailable" | "store_unreadable" | "refused" | "invalid_arguments"
             | "settings" | "no_tenant" | "no_operation" | "not_configured" | "duplicate_tool"
             | "unknown_tool" | "key_missing" | "key_malformed" | "too_large"
             | "body_unreadable" => (State::NotRun, false),
