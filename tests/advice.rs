@@ -24,8 +24,8 @@ use idemkit::http::IdempotencyLayer;
 use idemkit::mcp::JsonToolsServer;
 use idemkit::rig::{ToolExecutionError, ToolOutput};
 use idemkit::{
-    Advice, Classify, Error, Explanation, Failure, Idem, IdempotencyKey, JsonCallError,
-    JsonTools, MemoryStore, StoreError, ToolKind, side_effect,
+    Advice, Classify, Error, Explanation, Failure, Idem, IdempotencyKey, JsonCallError, JsonTools,
+    MemoryStore, StoreError, ToolKind, side_effect,
 };
 use rig_core::tool::PortableTool;
 use serde::{Deserialize, Serialize};
@@ -105,7 +105,13 @@ async fn provider(order: &str, cents: u64) -> Result<String, PayError> {
 }
 
 /// Charges an order once.
-#[side_effect(key = "order", json, name = "s35.charge", max_attempts = 1, in_flight_wait = "0s")]
+#[side_effect(
+    key = "order",
+    json,
+    name = "s35.charge",
+    max_attempts = 1,
+    in_flight_wait = "0s"
+)]
 async fn charge(order: String, cents: u64) -> Result<String, PayError> {
     provider(&order, cents).await
 }
@@ -196,13 +202,19 @@ impl Cx {
                     let args: ChargeArgs = serde_json::from_str(&body).unwrap();
                     match provider(&args.order, args.cents).await {
                         Ok(done) => (StatusCode::OK, HeaderMap::new(), done),
-                        Err(PayError::Declined) => {
-                            (StatusCode::PAYMENT_REQUIRED, HeaderMap::new(), "card declined".into())
-                        }
+                        Err(PayError::Declined) => (
+                            StatusCode::PAYMENT_REQUIRED,
+                            HeaderMap::new(),
+                            "card declined".into(),
+                        ),
                         Err(PayError::RateLimited(_)) => {
                             let mut headers = HeaderMap::new();
                             headers.insert("retry-after", "3".parse().unwrap());
-                            (StatusCode::TOO_MANY_REQUESTS, headers, "come back later".into())
+                            (
+                                StatusCode::TOO_MANY_REQUESTS,
+                                headers,
+                                "come back later".into(),
+                            )
                         }
                         // The handler's answer is lost after it sent the charge (S25).
                         Err(e) => panic!("{e}"),
@@ -269,11 +281,7 @@ impl Cx {
                     .collect();
                 Answer {
                     read_first: texts[0].clone(),
-                    whole: format!(
-                        "isError: {:?}\n{}",
-                        out.is_error,
-                        texts.join("\n---\n")
-                    ),
+                    whole: format!("isError: {:?}\n{}", out.is_error, texts.join("\n---\n")),
                     advice: Some(advice_of(&structured)),
                 }
             }
@@ -366,12 +374,30 @@ async fn situations(cx: &Cx, surface: Surface) -> Vec<(&'static str, Answer)> {
     vec![
         ("ran", cx.call(surface, &order("o1"), 1).await),
         ("replayed", cx.call(surface, &order("o1"), 1).await),
-        ("not_run (the key reused with other arguments)", cx.call(surface, &order("o1"), 2).await),
-        ("running_elsewhere", cx.while_running(surface, &order("slow")).await),
-        ("unknown (this call's attempt)", cx.call(surface, &order("lost"), 1).await),
-        ("unknown (a repeat of it)", cx.call(surface, &order("lost"), 1).await),
-        ("ran (the tool's own failure, without effect)", cx.call(surface, &order("declined"), 1).await),
-        ("ran (rate limited: when to retry)", cx.call(surface, &order("limited"), 1).await),
+        (
+            "not_run (the key reused with other arguments)",
+            cx.call(surface, &order("o1"), 2).await,
+        ),
+        (
+            "running_elsewhere",
+            cx.while_running(surface, &order("slow")).await,
+        ),
+        (
+            "unknown (this call's attempt)",
+            cx.call(surface, &order("lost"), 1).await,
+        ),
+        (
+            "unknown (a repeat of it)",
+            cx.call(surface, &order("lost"), 1).await,
+        ),
+        (
+            "ran (the tool's own failure, without effect)",
+            cx.call(surface, &order("declined"), 1).await,
+        ),
+        (
+            "ran (rate limited: when to retry)",
+            cx.call(surface, &order("limited"), 1).await,
+        ),
     ]
 }
 
@@ -452,7 +478,12 @@ async fn s35_the_same_situation_gets_the_same_advice_on_json_mcp_rig_and_http() 
                 // The key: on HTTP only where the problem's detail names the record for an
                 // operator (an unknown outcome); a client's reference is its own Idempotency-Key.
                 let keyed = !matches!(surface, Surface::Http) || advice.state == State::Unknown;
-                assert_eq!(advice.key.is_some(), keyed, "{} / {situation}", surface.name());
+                assert_eq!(
+                    advice.key.is_some(),
+                    keyed,
+                    "{} / {situation}",
+                    surface.name()
+                );
                 // A replay and a failure are read first as a sentence, the advice beside it.
                 if advice.state != State::Ran {
                     assert!(
@@ -632,7 +663,13 @@ fn s35_every_error_is_advised_alike_on_mcp_rig_and_json() {
     for (i, (error, state, new_key_safe)) in errors().into_iter().enumerate() {
         let name = format!("{error:?}");
         let name = name.split([' ', '{', '(']).next().unwrap().to_owned();
-        let explained = Explanation::of(&error, Failure::Permanent, ToolKind::SideEffect, None, &["order"]);
+        let explained = Explanation::of(
+            &error,
+            Failure::Permanent,
+            ToolKind::SideEffect,
+            None,
+            &["order"],
+        );
         let json = JsonCallError::Failed {
             tool: "s35.charge",
             message: error.to_string(),
@@ -647,7 +684,8 @@ fn s35_every_error_is_advised_alike_on_mcp_rig_and_json() {
         )
         .unwrap();
         let mcp = advice_of(mcp.structured_content.as_ref().unwrap());
-        let rig = idemkit::rig::tool_error(PayError::Idem(errors().swap_remove(i).0), None, &["order"]);
+        let rig =
+            idemkit::rig::tool_error(PayError::Idem(errors().swap_remove(i).0), None, &["order"]);
         let rig = advice_of(rig.model_output().as_content()[1].as_json().unwrap());
         assert_eq!(mcp, json, "{name}: MCP and JSON");
         assert_eq!(rig, json, "{name}: rig and JSON");
@@ -665,12 +703,16 @@ fn s35_every_error_is_advised_alike_on_mcp_rig_and_json() {
 async fn s35_a_failure_without_effect_says_a_new_key_is_safe_and_when_to_retry() {
     let cx = Cx::new();
     for surface in [Surface::Json, Surface::Mcp, Surface::Rig] {
-        let declined = cx.call(surface, &format!("{}-x-declined", surface.name()), 1).await;
+        let declined = cx
+            .call(surface, &format!("{}-x-declined", surface.name()), 1)
+            .await;
         let declined = declined.advice.unwrap();
         assert_eq!(declined.state, State::Ran);
         assert_eq!(declined.reason.as_deref(), Some("failed"));
         assert!(declined.same_key_safe && declined.new_key_safe && !declined.retryable);
-        let limited = cx.call(surface, &format!("{}-x-limited", surface.name()), 1).await;
+        let limited = cx
+            .call(surface, &format!("{}-x-limited", surface.name()), 1)
+            .await;
         let limited = limited.advice.unwrap();
         assert_eq!(limited.reason.as_deref(), Some("failed_transient"));
         assert!(limited.retryable && limited.new_key_safe);

@@ -201,7 +201,9 @@ async fn tools_list_carries_derived_annotations_and_a_repeated_charge_is_replaye
     // S35: beside the result, the advice a read gets: ran, no key, calling again is safe.
     assert_eq!(
         balance.structured_content,
-        Some(json!({"result": 4200, "advice": {"state": "ran", "reason": null, "sameKeySafe": true, "newKeySafe": true, "retryable": false, "retryAfterSeconds": null, "key": null}}))
+        Some(
+            json!({"result": 4200, "advice": {"state": "ran", "reason": null, "sameKeySafe": true, "newKeySafe": true, "retryable": false, "retryAfterSeconds": null, "key": null}})
+        )
     );
 
     // A destructured request keys and fingerprints the same way: refund once per charge.

@@ -286,7 +286,9 @@ async fn a_read_only_rig_tool_is_retried_through_a_transient_failure_and_reaches
     assert_eq!(
         output.as_json(),
         // S35: beside the result, the advice a read gets.
-        Some(&json!({"result": 4200, "advice": {"state": "ran", "reason": null, "sameKeySafe": true, "newKeySafe": true, "retryable": false, "retryAfterSeconds": null, "key": null}})),
+        Some(
+            &json!({"result": 4200, "advice": {"state": "ran", "reason": null, "sameKeySafe": true, "newKeySafe": true, "retryable": false, "retryAfterSeconds": null, "key": null}})
+        ),
         "{}",
         output.render()
     );
@@ -309,9 +311,11 @@ async fn a_read_only_rig_tool_surfaces_a_permanent_failure_at_once_as_not_retrya
     assert_eq!(
         feedback.as_json(),
         // S35: a read's failure: it ran, and calling again is safe either way (it changes nothing).
-        Some(&json!({"error": "no such customer", "reason": "failed", "idempotencyKey": null,
+        Some(
+            &json!({"error": "no such customer", "reason": "failed", "idempotencyKey": null,
                      "advice": {"state": "ran", "reason": "failed", "sameKeySafe": true, "newKeySafe": true,
-                                "retryable": false, "retryAfterSeconds": null, "key": null}}))
+                                "retryable": false, "retryAfterSeconds": null, "key": null}})
+        )
     );
 }
 

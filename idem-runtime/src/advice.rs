@@ -166,10 +166,10 @@ impl Advice {
     /// A reason this table does not know reads as `unknown`, the safe assumption.
     pub fn for_reason(reason: &str, retryable: bool, key: Option<String>) -> Self {
         let (state, new_key_safe) = match reason {
-            "key_reuse" | "store_unavailable" | "store_unreadable" | "refused" | "invalid_arguments"
-            | "settings" | "no_tenant" | "no_operation" | "not_configured" | "duplicate_tool"
-            | "unknown_tool" | "key_missing" | "key_malformed" | "too_large"
-            | "body_unreadable" => (State::NotRun, false),
+            "key_reuse" | "store_unavailable" | "store_unreadable" | "refused"
+            | "invalid_arguments" | "settings" | "no_tenant" | "no_operation"
+            | "not_configured" | "duplicate_tool" | "unknown_tool" | "key_missing"
+            | "key_malformed" | "too_large" | "body_unreadable" => (State::NotRun, false),
             "in_flight" => (State::RunningElsewhere, false),
             "failed" | "failed_transient" => (State::Ran, true),
             "unreplayable" | "result_not_json" | "no_runtime" => (State::Ran, false),
@@ -200,8 +200,7 @@ impl Advice {
 
     /// The same advice with when to call again (rounded up to whole seconds).
     pub fn retry_after(mut self, after: Option<std::time::Duration>) -> Self {
-        self.retry_after_seconds =
-            after.map(|d| d.as_secs() + u64::from(d.subsec_nanos() > 0));
+        self.retry_after_seconds = after.map(|d| d.as_secs() + u64::from(d.subsec_nanos() > 0));
         self
     }
 

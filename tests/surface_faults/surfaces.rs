@@ -139,9 +139,15 @@ fn advised(word: &str, advice: &Value) -> Answer {
         other => panic!("S35: no advice expected for the answer `{other}`: {advice}"),
     };
     assert_eq!(advice["state"], state, "S35: `{word}` advised as {advice}");
-    assert_eq!(advice["sameKeySafe"], true, "S35: `{word}` advised as {advice}");
+    assert_eq!(
+        advice["sameKeySafe"], true,
+        "S35: `{word}` advised as {advice}"
+    );
     if state != "ran" || word == "unreplayable" {
-        assert_eq!(advice["newKeySafe"], false, "S35: `{word}` advised as {advice}");
+        assert_eq!(
+            advice["newKeySafe"], false,
+            "S35: `{word}` advised as {advice}"
+        );
     }
     word.into()
 }

@@ -4,8 +4,8 @@
 
 use crate::advice::Advice;
 use crate::error::{Error, StoreErrorKind};
-use crate::explain::Explanation;
 use crate::exec::Tool;
+use crate::explain::Explanation;
 use crate::fingerprint::Fingerprint;
 use crate::http::{IDEMPOTENCY_KEY, MAX_KEY_LENGTH, parse_sf_string};
 use crate::idem::TaskScope;
