@@ -106,6 +106,8 @@ pub use idem_runtime::{
 pub use idem_runtime::lock;
 // What a model is told of a failed call (MCP, rig, JSON): kept apart from the list above.
 pub use idem_runtime::Explanation;
+// The machine-readable advice beside every answer to a model or a client (MCP, rig, JSON, HTTP).
+pub use idem_runtime::advice::{self, Advice};
 // The settler (S28, docs/operating.md): settles records kept as ambiguous without a caller.
 pub use idem_runtime::settle::{Pass, SettleReport, SettleStore, Settled, Settler, SettlerHandle};
 #[cfg(feature = "postgres")]

@@ -52,9 +52,10 @@
 //!   equal `NAME` (checked at compile time) and lists the tool in [`tools()`](crate::tools),
 //!   which a tool named by its `NAME` alone is not (the registry needs the name as a literal).
 //! - **Results**: `call` serves `Result<ToolOutput, ToolExecutionError>`. A success is the JSON
-//!   `{"result": …, "replayed": bool, "idempotencyKey": "…"}`, and a replay starts with a
-//!   sentence saying nothing was done again: what rig sends back to the model. A
-//!   `#[read_only(rig)]` tool's success is `{"result": …}`: it has no key and is never replayed.
+//!   `{"result": …, "replayed": bool, "idempotencyKey": "…", "advice": {…}}`, and a replay starts
+//!   with a sentence saying nothing was done again: what rig sends back to the model. A
+//!   `#[read_only(rig)]` tool's success is `{"result": …, "advice": {…}}`: it has no key and is
+//!   never replayed. The advice is [`Advice`](crate::Advice), the same on every surface.
 //! - **Failures** become rig's [`ToolExecutionError`] by [`Classify`] (see
 //!   [`tool_error`]): rig's `retryable` hint, its kind, a `code` naming the reason, and model
 //!   feedback saying whether calling again with the same arguments is safe. rig's agent loop
@@ -236,7 +237,8 @@ impl StdError for ToolFailure {
 /// | other refusals | `other` | no | the reason (see [`Explanation`]) |
 ///
 /// The model sees a sentence saying what happened and whether calling again with the same
-/// arguments helps, the error's text and the idempotency key; the error is kept as the
+/// arguments helps, then `{"error", "reason", "idempotencyKey", "advice"}` (the advice:
+/// [`Advice`](crate::Advice)); the error is kept as the
 /// envelope's source (`downcast_ref`).
 pub fn tool_error<E>(e: E, info: Option<&CallInfo>, key_fields: &[&str]) -> ToolExecutionError
 where
@@ -263,10 +265,15 @@ where
         _ => ToolErrorKind::Other,
     };
     let message = e.to_string();
+    let mut advice = told.advice;
+    if advice.key.is_none() {
+        advice.key.clone_from(&key);
+    }
     let feedback = json!({
         "error": message,
         "reason": told.reason,
         "idempotencyKey": key,
+        "advice": advice,
     });
     ToolExecutionError::new(kind, message)
         .with_retryable(told.retryable)

@@ -7,7 +7,9 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use idemkit::mcp::{CallError, IDEMPOTENCY_KEY_META, IdempotentClient, RemoteTool, for_model};
+use idemkit::mcp::{
+    ADVICE_META, CallError, IDEMPOTENCY_KEY_META, IdempotentClient, RemoteTool, for_model,
+};
 use idemkit::{Error, Failure, Idem, IdempotencyKey, MemoryStore, SqliteStore, ToolKind};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
@@ -289,6 +291,14 @@ async fn client_s2_a_repeat_is_replayed_and_the_key_arrives_in_meta() {
         panic!("a text first")
     };
     assert!(note.text.starts_with("Replayed:") && note.text.contains(key.as_str()));
+    // S35: the advice beside the tool's own answer, in the result's `_meta`.
+    let advice = &told.meta.as_ref().expect("the result's _meta").0[ADVICE_META];
+    assert_eq!(advice["state"], "replayed", "{advice}");
+    assert_eq!(advice["sameKeySafe"], true, "{advice}");
+    assert_eq!(advice["key"], key.as_str(), "{advice}");
+    let first_told = for_model(&Ok(first), ToolKind::SideEffect, &[]);
+    let advice = &first_told.meta.as_ref().expect("the result's _meta").0[ADVICE_META];
+    assert_eq!(advice["state"], "ran", "{advice}");
 }
 
 /// S20: the upstream commits and the connection drops before its answer. The call ends with the
@@ -323,8 +333,12 @@ async fn client_s20_a_repeat_after_the_answer_was_dropped_reaches_the_upstream_o
         ),
         (1, 1)
     );
-    // The model is told the effect may have happened and how it is settled, never "not run".
+    // The model is told the effect may have happened and how it is settled, never "not run";
+    // S35: its advice says the same.
     assert_eq!(told.is_error, Some(true));
+    let advice = &told.structured_content.as_ref().expect("a structured error")["advice"];
+    assert_eq!(advice["state"], "unknown", "{advice}");
+    assert_eq!(advice["newKeySafe"], false, "{advice}");
     let text = serde_json::to_string(&told.content).unwrap();
     assert!(
         text.contains("may or may not have happened") && text.contains("idemkit resolve"),

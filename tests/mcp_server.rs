@@ -198,7 +198,13 @@ async fn tools_list_carries_derived_annotations_and_a_repeated_charge_is_replaye
         .call_tool(call("balance", json!({"customer_id": "cus_1"})))
         .await
         .unwrap();
-    assert_eq!(balance.structured_content, Some(json!({"result": 4200})));
+    // S35: beside the result, the advice a read gets: ran, no key, calling again is safe.
+    assert_eq!(
+        balance.structured_content,
+        Some(
+            json!({"result": 4200, "advice": {"state": "ran", "reason": null, "sameKeySafe": true, "newKeySafe": true, "retryable": false, "retryAfterSeconds": null, "key": null}})
+        )
+    );
 
     // A destructured request keys and fingerprints the same way: refund once per charge.
     let charge_id = first_out["result"]["charge_id"].as_str().unwrap();

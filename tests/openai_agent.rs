@@ -52,8 +52,16 @@ async fn a_model_calling_charge_again_after_a_lost_response_charges_once_with_id
     }
 
     // idemkit's second call ran under the contract's golden key, which the provider had seen.
-    let receipt: Value = serde_json::from_str(&with.tool_messages[1].1).unwrap();
+    // (S35: idemkit's tool message is the envelope every surface gives, the receipt its
+    // `result`, beside the advice: ran, under that key.)
+    let envelope: Value = serde_json::from_str(&with.tool_messages[1].1).unwrap();
+    let receipt = &envelope["result"];
     assert_eq!(receipt["key"], "32e00e40-1a53-8058-93c7-e9d1adc8ecaa");
+    assert_eq!(envelope["advice"]["state"], "ran");
+    assert_eq!(
+        envelope["advice"]["key"],
+        "32e00e40-1a53-8058-93c7-e9d1adc8ecaa"
+    );
     let naive_receipt: Value = serde_json::from_str(&naive.tool_messages[1].1).unwrap();
     assert!(naive_receipt["key"].is_null());
 }

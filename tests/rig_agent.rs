@@ -161,7 +161,10 @@ async fn a_lost_response_reaches_rig_as_a_retryable_failure_that_keeps_its_sourc
     assert!(feedback.contains("is safe"), "{feedback}");
     assert!(
         error.model_output().as_content()[1].as_json().unwrap()
-            == &json!({"error": "the provider did not answer in time", "reason": "failed_ambiguous", "idempotencyKey": GOLDEN_KEY})
+            == &json!({"error": "the provider did not answer in time", "reason": "failed_ambiguous", "idempotencyKey": GOLDEN_KEY,
+                // S35: the advice beside it: the outcome unknown, the same key safe, a new key not.
+                "advice": {"state": "unknown", "reason": "failed_ambiguous", "sameKeySafe": true, "newKeySafe": false,
+                           "retryable": true, "retryAfterSeconds": null, "key": GOLDEN_KEY}})
     );
 }
 
@@ -282,7 +285,10 @@ async fn a_read_only_rig_tool_is_retried_through_a_transient_failure_and_reaches
     );
     assert_eq!(
         output.as_json(),
-        Some(&json!({"result": 4200})),
+        // S35: beside the result, the advice a read gets.
+        Some(
+            &json!({"result": 4200, "advice": {"state": "ran", "reason": null, "sameKeySafe": true, "newKeySafe": true, "retryable": false, "retryAfterSeconds": null, "key": null}})
+        ),
         "{}",
         output.render()
     );
@@ -304,7 +310,12 @@ async fn a_read_only_rig_tool_surfaces_a_permanent_failure_at_once_as_not_retrya
     let feedback = &error.model_output().as_content()[1];
     assert_eq!(
         feedback.as_json(),
-        Some(&json!({"error": "no such customer", "reason": "failed", "idempotencyKey": null}))
+        // S35: a read's failure: it ran, and calling again is safe either way (it changes nothing).
+        Some(
+            &json!({"error": "no such customer", "reason": "failed", "idempotencyKey": null,
+                     "advice": {"state": "ran", "reason": "failed", "sameKeySafe": true, "newKeySafe": true,
+                                "retryable": false, "retryAfterSeconds": null, "key": null}})
+        )
     );
 }
 

@@ -10,6 +10,8 @@
 //! (`surface_faults/provider.rs`), with the `Idempotency-Key` each came with: every cell asserts
 //! one effect per operation, each sent under its own call's key, and the answers the docs give.
 //! The table in `docs/reliability.md` is this suite's output (`IDEMKIT_BLESS=1` rewrites it).
+//! On JSON, MCP, rig and HTTP problems, each answer's advice (S35) is checked against its word
+//! (`surfaces::advised`).
 //! The broken variants re-introduce issue 40's holes 1–4 and show that the matrix catches each.
 #![cfg(all(
     feature = "json",

@@ -170,8 +170,9 @@ pub async fn run(with_idemkit: bool) -> Result<Run, Box<dyn std::error::Error>> 
             async move {
                 match idem.scope(tools.call(&name, &arguments)).await {
                     Ok(reply) => reply.content(),
-                    // For the model: what went wrong, and whether to correct the call.
-                    Err(e) => e.to_string(),
+                    // For the model: what went wrong, whether to correct the call, and the
+                    // advice (S35) for the host.
+                    Err(e) => e.content(),
                 }
             }
         };

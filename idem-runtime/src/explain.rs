@@ -12,6 +12,7 @@
 
 use std::error::Error as StdError;
 
+use crate::advice::Advice;
 use crate::error::{Error, StoreErrorKind};
 use crate::key::IdempotencyKey;
 use crate::observe::{CallInfo, CallOutcome};
@@ -61,6 +62,10 @@ pub struct Explanation {
     pub retryable: bool,
     /// What happened, whether the effect may have happened, and what to do, for a model to read.
     pub text: String,
+    /// The same answer for programs (S35): the state, whether calling again is safe with the same
+    /// key and with a new one, when to retry, and the key. Every surface renders it as
+    /// `"advice"` (see [`advice`](crate::advice) for the table of reasons to states).
+    pub advice: Advice,
 }
 
 impl Explanation {
@@ -69,6 +74,26 @@ impl Explanation {
             reason,
             retryable,
             text,
+            advice: Advice::for_reason(reason, retryable, None),
+        }
+    }
+
+    /// The explanation whose advice names the operation's key.
+    fn keyed(mut self, key: Option<&IdempotencyKey>) -> Self {
+        self.advice.key = key.map(|k| k.to_string());
+        self
+    }
+
+    /// The explanation of a side effect's result that could not be written as JSON (JSON calls):
+    /// the tool ran, and for a side effect its outcome is recorded.
+    pub(crate) fn result_not_json(text: String, key: Option<&IdempotencyKey>) -> Self {
+        let told = Self::new("result_not_json", false, text).keyed(key);
+        match key {
+            Some(_) => told,
+            None => Explanation {
+                advice: Advice::read_failed("result_not_json", false),
+                ..told
+            },
         }
     }
 
@@ -100,6 +125,10 @@ impl Explanation {
         } else {
             key_fields.join(", ")
         };
+        Self::of_error_unkeyed(error, &fields).keyed(key_of(error))
+    }
+
+    fn of_error_unkeyed(error: &Error, fields: &str) -> Self {
         match error {
             Error::KeyReuse { key, .. } => Self::new(
                 "key_reuse",
@@ -256,6 +285,27 @@ impl Explanation {
     /// class. `kind` says whether the tool only reads (its answers promise no key).
     pub fn of_failure(failure: Failure, kind: ToolKind, info: Option<&CallInfo>) -> Self {
         let key = info.and_then(|i| i.key.as_ref());
+        let told = Self::of_failure_unkeyed(failure, kind, info, key);
+        let retry_after = match failure {
+            Failure::RetryAfter(d) => Some(d),
+            _ => None,
+        };
+        let advice = match kind {
+            ToolKind::ReadOnly => Advice::read_failed(told.reason, told.retryable),
+            _ => told.advice.with_key(key.map(|k| k.to_string())),
+        };
+        Explanation {
+            advice: advice.retry_after(retry_after),
+            ..told
+        }
+    }
+
+    fn of_failure_unkeyed(
+        failure: Failure,
+        kind: ToolKind,
+        info: Option<&CallInfo>,
+        key: Option<&IdempotencyKey>,
+    ) -> Self {
         if kind == ToolKind::SideEffect
             && let (Some(info), Some(key)) = (info, key)
         {
@@ -390,6 +440,26 @@ fn idem_error<'a>(
     None
 }
 
+/// The operation's key an error names (`None` where it has none).
+fn key_of(error: &Error) -> Option<&IdempotencyKey> {
+    match error {
+        Error::KeyReuse { key, .. }
+        | Error::InFlight { key, .. }
+        | Error::LeaseLost { key, .. }
+        | Error::Ambiguous { key, .. }
+        | Error::Unreplayable { key, .. }
+        | Error::Expired { key, .. } => Some(key),
+        Error::Store { key, .. } => key.as_ref(),
+        Error::Arguments { .. }
+        | Error::Settings { .. }
+        | Error::NoTenant { .. }
+        | Error::NoOperation { .. }
+        | Error::NotConfigured { .. }
+        | Error::DuplicateTool { .. }
+        | Error::NoRuntime { .. } => None,
+    }
+}
+
 /// The tool an error names (`None` for one made outside any call).
 fn tool_of(error: &Error) -> Option<&str> {
     match error {
@@ -411,20 +481,30 @@ fn tool_of(error: &Error) -> Option<&str> {
 }
 
 /// What a model reads of a successful call, on every surface that answers a model (MCP results,
-/// rig's tool output, JSON tools served over MCP): a read's `{"result": …}`, or a side effect's
-/// `{"result": …, "replayed": bool, "idempotencyKey": "…"}` (`side_effect`: whether it was
-/// replayed, and its key). Not a stable API: the integrations' one envelope.
+/// rig's tool output, JSON tools): a read's `{"result": …, "advice": …}`, or a side effect's
+/// `{"result": …, "replayed": bool, "idempotencyKey": "…", "advice": …}` (`side_effect`: whether
+/// it was replayed, and its key; `advice` is [`Advice::ran`], [`Advice::replayed`] or
+/// [`Advice::read`]). Not a stable API: the integrations' one envelope.
 #[doc(hidden)]
 pub fn success_envelope(
     result: serde_json::Value,
     side_effect: Option<(bool, Option<&str>)>,
 ) -> serde_json::Value {
     match side_effect {
-        None => serde_json::json!({ "result": result }),
-        Some((replayed, key)) => serde_json::json!({
-            "result": result,
-            "replayed": replayed,
-            "idempotencyKey": key,
-        }),
+        None => serde_json::json!({ "result": result, "advice": Advice::read() }),
+        Some((replayed, key)) => {
+            let owned = key.map(str::to_owned);
+            let advice = if replayed {
+                Advice::replayed(owned)
+            } else {
+                Advice::ran(owned)
+            };
+            serde_json::json!({
+                "result": result,
+                "replayed": replayed,
+                "idempotencyKey": key,
+                "advice": advice,
+            })
+        }
     }
 }

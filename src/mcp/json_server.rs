@@ -135,15 +135,11 @@ impl JsonToolsServer {
             }
             // Nothing ran: what to correct, as a tool error the model reads.
             Err(refused) => {
-                let reason = match &refused {
-                    crate::JsonCallError::UnknownTool { .. } => "unknown_tool",
-                    crate::JsonCallError::DuplicateTool { .. } => "duplicate_tool",
-                    _ => "invalid_arguments",
-                };
                 let mut out = CallToolResult::structured_error(json!({
                     "error": refused.to_string(),
-                    "reason": reason,
+                    "reason": refused.reason(),
                     "retryable": false,
+                    "advice": refused.advice(),
                 }));
                 out.content
                     .insert(0, ContentBlock::text(refused.to_string()));

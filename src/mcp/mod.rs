@@ -70,12 +70,13 @@
 //!   `Parameters(ChargeReq { customer_id, .. })`. The other fields of the request are the
 //!   fingerprint, so the same key fields with another amount are refused, not run.
 //! - **Results**: the method serves [`ToolOutput`] (rmcp's `Result<CallToolResult, ErrorData>`).
-//!   A success carries `{"result": …, "replayed": bool, "idempotencyKey": "…"}` as structured
-//!   content and as text, and a replay says so in a sentence the model reads first. Every failure
+//!   A success carries `{"result": …, "replayed": bool, "idempotencyKey": "…", "advice": {…}}` as
+//!   structured content and as text, and a replay says so in a sentence the model reads first. Every failure
 //!   — the tool's own, [`Error::KeyReuse`](crate::Error::KeyReuse), [`Error::InFlight`](crate::Error::InFlight), a store failure — is a tool error
 //!   (`isError: true`) that says what happened and whether calling again helps, never a protocol
-//!   error: `{"error": …, "reason": …, "retryable": bool, "idempotencyKey": …}` after a sentence
-//!   for the model (the reasons are [`Explanation`]'s). "Not run" is
+//!   error: `{"error": …, "reason": …, "retryable": bool, "idempotencyKey": …, "advice": {…}}`
+//!   after a sentence for the model (the reasons are [`Explanation`]'s; the advice, the same on
+//!   every surface, is [`Advice`](crate::Advice)). "Not run" is
 //!   said only of a call refused before any attempt; when the outcome is unknown
 //!   ([`Error::Ambiguous`](crate::Error::Ambiguous), [`Error::LeaseLost`](crate::Error::LeaseLost))
 //!   the model is told the effect may have happened, that calling again will not do it twice, and
@@ -119,8 +120,8 @@ mod operations;
 mod tenants;
 
 pub use self::client::{
-    CallError, DEFAULT_TIMEOUT, IDEMPOTENCY_KEY_META, IdempotentClient, RemoteReply, RemoteTool,
-    for_model,
+    ADVICE_META, CallError, DEFAULT_TIMEOUT, IDEMPOTENCY_KEY_META, IdempotentClient, RemoteReply,
+    RemoteTool, for_model,
 };
 #[cfg(feature = "json")]
 #[cfg_attr(docsrs, doc(cfg(feature = "json")))]
@@ -255,13 +256,19 @@ fn failure(
 }
 
 /// A failure as MCP carries it, for `#[tool]` methods and `JsonToolsServer` alike: the
-/// explanation's sentence first, then `{"error", "reason", "retryable", "idempotencyKey"}`.
+/// explanation's sentence first, then `{"error", "reason", "retryable", "idempotencyKey",
+/// "advice"}` (the advice names the key where the explanation's error did not).
 fn failed(error: String, told: &Explanation, key: Option<String>) -> CallToolResult {
+    let mut advice = told.advice.clone();
+    if advice.key.is_none() {
+        advice.key.clone_from(&key);
+    }
     let mut out = CallToolResult::structured_error(json!({
         "error": for_the_client(told.reason, error),
         "reason": told.reason,
         "retryable": told.retryable,
         "idempotencyKey": key,
+        "advice": advice,
     }));
     out.content.insert(0, ContentBlock::text(told.text.clone()));
     out

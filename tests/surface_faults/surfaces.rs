@@ -137,10 +137,47 @@ fn ok_word(info: Option<&CallInfo>) -> Answer {
     }
 }
 
+/// S35: the advice beside an answer says what its word says (checked here, apart from the
+/// table that makes it): the state, and never that a new key is safe where the effect may have
+/// happened. Panics otherwise, failing the cell.
+fn advised(word: &str, advice: &Value) -> Answer {
+    let state = match word {
+        "ok" | "verified" | "unreplayable" => "ran",
+        "replay" => "replayed",
+        "ambiguous" | "lease_lost" | "failed_ambiguous" | "500 ran" => "unknown",
+        "in_flight" | "409" => "running_elsewhere",
+        "expired" | "410" => "expired",
+        "key_reuse" | "store_unavailable" | "store_unreadable" | "refused" | "422" | "503" => {
+            "not_run"
+        }
+        other => panic!("S35: no advice expected for the answer `{other}`: {advice}"),
+    };
+    assert_eq!(advice["state"], state, "S35: `{word}` advised as {advice}");
+    assert_eq!(
+        advice["sameKeySafe"], true,
+        "S35: `{word}` advised as {advice}"
+    );
+    if state != "ran" || word == "unreplayable" {
+        assert_eq!(
+            advice["newKeySafe"], false,
+            "S35: `{word}` advised as {advice}"
+        );
+    }
+    word.into()
+}
+
 fn of_json(result: Result<JsonReply, JsonCallError>) -> Answer {
     match result {
-        Ok(reply) => ok_word(reply.info.as_ref()),
-        Err(JsonCallError::Failed { explanation, .. }) => explanation.reason.into(),
+        Ok(reply) => {
+            let content = reply.content();
+            let envelope: Value = serde_json::from_str(content.lines().last().unwrap()).unwrap();
+            advised(&ok_word(reply.info.as_ref()), &envelope["advice"])
+        }
+        Err(e @ JsonCallError::Failed { .. }) => {
+            let content = e.content();
+            let line: Value = serde_json::from_str(content.lines().last().unwrap()).unwrap();
+            advised(e.reason(), &line["advice"])
+        }
         Err(e) => format!("refused before the call: {e}"),
     }
 }
@@ -149,13 +186,14 @@ fn of_mcp(out: ToolOutput) -> Answer {
     match out {
         Ok(result) => {
             let structured = result.structured_content.unwrap_or_default();
-            if result.is_error == Some(true) {
-                structured["reason"].as_str().unwrap_or("?").into()
+            let word = if result.is_error == Some(true) {
+                structured["reason"].as_str().unwrap_or("?")
             } else if structured["replayed"] == json!(true) {
-                "replay".into()
+                "replay"
             } else {
-                "ok".into()
-            }
+                "ok"
+            };
+            advised(word, &structured["advice"])
         }
         Err(e) => format!("protocol error: {e:?}"),
     }
@@ -163,9 +201,18 @@ fn of_mcp(out: ToolOutput) -> Answer {
 
 fn of_rig(out: Result<RigToolOutput, ToolExecutionError>) -> Answer {
     match out {
-        Ok(out) if out.render().contains("Replayed:") => "replay".into(),
-        Ok(_) => "ok".into(),
-        Err(e) => e.code().unwrap_or("?").into(),
+        Ok(out) => {
+            let (word, json) = match out.as_json() {
+                Some(json) => ("ok", json.clone()),
+                None => ("replay", out.as_content()[1].as_json().unwrap().clone()),
+            };
+            assert_eq!(word == "replay", out.render().contains("Replayed:"));
+            advised(word, &json["advice"])
+        }
+        Err(e) => {
+            let feedback = e.model_output().as_content()[1].as_json().unwrap().clone();
+            advised(e.code().unwrap_or("?"), &feedback["advice"])
+        }
     }
 }
 
@@ -546,7 +593,12 @@ async fn of_http(response: Response) -> Answer {
         .await
         .map(|b| String::from_utf8_lossy(&b).into_owned())
         .unwrap_or_else(|e| format!("(the body broke off: {e})"));
-    match (status, replayed) {
+    // A problem the layer made carries the advice (S35); the handler's own responses do not.
+    let advice = serde_json::from_str::<Value>(&body)
+        .ok()
+        .filter(|b| b.get("type").is_some() && b.get("detail").is_some())
+        .map(|b| b["advice"].clone());
+    let word = match (status, replayed) {
         (500, _)
             if body.contains("The request ran")
                 && body.contains("idemkit resolve")
@@ -557,6 +609,10 @@ async fn of_http(response: Response) -> Answer {
         (500, _) => format!("500: {body}"),
         (s, true) => format!("{s} replayed"),
         (s, false) => s.to_string(),
+    };
+    match advice {
+        Some(advice) => advised(&word, &advice),
+        None => word,
     }
 }
 

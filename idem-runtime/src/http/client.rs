@@ -17,6 +17,7 @@ use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
 use reqwest::{RequestBuilder, Response, StatusCode};
 
 use super::{IDEMPOTENCY_KEY, sf_string};
+use crate::advice::Advice;
 use crate::key::IdempotencyKey;
 use crate::retry::{Classify, Failure};
 
@@ -225,6 +226,21 @@ pub enum HttpError {
     },
 }
 
+impl HttpError {
+    /// The advice a server running idemkit's layer gave beside its problem (S35, the problem's
+    /// `advice` member): what happened to the request, whether sending it again with the same key
+    /// is safe, whether a new key would be, when to retry. `None` where the failure has no
+    /// response, or the server's body carries no advice.
+    pub fn advice(&self) -> Option<Advice> {
+        let body = match self {
+            HttpError::KeyReuse { body, .. } | HttpError::Status { body, .. } => body,
+            HttpError::NoCall | HttpError::Transport(_) => return None,
+        };
+        let problem: serde_json::Value = serde_json::from_str(body).ok()?;
+        serde_json::from_value(problem.get(crate::advice::MEMBER)?.clone()).ok()
+    }
+}
+
 impl From<reqwest::Error> for HttpError {
     /// A reqwest error met after the response came (reading its body): classified like one
     /// from sending.
@@ -266,6 +282,37 @@ impl Classify for HttpError {
 #[cfg(test)]
 mod tests {
     use super::{Duration, HeaderMap, HeaderValue, RETRY_AFTER, SystemTime, retry_after};
+    use super::{HttpError, StatusCode};
+    use crate::advice::State;
+
+    /// S35: the client reads the advice of an idemkit server's problem, and none from another
+    /// server's body.
+    #[test]
+    fn s35_a_client_reads_the_advice_beside_an_idemkit_servers_problem() {
+        let problem = serde_json::json!({
+            "type": "about:blank",
+            "title": "A request with this Idempotency-Key is being processed",
+            "status": 409,
+            "detail": "the first request with this Idempotency-Key has not finished",
+            "advice": {"state": "running_elsewhere", "reason": "in_flight", "sameKeySafe": true,
+                       "newKeySafe": false, "retryable": true, "retryAfterSeconds": null, "key": null},
+        });
+        let error = HttpError::Status {
+            status: StatusCode::CONFLICT,
+            retry_after: None,
+            body: problem.to_string(),
+        };
+        let advice = error.advice().unwrap();
+        assert_eq!(advice.state, State::RunningElsewhere);
+        assert!(advice.retryable && !advice.new_key_safe);
+        let other = HttpError::Status {
+            status: StatusCode::CONFLICT,
+            retry_after: None,
+            body: r#"{"error": "conflict"}"#.into(),
+        };
+        assert_eq!(other.advice(), None);
+        assert_eq!(HttpError::NoCall.advice(), None);
+    }
 
     #[test]
     fn retry_after_reads_seconds_and_http_dates() {

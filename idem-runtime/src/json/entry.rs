@@ -140,7 +140,8 @@ pub(super) fn prepare<A: JsonArgs>(
 /// What the model is told of a result that did not serialize: the tool ran, and for a side
 /// effect its outcome is recorded (a repeat is not done again, and gets the same answer).
 pub(super) fn result_not_json(info: Option<&CallInfo>) -> Explanation {
-    let text = match info.and_then(|i| i.key.as_ref()) {
+    let key = info.and_then(|i| i.key.as_ref());
+    let text = match key {
         Some(key) => format!(
             "Done: the tool ran and took effect (idempotency key {key}), but its result could not be written as \
              JSON. It will not be done again under this key, so calling again gets this same answer; tell the user \
@@ -150,11 +151,7 @@ pub(super) fn result_not_json(info: Option<&CallInfo>) -> Explanation {
                  the user."
             .to_owned(),
     };
-    Explanation {
-        reason: "result_not_json",
-        retryable: false,
-        text,
-    }
+    Explanation::result_not_json(text, key)
 }
 
 /// The error's text, from its description, and what to tell the model: by idemkit's own error

@@ -41,7 +41,7 @@ struct Entry {
 /// // for each of the response's tool_calls:
 /// let content = match tools.call(&call.function.name, &call.function.arguments).await {
 ///     Ok(reply) => reply.content(),
-///     Err(e) => e.to_string(), // for the model: what to correct
+///     Err(e) => e.content(),   // for the model: what happened, what to correct, the advice
 /// };
 /// ```
 ///

@@ -1,11 +1,12 @@
 //! What a JSON call answers: a tool's definition for a chat API (`ToolDefinition`), its reply
 //! (`JsonReply`) or why it failed (`JsonCallError`).
 
-use crate::explain::Explanation;
+use crate::advice::Advice;
+use crate::explain::{Explanation, success_envelope};
 use crate::key::IdempotencyKey;
 use crate::observe::CallInfo;
 use crate::registry::ToolKind;
-use crate::sentences::was_not_run;
+use crate::sentences::{replayed, was_not_run};
 use serde_json::{Value, json};
 use std::fmt;
 
@@ -64,9 +65,31 @@ impl JsonReply {
         self.info.as_ref().and_then(|i| i.key.as_ref())
     }
 
-    /// The value as JSON text: a chat API's tool message content.
+    /// What the model is told of the call, for programs (S35): `ran` or `replayed`, with the
+    /// key; a read's is `ran` with no key. See [`advice`](crate::advice).
+    pub fn advice(&self) -> Advice {
+        match (self.info.as_ref(), self.key()) {
+            (Some(info), Some(key)) if info.replayed => Advice::replayed(Some(key.to_string())),
+            (_, Some(key)) => Advice::ran(Some(key.to_string())),
+            (_, None) => Advice::read(),
+        }
+    }
+
+    /// A chat API's tool message content: the envelope every surface gives a model,
+    /// `{"result": …, "replayed": bool, "idempotencyKey": "…", "advice": {…}}` (a read's:
+    /// `{"result": …, "advice": {…}}`) as JSON text, after the sentence a replay starts with
+    /// (on a line of its own).
     pub fn content(&self) -> String {
-        self.value.to_string()
+        let key = self.key().map(|k| k.to_string());
+        let envelope = success_envelope(
+            self.value.clone(),
+            key.as_deref().map(|k| (self.replayed(), Some(k))),
+        );
+        if self.replayed() {
+            format!("{}\n{envelope}", replayed(key.as_deref()))
+        } else {
+            envelope.to_string()
+        }
     }
 }
 
@@ -127,6 +150,34 @@ impl JsonCallError {
     /// Whether the tool was called (only [`JsonCallError::Failed`]); the other errors ran nothing.
     pub fn called(&self) -> bool {
         matches!(self, JsonCallError::Failed { .. })
+    }
+
+    /// A stable word for why: [`Explanation`]'s reason for a failed call, else `unknown_tool`,
+    /// `invalid_arguments` (too large, not JSON, not the parameters) or `duplicate_tool`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            JsonCallError::UnknownTool { .. } => "unknown_tool",
+            JsonCallError::ArgumentsTooLarge { .. } | JsonCallError::InvalidArguments { .. } => {
+                "invalid_arguments"
+            }
+            JsonCallError::Failed { explanation, .. } => explanation.reason,
+            JsonCallError::DuplicateTool { .. } => "duplicate_tool",
+        }
+    }
+
+    /// The same answer for programs (S35): a failed call's [`Explanation::advice`], else
+    /// `not_run` (nothing ran, and no record was read). See [`advice`](crate::advice).
+    pub fn advice(&self) -> Advice {
+        match self {
+            JsonCallError::Failed { explanation, .. } => explanation.advice.clone(),
+            other => Advice::for_reason(other.reason(), false, None),
+        }
+    }
+
+    /// A chat API's tool message content: this error's text (what the model reads first), then,
+    /// on a line of its own, `{"advice": {…}}`.
+    pub fn content(&self) -> String {
+        format!("{self}\n{}", serde_json::json!({ "advice": self.advice() }))
     }
 }
 

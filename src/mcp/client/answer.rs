@@ -3,6 +3,7 @@
 //! explanations and sentences.
 
 use idem_runtime::__private::serde_json::json;
+use idem_runtime::advice::Advice;
 use idem_runtime::{Explanation, IdempotencyKey, ToolKind};
 use rmcp::model::{CallToolResult, ContentBlock};
 
@@ -21,6 +22,12 @@ pub struct RemoteReply {
     pub replayed: bool,
 }
 
+/// The result `_meta` entry that carries the [`Advice`] (S35) of a remote call that ended with the
+/// tool's own answer: the answer's content and structured content stay the server's, as its
+/// output schema says, and the advice goes beside them. A refusal or an unknown outcome carries
+/// it as idemkit's own MCP tools do, in the structured error (`"advice"`).
+pub const ADVICE_META: &str = "idemkit/advice";
+
 /// A remote call's end as an MCP result for a model: the tool's own answer as its server gave
 /// it (a replay starts with the sentence that says so: nothing was done again), or, when idemkit
 /// refused the call or its outcome is unknown, a tool error (`isError: true`) with the
@@ -35,11 +42,18 @@ pub fn for_model(
     match ended {
         Ok(reply) => {
             let mut out = reply.result.clone();
+            let key = reply.key.map(|k| k.to_string());
             if reply.replayed {
-                let key = reply.key.map(|k| k.to_string());
                 let note = crate::__private::replayed_note(key.as_deref());
                 out.content.insert(0, ContentBlock::text(note));
             }
+            let advice = match (kind, reply.replayed) {
+                (ToolKind::ReadOnly, _) => Advice::read(),
+                (ToolKind::SideEffect, true) => Advice::replayed(key),
+                (ToolKind::SideEffect, false) => Advice::ran(key),
+            };
+            let meta = out.meta.get_or_insert_with(Default::default);
+            meta.0.insert(ADVICE_META.to_owned(), json!(advice));
             out
         }
         Err(CallError::Idem(e)) => {
@@ -55,6 +69,7 @@ pub fn for_model(
                 "error": text,
                 "reason": "invalid_arguments",
                 "retryable": false,
+                "advice": Advice::for_reason("invalid_arguments", false, None),
             }));
             out.content.insert(0, ContentBlock::text(text));
             out

@@ -5,7 +5,7 @@ mod answer;
 mod config;
 mod failure;
 
-pub use self::answer::{RemoteReply, for_model};
+pub use self::answer::{ADVICE_META, RemoteReply, for_model};
 pub use self::config::RemoteTool;
 pub use self::failure::CallError;
 

@@ -1,6 +1,7 @@
 //! The bodies a response through the layer has: what the layer made or replayed, the handler's
 //! own, or a handler's body streamed on after its first frames (`ResponseBody`, `Prefixed`).
 
+use crate::advice::Advice;
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderValue};
 use http::{Response, StatusCode, response};
@@ -169,17 +170,20 @@ pub(super) fn ends_with_ignore_case(text: &str, suffix: &str) -> bool {
         .is_some_and(|at| text[at..].eq_ignore_ascii_case(suffix.as_bytes()))
 }
 
-/// A response the layer makes itself (RFC 9457 problem details, as the draft's examples).
+/// A response the layer makes itself (RFC 9457 problem details, as the draft's examples), with
+/// the extension member `advice` (S35: [`Advice`], the same object every surface gives).
 pub(super) fn problem<B>(
     status: StatusCode,
     title: &str,
     detail: &str,
+    advice: Advice,
 ) -> Response<ResponseBody<B>> {
     let body = serde_json::json!({
         "type": "about:blank",
         "title": title,
         "status": status.as_u16(),
         "detail": detail,
+        "advice": advice,
     });
     let mut response = Response::new(Either::Left(Full::new(Bytes::from(body.to_string()))));
     *response.status_mut() = status;

@@ -2,8 +2,10 @@
 //! refuse it, or run it as one call of the executor (claimed, spawned apart from its connection,
 //! recorded) and answer with the handler's response, a replay or a problem.
 
+use crate::advice::Advice;
 use crate::error::{Error, StoreErrorKind};
 use crate::exec::Tool;
+use crate::explain::Explanation;
 use crate::fingerprint::Fingerprint;
 use crate::http::{IDEMPOTENCY_KEY, MAX_KEY_LENGTH, parse_sf_string};
 use crate::idem::TaskScope;
@@ -142,6 +144,7 @@ pub(super) fn admit<ReqBody, B>(config: &Config, req: Request<ReqBody>) -> Admit
                 StatusCode::BAD_REQUEST,
                 "Idempotency-Key is missing",
                 "this operation is idempotent and requires an Idempotency-Key header",
+                Advice::for_reason("key_missing", false, None),
             ));
         }
         Err(why) => {
@@ -149,6 +152,7 @@ pub(super) fn admit<ReqBody, B>(config: &Config, req: Request<ReqBody>) -> Admit
                 StatusCode::BAD_REQUEST,
                 "Idempotency-Key is malformed",
                 why,
+                Advice::for_reason("key_malformed", false, None),
             ));
         }
     };
@@ -162,6 +166,7 @@ pub(super) fn admit<ReqBody, B>(config: &Config, req: Request<ReqBody>) -> Admit
                     StatusCode::UNAUTHORIZED,
                     "No scope for the Idempotency-Key",
                     "keys are kept per principal, and this request has none",
+                    Advice::for_reason("no_tenant", false, None),
                 ));
             }
         },
@@ -204,6 +209,7 @@ where
                 "a keyed request's body may be at most {} bytes",
                 config.max_body
             ),
+            Advice::for_reason("too_large", false, None),
         )
     };
     let declared = parts
@@ -221,6 +227,7 @@ where
                 StatusCode::BAD_REQUEST,
                 "Request body unreadable",
                 "the request's body broke off before its end",
+                Advice::for_reason("body_unreadable", false, None),
             ));
         }
     };
@@ -423,6 +430,8 @@ pub(super) fn unknown_outcome<B>(
              the record's key, derived from the Idempotency-Key.",
             sentences::how_to_settle(key)
         ),
+        // A layer told the handler is safe to re-run runs it again on a repeat.
+        Advice::for_reason("ambiguous", config.handler_resends, Some(key.to_string())),
     )
 }
 
@@ -498,7 +507,22 @@ pub(super) fn refusal<B>(config: &Config, e: &Error) -> Response<ResponseBody<B>
             e.to_string(),
         ),
     };
-    problem(status, title, &detail)
+    // The same advice a tool's caller gets of this error, with the record's key only where the
+    // detail names it for an operator (a key reused, a request in flight and the store down are
+    // the client's to act on, with its own Idempotency-Key).
+    let mut advice = Explanation::of_error(e, &[]).advice;
+    let unnamed = match e {
+        Error::KeyReuse { .. } | Error::InFlight { .. } | Error::Expired { .. } => true,
+        Error::Store { source, .. } => matches!(
+            source.kind(),
+            StoreErrorKind::Unavailable | StoreErrorKind::Other
+        ),
+        _ => false,
+    };
+    if unnamed {
+        advice.key = None;
+    }
+    problem(status, title, &detail, advice)
 }
 
 impl<S> tower_layer::Layer<S> for IdempotencyLayer {

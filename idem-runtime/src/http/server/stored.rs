@@ -1,5 +1,6 @@
 //! A response as the store keeps it (status, chosen headers, body) and how it is replayed.
 
+use crate::advice::Advice;
 use crate::error::Error;
 use crate::http::REPLAYED;
 use crate::key::IdempotencyKey;
@@ -85,6 +86,7 @@ impl Stored {
                          (record {key})",
                         self.status
                     ),
+                    Advice::for_reason("unreplayable", false, Some(key.to_string())),
                 );
             }
         };
