@@ -37,7 +37,8 @@ impl PostgresStore {
     pub(super) async fn prune_now(&self, limit: usize) -> Result<usize, StoreError> {
         let mut pruned = 0usize;
         while pruned < limit {
-            let batch = PRUNE_BATCH.min((limit - pruned) as i64);
+            // `limit` may be past `i64::MAX` (`usize::MAX`: "all"), which `as` would make negative.
+            let batch = PRUNE_BATCH.min(i64::try_from(limit - pruned).unwrap_or(i64::MAX));
             let n = self
                 .run("prune", |c| async move {
                     self.changed(&c, &self.sql.prune, types::PRUNE, &[&batch])
