@@ -141,10 +141,11 @@ async fn run(args: &[String]) -> Result<(), String> {
     let after = bench.size().await;
     let per = (after - before) as f64 / n as f64;
     println!(
-        "growth {store} ({}): {n} {kind:?} filled in {fill_secs:.1} s; {} {per:.0} bytes per {}; load {}",
+        "growth {store} ({}): {n} {kind:?} filled in {fill_secs:.1} s; {} {per:.0} bytes per {} ({}-byte outcome); load {}",
         bench.durability().await,
         bench.size_measure(),
         if kind == Kind::Expired { "expired record" } else { "record" },
+        fill::outcome().len(),
         load()
     );
     match what.as_str() {

@@ -24,8 +24,21 @@ pub const TOOL: &str = "charge";
 /// The fingerprint every record is made with (a replay claims with the same one).
 pub const FINGERPRINT: Fingerprint = Fingerprint([7; 32]);
 /// A receipt as a tool returns it, 65 bytes of JSON (the executor's seal is not added: this is
-/// the store's cost for an outcome of this size).
-pub const OUTCOME: &[u8; 65] = br#"{"order_id":1234567,"amount_cents":1999,"receipt":"r_0123456789"}"#;
+/// the store's cost for an outcome of this size). `IDEMKIT_GROWTH_OUTCOME_BYTES=N` pads or cuts
+/// the receipt's id to make the outcome `N` bytes (at least 49).
+pub fn outcome() -> &'static [u8] {
+    static OUTCOME: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    OUTCOME.get_or_init(|| {
+        let head = r#"{"order_id":1234567,"amount_cents":1999,"receipt":"r_"#;
+        let bytes: usize = std::env::var("IDEMKIT_GROWTH_OUTCOME_BYTES")
+            .ok()
+            .and_then(|b| b.parse().ok())
+            .unwrap_or(65);
+        let id = bytes.saturating_sub(head.len() + 2).max(1);
+        let id: String = "0123456789".chars().cycle().take(id).collect();
+        format!("{head}{id}\"}}").into_bytes()
+    })
+}
 /// A live record's time-to-live.
 pub const TTL: Duration = Duration::from_secs(24 * 3600);
 /// A claim's lease.
@@ -87,7 +100,7 @@ pub async fn call<S: Store>(store: &S, key: IdempotencyKey, ttl: Duration) {
     let claim = store.claim(&req).await.expect("claim");
     assert_eq!(claim, Claim::Acquired { takeover: None });
     let written = store
-        .complete(key, req.token, Outcome::from(OUTCOME), ttl)
+        .complete(key, req.token, Outcome::from(outcome()), ttl)
         .await
         .expect("complete");
     assert_eq!(written, Written::Applied);
