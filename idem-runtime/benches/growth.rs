@@ -5,18 +5,19 @@
 //!
 //! The stores are filled without calls ([`fill`]: one record made through the store's API, then
 //! copied under random keys by the store's bulk path), read back through `Records::get`, and
-//! then timed call by call: `n` first calls (a claim that makes a record and its completion,
-//! on a fresh random key) interleaved with `n` replays (a claim of a random filled key, answered
-//! with its completed outcome), after 200 of each not counted; p50 and p99 of each. The
-//! stores run with their library defaults (SQLite `synchronous=FULL`; PostgreSQL's durability
-//! is the server's, printed with each figure), and each run prints the load average.
+//! then timed call by call: first calls (a claim that makes a record and its completion, on a
+//! fresh random key) and replays (a claim of a random filled key, answered with its completed
+//! outcome), on the grown store and on a store of 10,000 records in turn, so that the two see
+//! the machine alike (its fsyncs and other processes' load move these figures by several times
+//! within minutes); 200 rounds not counted, then p50 and p99 of each. The stores run with their
+//! library defaults (SQLite `synchronous=FULL`; PostgreSQL's and Redis's durability is the
+//! server's, printed with each figure), and each run prints the load average.
 //!
 //! Run (a server URL from `IDEMKIT_GROWTH_POSTGRES_URL` or `IDEMKIT_TEST_POSTGRES_URL`, and
 //! `IDEMKIT_GROWTH_REDIS_URL` or `IDEMKIT_TEST_REDIS_URL`; files under `$TMPDIR`, deleted after):
 //!
 //! ```text
-//! cargo bench -p idem-runtime --features sqlite,postgres,redis --bench growth -- latency sqlite 1000000 [CALLS]
-//! cargo bench -p idem-runtime --features sqlite,postgres,redis --bench growth -- latency postgres 1000000 [CALLS]
+//! cargo bench -p idem-runtime --features sqlite,postgres,redis --bench growth -- latency memory|sqlite|postgres|redis 1000000 [CALLS]
 //! cargo bench -p idem-runtime --features sqlite,postgres,redis --bench growth -- size memory|sqlite|postgres|redis 1000000 [record|tombstone]
 //! cargo bench -p idem-runtime --features sqlite,postgres,redis --bench growth -- prune memory|sqlite|postgres|redis 1000000
 //! ```
@@ -64,7 +65,7 @@ pub fn held() -> isize {
 }
 
 const WARM_UP: usize = 200;
-const USAGE: &str = "usage: growth latency sqlite|postgres RECORDS [CALLS] | size memory|sqlite|postgres|redis RECORDS [record|tombstone] | prune memory|sqlite|postgres|redis RECORDS";
+const USAGE: &str = "usage: growth latency memory|sqlite|postgres|redis RECORDS [CALLS] | size memory|sqlite|postgres|redis RECORDS [record|tombstone] | prune memory|sqlite|postgres|redis RECORDS";
 
 fn load() -> String {
     std::fs::read_to_string("/proc/loadavg")
@@ -88,25 +89,46 @@ async fn replay<S: Store>(store: &S, key: IdempotencyKey) {
     }
 }
 
-/// `calls` first calls interleaved with `calls` replays of random keys of `sample`.
-pub async fn latency<S: Store>(store: &S, sample: &[IdempotencyKey], calls: usize) -> [(f64, f64); 2] {
-    let mut first = Vec::with_capacity(calls);
-    let mut again = Vec::with_capacity(calls);
+/// The records in the store every grown store is compared with, call by call.
+pub const REFERENCE: usize = 10_000;
+
+/// p50 and p99 of a first call and of a replay, on one store.
+pub type Figures = [(f64, f64); 2];
+
+/// `calls` rounds, each a first call and a replay on the grown store `big` and the same on the
+/// reference store `small` (in turn first), so that both see the machine in the same state
+/// (other processes' load and fsyncs move these figures by several times within minutes). A
+/// first call claims a fresh random key and completes it; a replay claims a random key of the
+/// store's fill. Returns `[small, big]`.
+pub async fn latency<S: Store>(
+    small: (&S, &[IdempotencyKey]),
+    big: (&S, &[IdempotencyKey]),
+    calls: usize,
+) -> [Figures; 2] {
+    let mut times: [Vec<Duration>; 4] = std::array::from_fn(|_| Vec::with_capacity(calls));
     for i in 0..WARM_UP + calls {
-        let key = fill::fresh_key();
-        let t = Instant::now();
-        fill::call(store, key, TTL).await;
-        let a = t.elapsed();
-        let key = sample[fastrand::usize(..sample.len())];
-        let t = Instant::now();
-        replay(store, key).await;
-        let b = t.elapsed();
-        if i >= WARM_UP {
-            first.push(a);
-            again.push(b);
+        let order = if i % 2 == 0 { [0, 1] } else { [1, 0] };
+        for which in order {
+            let (store, sample) = if which == 0 { small } else { big };
+            let key = fill::fresh_key();
+            let t = Instant::now();
+            fill::call(store, key, TTL).await;
+            let a = t.elapsed();
+            let key = sample[fastrand::usize(..sample.len())];
+            let t = Instant::now();
+            replay(store, key).await;
+            let b = t.elapsed();
+            if i >= WARM_UP {
+                times[2 * which].push(a);
+                times[2 * which + 1].push(b);
+            }
         }
     }
-    [percentiles(&mut first), percentiles(&mut again)]
+    let [mut sf, mut sr, mut bf, mut br] = times;
+    [
+        [percentiles(&mut sf), percentiles(&mut sr)],
+        [percentiles(&mut bf), percentiles(&mut br)],
+    ]
 }
 
 /// Checks that the fill reads as real records through the store (`Records::get`).
@@ -153,12 +175,22 @@ async fn run(args: &[String]) -> Result<(), String> {
         "latency" => {
             let calls: usize = rest.first().and_then(|c| c.parse().ok()).unwrap_or(5_000);
             bench.read_back(&sample).await;
-            let [(f50, f99), (r50, r99)] = bench.latency(&sample, calls).await;
+            let mut reference = Bench::open(store, REFERENCE).await?;
+            let template = reference.template(Kind::Record).await?;
+            let small = reference.fill(Kind::Record, &template, REFERENCE).await?;
+            reference.read_back(&small).await;
+            let [[(s50, s99), (t50, t99)], [(f50, f99), (r50, r99)]] =
+                bench.latency(&sample, &reference, &small, calls).await;
             println!(
-                "growth {store} ({}), {n} records: first call p50 {f50:.1} µs p99 {f99:.1} µs; replay p50 {r50:.1} µs p99 {r99:.1} µs ({calls} of each, interleaved; load {})",
+                "growth {store} ({}), {n} records: first call p50 {f50:.1} µs p99 {f99:.1} µs; replay p50 {r50:.1} µs p99 {r99:.1} µs. \
+                 Beside it, {REFERENCE} records: first call p50 {s50:.1} µs p99 {s99:.1} µs; replay p50 {t50:.1} µs p99 {t99:.1} µs. \
+                 p50 {n} ÷ {REFERENCE}: first call {:.2}×, replay {:.2}× ({calls} rounds; load {})",
                 bench.durability().await,
+                f50 / s50,
+                r50 / t50,
                 load()
             );
+            reference.clean().await;
         }
         "prune" => {
             let t = Instant::now();

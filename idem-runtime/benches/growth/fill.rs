@@ -3,7 +3,7 @@
 //! Every store is filled the same way: one record of the wanted [`Kind`] is made through the
 //! store's own API (a claim and a completion, as a call makes it: the template), and that row or
 //! hash is then copied under many random keys by the store's bulk path (SQLite: prepared
-//! inserts of a copy of the template's row, one transaction; PostgreSQL: `INSERT … SELECT` of
+//! inserts of a copy of the template's row, a transaction per million; PostgreSQL: `INSERT … SELECT` of
 //! the template's row over `unnest` of 10,000 keys a statement; Redis: the template's hash
 //! `DUMP`ed and `RESTORE`d under each key, pipelined). Only the key changes, so whatever columns
 //! or fields the store writes today (or after a migration) are copied as they are, and the store
@@ -140,8 +140,8 @@ impl Keys {
     }
 }
 
-/// SQLite: copies the template's row under `n` random keys in one transaction of prepared
-/// inserts on a connection of its own (the store closed meanwhile). Returns a sample of the keys.
+/// SQLite: copies the template's row under `n` random keys with prepared inserts, a transaction
+/// per million rows, on a connection of its own (the store closed meanwhile). Returns a sample of the keys.
 pub fn sqlite(
     path: &std::path::Path,
     template: &IdempotencyKey,
@@ -162,23 +162,31 @@ pub fn sqlite(
         cols = rest.join(", ")
     );
     let mut keys = Keys::new(n);
-    let tx = conn.transaction()?;
-    {
-        let mut stmt = tx.prepare(&insert)?;
-        loop {
-            let batch = keys.batch(BATCH);
-            if batch.is_empty() {
-                break;
-            }
-            for u in batch {
-                let key = IdempotencyKey::from_uuid(u);
-                assert_eq!(stmt.execute([key.as_str(), template.as_str()])?, 1);
+    // A transaction per million rows, each checkpointed: the WAL stays at a million rows' pages
+    // rather than the whole file's.
+    loop {
+        let tx = conn.transaction()?;
+        let mut added = 0;
+        {
+            let mut stmt = tx.prepare_cached(&insert)?;
+            while added < 1_000_000 {
+                let batch = keys.batch(BATCH);
+                if batch.is_empty() {
+                    break;
+                }
+                added += batch.len();
+                for u in batch {
+                    let key = IdempotencyKey::from_uuid(u);
+                    assert_eq!(stmt.execute([key.as_str(), template.as_str()])?, 1);
+                }
             }
         }
+        tx.commit()?;
+        conn.pragma_update(None, "wal_checkpoint", "TRUNCATE")?;
+        if added == 0 {
+            return Ok(keys.sample);
+        }
     }
-    tx.commit()?;
-    conn.pragma_update(None, "wal_checkpoint", "TRUNCATE")?;
-    Ok(keys.sample)
 }
 
 /// PostgreSQL: copies the template's row of `table` (`schema.table`, unquoted names) under `n`

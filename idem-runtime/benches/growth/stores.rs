@@ -236,12 +236,29 @@ impl Bench {
         }
     }
 
-    pub async fn latency(&self, sample: &[IdempotencyKey], calls: usize) -> [(f64, f64); 2] {
-        match self {
-            Bench::Memory(s) => super::latency(s, sample, calls).await,
-            Bench::Sqlite { .. } => super::latency(self.sqlite(), sample, calls).await,
-            Bench::Postgres { store, .. } => super::latency(store, sample, calls).await,
-            Bench::Redis { store, .. } => super::latency(store, sample, calls).await,
+    /// First calls and replays on this store and on `reference` (the same kind of store), in
+    /// turn: `[reference, this]`.
+    pub async fn latency(
+        &self,
+        sample: &[IdempotencyKey],
+        reference: &Bench,
+        small: &[IdempotencyKey],
+        calls: usize,
+    ) -> [super::Figures; 2] {
+        match (reference, self) {
+            (Bench::Sqlite { .. }, Bench::Sqlite { .. }) => {
+                super::latency((reference.sqlite(), small), (self.sqlite(), sample), calls).await
+            }
+            (Bench::Postgres { store: a, .. }, Bench::Postgres { store: b, .. }) => {
+                super::latency((a, small), (b, sample), calls).await
+            }
+            (Bench::Redis { store: a, .. }, Bench::Redis { store: b, .. }) => {
+                super::latency((a, small), (b, sample), calls).await
+            }
+            (Bench::Memory(a), Bench::Memory(b)) => {
+                super::latency((a, small), (b, sample), calls).await
+            }
+            _ => unreachable!("two stores of one kind"),
         }
     }
 
