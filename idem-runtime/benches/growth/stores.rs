@@ -80,11 +80,13 @@ impl Bench {
                     .connect()
                     .await
                     .map_err(|e| e.to_string())?;
-                let conn = redis::Client::open(url.as_str())
+                let mut conn = redis::Client::open(url.as_str())
                     .map_err(|e| e.to_string())?
                     .get_multiplexed_async_connection()
                     .await
                     .map_err(|e| e.to_string())?;
+                // A pipeline of 10,000 restores may wait behind the server's snapshot (`save`).
+                conn.set_response_timeout(Duration::from_secs(300));
                 Bench::Redis {
                     store,
                     conn,
