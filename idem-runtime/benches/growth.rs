@@ -51,7 +51,10 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        HELD.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
+        HELD.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
@@ -134,7 +137,11 @@ pub async fn latency<S: Store>(
 /// Checks that the fill reads as real records through the store (`Records::get`).
 pub async fn read_back<S: Records>(store: &S, sample: &[IdempotencyKey]) {
     for key in sample.iter().take(3) {
-        let record = store.get(key).await.expect("get").expect("a filled record reads back");
+        let record = store
+            .get(key)
+            .await
+            .expect("get")
+            .expect("a filled record reads back");
         assert_eq!(record.fingerprint, FINGERPRINT);
         assert_eq!(record.tool, TOOL);
     }
@@ -166,7 +173,11 @@ async fn run(args: &[String]) -> Result<(), String> {
         "growth {store} ({}): {n} {kind:?} filled in {fill_secs:.1} s; {} {per:.0} bytes per {} ({}-byte outcome); load {}",
         bench.durability().await,
         bench.size_measure(),
-        if kind == Kind::Expired { "expired record" } else { "record" },
+        if kind == Kind::Expired {
+            "expired record"
+        } else {
+            "record"
+        },
         fill::outcome().len(),
         load()
     );
@@ -196,7 +207,11 @@ async fn run(args: &[String]) -> Result<(), String> {
             let t = Instant::now();
             let pruned = bench.prune().await;
             let secs = t.elapsed().as_secs_f64();
-            assert_eq!(pruned, n + 1, "prune removed every expired record, the template too");
+            assert_eq!(
+                pruned,
+                n + 1,
+                "prune removed every expired record, the template too"
+            );
             println!(
                 "growth {store} ({}): prune removed {pruned} expired records in {secs:.2} s: {:.0} records/s; load {}",
                 bench.durability().await,
@@ -213,7 +228,10 @@ async fn run(args: &[String]) -> Result<(), String> {
 fn main() {
     // `cargo bench` passes `--bench`; a bare run (`cargo bench` of the whole package) measures
     // nothing here.
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
     if args.is_empty() {
         eprintln!("growth: nothing run ({USAGE})");
         return;

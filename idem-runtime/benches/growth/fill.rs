@@ -75,9 +75,11 @@ impl Kind {
             Kind::Record => TTL,
             Kind::Expired => Duration::from_millis(1),
             Kind::Tombstone => {
-                return Err("tombstone: not yet measured (S33's tombstones are not in this build; \
+                return Err(
+                    "tombstone: not yet measured (S33's tombstones are not in this build; \
                             make the template here once a record past its ttl leaves one)"
-                    .to_owned());
+                        .to_owned(),
+                );
             }
         };
         let key = fresh_key();
@@ -233,7 +235,9 @@ pub async fn postgres(
         if batch.is_empty() {
             break;
         }
-        let added = client.execute(&insert, &[&batch, &template.as_uuid()]).await?;
+        let added = client
+            .execute(&insert, &[&batch, &template.as_uuid()])
+            .await?;
         assert_eq!(added as usize, batch.len());
     }
     client.batch_execute(&format!("VACUUM ANALYZE {t}")).await?;

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use idem_runtime::{IdempotencyKey, MemoryStore, PostgresStore, RedisStore, Records, SqliteStore};
+use idem_runtime::{IdempotencyKey, MemoryStore, PostgresStore, Records, RedisStore, SqliteStore};
 
 use super::fill::{self, Kind};
 
@@ -93,7 +93,11 @@ impl Bench {
                     prefix,
                 }
             }
-            _ => return Err(format!("no store `{name}`: memory, sqlite, postgres, redis")),
+            _ => {
+                return Err(format!(
+                    "no store `{name}`: memory, sqlite, postgres, redis"
+                ));
+            }
         })
     }
 
@@ -203,7 +207,12 @@ impl Bench {
             }
             Bench::Postgres { client, .. } => {
                 let mut out = Vec::new();
-                for setting in ["fsync", "synchronous_commit", "full_page_writes", "shared_buffers"] {
+                for setting in [
+                    "fsync",
+                    "synchronous_commit",
+                    "full_page_writes",
+                    "shared_buffers",
+                ] {
                     let v: String = client
                         .query_one(&format!("SHOW {setting}"), &[])
                         .await
@@ -222,7 +231,10 @@ impl Bench {
                         .query_async(conn)
                         .await
                         .expect("CONFIG GET");
-                    out.push(format!("{setting}={:?}", v.get(1).cloned().unwrap_or_default()));
+                    out.push(format!(
+                        "{setting}={:?}",
+                        v.get(1).cloned().unwrap_or_default()
+                    ));
                 }
                 out.join(", ")
             }
