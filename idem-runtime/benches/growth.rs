@@ -1,0 +1,247 @@
+//! The store's cost as the work grows (issue 53): a first call and a replay with 10 thousand to
+//! 10 million records already in the store, bytes per record on each store, Redis memory per
+//! record, prune's throughput. Not run by `benches/run.sh` or CI (a 10 million record fill takes
+//! minutes and gigabytes); `cargo check --benches` builds it.
+//!
+//! The stores are filled without calls ([`fill`]: one record made through the store's API, then
+//! copied under random keys by the store's bulk path), read back through `Records::get`, and
+//! then timed call by call: first calls (a claim that makes a record and its completion, on a
+//! fresh random key) and replays (a claim of a random filled key, answered with its completed
+//! outcome), on the grown store and on a store of 10,000 records in turn, so that the two see
+//! the machine alike (its fsyncs and other processes' load move these figures by several times
+//! within minutes); 200 rounds not counted, then p50 and p99 of each. The stores run with their
+//! library defaults (SQLite `synchronous=FULL`; PostgreSQL's and Redis's durability is the
+//! server's, printed with each figure), and each run prints the load average.
+//!
+//! Run (a server URL from `IDEMKIT_GROWTH_POSTGRES_URL` or `IDEMKIT_TEST_POSTGRES_URL`, and
+//! `IDEMKIT_GROWTH_REDIS_URL` or `IDEMKIT_TEST_REDIS_URL`; files under `$TMPDIR`, deleted after):
+//!
+//! ```text
+//! cargo bench -p idem-runtime --features sqlite,postgres,redis --bench growth -- latency memory|sqlite|postgres|redis 1000000 [CALLS]
+//! cargo bench -p idem-runtime --features sqlite,postgres,redis --bench growth -- size memory|sqlite|postgres|redis 1000000 [record|tombstone]
+//! cargo bench -p idem-runtime --features sqlite,postgres,redis --bench growth -- prune memory|sqlite|postgres|redis 1000000
+//! ```
+
+#[path = "growth/fill.rs"]
+mod fill;
+#[path = "growth/stores.rs"]
+mod stores;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::time::{Duration, Instant};
+
+use fill::{FINGERPRINT, Kind, LEASE, TOOL, TTL};
+use idem_runtime::store::{Claim, ClaimRequest, ExistingState, LeaseToken};
+use idem_runtime::{IdempotencyKey, Records, Store};
+use stores::Bench;
+
+/// Counts the bytes the process holds, for the memory store's bytes per record.
+struct Counting;
+
+static HELD: AtomicIsize = AtomicIsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        HELD.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        HELD.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        HELD.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+/// Bytes held by the process's allocations (the memory store's records among them).
+pub fn held() -> isize {
+    HELD.load(Ordering::Relaxed)
+}
+
+const WARM_UP: usize = 200;
+const USAGE: &str = "usage: growth latency memory|sqlite|postgres|redis RECORDS [CALLS] | size memory|sqlite|postgres|redis RECORDS [record|tombstone] | prune memory|sqlite|postgres|redis RECORDS";
+
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".to_owned())
+}
+
+/// p50 and p99 of `times` (sorted here), in microseconds.
+fn percentiles(times: &mut [Duration]) -> (f64, f64) {
+    times.sort_unstable();
+    let at = |q: usize| times[(times.len() * q / 100).min(times.len() - 1)].as_secs_f64() * 1e6;
+    (at(50), at(99))
+}
+
+/// A replay's store work: the claim of a completed record, answered with its outcome.
+async fn replay<S: Store>(store: &S, key: IdempotencyKey) {
+    let req = ClaimRequest::new(key, TOOL, FINGERPRINT, LeaseToken::new(), LEASE, TTL);
+    match store.claim(&req).await.expect("claim") {
+        Claim::Existing(e) if matches!(e.state, ExistingState::Completed { .. }) => {}
+        other => panic!("a filled record did not replay: {other:?}"),
+    }
+}
+
+/// The records in the store every grown store is compared with, call by call.
+pub const REFERENCE: usize = 10_000;
+
+/// p50 and p99 of a first call and of a replay, on one store.
+pub type Figures = [(f64, f64); 2];
+
+/// `calls` rounds, each a first call and a replay on the grown store `big` and the same on the
+/// reference store `small` (in turn first), so that both see the machine in the same state
+/// (other processes' load and fsyncs move these figures by several times within minutes). A
+/// first call claims a fresh random key and completes it; a replay claims a random key of the
+/// store's fill. Returns `[small, big]`.
+pub async fn latency<S: Store>(
+    small: (&S, &[IdempotencyKey]),
+    big: (&S, &[IdempotencyKey]),
+    calls: usize,
+) -> [Figures; 2] {
+    let mut times: [Vec<Duration>; 4] = std::array::from_fn(|_| Vec::with_capacity(calls));
+    for i in 0..WARM_UP + calls {
+        let order = if i % 2 == 0 { [0, 1] } else { [1, 0] };
+        for which in order {
+            let (store, sample) = if which == 0 { small } else { big };
+            let key = fill::fresh_key();
+            let t = Instant::now();
+            fill::call(store, key, TTL).await;
+            let a = t.elapsed();
+            let key = sample[fastrand::usize(..sample.len())];
+            let t = Instant::now();
+            replay(store, key).await;
+            let b = t.elapsed();
+            if i >= WARM_UP {
+                times[2 * which].push(a);
+                times[2 * which + 1].push(b);
+            }
+        }
+    }
+    let [mut sf, mut sr, mut bf, mut br] = times;
+    [
+        [percentiles(&mut sf), percentiles(&mut sr)],
+        [percentiles(&mut bf), percentiles(&mut br)],
+    ]
+}
+
+/// Checks that the fill reads as real records through the store (`Records::get`).
+pub async fn read_back<S: Records>(store: &S, sample: &[IdempotencyKey]) {
+    for key in sample.iter().take(3) {
+        let record = store
+            .get(key)
+            .await
+            .expect("get")
+            .expect("a filled record reads back");
+        assert_eq!(record.fingerprint, FINGERPRINT);
+        assert_eq!(record.tool, TOOL);
+    }
+}
+
+async fn run(args: &[String]) -> Result<(), String> {
+    let [what, store, n, rest @ ..] = args else {
+        return Err(USAGE.to_owned());
+    };
+    let n: usize = n.parse().map_err(|_| USAGE.to_owned())?;
+    let kind = match what.as_str() {
+        "prune" => Kind::Expired,
+        "size" => rest
+            .first()
+            .map(|k| Kind::parse(k).ok_or(USAGE.to_owned()))
+            .transpose()?
+            .unwrap_or(Kind::Record),
+        _ => Kind::Record,
+    };
+    let mut bench = Bench::open(store, n).await?;
+    let before = bench.size().await;
+    let template = bench.template(kind).await?;
+    let t = Instant::now();
+    let sample = bench.fill(kind, &template, n).await?;
+    let fill_secs = t.elapsed().as_secs_f64();
+    let after = bench.size().await;
+    let per = (after - before) as f64 / n as f64;
+    println!(
+        "growth {store} ({}): {n} {kind:?} filled in {fill_secs:.1} s; {} {per:.0} bytes per {} ({}-byte outcome); load {}",
+        bench.durability().await,
+        bench.size_measure(),
+        if kind == Kind::Expired {
+            "expired record"
+        } else {
+            "record"
+        },
+        fill::outcome().len(),
+        load()
+    );
+    match what.as_str() {
+        "size" => {}
+        "latency" => {
+            let calls: usize = rest.first().and_then(|c| c.parse().ok()).unwrap_or(5_000);
+            bench.read_back(&sample).await;
+            let mut reference = Bench::open(store, REFERENCE).await?;
+            let template = reference.template(Kind::Record).await?;
+            let small = reference.fill(Kind::Record, &template, REFERENCE).await?;
+            reference.read_back(&small).await;
+            let [[(s50, s99), (t50, t99)], [(f50, f99), (r50, r99)]] =
+                bench.latency(&sample, &reference, &small, calls).await;
+            println!(
+                "growth {store} ({}), {n} records: first call p50 {f50:.1} µs p99 {f99:.1} µs; replay p50 {r50:.1} µs p99 {r99:.1} µs. \
+                 Beside it, {REFERENCE} records: first call p50 {s50:.1} µs p99 {s99:.1} µs; replay p50 {t50:.1} µs p99 {t99:.1} µs. \
+                 p50 {n} ÷ {REFERENCE}: first call {:.2}×, replay {:.2}× ({calls} rounds; load {})",
+                bench.durability().await,
+                f50 / s50,
+                r50 / t50,
+                load()
+            );
+            reference.clean().await;
+        }
+        "prune" => {
+            let t = Instant::now();
+            let pruned = bench.prune().await;
+            let secs = t.elapsed().as_secs_f64();
+            assert_eq!(
+                pruned,
+                n + 1,
+                "prune removed every expired record, the template too"
+            );
+            println!(
+                "growth {store} ({}): prune removed {pruned} expired records in {secs:.2} s: {:.0} records/s; load {}",
+                bench.durability().await,
+                pruned as f64 / secs,
+                load()
+            );
+        }
+        _ => return Err(USAGE.to_owned()),
+    }
+    bench.clean().await;
+    Ok(())
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a bare run (`cargo bench` of the whole package) measures
+    // nothing here.
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    if args.is_empty() {
+        eprintln!("growth: nothing run ({USAGE})");
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    if let Err(e) = rt.block_on(run(&args)) {
+        eprintln!("growth: {e}");
+        std::process::exit(2);
+    }
+}
