@@ -55,6 +55,9 @@ struct Inner {
     /// without one was first made at its record's `created`, with no Unknown answer and no note
     /// kept).
     stories: HashMap<[u8; 16], Story, KeyHashing>,
+    /// The arguments a call of a tool with `verify` kept with its record (S28), beside the
+    /// records for the same reason: other tools' records keep none, and pay nothing.
+    arguments: HashMap<[u8; 16], Box<[u8]>, KeyHashing>,
 }
 
 /// What a record keeps through takeovers (see [`Inner::stories`]).
@@ -81,10 +84,13 @@ impl Inner {
         })
     }
 
-    /// `key`'s record is gone or replaced by a new one: so is its story.
+    /// `key`'s record is gone or replaced by a new one: so are its story and its arguments.
     fn forget_story(&mut self, key: &[u8; 16]) {
         if !self.stories.is_empty() {
             self.stories.remove(key);
+        }
+        if !self.arguments.is_empty() {
+            self.arguments.remove(key);
         }
     }
 }
