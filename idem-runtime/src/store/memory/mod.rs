@@ -275,4 +275,12 @@ mod tests {
         let entry = std::mem::size_of::<([u8; 16], super::Slot)>();
         assert_eq!(entry, 24);
     }
+
+    /// S28: a record whose call kept its arguments costs an entry of the side map (32 bytes,
+    /// beside its control byte) and the arguments' own allocation; any other record nothing.
+    #[test]
+    fn kept_arguments_cost_a_32_byte_entry_beside_the_record() {
+        assert_eq!(std::mem::size_of::<([u8; 16], Box<[u8]>)>(), 32);
+        assert!(std::mem::size_of::<super::Rec>() <= 112);
+    }
 }
