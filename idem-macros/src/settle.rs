@@ -85,7 +85,7 @@ fn borrows(ty: &Type) -> bool {
             }
         }
         fn visit_type_reference(&mut self, r: &'ast syn::TypeReference) {
-            if !r.lifetime.as_ref().is_some_and(|l| l.ident == "static") {
+            if r.lifetime.as_ref().is_none_or(|l| l.ident != "static") {
                 self.0 = true;
             }
             syn::visit::visit_type_reference(self, r);
