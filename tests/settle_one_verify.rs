@@ -114,7 +114,10 @@ async fn leave_ambiguous(idem: &Idem, store: &impl Records, to: &str) {
     );
     assert_eq!(runs(to), 1);
     let record = store.get(&key(to)).await.unwrap().unwrap();
-    assert!(matches!(record.state, RecordState::Ambiguous { .. }), "{record:?}");
+    assert!(
+        matches!(record.state, RecordState::Ambiguous { .. }),
+        "{record:?}"
+    );
     assert_eq!(
         record.arguments.as_deref(),
         Some(serde_json::to_vec(&(to, TEXT)).unwrap().as_slice()),
@@ -133,7 +136,12 @@ async fn settle<S: SettleStore>(store: Arc<S>, to: &str) -> Settled {
 }
 
 fn script(to: &str, answer: Verified<Sent>) {
-    gateway(|g| g.answers.entry(to.to_owned()).or_default().push_back(answer));
+    gateway(|g| {
+        g.answers
+            .entry(to.to_owned())
+            .or_default()
+            .push_back(answer)
+    });
 }
 
 /// The settler asked the tool's own verify with the call's arguments.
@@ -180,12 +188,22 @@ async fn unknown_counts<S: SettleStore + OperationIds>(store: Arc<S>, to: &str) 
     leave_ambiguous(&idem, &*store, to).await;
     let settled = settle(store.clone(), to).await;
     assert!(
-        matches!(settled, Settled::Unknown { answers: 2, needs_operator: false, .. }),
+        matches!(
+            settled,
+            Settled::Unknown {
+                answers: 2,
+                needs_operator: false,
+                ..
+            }
+        ),
         "{settled:?}"
     );
     asked_with_the_calls_arguments(to);
     let record = store.get(&key(to)).await.unwrap().unwrap();
-    assert!(matches!(record.state, RecordState::Ambiguous { .. }), "{record:?}");
+    assert!(
+        matches!(record.state, RecordState::Ambiguous { .. }),
+        "{record:?}"
+    );
     assert_eq!(record.unknowns, 2);
     assert!(record.arguments.is_some(), "still kept for the next pass");
 }
@@ -199,7 +217,9 @@ async fn a_record_without_arguments_is_settled_as_before<S: SettleStore>(store: 
     let fingerprint = Fingerprint::of(&serde_json::json!({"text": TEXT})).unwrap();
     let req = ClaimRequest::new(key(to), "send_sms", fingerprint, token, hour, hour);
     store.claim(&req).await.unwrap();
-    let marked = store.mark_ambiguous(key(to), token, "timed out", hour).await;
+    let marked = store
+        .mark_ambiguous(key(to), token, "timed out", hour)
+        .await;
     assert_eq!(marked.unwrap(), idemkit::store::Written::Applied);
     assert_eq!(settle(store.clone(), to).await, Settled::NoVerify);
     let by_hand = Settler::new(store.clone()).verify("send_sms", |k: IdempotencyKey| async move {
@@ -207,8 +227,15 @@ async fn a_record_without_arguments_is_settled_as_before<S: SettleStore>(store: 
         Ok::<_, SmsError>(Verified::<Sent>::NotApplied)
     });
     let report = by_hand.run_once(&Pass::new()).await.unwrap();
-    assert_eq!(report.records, vec![(key(to), "send_sms".to_owned(), Settled::NotApplied)]);
-    assert_eq!(runs(to), 0, "the tool's own verify was not asked without arguments");
+    assert_eq!(
+        report.records,
+        vec![(key(to), "send_sms".to_owned(), Settled::NotApplied)]
+    );
+    assert_eq!(
+        runs(to),
+        0,
+        "the tool's own verify was not asked without arguments"
+    );
 }
 
 fn sqlite() -> (Arc<SqliteStore>, tempfile::TempDir) {

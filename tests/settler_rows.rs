@@ -47,9 +47,14 @@ macro_rules! on_store {
 /// A row of the conformance suite, on the store named `kind`.
 macro_rules! conformance_row {
     ($row:ident) => {
-        (stringify!($row), (|kind| {
-            on_store!(kind, |store| conformance::$row(Arc::into_inner(store).unwrap()))
-        }) as fn(&'static str) -> bool)
+        (
+            stringify!($row),
+            (|kind| {
+                on_store!(kind, |store| conformance::$row(
+                    Arc::into_inner(store).unwrap()
+                ))
+            }) as fn(&'static str) -> bool,
+        )
     };
 }
 
@@ -180,7 +185,11 @@ static SHIPPED: Mutex<BTreeMap<String, u32>> = Mutex::new(BTreeMap::new());
 #[side_effect(key = "order_id", verify = was_shipped, lease = "100ms", max_attempts = 1)]
 async fn ship(order_id: &str, address: String) -> Result<String, ShipError> {
     let _ = address;
-    *SHIPPED.lock().unwrap().entry(order_id.to_owned()).or_default() += 1;
+    *SHIPPED
+        .lock()
+        .unwrap()
+        .entry(order_id.to_owned())
+        .or_default() += 1;
     std::future::pending().await
 }
 
@@ -215,7 +224,10 @@ fn s28_one_verify_settles_a_dead_callers_record(kind: &'static str) -> bool {
         tokio::time::sleep(Duration::from_millis(300)).await;
         let key = IdempotencyKey::derive("ship", &[("order_id", &order.as_str())]);
         let record = store.get(&key).await.unwrap().unwrap();
-        assert!(matches!(record.state, RecordState::Ambiguous { .. }), "{record:?}");
+        assert!(
+            matches!(record.state, RecordState::Ambiguous { .. }),
+            "{record:?}"
+        );
         assert!(record.arguments.is_some());
         let report = Settler::new(store.clone())
             .run_once(&Pass::new())
@@ -257,7 +269,9 @@ fn s31_an_operator_reads_a_dead_callers_record_as_ambiguous(kind: &'static str) 
         let mut report = SettleReport::default();
         for record in listed {
             report.left_unknown(&record);
-            report.records.push((record.key, record.tool, Settled::NoVerify));
+            report
+                .records
+                .push((record.key, record.tool, Settled::NoVerify));
         }
         assert_eq!(report.exit_code(), 4);
     })

@@ -37,7 +37,11 @@ fn forms(tool: &Tool, plan: &Plan) -> Option<Vec<Form>> {
     // A path through `Self`, a qualified or generic one: not nameable outside the function.
     let path = &verify.path;
     if path.qself.is_some()
-        || path.path.segments.iter().any(|s| s.ident == "Self" || !s.arguments.is_none())
+        || path
+            .path
+            .segments
+            .iter()
+            .any(|s| s.ident == "Self" || !s.arguments.is_none())
     {
         return None;
     }

@@ -31,7 +31,9 @@ async fn write(store: &impl Store, side: &str, kept: bool) {
         let req = ClaimRequest::new(key(side, i), "charge", fingerprint, token, HOUR, HOUR)
             .with_arguments(kept.then_some(ARGUMENTS));
         store.claim(&req).await.unwrap();
-        let completed = store.complete(key(side, i), token, Outcome::from(RECEIPT), HOUR).await;
+        let completed = store
+            .complete(key(side, i), token, Outcome::from(RECEIPT), HOUR)
+            .await;
         assert_eq!(completed.unwrap(), idem_runtime::store::Written::Applied);
     }
 }
@@ -63,8 +65,12 @@ async fn s28_the_bytes_sqlite_keeps_per_record_with_and_without_arguments() {
         drop(store);
         let conn = rusqlite::Connection::open(&path).unwrap();
         conn.execute_batch("VACUUM").unwrap();
-        let pages: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0)).unwrap();
-        let size: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0)).unwrap();
+        let pages: i64 = conn
+            .query_row("PRAGMA page_count", [], |r| r.get(0))
+            .unwrap();
+        let size: i64 = conn
+            .query_row("PRAGMA page_size", [], |r| r.get(0))
+            .unwrap();
         per_record.push((pages * size) as f64 / RECORDS as f64);
     }
     // A page holds whole rows: the file grows by pages, so allow a row's worth of slack.

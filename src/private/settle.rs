@@ -77,8 +77,8 @@ where
 {
     fn settle_verify(&self) -> Option<StoredVerify> {
         let verify = self.0;
-        Some(Arc::new(move |arguments: &[u8], key| {
-            match serde_json::from_slice::<O>(arguments) {
+        Some(Arc::new(
+            move |arguments: &[u8], key| match serde_json::from_slice::<O>(arguments) {
                 Ok(decoded) => Box::pin(verify(decoded, key)),
                 Err(e) => {
                     let why = format!(
@@ -87,8 +87,8 @@ where
                     );
                     Box::pin(std::future::ready(Err(why)))
                 }
-            }
-        }))
+            },
+        ))
     }
 }
 

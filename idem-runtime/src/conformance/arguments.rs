@@ -16,8 +16,15 @@ async fn claim(
     arguments: Option<&[u8]>,
 ) -> (LeaseToken, Claim) {
     let token = LeaseToken::new();
-    let req = ClaimRequest::new(key_of(order), "sms", fingerprint_of(4200), token, HOUR, HOUR)
-        .with_arguments(arguments);
+    let req = ClaimRequest::new(
+        key_of(order),
+        "sms",
+        fingerprint_of(4200),
+        token,
+        HOUR,
+        HOUR,
+    )
+    .with_arguments(arguments);
     (token, store.claim(&req).await.unwrap())
 }
 
@@ -42,10 +49,20 @@ pub async fn s28_a_verify_tools_arguments_are_kept_with_its_record_through_takeo
 ) {
     let (holder, claimed) = claim(&store, 1, Some(ARGUMENTS)).await;
     assert_eq!(claimed, Claim::Acquired { takeover: None });
-    assert_eq!(kept(&store, 1).await.as_deref(), Some(ARGUMENTS), "while it runs");
-    let marked = store.mark_ambiguous(key_of(1), holder, "timed out", HOUR).await;
+    assert_eq!(
+        kept(&store, 1).await.as_deref(),
+        Some(ARGUMENTS),
+        "while it runs"
+    );
+    let marked = store
+        .mark_ambiguous(key_of(1), holder, "timed out", HOUR)
+        .await;
     assert_eq!(marked.unwrap(), Written::Applied);
-    assert_eq!(kept(&store, 1).await.as_deref(), Some(ARGUMENTS), "ambiguous");
+    assert_eq!(
+        kept(&store, 1).await.as_deref(),
+        Some(ARGUMENTS),
+        "ambiguous"
+    );
 
     // The settler's claim sends none: the record keeps the caller's.
     let (settler, claimed) = claim(&store, 1, None).await;
@@ -55,10 +72,18 @@ pub async fn s28_a_verify_tools_arguments_are_kept_with_its_record_through_takeo
             takeover: Some(Takeover::Ambiguous)
         }
     );
-    assert_eq!(kept(&store, 1).await.as_deref(), Some(ARGUMENTS), "taken over");
+    assert_eq!(
+        kept(&store, 1).await.as_deref(),
+        Some(ARGUMENTS),
+        "taken over"
+    );
     let given_back = store.restore(key_of(1), settler, "timed out", HOUR).await;
     assert_eq!(given_back.unwrap(), Written::Applied);
-    assert_eq!(kept(&store, 1).await.as_deref(), Some(ARGUMENTS), "given back");
+    assert_eq!(
+        kept(&store, 1).await.as_deref(),
+        Some(ARGUMENTS),
+        "given back"
+    );
 
     // Settled as not applied: released; the next call's record keeps its own arguments only.
     let (settler, _) = claim(&store, 1, None).await;
@@ -68,7 +93,11 @@ pub async fn s28_a_verify_tools_arguments_are_kept_with_its_record_through_takeo
     assert_eq!(settled.unwrap(), Written::Applied);
     let (_, claimed) = claim(&store, 1, None).await;
     assert_eq!(claimed, Claim::Acquired { takeover: None });
-    assert_eq!(kept(&store, 1).await, None, "a new record keeps none of the last one's");
+    assert_eq!(
+        kept(&store, 1).await,
+        None,
+        "a new record keeps none of the last one's"
+    );
 
     // A tool without `verify` sends none: its record keeps none.
     let (_, claimed) = claim(&store, 2, None).await;

@@ -80,7 +80,9 @@ impl MemoryStore {
                     inner.arguments.remove(req.key.as_bytes());
                 }
                 if let Some(arguments) = req.arguments {
-                    inner.arguments.insert(*req.key.as_bytes(), arguments.into());
+                    inner
+                        .arguments
+                        .insert(*req.key.as_bytes(), arguments.into());
                 }
                 absent_or_expired.insert_entry(Box::new(Rec {
                     tool: inner.names.get(req.tool),
@@ -158,7 +160,9 @@ impl MemoryStore {
                 (rec.created, rec.updated) = (now, now);
                 rec.tenant = req.tenant.as_deref().map(|t| inner.names.get(t));
                 if let Some(arguments) = req.arguments {
-                    inner.arguments.insert(*req.key.as_bytes(), arguments.into());
+                    inner
+                        .arguments
+                        .insert(*req.key.as_bytes(), arguments.into());
                 }
                 Claim::Acquired {
                     takeover: Some(takeover),

@@ -35,7 +35,16 @@ impl AsyncStore for PostgresStore {
                         &c,
                         &self.sql.claim,
                         types::CLAIM,
-                        &[&key, &req.tool, &fingerprint, &token, &lease, &ttl, &tenant, &arguments],
+                        &[
+                            &key,
+                            &req.tool,
+                            &fingerprint,
+                            &token,
+                            &lease,
+                            &ttl,
+                            &tenant,
+                            &arguments,
+                        ],
                     )
                     .await
                 })
