@@ -6,7 +6,8 @@ use crate::Cli;
 use crate::target::{Names, Target};
 
 /// `idemkit settle`: the records kept as ambiguous (of `tool`, under `tenant`), reported as a
-/// settler without verify functions would report them; nothing is changed. Returns the exit
+/// settler without verify functions would report them; nothing is changed (this binary has not
+/// the user's tools: the host's settler task verifies, S28). Returns the exit
 /// status of `SettleReport::exit_code`.
 pub(crate) async fn settle(
     cli: &Cli,
@@ -47,6 +48,9 @@ pub(crate) async fn settle(
     };
     let mut report = SettleReport::default();
     report.dry_run = dry_run;
+    // S28: the records whose calls kept their arguments, which the host's settler hands to the
+    // tool's own verify.
+    let with_arguments = records.iter().filter(|r| r.arguments.is_some()).count();
     for record in records {
         // S34: every one still waits for a decision; the oldest is reported.
         report.left_unknown(&record);
@@ -59,10 +63,14 @@ pub(crate) async fn settle(
         tools.sort_unstable();
         tools.dedup();
         eprintln!(
-            "idemkit settle: this command has no verify functions (they are your program's code), so it \
-             changes nothing. Records of tools with `verify` ({}) are settled by your program: a \
-             `Settler` task beside the agents, or its own `settle` subcommand (`Settler::run_cli`); the \
-             rest by an operator. {} (`idemkit list --state ambiguous` shows each with its command)",
+            "idemkit settle: this command reports only: it cannot call your program's code, so it \
+             changes nothing. The host's settler task verifies: `Settler::new(store)` beside the agents \
+             (or your program's own `settle` subcommand, `Settler::run_cli`) finds each \
+             `#[side_effect(verify = …)]` tool's verify by its name and asks it with the arguments its \
+             call kept ({with_arguments} of these {} record(s) keep them; tools: {}); a record without \
+             them needs a verify given to the settler by hand, or an operator. {} (`idemkit list \
+             --state ambiguous` shows each with its command)",
+            report.records.len(),
             tools.join(", "),
             idem_runtime::sentences::how_to_settle("KEY")
         );

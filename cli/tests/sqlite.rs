@@ -628,7 +628,10 @@ async fn s28_idemkit_settle_counts_what_waits_for_cron_and_changes_nothing() {
         stdout(&out)
     );
     assert!(
-        stderr(&out).contains("Settler::run_cli") && stderr(&out).contains("(charge)"),
+        stderr(&out).contains("Settler::run_cli")
+            && stderr(&out).contains("tools: charge)")
+            && stderr(&out).contains("The host's settler task verifies")
+            && stderr(&out).contains("0 of these 2 record(s) keep them"),
         "{}",
         stderr(&out)
     );

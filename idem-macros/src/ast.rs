@@ -337,3 +337,38 @@ pub(crate) fn copy_as_written(ty: &syn::Type) -> bool {
         _ => false,
     }
 }
+
+/// Whether `ty` can be named in an item nested in the function (a `static`).
+pub(crate) fn nameable_in_static(ty: &syn::Type, generics: &syn::Generics) -> bool {
+    use syn::visit::Visit;
+    struct Nameable<'g> {
+        ok: bool,
+        generics: &'g syn::Generics,
+    }
+    impl<'ast> Visit<'ast> for Nameable<'_> {
+        fn visit_lifetime(&mut self, l: &'ast syn::Lifetime) {
+            if l.ident != "static" && l.ident != "_" {
+                self.ok = false;
+            }
+        }
+        fn visit_type_impl_trait(&mut self, _: &'ast syn::TypeImplTrait) {
+            self.ok = false;
+        }
+        fn visit_type_macro(&mut self, _: &'ast syn::TypeMacro) {
+            self.ok = false;
+        }
+        fn visit_ident(&mut self, i: &'ast Ident) {
+            let generic = self.generics.params.iter().any(|p| match p {
+                syn::GenericParam::Type(t) => t.ident == *i,
+                syn::GenericParam::Const(c) => c.ident == *i,
+                syn::GenericParam::Lifetime(_) => false,
+            });
+            if generic || i == "Self" {
+                self.ok = false;
+            }
+        }
+    }
+    let mut v = Nameable { ok: true, generics };
+    v.visit_type(ty);
+    v.ok
+}

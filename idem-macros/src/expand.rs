@@ -33,6 +33,9 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
         register.extend(crate::mode::json::entry(&private, args, tool, plan, params));
     }
     let mut settings = settings(&private, args, &plan.name_expr);
+    // S28: the arguments a tool with `verify` keeps with its record, for the settler.
+    let kept = Ident::new("__idemkit_kept", Span::mixed_site());
+    let keep = crate::settle::keep(&private, tool, plan, &kept);
     if tool.kind == Kind::SideEffect {
         // Always: a `Tool` built without it re-sends, and S20's default depends on the signature.
         let resend = plan.resend;
@@ -40,7 +43,11 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
         if plan.verify.is_some() {
             settings.extend(quote!(.with_verify()));
         }
+        if let Some((_, setting)) = &keep {
+            settings.extend(setting.clone());
+        }
     }
+    let keep = keep.map(|(statement, _)| statement);
     let (per_attempt, attempt) = attempt(&private, tool);
     let call = Ident::new("__idemkit_call", Span::mixed_site());
     let (ok, err) = (&plan.ok, &plan.err);
@@ -107,6 +114,7 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
                     #hasher.finish_in_place()
                 };
                 let #args_local = #private::Arguments::new() #(#fingerprint)* .finish();
+                #keep
                 #checks
                 let mut #call = #runner.side_effect(#settings, #key, #args_local);
                 #previous
@@ -512,6 +520,7 @@ fn registration(private: &Private, tool: &Tool, plan: &Plan) -> TokenStream {
         Kind::ReadOnly => (false, false),
     };
     let (outcome_type, outcome_schema) = outcome_shape(private, tool, &plan.ok);
+    let settle_verify = crate::settle::registered(private, tool, plan);
     quote! {
         #private::inventory::submit! {
             #private::ToolInfo {
@@ -525,6 +534,7 @@ fn registration(private: &Private, tool: &Tool, plan: &Plan) -> TokenStream {
                 operation_scoped: #operation_scoped,
                 resend: #resend,
                 verify: #verify,
+                settle_verify: #settle_verify,
                 outcome_type: #outcome_type,
                 outcome_schema: #outcome_schema,
                 description: #description,
@@ -557,7 +567,7 @@ fn key_type(private: &Private, tool: &Tool, field: &crate::lower::KeyField) -> T
     else {
         return unknown;
     };
-    if !nameable_in_static(&param.arg.ty, &tool.item.sig.generics) {
+    if !crate::ast::nameable_in_static(&param.arg.ty, &tool.item.sig.generics) {
         return unknown;
     }
     let ty = &param.arg.ty;
@@ -578,7 +588,7 @@ fn key_type(private: &Private, tool: &Tool, field: &crate::lower::KeyField) -> T
 /// lifetime). The schema is picked by autoref specialisation: `T: JsonSchema` with idemkit's
 /// `json` feature, else none.
 fn outcome_shape(private: &Private, tool: &Tool, ok: &syn::Type) -> (TokenStream, TokenStream) {
-    if !nameable_in_static(ok, &tool.item.sig.generics) {
+    if !crate::ast::nameable_in_static(ok, &tool.item.sig.generics) {
         return (
             quote!((|| "?") as fn() -> &'static str),
             quote!((|| ::core::option::Option::None) as fn() -> ::core::option::Option<#private::serde_json::Value>),
@@ -615,41 +625,6 @@ fn strip_spans(ty: &syn::Type) -> TokenStream {
             .collect()
     }
     respan(ty.to_token_stream())
-}
-
-/// Whether `ty` can be named in an item nested in the function (a `static`).
-fn nameable_in_static(ty: &syn::Type, generics: &syn::Generics) -> bool {
-    use syn::visit::Visit;
-    struct Nameable<'g> {
-        ok: bool,
-        generics: &'g syn::Generics,
-    }
-    impl<'ast> Visit<'ast> for Nameable<'_> {
-        fn visit_lifetime(&mut self, l: &'ast syn::Lifetime) {
-            if l.ident != "static" && l.ident != "_" {
-                self.ok = false;
-            }
-        }
-        fn visit_type_impl_trait(&mut self, _: &'ast syn::TypeImplTrait) {
-            self.ok = false;
-        }
-        fn visit_type_macro(&mut self, _: &'ast syn::TypeMacro) {
-            self.ok = false;
-        }
-        fn visit_ident(&mut self, i: &'ast Ident) {
-            let generic = self.generics.params.iter().any(|p| match p {
-                syn::GenericParam::Type(t) => t.ident == *i,
-                syn::GenericParam::Const(c) => c.ident == *i,
-                syn::GenericParam::Lifetime(_) => false,
-            });
-            if generic || i == "Self" {
-                self.ok = false;
-            }
-        }
-    }
-    let mut v = Nameable { ok: true, generics };
-    v.visit_type(ty);
-    v.ok
 }
 
 /// C8: `T` and `E` named at the user's spans, so an unmet bound is reported there, once, with

@@ -26,6 +26,7 @@ mod handed;
 mod lower;
 mod minted;
 mod mode;
+mod settle;
 mod suggest;
 
 use ast::Kind;

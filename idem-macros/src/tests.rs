@@ -76,6 +76,26 @@ fn expansion_of_a_read_only_tool() {
     insta::assert_snapshot!(text);
 }
 
+/// S28: a free function's verify is registered for the settler (`settle_verify`, asked from the
+/// arguments a call kept) and the call keeps its arguments (`keep_arguments`).
+#[test]
+fn expansion_of_a_free_tool_whose_verify_the_settler_calls() {
+    let out = crate::expand(
+        Kind::SideEffect,
+        quote!(key = "to", verify = was_sent),
+        quote! {
+            async fn send_sms(to: &str, text: String) -> Result<Sent, SmsError> {
+                gateway::send(to, &text).await
+            }
+        },
+    );
+    let text = pretty(out);
+    assert!(!text.contains("compile_error"), "{text}");
+    assert!(text.contains("keep_arguments"), "{text}");
+    assert!(text.contains("SettleProbe"), "{text}");
+    insta::assert_snapshot!(text);
+}
+
 #[test]
 fn expansion_of_a_tool_with_verify() {
     let out = crate::expand(

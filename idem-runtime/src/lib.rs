@@ -83,7 +83,8 @@ pub use key::normalize;
 pub use key::{IdempotencyKey, JsonKeyField, KeyField, KeyHasher, KeyPart, KeyValue, OperationId};
 pub use observe::{CallInfo, CallOutcome, observe};
 pub use registry::{
-    DuplicateTools, ToolInfo, ToolKind, check_unique_tool_names, tools, tools_manifest,
+    DuplicateTools, StoredVerify, ToolInfo, ToolKind, VerifyAnswer, check_unique_tool_names,
+    stored_verifies, tools, tools_manifest,
 };
 pub use retry::{Classify, Failure, RetryPolicy, Schedule};
 pub use settle::{SettleReport, Settled, Settler, SettlerHandle};

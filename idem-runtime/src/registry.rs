@@ -14,10 +14,28 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::OnceLock;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use crate::error::Error;
+use crate::exec::Verified;
+use crate::key::IdempotencyKey;
+
+/// A verify function's answer as a settler takes it: `Applied` with the outcome as JSON, or why
+/// it failed.
+pub type VerifyAnswer = Result<Verified<Vec<u8>>, String>;
+
+/// A tool's own `verify`, as its attribute registers it for a settler (S28): given the arguments
+/// a call kept with its record ([`Record::arguments`](crate::store::Record::arguments), JSON) and
+/// the record's key, it decodes them and asks the tool's verify function. The settler runs it
+/// under the record's key and tenant.
+pub type StoredVerify = Arc<
+    dyn Fn(&[u8], IdempotencyKey) -> Pin<Box<dyn Future<Output = VerifyAnswer> + Send>>
+        + Send
+        + Sync,
+>;
 
 /// Whether a tool may act on the world.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -54,6 +72,12 @@ pub struct ToolInfo {
     pub resend: bool,
     /// S19: whether the tool has a `verify` function.
     pub verify: bool,
+    /// S28: the tool's `verify` as a settler calls it, from the arguments a call kept with its
+    /// record: `Some` for a tool with `verify` whose parameters serialize and deserialize
+    /// (`serde`), that is no method (no `self`) and not generic, and whose verify future is
+    /// `Send`; `None` otherwise (its records keep no arguments, and a settler leaves them for a
+    /// verify listed by hand, [`Settler::verify`](crate::Settler::verify), or an operator).
+    pub settle_verify: fn() -> Option<StoredVerify>,
     /// The outcome type's Rust type name (`std::any::type_name`), `"?"` where the attribute
     /// could not name it.
     pub outcome_type: fn() -> &'static str,
@@ -112,6 +136,20 @@ pub fn tools_manifest() -> String {
         .collect();
     let manifest = serde_json::json!({"version": 1, "tools": tools});
     serde_json::to_string_pretty(&manifest).expect("a manifest is JSON")
+}
+
+/// S28: every registered side-effect tool's verify that a settler can call from the arguments
+/// kept with a record ([`ToolInfo::settle_verify`]), by tool name. A name two places share (S21)
+/// has none: which tool made a record of it cannot be told.
+pub fn stored_verifies() -> BTreeMap<&'static str, StoredVerify> {
+    let side_effects = tools().filter(|t| t.kind == ToolKind::SideEffect && t.verify);
+    let same_place = |p: &&ToolInfo, q: &&ToolInfo| {
+        (p.module_path, p.file, p.line) == (q.module_path, q.file, q.line)
+    };
+    let (one, _shared) = split_shared(by_name(side_effects, |info| info.name, same_place));
+    one.into_iter()
+        .filter_map(|(name, info)| (info.settle_verify)().map(|v| (name, v)))
+        .collect()
 }
 
 /// The kind a key encodes a value of Rust type `ty` as (key encoding v1), by its type name.

@@ -80,8 +80,8 @@ impl<T, E> ToolResult for Result<T, E> {
 }
 pub use idem_runtime::{
     Classify, Error, Fingerprint, Fingerprinter, Idem, IdempotencyKey, KeyHasher, KeyPart, Next,
-    ReadCall, ReadNext, SideEffectCall, Tool, ToolInfo, ToolKind, Verified, normalize,
-    scoped_operation,
+    ReadCall, ReadNext, SideEffectCall, StoredVerify, Tool, ToolInfo, ToolKind, Verified,
+    VerifyAnswer, normalize, scoped_operation,
 };
 
 use idem_runtime::__private::serde::Serialize;
@@ -370,7 +370,9 @@ impl<'a, T, E> UncheckedCall<'a, T, E> {
     }
 }
 
+mod settle;
 mod verify;
+pub use self::settle::*;
 pub use self::verify::*;
 
 /// The probe that picks, by autoref specialisation where `E` is concrete, how an MCP or rig

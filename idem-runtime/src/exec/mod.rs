@@ -95,6 +95,8 @@ pub struct Tool<'a> {
     resend: Option<bool>,
     /// S19: the call's loop answers verification steps.
     verifies: bool,
+    /// S28: the arguments its verify takes (JSON), kept with the record for the settler.
+    arguments: Option<&'a [u8]>,
 }
 
 impl<'a> Tool<'a> {
@@ -112,6 +114,7 @@ impl<'a> Tool<'a> {
             tenant_required: false,
             resend: None,
             verifies: false,
+            arguments: None,
         }
     }
 
@@ -196,6 +199,15 @@ impl<'a> Tool<'a> {
     #[doc(hidden)]
     pub const fn with_verify(mut self) -> Self {
         self.verifies = true;
+        self
+    }
+
+    /// Keeps the call's arguments (what its `verify` takes, as JSON) with its record, so that a
+    /// settler asks that verify without the caller (S28): what `verify = path` expands to where
+    /// the tool's arguments serialize. Not a stable API.
+    #[doc(hidden)]
+    pub const fn keep_arguments(mut self, arguments: Option<&'a [u8]>) -> Self {
+        self.arguments = arguments;
         self
     }
 

@@ -2,8 +2,13 @@
 //!
 //! A call whose outcome is unknown, of a tool that cannot re-send safely, leaves its record kept
 //! as ambiguous (S20): no later call of that key runs the body until something settles it. A
-//! [`Settler`] settles it by asking the tool's verify function, found by the tool's name among
-//! the ones the host gave it:
+//! [`Settler`] settles it by asking the tool's verify function, found by the tool's name: a tool
+//! written with `#[side_effect(verify = path)]` registers its verify (the registry its attribute
+//! fills, [`ToolInfo::settle_verify`](crate::ToolInfo::settle_verify)), and its calls keep their
+//! arguments with their records, so the settler asks the tool's own verify with them and the
+//! host lists nothing by hand. A verify given by hand ([`Settler::verify`], given the key)
+//! overrides it, and serves a tool not written with the attribute, or a record kept before its
+//! arguments were (one without [`Record::arguments`]):
 //!
 //! - [`Verified::Applied`]`(v)`: the record completes with `v` (later calls replay it);
 //! - [`Verified::NotApplied`]: the record is released (the next call runs the operation);
@@ -29,9 +34,11 @@
 //! caller of the same key meanwhile waits for it as for any holder (S7), and a caller that holds
 //! the key makes the settler pass it by: the body and verify never run twice at once.
 //!
-//! A record keeps a fingerprint of its call's arguments, not the arguments, so a settler's
-//! verify function is given the key (and runs under the record's tenant): it looks the
-//! operation up by the key it was sent with, as [`Tool::verify`](crate::Tool::verify)'s does.
+//! Either way the verify runs under the record's key and tenant, as a caller's verification
+//! does. A tool's own verify is given the arguments its call kept (JSON, as its parameters
+//! serialize: a field its type skips with `#[serde(skip)]` comes back as its `Default`); a verify
+//! given by hand is given the key only, and looks the operation up by the key it was sent with,
+//! as [`Tool::verify`](crate::Tool::verify)'s does.
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -39,13 +46,14 @@
 //! use std::time::Duration;
 //! use idem_runtime::{IdempotencyKey, MemoryStore, Settler, Verified};
 //!
+//! // A tool built with `Tool` (not the attribute) has no registered verify: give it by hand.
 //! async fn was_sent(key: IdempotencyKey) -> Result<Verified<String>, std::io::Error> {
 //!     let _ = key; // ask the provider's log for the message sent with this key
 //!     Ok(Verified::NotApplied)
 //! }
 //!
 //! let store = Arc::new(MemoryStore::new());
-//! let settler = Settler::new(store)
+//! let settler = Settler::new(store) // every `#[side_effect(verify = …)]` tool's own, by name
 //!     .verify("send_email", was_sent)
 //!     .operator_after(Duration::from_secs(3600));
 //! let report = settler.run_once(&Default::default()).await?;
@@ -74,6 +82,7 @@ use serde::Serialize;
 use crate::error::StoreError;
 use crate::exec::Verified;
 use crate::key::IdempotencyKey;
+use crate::registry::{StoredVerify, stored_verifies};
 use crate::store::{
     Claim, ClaimRequest, Decision, ExistingState, LeaseToken, Record, RecordFilter, RecordState,
     Records, StateKind, Store, Written,
@@ -104,7 +113,10 @@ type VerifyFn =
 #[derive(Clone)]
 pub struct Settler {
     store: Arc<dyn SettleStore>,
+    /// Given by hand ([`Settler::verify`]): asked with the key; they override the registered.
     verifiers: BTreeMap<String, Arc<VerifyFn>>,
+    /// The tools' own, registered by their attributes: asked with the arguments a call kept.
+    registered: BTreeMap<&'static str, StoredVerify>,
     lease: Duration,
     operator_after: Option<Duration>,
     operator_after_unknowns: Option<u32>,
@@ -114,12 +126,29 @@ pub struct Settler {
 impl fmt::Debug for Settler {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Settler")
-            .field("tools", &self.verifiers.keys().collect::<Vec<_>>())
+            .field("tools", &self.tools().collect::<Vec<_>>())
             .field("lease", &self.lease)
             .field("operator_after", &self.operator_after)
             .field("operator_after_unknowns", &self.operator_after_unknowns)
             .field("limit", &self.limit)
             .finish_non_exhaustive()
+    }
+}
+
+/// How a record's verify is asked.
+enum Asker {
+    /// Given by hand: with the key.
+    ByKey(Arc<VerifyFn>),
+    /// The tool's own, registered: with the arguments its call kept.
+    Stored(StoredVerify, Vec<u8>),
+}
+
+impl Asker {
+    fn ask(&self, key: IdempotencyKey) -> Pin<Box<dyn Future<Output = Answer> + Send>> {
+        match self {
+            Asker::ByKey(verify) => verify(key),
+            Asker::Stored(verify, arguments) => verify(arguments, key),
+        }
     }
 }
 
@@ -166,13 +195,15 @@ impl Drop for GiveBack {
 }
 
 impl Settler {
-    /// A settler of `store`'s records, with no verify functions yet ([`Settler::verify`]), a
-    /// lease of 30 s, reporting a record as needing an operator after an hour of Unknown
-    /// answers.
+    /// A settler of `store`'s records that asks every `#[side_effect(verify = …)]` tool's own
+    /// verify, found by the tool's name in the registry the attributes fill (S28; a name two
+    /// tools share has none, S21), with a lease of 30 s, reporting a record as needing an
+    /// operator after an hour of Unknown answers. [`Settler::verify`] adds or overrides one.
     pub fn new<S: SettleStore>(store: Arc<S>) -> Self {
         Settler {
             store,
             verifiers: BTreeMap::new(),
+            registered: stored_verifies(),
             lease: Duration::from_secs(30),
             operator_after: Some(Duration::from_secs(3600)),
             operator_after_unknowns: None,
@@ -184,6 +215,11 @@ impl Settler {
     /// record kept as ambiguous, it says whether the effect happened, as the tool's own verify
     /// does (S19). Its `Applied` answer is stored as the call's outcome (JSON), which later calls
     /// replay as the tool's `T`.
+    ///
+    /// Not needed for a tool written with `#[side_effect(verify = path)]`: [`Settler::new`]
+    /// finds that one by name. Given, it overrides it: for a tool built with [`Tool`](crate::Tool)
+    /// or by hand, one whose arguments do not serialize, or records kept before their calls kept
+    /// their arguments.
     pub fn verify<T, E, F, Fut>(mut self, tool: impl Into<String>, verify: F) -> Self
     where
         T: Serialize,
@@ -239,9 +275,24 @@ impl Settler {
         self
     }
 
-    /// The tools the settler has verify functions for.
+    /// The tools the settler has verify functions for: given by hand, and registered.
     pub fn tools(&self) -> impl Iterator<Item = &str> {
-        self.verifiers.keys().map(String::as_str)
+        let mut tools: Vec<&str> = self.verifiers.keys().map(String::as_str).collect();
+        tools.extend(self.registered.keys().copied());
+        tools.sort_unstable();
+        tools.dedup();
+        tools.into_iter()
+    }
+
+    /// How the settler asks about `record`: its verify given by hand (with the key), else its
+    /// tool's own with the arguments its call kept; `None`: left for an operator.
+    fn asker(&self, record: &Record) -> Option<Asker> {
+        if let Some(verify) = self.verifiers.get(&record.tool) {
+            return Some(Asker::ByKey(verify.clone()));
+        }
+        let verify = self.registered.get(record.tool.as_str())?;
+        let arguments = record.arguments.clone()?;
+        Some(Asker::Stored(verify.clone(), arguments))
     }
 
     /// One pass over the records kept as ambiguous that `pass` selects.
@@ -326,7 +377,7 @@ impl Settler {
         let RecordState::Ambiguous { note } = &record.state else {
             return Settled::Gone;
         };
-        let Some(verify) = self.verifiers.get(&record.tool) else {
+        let Some(asker) = self.asker(record) else {
             return Settled::NoVerify;
         };
         if dry_run {
@@ -382,7 +433,7 @@ impl Settler {
             armed: true,
         };
         // S26: asked with the record's key current, as a call's verification is.
-        let asked = crate::exec::current::under(record.key, || verify(record.key));
+        let asked = crate::exec::current::under(record.key, || asker.ask(record.key));
         let asked = async {
             match tenant {
                 Some(t) => crate::idem::as_tenant(t, asked).await,

@@ -54,6 +54,10 @@ pub struct Record {
     pub unknowns: u32,
     /// When the first of those Unknown answers came, by the store's clock; `None` before any.
     pub unknown_since: Option<SystemTime>,
+    /// The call's arguments as its tool's `verify` takes them (JSON), kept so that a settler asks
+    /// that verify without the caller (S28): only for a tool with `verify` whose arguments
+    /// serialize; `None` for any other record, and for one written before stores kept them.
+    pub arguments: Option<Vec<u8>>,
 }
 
 impl Record {
@@ -79,7 +83,14 @@ impl Record {
             first_made: SystemTime::UNIX_EPOCH,
             unknowns: 0,
             unknown_since: None,
+            arguments: None,
         }
+    }
+
+    /// The same, with the call's `arguments` kept (see [`Record::arguments`]).
+    pub fn with_arguments(mut self, arguments: Option<Vec<u8>>) -> Self {
+        self.arguments = arguments;
+        self
     }
 
     /// The same, with an operator's `resolution`.

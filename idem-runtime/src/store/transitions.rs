@@ -150,6 +150,11 @@ pub struct ClaimRequest<'a> {
     /// The scope (tenant) the call runs under, if any, kept with the record for operators
     /// ([`RecordFilter::tenant`](super::RecordFilter::tenant)). The key already holds it (S18): a store never compares it.
     pub tenant: Option<Arc<str>>,
+    /// The call's arguments as its tool's `verify` takes them (JSON), kept with the record so a
+    /// settler can ask that verify without the caller (S28); only tools with `verify` send them.
+    /// `None` leaves what the record kept (a takeover's, the settler's claim): a store replaces
+    /// them only with `Some`, and a new record without them keeps none.
+    pub arguments: Option<&'a [u8]>,
     /// The moment the executor sent the claim, by its own clock (tokio's), when it read that
     /// clock just before: a store on the same clock (the memory store) takes it as the claim's
     /// "now" instead of reading the clock again (a clock read is about 20 ns, a tenth of a
@@ -176,6 +181,7 @@ impl<'a> ClaimRequest<'a> {
             lease,
             ttl,
             tenant: None,
+            arguments: None,
             sent_at: None,
         }
     }
@@ -183,6 +189,12 @@ impl<'a> ClaimRequest<'a> {
     /// The same claim, made under `tenant`.
     pub fn with_tenant(mut self, tenant: Option<Arc<str>>) -> Self {
         self.tenant = tenant;
+        self
+    }
+
+    /// The same claim, keeping the call's `arguments` (see [`ClaimRequest::arguments`]).
+    pub fn with_arguments(mut self, arguments: Option<&'a [u8]>) -> Self {
+        self.arguments = arguments;
         self
     }
 }

@@ -157,6 +157,7 @@ pub(super) fn start(phase: &mut Phase<'_>) {
         lease,
         ttl,
         tenant,
+        arguments: tool.arguments,
         // Read just above: the memory store takes it as its "now" (one clock read fewer).
         sent_at: Some(claimed_at),
     };
@@ -223,6 +224,7 @@ pub(super) fn start(phase: &mut Phase<'_>) {
     let call = call.into_owned();
     let name = req.tool.to_owned();
     let tenant = req.tenant.clone();
+    let arguments: Option<Box<[u8]>> = req.arguments.map(Box::from);
     *phase = Phase::Claiming(
         Box::pin(
             async move {
@@ -236,6 +238,7 @@ pub(super) fn start(phase: &mut Phase<'_>) {
                         lease,
                         ttl,
                         tenant: tenant.clone(),
+                        arguments: arguments.as_deref(),
                         sent_at: None,
                     };
                     match find_previous(idem.settings(), &req, wait, &cancelled).await {
@@ -273,6 +276,7 @@ pub(super) fn start(phase: &mut Phase<'_>) {
                     lease,
                     ttl,
                     tenant,
+                    arguments: arguments.as_deref(),
                     sent_at: None,
                 };
                 let (claimed_at, takeover) =

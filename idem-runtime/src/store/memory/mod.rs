@@ -57,6 +57,9 @@ struct Inner {
     /// without one was first made at its record's `created`, with no Unknown answer and no note
     /// kept).
     stories: HashMap<[u8; 16], Story, KeyHashing>,
+    /// The arguments a call of a tool with `verify` kept with its record (S28), beside the
+    /// records for the same reason: other tools' records keep none, and pay nothing.
+    arguments: HashMap<[u8; 16], Box<[u8]>, KeyHashing>,
 }
 
 /// What a record keeps through takeovers (see [`Inner::stories`]).
@@ -83,10 +86,13 @@ impl Inner {
         })
     }
 
-    /// `key`'s record is gone or replaced by a new one: so is its story.
+    /// `key`'s record is gone or replaced by a new one: so are its story and its arguments.
     fn forget_story(&mut self, key: &[u8; 16]) {
         if !self.stories.is_empty() {
             self.stories.remove(key);
+        }
+        if !self.arguments.is_empty() {
+            self.arguments.remove(key);
         }
     }
 }
@@ -300,5 +306,13 @@ mod tests {
         assert!(record <= 112, "{record} bytes");
         let entry = std::mem::size_of::<([u8; 16], super::Slot)>();
         assert_eq!(entry, 24);
+    }
+
+    /// S28: a record whose call kept its arguments costs an entry of the side map (32 bytes,
+    /// beside its control byte) and the arguments' own allocation; any other record nothing.
+    #[test]
+    fn kept_arguments_cost_a_32_byte_entry_beside_the_record() {
+        assert_eq!(std::mem::size_of::<([u8; 16], Box<[u8]>)>(), 32);
+        assert!(std::mem::size_of::<super::Rec>() <= 112);
     }
 }

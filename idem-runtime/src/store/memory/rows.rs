@@ -78,6 +78,10 @@ impl MemoryStore {
             unknown_since: story
                 .and_then(|s| s.unknown_since)
                 .map(|t| self.clock.wall(t)),
+            arguments: match inner.arguments.is_empty() {
+                true => None,
+                false => inner.arguments.get(&key).map(|a| a.to_vec()),
+            },
         }
     }
 

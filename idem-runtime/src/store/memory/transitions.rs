@@ -75,6 +75,15 @@ impl MemoryStore {
                 if !inner.stories.is_empty() {
                     inner.stories.remove(req.key.as_bytes());
                 }
+                // S28: a new record keeps the arguments its claim sent, or none.
+                if !inner.arguments.is_empty() {
+                    inner.arguments.remove(req.key.as_bytes());
+                }
+                if let Some(arguments) = req.arguments {
+                    inner
+                        .arguments
+                        .insert(*req.key.as_bytes(), arguments.into());
+                }
                 absent_or_expired.insert_entry(Box::new(Rec {
                     tool: inner.names.get(req.tool),
                     fingerprint: req.fingerprint,
@@ -155,6 +164,11 @@ impl MemoryStore {
                 rec.expires_at = Tick::NEVER;
                 (rec.created, rec.updated) = (now, now);
                 rec.tenant = req.tenant.as_deref().map(|t| inner.names.get(t));
+                if let Some(arguments) = req.arguments {
+                    inner
+                        .arguments
+                        .insert(*req.key.as_bytes(), arguments.into());
+                }
                 Claim::Acquired {
                     takeover: Some(takeover),
                 }

@@ -21,7 +21,7 @@ pub use self::options::PostgresStoreBuilder;
 use self::sql::{Sql, quote};
 
 /// The schema version this build writes and understands.
-const SCHEMA_VERSION: i32 = 6;
+const SCHEMA_VERSION: i32 = 7;
 
 /// How often an operation is sent again after the connection it ran on was lost. Every statement
 /// is safe to repeat: the caller's lease token recognises a claim or write that already applied.
@@ -379,6 +379,10 @@ impl PostgresStore {
                  ADD COLUMN IF NOT EXISTS first_made timestamptz,
                  ADD COLUMN IF NOT EXISTS unknowns integer NOT NULL DEFAULT 0,
                  ADD COLUMN IF NOT EXISTS unknown_since timestamptz;
+             -- Version 7 (S28): the arguments a call of a tool with `verify` keeps with its row
+             -- (JSON), so a settler asks that verify without the caller; NULL for any other
+             -- tool's row, and in a row written before.
+             ALTER TABLE {records} ADD COLUMN IF NOT EXISTS arguments bytea;
              INSERT INTO {version_table} (version) VALUES ({SCHEMA_VERSION})
                  ON CONFLICT (singleton) DO UPDATE SET version = EXCLUDED.version;"
         ))

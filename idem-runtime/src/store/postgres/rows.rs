@@ -57,7 +57,7 @@ pub(super) fn existing_of(row: &Row) -> Result<Existing, StoreError> {
 
 /// Reads `RECORD_COLUMNS`: `tool, fingerprint, state, token, outcome, note,
 /// lease_remaining_us, expires_in_us, created, updated, tenant, key, resolution, resolved_at,
-/// resolution_note, lease_until, first_made, unknowns, unknown_since`, as operators and the
+/// resolution_note, lease_until, first_made, unknowns, unknown_since, arguments`, as operators and the
 /// settler read it (S31: a live running row whose holder's lease lapsed is an ambiguous one,
 /// with the note it kept).
 pub(super) fn record_of(row: &Row) -> Result<Record, StoreError> {
@@ -93,6 +93,8 @@ pub(super) fn record_of(row: &Row) -> Result<Record, StoreError> {
     let first_made: Option<std::time::SystemTime> = row.try_get(16).map_err(corrupt_row)?;
     let unknowns: i32 = row.try_get(17).map_err(corrupt_row)?;
     let unknown_since: Option<std::time::SystemTime> = row.try_get(18).map_err(corrupt_row)?;
+    // S28: NULL for a tool without `verify`, and in a row written before schema 7.
+    let arguments: Option<Vec<u8>> = row.try_get(19).map_err(corrupt_row)?;
     let state = match (state, outcome) {
         ("running", _) if lease_us <= 0 && (expires_us > 0 || undecided) => {
             lapsed(lease_until.max(std::time::UNIX_EPOCH), note.as_deref())
@@ -132,6 +134,7 @@ pub(super) fn record_of(row: &Row) -> Result<Record, StoreError> {
         first_made: first_made.unwrap_or(created).max(std::time::UNIX_EPOCH),
         unknowns: u32::try_from(unknowns).unwrap_or(0),
         unknown_since,
+        arguments,
     })
 }
 

@@ -14,6 +14,7 @@ pub(super) mod types {
         Type::INT8,
         Type::INT8,
         Type::TEXT,
+        Type::BYTEA,
     ];
     pub(in super::super) const KEY: &[Type] = &[Type::UUID];
     pub(in super::super) const COMPLETE: &[Type] =
@@ -50,7 +51,7 @@ pub(super) const RECORD_COLUMNS: &str = "tool, fingerprint, state, token, outcom
     GREATEST(EXTRACT(EPOCH FROM lease_until - now()) * 1000000, 0)::int8,
     GREATEST(EXTRACT(EPOCH FROM expires_at - now()) * 1000000, 0)::int8,
     created, updated, tenant, key, resolution, resolved_at, resolution_note,
-    lease_until, first_made, unknowns, unknown_since";
+    lease_until, first_made, unknowns, unknown_since, arguments";
 
 /// S34, S33: whether a row is live: before its expiry; running or ambiguous with no decision on
 /// it, which never expires by time (an unknown outcome waits for a decision however long that
@@ -124,9 +125,9 @@ impl Sql {
             // a wait: a row released meanwhile would be reported as taken over (issue 52).
             claim: format!(
                 "INSERT INTO {t} AS r (key, tool, fingerprint, state, token, lease_until, expires_at,
-                                       created, updated, tenant, first_made)
+                                       created, updated, tenant, first_made, arguments)
                  VALUES ($1, $2, $3, 'running', $4, now() + $5::int8 {us}, now() + $6::int8 {us},
-                         now(), now(), $7::text, now())
+                         now(), now(), $7::text, now(), $8::bytea)
                  ON CONFLICT (key) DO UPDATE
                     SET tool = EXCLUDED.tool, fingerprint = EXCLUDED.fingerprint, state = 'running',
                         token = EXCLUDED.token, lease_until = EXCLUDED.lease_until,
@@ -136,6 +137,8 @@ impl Sql {
                                           ELSE COALESCE(r.first_made, r.created) END,
                         unknowns = CASE WHEN {R_EXPIRED} THEN 0 ELSE r.unknowns END,
                         unknown_since = CASE WHEN {R_EXPIRED} THEN NULL ELSE r.unknown_since END,
+                        arguments = CASE WHEN {R_EXPIRED} THEN EXCLUDED.arguments
+                                         ELSE COALESCE(EXCLUDED.arguments, r.arguments) END,
                         created = EXCLUDED.created, updated = EXCLUDED.updated,
                         tenant = EXCLUDED.tenant, resolution = NULL, resolved_at = NULL,
                         resolution_note = NULL, kept_until = NULL,

@@ -24,6 +24,7 @@ impl AsyncStore for PostgresStore {
         let token = req.token.0;
         let (lease, ttl) = (micros(req.lease), micros(req.ttl));
         let tenant = req.tenant.as_deref();
+        let arguments = req.arguments;
         // The row may change between the two statements (completed, released, expired); when it
         // turns out to be claimable after all, claim again. Each round trip sees progress by
         // another caller, so a few rounds always settle.
@@ -34,7 +35,16 @@ impl AsyncStore for PostgresStore {
                         &c,
                         &self.sql.claim,
                         types::CLAIM,
-                        &[&key, &req.tool, &fingerprint, &token, &lease, &ttl, &tenant],
+                        &[
+                            &key,
+                            &req.tool,
+                            &fingerprint,
+                            &token,
+                            &lease,
+                            &ttl,
+                            &tenant,
+                            &arguments,
+                        ],
                     )
                     .await
                 })

@@ -107,7 +107,7 @@ pub(super) fn existing_of(items: Vec<Value>) -> Result<Existing, StoreError> {
     Ok(Existing { fingerprint, state })
 }
 
-/// Reads the `get` script's reply: the record's 19 fields, the server's time among them, as
+/// Reads the `get` script's reply: the record's 20 fields, the server's time among them, as
 /// operators and the settler read it (S31: a live running record whose holder's lease lapsed
 /// is an ambiguous one, with the note it kept).
 pub(super) fn record_of(
@@ -134,7 +134,8 @@ pub(super) fn record_of(
         first_made,
         unknowns,
         unknown_since,
-    ] = fields::<19>(items)?;
+        arguments,
+    ] = fields::<20>(items)?;
     let tool = String::from_utf8(bytes(tool)?).map_err(|_| corrupt_field("tool"))?;
     let lease_left = int(lease_left)?;
     let expires_in = int(expires_in)?;
@@ -197,6 +198,8 @@ pub(super) fn record_of(
             .and_then(|n| n.parse().ok())
             .unwrap_or(0),
         unknown_since: (!unknown_since.is_empty()).then(|| wall_time(&unknown_since)),
+        // S28: '' for a tool without `verify`, and in a record written before it was kept.
+        arguments: Some(bytes(arguments)?).filter(|a| !a.is_empty()),
         updated: wall_time(&bytes(updated)?),
         tenant: Some(bytes(tenant)?)
             .filter(|t| !t.is_empty())

@@ -20,7 +20,8 @@ end
 ";
 
 /// KEYS[1] record; ARGV tool, fingerprint, token, lease ms, ttl ms, grace ms, tenant ('' or
-/// absent: none). The record is written afresh (`DEL`, then `HSET`): its key has no time-to-live
+/// absent: none), arguments (S28: the JSON a tool with `verify` keeps; '' or absent: none, and a
+/// takeover keeps the ones the record had). The record is written afresh (`DEL`, then `HSET`): its key has no time-to-live
 /// while it runs (S34), a key written before with one included.
 /// absent or expired → running; same fingerprint and (lease over, ambiguous, or already ours:
 /// a retried claim) → running (take over); otherwise the live record is returned untouched.
@@ -57,12 +58,14 @@ if r[1] and live(r[2], r[5], r[8]) then
   local was = r[2]
   if ours then was = r[7] end
   if was == 'ambiguous' then took = 3 elseif was then took = 2 end
-  local k = redis.call('HMGET', KEYS[1], 'first_made', 'created', 'unknowns', 'unknown_since', 'note')
+  local k = redis.call('HMGET', KEYS[1], 'first_made', 'created', 'unknowns', 'unknown_since', 'note', 'args')
   kept = {'first_made', k[1] or k[2] or '0'}
   if k[3] then kept[#kept + 1] = 'unknowns'; kept[#kept + 1] = k[3] end
   if k[4] then kept[#kept + 1] = 'unknown_since'; kept[#kept + 1] = k[4] end
   if k[5] then kept[#kept + 1] = 'note'; kept[#kept + 1] = k[5] end
+  if k[6] then kept[#kept + 1] = 'args'; kept[#kept + 1] = k[6] end
 end
+if ARGV[8] and ARGV[8] ~= '' then kept[#kept + 1] = 'args'; kept[#kept + 1] = ARGV[8] end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'tool', ARGV[1], 'fp', ARGV[2], 'state', 'running', 'token', ARGV[3],
   'lease_until', ms(now + ARGV[4]), 'expires_at', ms(now + ARGV[5]), 'created', ms(now), 'updated', ms(now),
@@ -76,7 +79,7 @@ return took
 const FIELDS: &str = r"
 local FIELDS = {'tool', 'fp', 'state', 'token', 'lease_until', 'expires_at', 'outcome', 'note',
   'created', 'updated', 'tenant', 'res', 'res_at', 'res_note', 'kept_until', 'first_made', 'unknowns',
-  'unknown_since'}
+  'unknown_since', 'args'}
 ";
 
 /// Whether the live record of KEYS[1] is held by token ARGV[1] in one of the given states.
@@ -185,15 +188,16 @@ return 1
 /// server's time; `created`/`updated`/`tenant` are '' in a record written before they were kept
 /// (and `tenant` in one made under no tenant), `res`/`res_at` '' when no operator decided, and
 /// `res_note` false when the decision has no note; then the lease end, `first_made` ('' in a
-/// record written before it was kept), `unknowns` and `unknown_since` ('' when none).
+/// record written before it was kept), `unknowns` and `unknown_since` ('' when none), and the
+/// arguments (S28; '' when none kept).
 const GET: &str = r"
 local r = redis.call('HMGET', KEYS[1], 'tool', 'fp', 'state', 'token', 'lease_until', 'expires_at', 'outcome', 'note', 'created', 'updated', 'tenant',
-  'res', 'res_at', 'res_note', 'kept_until', 'first_made', 'unknowns', 'unknown_since')
+  'res', 'res_at', 'res_note', 'kept_until', 'first_made', 'unknowns', 'unknown_since', 'args')
 if not r[1] then return nil end
 if not live(r[3], r[6], r[12]) and not (r[15] and tonumber(r[15]) > now) then return nil end
 return {r[1], r[2], r[3], r[4], math.max(tonumber(r[5] or now) - now, 0), math.max(tonumber(r[6]) - now, 0), r[7] or '', r[8] or '',
   r[9] or '', r[10] or '', now, r[11] or '', r[12] or '', r[13] or '', r[14] and {r[14]} or {},
-  r[5] or '', r[16] or '', r[17] or '', r[18] or ''}
+  r[5] or '', r[16] or '', r[17] or '', r[18] or '', r[19] or ''}
 ";
 
 /// KEYS[1] record; ARGV tombstone setting ms, grace ms. expired → absent (a record released by an

@@ -20,7 +20,7 @@ impl AsyncStore for RedisStore {
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
         let (fp, token) = (req.fingerprint.to_hex(), req.token.0.to_string());
         let (lease, ttl, grace) = (ms(req.lease), ms(req.ttl), ms(self.grace));
-        let args: [&[u8]; 7] = [
+        let args: [&[u8]; 8] = [
             req.tool.as_bytes(),
             fp.as_bytes(),
             token.as_bytes(),
@@ -28,6 +28,7 @@ impl AsyncStore for RedisStore {
             ttl.as_bytes(),
             grace.as_bytes(),
             req.tenant.as_deref().unwrap_or("").as_bytes(),
+            req.arguments.unwrap_or(b""),
         ];
         let key = self.record_key(&req.key);
         let (reply, short): (Value, _) = self

@@ -205,7 +205,7 @@ impl Records for SqliteStore {
                         ":tenant": filter.tenant,
                     },
                     |row| {
-                        let key: String = row.get(18)?;
+                        let key: String = row.get(19)?;
                         Ok(match key.parse::<IdempotencyKey>() {
                             Ok(key) => decode_shown(row, &key, path),
                             Err(_) => Err(StoreError::corrupt(format!(

@@ -151,6 +151,11 @@ pub(super) fn decode(
             ValueRef::Null => None,
             _ => Some(wall_time(int(17, "unknown_since")?)),
         },
+        // S28: NULL for a tool without `verify`, and in a record written before schema 7.
+        arguments: match col(18)? {
+            ValueRef::Null => None,
+            _ => Some(blob(18, "arguments", None)?),
+        },
     })
 }
 

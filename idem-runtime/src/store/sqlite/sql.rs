@@ -76,6 +76,11 @@ pub(super) const MIGRATIONS: &[&str] = &[
     "ALTER TABLE records ADD COLUMN first_made INTEGER;
     ALTER TABLE records ADD COLUMN unknowns INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE records ADD COLUMN unknown_since INTEGER;",
+    // v6 → v7 (S28): the arguments a call of a tool with `verify` keeps with its record (JSON),
+    // so a settler asks that verify without the caller; NULL for any other tool's record, and in
+    // a record written before (the settler then settles it as before: a verify listed by hand,
+    // or left for an operator).
+    "ALTER TABLE records ADD COLUMN arguments BLOB;",
 ];
 
 /// S34, S33: whether the row (`$t` its qualifier, `""` or `"records."`) is live at `:now`:
@@ -115,8 +120,8 @@ macro_rules! expired {
 /// it inserted the record; on any row of the key (live or expired) it does nothing, and the claim
 /// reads that row and runs [`CLAIM`].
 pub(super) const INSERT_NEW: &str = "
-    INSERT INTO records (key, tool, fingerprint, state, token, lease_until, lease_ms, expires_at, created, updated, tenant, first_made)
-    VALUES (:key, :tool, :fingerprint, 'running', :token, :lease_until, :lease_ms, :expires_at, :now, :now, :tenant, :now)
+    INSERT INTO records (key, tool, fingerprint, state, token, lease_until, lease_ms, expires_at, created, updated, tenant, first_made, arguments)
+    VALUES (:key, :tool, :fingerprint, 'running', :token, :lease_until, :lease_ms, :expires_at, :now, :now, :tenant, :now, :arguments)
     ON CONFLICT (key) DO NOTHING
     RETURNING token";
 
@@ -130,8 +135,8 @@ pub(super) const INSERT_NEW: &str = "
 /// starts them afresh.
 pub(super) const CLAIM: &str = concat!(
     "
-    INSERT INTO records (key, tool, fingerprint, state, token, lease_until, lease_ms, expires_at, created, updated, tenant, first_made)
-    VALUES (:key, :tool, :fingerprint, 'running', :token, :lease_until, :lease_ms, :expires_at, :now, :now, :tenant, :now)
+    INSERT INTO records (key, tool, fingerprint, state, token, lease_until, lease_ms, expires_at, created, updated, tenant, first_made, arguments)
+    VALUES (:key, :tool, :fingerprint, 'running', :token, :lease_until, :lease_ms, :expires_at, :now, :now, :tenant, :now, :arguments)
     ON CONFLICT (key) DO UPDATE SET
         tool = excluded.tool, fingerprint = excluded.fingerprint, state = 'running',
         token = excluded.token, lease_until = excluded.lease_until, lease_ms = excluded.lease_ms,
@@ -149,6 +154,9 @@ pub(super) const CLAIM: &str = concat!(
         unknown_since = CASE WHEN ",
     expired!("records."),
     " THEN NULL ELSE records.unknown_since END,
+        arguments = CASE WHEN ",
+    expired!("records."),
+    " THEN excluded.arguments ELSE coalesce(excluded.arguments, records.arguments) END,
         created = excluded.created, updated = excluded.updated, tenant = excluded.tenant,
         resolution = NULL, resolved_at = NULL, resolution_note = NULL, kept_until = NULL,
         prior_state = CASE WHEN ",
@@ -210,7 +218,7 @@ pub(super) const CLAIM: &str = concat!(
 macro_rules! record_columns {
     () => {
         "tool, fingerprint, state, token, lease_until, outcome, note, expires_at, created, updated, tenant,
-         resolution, resolved_at, resolution_note, lease_ms, first_made, unknowns, unknown_since"
+         resolution, resolved_at, resolution_note, lease_ms, first_made, unknowns, unknown_since, arguments"
     };
 }
 pub(super) use record_columns;

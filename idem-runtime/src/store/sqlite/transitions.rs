@@ -42,6 +42,7 @@ impl AsyncStore for SqliteStore {
         let (key, tool, fingerprint, token) =
             (req.key, req.tool.to_owned(), req.fingerprint, req.token);
         let tenant = req.tenant.clone();
+        let arguments = req.arguments.map(<[u8]>::to_vec);
         let (lease, ttl) = (ms(req.lease), ms(req.ttl));
         let tombstones = self.here().db.settings.tombstones;
         let prune =
@@ -62,7 +63,7 @@ impl AsyncStore for SqliteStore {
                     ":key": key_text, ":tool": tool, ":fingerprint": fingerprint.0,
                     ":token": token.0.as_bytes(), ":now": now,
                     ":lease_until": lease_until, ":lease_ms": lease, ":expires_at": expires_at,
-                    ":tenant": tenant.as_deref(),
+                    ":tenant": tenant.as_deref(), ":arguments": arguments.as_deref(),
                 };
                 // A key without a row (the usual claim): inserted, nothing else to read.
                 let inserted: Option<Vec<u8>> = tx
@@ -79,11 +80,11 @@ impl AsyncStore for SqliteStore {
                             named_params! { ":key": key.as_str(), ":now": now },
                             // The holder's lease (column 14, `lease_ms`): NULL in a record
                             // written before it was kept; anything but an integer is an error.
-                            // What it took over itself (column 18, `prior_state`), for this
+                            // What it took over itself (column 19, `prior_state`), for this
                             // claim sent again under its own token.
                             |row| {
                                 let holder_lease = row.get::<_, Option<i64>>(14)?;
-                                let prior = row.get::<_, Option<String>>(18)?;
+                                let prior = row.get::<_, Option<String>>(19)?;
                                 Ok(decode(row, &key, path).map(|rec| (rec, holder_lease, prior)))
                             },
                         ).optional()?;

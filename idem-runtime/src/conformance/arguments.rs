@@ -1,0 +1,106 @@
+//! S28, one verify per tool: a call of a tool with `verify` keeps its arguments with its record
+//! ([`ClaimRequest::arguments`]), so that a settler asks the tool's own verify with them; they
+//! stay through a takeover (the settler's claim sends none) and a claim given back, and a new
+//! record of the key keeps only its own.
+
+use super::records::HOUR;
+use super::{StoreUnderTest, fingerprint_of, key_of};
+use crate::store::{Claim, ClaimRequest, Decision, LeaseToken, Takeover, Written};
+
+/// The arguments a call of `sms(to, text)` keeps, as the attribute serializes them.
+const ARGUMENTS: &[u8] = br#"["+15550100","your code is 4200"]"#;
+
+async fn claim(
+    store: &impl StoreUnderTest,
+    order: u64,
+    arguments: Option<&[u8]>,
+) -> (LeaseToken, Claim) {
+    let token = LeaseToken::new();
+    let req = ClaimRequest::new(
+        key_of(order),
+        "sms",
+        fingerprint_of(4200),
+        token,
+        HOUR,
+        HOUR,
+    )
+    .with_arguments(arguments);
+    (token, store.claim(&req).await.unwrap())
+}
+
+async fn kept(store: &impl StoreUnderTest, order: u64) -> Option<Vec<u8>> {
+    store
+        .get(&key_of(order))
+        .await
+        .unwrap()
+        .expect("the record is there")
+        .arguments
+}
+
+/// S28: the arguments a claim sends are kept with the record and read back as sent, while it
+/// runs and once it is ambiguous; a claim that sends none (a takeover by the settler) keeps them,
+/// and so does that claim given back unused (S27); a record of a tool that sends none keeps none;
+/// a new record of the key after a release keeps only its own claim's. Failed before: a record
+/// kept no arguments.
+pub async fn s28_a_verify_tools_arguments_are_kept_with_its_record_through_takeovers<
+    S: StoreUnderTest,
+>(
+    store: S,
+) {
+    let (holder, claimed) = claim(&store, 1, Some(ARGUMENTS)).await;
+    assert_eq!(claimed, Claim::Acquired { takeover: None });
+    assert_eq!(
+        kept(&store, 1).await.as_deref(),
+        Some(ARGUMENTS),
+        "while it runs"
+    );
+    let marked = store
+        .mark_ambiguous(key_of(1), holder, "timed out", HOUR)
+        .await;
+    assert_eq!(marked.unwrap(), Written::Applied);
+    assert_eq!(
+        kept(&store, 1).await.as_deref(),
+        Some(ARGUMENTS),
+        "ambiguous"
+    );
+
+    // The settler's claim sends none: the record keeps the caller's.
+    let (settler, claimed) = claim(&store, 1, None).await;
+    assert_eq!(
+        claimed,
+        Claim::Acquired {
+            takeover: Some(Takeover::Ambiguous)
+        }
+    );
+    assert_eq!(
+        kept(&store, 1).await.as_deref(),
+        Some(ARGUMENTS),
+        "taken over"
+    );
+    let given_back = store.restore(key_of(1), settler, "timed out", HOUR).await;
+    assert_eq!(given_back.unwrap(), Written::Applied);
+    assert_eq!(
+        kept(&store, 1).await.as_deref(),
+        Some(ARGUMENTS),
+        "given back"
+    );
+
+    // Settled as not applied: released; the next call's record keeps its own arguments only.
+    let (settler, _) = claim(&store, 1, None).await;
+    let settled = store
+        .settle(&key_of(1), settler, Decision::NotApplied, None, None, HOUR)
+        .await;
+    assert_eq!(settled.unwrap(), Written::Applied);
+    let (_, claimed) = claim(&store, 1, None).await;
+    assert_eq!(claimed, Claim::Acquired { takeover: None });
+    assert_eq!(
+        kept(&store, 1).await,
+        None,
+        "a new record keeps none of the last one's"
+    );
+
+    // A tool without `verify` sends none: its record keeps none.
+    let (_, claimed) = claim(&store, 2, None).await;
+    assert_eq!(claimed, Claim::Acquired { takeover: None });
+    assert_eq!(kept(&store, 2).await, None);
+}
