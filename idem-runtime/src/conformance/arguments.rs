@@ -5,7 +5,9 @@
 
 use super::records::HOUR;
 use super::{StoreUnderTest, fingerprint_of, key_of};
-use crate::store::{Claim, ClaimRequest, Decision, LeaseToken, Takeover, Written};
+use crate::store::{
+    Claim, ClaimRequest, Decision, LeaseToken, Outcome, RecordState, Takeover, Written,
+};
 
 /// The arguments a call of `sms(to, text)` keeps, as the attribute serializes them.
 const ARGUMENTS: &[u8] = br#"["+15550100","your code is 4200"]"#;
@@ -103,4 +105,32 @@ pub async fn s28_a_verify_tools_arguments_are_kept_with_its_record_through_takeo
     let (_, claimed) = claim(&store, 2, None).await;
     assert_eq!(claimed, Claim::Acquired { takeover: None });
     assert_eq!(kept(&store, 2).await, None);
+}
+
+/// S28 and S33: a completed record needs its arguments no more (verify asks only about an
+/// outcome that is unknown), and a tombstone, kept for the tombstone setting (400 days past the
+/// ttl by default), keeps none: the prune that drops its outcome drops them too. Failed before:
+/// the tombstone kept the call's arguments as long as itself.
+pub async fn s33_a_tombstone_keeps_no_arguments<S: StoreUnderTest>(store: S) {
+    let ttl = std::time::Duration::from_millis(1000);
+    let token = LeaseToken::new();
+    let req = ClaimRequest::new(key_of(3), "sms", fingerprint_of(4200), token, HOUR, ttl)
+        .with_arguments(Some(ARGUMENTS));
+    assert_eq!(
+        store.claim(&req).await.unwrap(),
+        Claim::Acquired { takeover: None }
+    );
+    let completed = store
+        .complete(key_of(3), token, Outcome::from(b"{}"), ttl)
+        .await;
+    assert_eq!(completed.unwrap(), Written::Applied);
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    store.prune(100).await.unwrap();
+    let record = store
+        .get(&key_of(3))
+        .await
+        .unwrap()
+        .expect("a tombstone is shown");
+    assert_eq!(record.state, RecordState::Tombstone);
+    assert_eq!(record.arguments, None, "a tombstone keeps no arguments");
 }

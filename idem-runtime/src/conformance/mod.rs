@@ -47,7 +47,10 @@ mod takeover;
 mod tombstones;
 
 pub use self::answers::unpolled_answers_change_nothing;
-pub use self::arguments::s28_a_verify_tools_arguments_are_kept_with_its_record_through_takeovers;
+pub use self::arguments::{
+    s28_a_verify_tools_arguments_are_kept_with_its_record_through_takeovers,
+    s33_a_tombstone_keeps_no_arguments,
+};
 pub use self::faults::{
     operation_ids_are_minted_once, s8_a_dead_holders_lease_expires_and_is_taken_over,
     s9_corrupt_outcome_fails_closed, s9_unreachable_store_fails_closed,
@@ -199,6 +202,7 @@ macro_rules! settle_conformance_tests {
             s28_a_caller_racing_the_settler_never_runs_body_or_verify_alongside,
             s28_the_hosts_settler_task_settles_without_a_caller_and_stops,
             s28_a_verify_tools_arguments_are_kept_with_its_record_through_takeovers,
+            s33_a_tombstone_keeps_no_arguments,
             s30_a_pass_cut_off_mid_verify_gives_the_record_back_at_once,
             s30_a_settler_that_dies_mid_verify_leaves_the_record_listed_once_its_lease_lapses,
             s31_a_dead_callers_record_is_reported_and_settled_without_a_caller,

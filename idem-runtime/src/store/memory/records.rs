@@ -51,13 +51,16 @@ impl MemoryStore {
             inner.resolutions.remove(k);
             inner.forget_story(k);
         }
-        // What a tombstone keeps: no outcome.
-        for rec in inner.records.values_mut() {
+        // What a tombstone keeps: no outcome, and no arguments (S28: they serve verify only).
+        for (k, rec) in &mut inner.records {
             if rec.is_tombstone(now)
                 && let State::Completed { outcome, .. } = &mut rec.state
                 && !outcome.is_empty()
             {
                 *outcome = Outcome::from(&[][..]);
+                if !inner.arguments.is_empty() {
+                    inner.arguments.remove(k);
+                }
             }
         }
         let records = &inner.records;

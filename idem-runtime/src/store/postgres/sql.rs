@@ -268,7 +268,7 @@ impl Sql {
             // of rows are disjoint.
             prune: format!(
                 "WITH dropped AS (
-                     UPDATE {t} SET outcome = ''::bytea WHERE key IN (
+                     UPDATE {t} SET outcome = ''::bytea, arguments = NULL WHERE key IN (
                          SELECT key FROM {t}
                           WHERE state = 'completed' AND expires_at <= now() AND length(outcome) > 0
                             AND expires_at > now() - $2::int8 {us}

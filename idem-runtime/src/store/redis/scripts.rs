@@ -212,12 +212,12 @@ if r[3] == 'completed' and r[1] and tonumber(r[1]) <= now then
   if until_ <= now then redis.call('DEL', KEYS[1]) return 1 end
   local o = redis.call('HGET', KEYS[1], 'outcome')
   if o and #o > 0 then
-    -- Written afresh without the outcome: a hash that held a long value keeps Redis's larger
-    -- encoding until it is rewritten.
+    -- Written afresh without the outcome and the arguments (S28: they serve verify only): a
+    -- hash that held a long value keeps Redis's larger encoding until it is rewritten.
     local vals = redis.call('HMGET', KEYS[1], unpack(FIELDS))
     local kept = {}
     for i, f in ipairs(FIELDS) do
-      if vals[i] and f ~= 'outcome' then kept[#kept + 1] = f; kept[#kept + 1] = vals[i] end
+      if vals[i] and f ~= 'outcome' and f ~= 'args' then kept[#kept + 1] = f; kept[#kept + 1] = vals[i] end
     end
     redis.call('DEL', KEYS[1])
     redis.call('HSET', KEYS[1], 'outcome', '', unpack(kept))

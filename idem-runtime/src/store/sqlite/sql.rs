@@ -377,10 +377,11 @@ pub(super) const PRUNE: &str = "
         ORDER BY expires_at LIMIT :limit)";
 
 /// S33: a completed record past its expiry keeps no outcome (a tombstone: key, fingerprint,
-/// tool, tenant, how it ended and when), at most :limit rows. The empty blob stands for "no
-/// longer kept": a stored outcome is never empty (it is JSON).
+/// tool, tenant, how it ended and when) and no arguments (S28: they serve verify only), at most
+/// :limit rows. The empty blob stands for "no longer kept": a stored outcome is never empty (it
+/// is JSON).
 pub(super) const DROP_OUTCOMES: &str = "
-    UPDATE records SET outcome = x'' WHERE key IN (
+    UPDATE records SET outcome = x'', arguments = NULL WHERE key IN (
         SELECT key FROM records
         WHERE expires_at <= :now AND state = 'completed' AND length(outcome) > 0
         ORDER BY expires_at LIMIT :limit)";
