@@ -15,6 +15,7 @@ use idem_runtime::store::{
 use idem_runtime::{IdempotencyKey, OperationId};
 
 mod key;
+mod proxy;
 mod resolve;
 mod settle;
 mod shape;
@@ -180,6 +181,25 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Serves an upstream MCP server's tools on stdio with their calls made safe to repeat:
+    /// `idemkit proxy --config proxy.toml -- UPSTREAM_CMD ARGS…`.
+    ///
+    /// The proxy spawns the upstream command (an MCP server over stdio), lists its tools to its
+    /// own client unchanged but for the hints it makes true, and sends each `tools/call` through
+    /// idemkit: keyed on the fields the configuration names per tool, recorded in the store
+    /// (the file's `store`, else --store, else the default SQLite file), replayed on a repeat,
+    /// never sent again blindly when an answer was lost. It survives its own restart: the
+    /// records are in the store. Logs go to stderr; stdout is the protocol.
+    Proxy {
+        /// The proxy's configuration (TOML): `store`, `timeout`, and `[tools.NAME]` tables with
+        /// `key = ["field", …]` or `read_only = true`, `resend`, `ttl`, `lease`,
+        /// `in_flight_wait`, `max_attempts`, `key_name`.
+        #[arg(long, value_name = "FILE")]
+        config: std::path::PathBuf,
+        /// The upstream MCP server's command and its arguments, after `--`.
+        #[arg(last = true, required = true, value_name = "UPSTREAM_CMD")]
+        upstream: Vec<String>,
+    },
     /// Prints the key a tool with this name and these key fields has (offline, no store, unless
     /// a field is an operation's name: op:NAME).
     ///
@@ -275,6 +295,9 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
     }
+    if let Command::Proxy { config, upstream } = &cli.command {
+        return proxy_main(&cli, config, upstream.clone());
+    }
     if let Err(why) = resolve::check_usage(&cli.command) {
         eprintln!("idemkit: {why}");
         return ExitCode::from(2);
@@ -311,6 +334,49 @@ fn main() -> ExitCode {
         }
         Err(Failed(why)) => {
             eprintln!("idemkit: {why}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `idemkit proxy`: exit 0 when its client has gone, 1 when it could not start or serve, 2 for
+/// a configuration that cannot be used.
+fn proxy_main(cli: &Cli, path: &std::path::Path, upstream: Vec<String>) -> ExitCode {
+    let config = match proxy::config::read(path) {
+        Ok(c) => c,
+        Err(why) => {
+            eprintln!("idemkit proxy: {why}");
+            return ExitCode::from(2);
+        }
+    };
+    // The command line's store, else the file's, else the default SQLite file.
+    let target = match Target::choose(cli.store.as_deref().or(config.store.as_deref())) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("idemkit proxy: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let names = Names {
+        pg_schema: cli.pg_schema.clone(),
+        pg_table: cli.pg_table.clone(),
+        redis_prefix: cli.redis_prefix.clone(),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let served = runtime.block_on(async {
+        let idem = target
+            .runtime(&names)
+            .await
+            .map_err(|e| format!("cannot open the store {}: {e}", target.describe()))?;
+        proxy::run(path, config, upstream, idem).await
+    });
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(why) => {
+            eprintln!("idemkit proxy: {why}");
             ExitCode::FAILURE
         }
     }
@@ -548,6 +614,9 @@ async fn run(cli: &Cli, target: &Target) -> Result<String, Failed> {
             Ok(format!("pruned {n} expired record(s)\n"))
         }
         Command::Settle { .. } => unreachable!("`idemkit settle` is run by `settle`, before `run`"),
+        Command::Proxy { .. } => {
+            unreachable!("`idemkit proxy` is run by `proxy_main`, before `run`")
+        }
         Command::Counts { json } => {
             let counts = store.counts().await.map_err(failed)?;
             if *json {

@@ -1,0 +1,193 @@
+//! `idemkit proxy --config FILE -- UPSTREAM_CMD ARGS…`: an MCP server on stdio that stands
+//! between an MCP client (an agent in any language) and an upstream MCP server it spawns over
+//! stdio. `tools/list` is the upstream's, each tool as the upstream lists it but for the hints the
+//! proxy makes true (a keyed tool: `idempotentHint: true`); `tools/call` goes through
+//! [`IdempotentClient`]: keyed, recorded in the store, replayed, never sent twice blindly, and
+//! answered as [`for_model`] renders a call's end.
+
+pub mod config;
+mod upstream;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use idem_runtime::{Error, Idem, ToolKind};
+use idemkit::mcp::{CallError, IdempotentClient, for_model};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ErrorData, ServerHandler, ServiceExt};
+
+use self::config::Config;
+use self::upstream::Upstream;
+
+/// The proxy's MCP server.
+#[derive(Clone)]
+struct Proxy {
+    config: Arc<Config>,
+    upstream: Arc<Upstream>,
+    info: ServerConfig,
+}
+
+/// Serves the proxy on stdio until its client goes; `Err`: why it could not start or serve.
+pub async fn run(
+    config_path: &Path,
+    config: Config,
+    command: Vec<String>,
+    idem: Idem,
+) -> Result<(), String> {
+    let config = Arc::new(config);
+    let upstream = Arc::new(Upstream::new(command, config.clone(), idem));
+    let client = upstream.client().await?;
+    warn_unconfigured(config_path, &config, &client).await;
+    let mut info =
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_server_info(
+            Implementation::new("idemkit-proxy", env!("CARGO_PKG_VERSION")),
+        );
+    if let Some(instructions) = upstream.instructions().await {
+        info = info.with_instructions(instructions);
+    }
+    let proxy = Proxy {
+        config,
+        upstream,
+        info,
+    };
+    let served = proxy
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| format!("the MCP handshake with the proxy's client failed: {e}"))?;
+    served
+        .waiting()
+        .await
+        .map_err(|e| format!("serving the proxy's client failed: {e}"))?;
+    Ok(())
+}
+
+/// Says on stderr which upstream tools will be refused (neither configured nor read-only by
+/// their hints) and which configured tools the upstream does not list.
+async fn warn_unconfigured(path: &Path, config: &Config, client: &IdempotentClient) {
+    let tools = match client.peer().list_all_tools().await {
+        Ok(tools) => tools,
+        Err(e) => {
+            eprintln!(
+                "idemkit proxy: the upstream's tools/list failed ({e}); its tools are checked at each call"
+            );
+            return;
+        }
+    };
+    for tool in &tools {
+        let read = tool.annotations.as_ref().and_then(|a| a.read_only_hint) == Some(true);
+        if !read && !config.tools.contains_key(tool.name.as_ref()) {
+            eprintln!(
+                "idemkit proxy: the upstream's tool `{name}` is not read-only by its hints and has no \
+                 `[tools.{name}]` in {path}: its calls are refused. Add `[tools.{name}]` with `key = [\"…\"]` \
+                 (the arguments that identify one operation), or `read_only = true`",
+                name = tool.name,
+                path = path.display()
+            );
+        }
+    }
+    for name in config.tools.keys() {
+        if !tools.iter().any(|t| t.name == *name) {
+            eprintln!(
+                "idemkit proxy: `[tools.{name}]` in {} names a tool the upstream does not list",
+                path.display()
+            );
+        }
+    }
+}
+
+impl Proxy {
+    /// The tool as the upstream lists it, with the hints the proxy makes true.
+    fn annotate(&self, tool: &mut Tool) {
+        let Some(config) = self.config.tools.get(tool.name.as_ref()) else {
+            return;
+        };
+        let hints = tool
+            .annotations
+            .get_or_insert_with(ToolAnnotations::default);
+        if config.read_only {
+            hints.read_only_hint = Some(true);
+        } else {
+            // Through the proxy, a repeat with the same key fields is answered from the record.
+            hints.read_only_hint = Some(false);
+            hints.idempotent_hint = Some(true);
+        }
+    }
+
+    /// The call's end as the model reads it.
+    async fn call(&self, params: CallToolRequestParams) -> CallToolResult {
+        let name = params.name.to_string();
+        let configured = self.config.tools.get(&name);
+        let fields = configured.map(|c| c.key.clone()).unwrap_or_default();
+        let ended = match self.upstream.client().await {
+            Ok(client) => client.call_tool(params).await,
+            Err(why) => {
+                eprintln!("idemkit proxy: {why}");
+                // Nothing was sent: calling again (once the upstream starts) is safe.
+                Err(CallError::Upstream {
+                    tool: name.clone(),
+                    key: None,
+                    failure: idem_runtime::Failure::Transient,
+                    source: rmcp::ServiceError::TransportClosed,
+                })
+            }
+        };
+        let ended = match ended {
+            // The client's refusal names its Rust API; the proxy's user writes the file.
+            Err(CallError::Idem(Error::Settings { tool, .. })) if configured.is_none() => {
+                Err(CallError::Idem(Error::Settings {
+                    reason: format!(
+                        "the upstream does not mark it read-only (`readOnlyHint` is not true), and the proxy's \
+                         configuration has no `[tools.{tool}]`, so a repeat after a lost answer could act twice. \
+                         The proxy's operator adds `[tools.{tool}]` with `key = [\"…\"]` (the arguments that \
+                         identify one operation), or `read_only = true` if it only reads"
+                    ),
+                    tool,
+                }))
+            }
+            other => other,
+        };
+        let kind = match configured {
+            Some(c) if !c.read_only => ToolKind::SideEffect,
+            // A configured read, or an unconfigured tool that was not refused: read-only by its hints.
+            _ => ToolKind::ReadOnly,
+        };
+        for_model(&ended, kind, &fields)
+    }
+}
+
+impl ServerHandler for Proxy {
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let client = self
+            .upstream
+            .client()
+            .await
+            .map_err(|why| ErrorData::internal_error(why, None))?;
+        let mut listed = client.peer().list_tools(request).await.map_err(|e| {
+            ErrorData::internal_error(format!("the upstream's tools/list failed: {e}"), None)
+        })?;
+        for tool in &mut listed.tools {
+            self.annotate(tool);
+        }
+        Ok(listed)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        Ok(CallToolResponse::Complete(self.call(request).await))
+    }
+
+    fn get_info(&self) -> ServerConfig {
+        self.info.clone()
+    }
+}

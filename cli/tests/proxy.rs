@@ -1,0 +1,537 @@
+//! `idemkit proxy` as a child process between an rmcp client (this test) and an upstream MCP
+//! server over stdio (this test binary again, as `upstream_entry`) that counts every request and
+//! every effect in files, across its own restarts, and can commit and then exit without answering
+//! (`drop`), commit and then never answer (`hang`), or exit before committing (`crash`). Effects are
+//! counted at the upstream. The proxy is killed with SIGKILL and restarted on its SQLite file.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ListToolsResult,
+    PaginatedRequestParams, ResultType, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+};
+use rmcp::service::{RequestContext, RoleClient, RoleServer, RunningService};
+use rmcp::transport::TokioChildProcess;
+use rmcp::{ErrorData, ServerHandler, ServiceExt};
+use serde_json::{Value, json};
+
+/// The folder the upstream keeps its counts in, when this binary runs as the upstream.
+const UPSTREAM: &str = "IDEMKIT_TEST_UPSTREAM_DIR";
+const KEY_META: &str = "idemkit/idempotency-key";
+
+// ---- The upstream (this binary, started by the proxy) ----
+
+/// The upstream MCP server, when the proxy starts this binary as one.
+#[tokio::test]
+async fn upstream_entry() {
+    if let Some(dir) = std::env::var_os(UPSTREAM) {
+        let server = Upstream {
+            dir: PathBuf::from(dir),
+        };
+        let code = match server.serve(rmcp::transport::stdio()).await {
+            Ok(served) => {
+                let _ = served.waiting().await;
+                0
+            }
+            Err(e) => {
+                eprintln!("test upstream: {e}");
+                1
+            }
+        };
+        std::process::exit(code);
+    }
+}
+
+#[derive(Clone)]
+struct Upstream {
+    dir: PathBuf,
+}
+
+fn append(path: &Path, line: &Value) {
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
+    writeln!(file, "{line}").unwrap();
+    file.sync_all().unwrap();
+}
+
+fn lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn upstream_tool(name: &'static str, hints: Option<ToolAnnotations>) -> Tool {
+    let Value::Object(schema) = json!({"type": "object"}) else {
+        unreachable!()
+    };
+    let mut tool = Tool::new_with_raw(name, Some(format!("the test's {name}").into()), schema);
+    tool.annotations = hints;
+    tool
+}
+
+impl Upstream {
+    /// The next fault, taken off the `faults` file.
+    fn next_fault(&self) -> Option<String> {
+        let path = self.dir.join("faults");
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let mut faults = text.lines();
+        let first = faults.next().map(str::to_owned);
+        let rest: Vec<&str> = faults.collect();
+        std::fs::write(&path, rest.join("\n")).unwrap();
+        first.filter(|f| !f.is_empty())
+    }
+
+    async fn side_effect(&self, name: &str, key: Option<String>, args: Value) -> CallToolResult {
+        let fault = self.next_fault();
+        if fault.as_deref() == Some("crash") {
+            std::process::exit(3);
+        }
+        let effects = self.dir.join("effects");
+        // A server that honours the key it is sent in `_meta`: the first answer of that key.
+        if name == "charge_dedup"
+            && let Some(key) = &key
+            && let Some(done) = lines(&effects).into_iter().find(|e| e["key"] == json!(key))
+        {
+            return CallToolResult::structured(done["answer"].clone());
+        }
+        let n = lines(&effects).iter().filter(|e| e["tool"] == name).count() + 1;
+        let answer = json!({"charge": format!("ch_{n}"), "cents": args["cents"]});
+        append(
+            &effects,
+            &json!({"tool": name, "key": key, "args": args, "answer": answer}),
+        );
+        match fault.as_deref() {
+            // Committed; the process ends before its answer is written.
+            Some("drop") => std::process::exit(0),
+            Some("hang") => std::future::pending::<()>().await,
+            _ => {}
+        }
+        CallToolResult::structured(answer)
+    }
+}
+
+impl ServerHandler for Upstream {
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let key = request
+            .meta
+            .as_ref()
+            .and_then(|m| m.0.0.get(KEY_META))
+            .or_else(|| context.meta.0.0.get(KEY_META))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let args = Value::Object(request.arguments.unwrap_or_default());
+        let name = request.name.to_string();
+        append(
+            &self.dir.join("requests"),
+            &json!({"tool": name, "key": key, "args": args}),
+        );
+        let result = match name.as_str() {
+            "balance" => CallToolResult::structured(json!({"cents": 4200})),
+            "charge" | "charge_dedup" | "send_email" => self.side_effect(&name, key, args).await,
+            _ => return Err(ErrorData::invalid_params("no such tool", None)),
+        };
+        Ok(CallToolResponse::Complete(result))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let hints = |read_only, idempotent| {
+            Some(ToolAnnotations::from_raw(
+                Some("upstream's title".into()),
+                Some(read_only),
+                Some(true),
+                Some(idempotent),
+                None,
+            ))
+        };
+        Ok(ListToolsResult {
+            result_type: Some(ResultType::COMPLETE),
+            tools: vec![
+                upstream_tool("balance", hints(true, true)),
+                upstream_tool("charge", hints(false, false)),
+                upstream_tool("charge_dedup", hints(false, true)),
+                upstream_tool("send_email", None),
+            ],
+            meta: None,
+            next_cursor: None,
+            ttl_ms: None,
+            cache_scope: None,
+        })
+    }
+
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_instructions("the test upstream's instructions")
+    }
+}
+
+// ---- The test's side: a folder, the proxy, its client ----
+
+struct Rig {
+    dir: tempfile::TempDir,
+}
+
+struct Proxy {
+    client: RunningService<RoleClient, ()>,
+    pid: u32,
+}
+
+impl Rig {
+    fn new(config: &str) -> Rig {
+        let dir = tempfile::TempDir::new().unwrap();
+        std::fs::write(dir.path().join("proxy.toml"), config).unwrap();
+        Rig { dir }
+    }
+
+    async fn proxy(&self) -> Proxy {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemkit"));
+        command
+            .arg("proxy")
+            .arg("--config")
+            .arg(self.dir.path().join("proxy.toml"))
+            .arg("--")
+            .arg(std::env::current_exe().unwrap())
+            // Terse: the harness writes nothing on stdout before the test ends (stdout is the protocol).
+            .args([
+                "upstream_entry",
+                "--exact",
+                "--quiet",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(UPSTREAM, self.dir.path())
+            .env_remove("IDEMKIT_STORE")
+            .env_remove("IDEMKIT_DB");
+        let transport = TokioChildProcess::new(command).expect("the proxy starts");
+        let pid = transport.id().expect("the proxy's pid");
+        let client = ().serve(transport).await.expect("the MCP handshake with the proxy");
+        Proxy { client, pid }
+    }
+
+    fn fault(&self, fault: &str) {
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("faults"))
+            .unwrap();
+        writeln!(file, "{fault}").unwrap();
+    }
+
+    /// What reached the upstream of `tool`: the key in `_meta` and the arguments.
+    fn requests(&self, tool: &str) -> Vec<(Value, Value)> {
+        lines(&self.dir.path().join("requests"))
+            .into_iter()
+            .filter(|r| r["tool"] == tool)
+            .map(|r| (r["key"].clone(), r["args"].clone()))
+            .collect()
+    }
+
+    /// The effects of `tool` committed at the upstream.
+    fn effects(&self, tool: &str) -> usize {
+        lines(&self.dir.path().join("effects"))
+            .iter()
+            .filter(|e| e["tool"] == tool)
+            .count()
+    }
+
+    /// Waits until the upstream has committed `n` effects of `tool`.
+    async fn until_effects(&self, tool: &str, n: usize) {
+        let start = Instant::now();
+        while self.effects(tool) < n {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "the upstream never committed {n} `{tool}`"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// `idemkit ARGS --store` this rig's store.
+    fn idemkit(&self, args: &[&str]) -> std::process::Output {
+        std::process::Command::new(env!("CARGO_BIN_EXE_idemkit"))
+            .args(args)
+            .arg("--store")
+            .arg(self.dir.path().join("proxy.db"))
+            .output()
+            .unwrap()
+    }
+}
+
+impl Proxy {
+    async fn call(&self, name: &'static str, arguments: Value) -> CallToolResult {
+        let Value::Object(arguments) = arguments else {
+            panic!("arguments are an object")
+        };
+        let params = CallToolRequestParams::new(name).with_arguments(arguments);
+        self.client
+            .call_tool(params)
+            .await
+            .expect("the proxy answers")
+    }
+
+    fn sigkill(&self) {
+        let killed = std::process::Command::new("kill")
+            .args(["-KILL", &self.pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+    }
+}
+
+fn text(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn structured(result: &CallToolResult) -> Value {
+    result.structured_content.clone().unwrap_or(Value::Null)
+}
+
+const CONFIG: &str = r#"
+store = "proxy.db"
+timeout = "20s"
+
+[tools.charge]
+key = ["customer_id", "invoice"]
+resend = false
+lease = "1s"
+in_flight_wait = "30s"
+
+[tools.charge_dedup]
+key = ["customer_id", "invoice"]
+lease = "1s"
+in_flight_wait = "30s"
+
+[tools.balance]
+read_only = true
+"#;
+
+/// tools/list through the proxy is the upstream's, each tool as listed (name, description,
+/// schema, title, other hints) but for the hints the proxy makes true: a keyed tool is
+/// idempotent through it. The upstream's instructions reach the client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_lists_the_upstreams_tools_with_the_hints_it_makes_true() {
+    let rig = Rig::new(CONFIG);
+    let proxy = rig.proxy().await;
+    let tools = proxy.client.list_all_tools().await.unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    assert_eq!(names, ["balance", "charge", "charge_dedup", "send_email"]);
+    let hints = |name: &str| {
+        let tool = tools.iter().find(|t| t.name == name).unwrap();
+        assert_eq!(
+            tool.description.as_deref(),
+            Some(format!("the test's {name}").as_str())
+        );
+        serde_json::to_value(&tool.annotations).unwrap()
+    };
+    let upstream = |read_only: bool, idempotent: bool| json!({"title": "upstream's title", "readOnlyHint": read_only, "destructiveHint": true, "idempotentHint": idempotent});
+    assert_eq!(hints("balance"), upstream(true, true));
+    // The upstream says a repeat of `charge` acts again; through the proxy it does not.
+    assert_eq!(hints("charge"), upstream(false, true));
+    assert_eq!(hints("charge_dedup"), upstream(false, true));
+    assert_eq!(hints("send_email"), Value::Null);
+    let info = proxy.client.peer_info().unwrap();
+    assert_eq!(
+        info.instructions.as_deref(),
+        Some("the test upstream's instructions")
+    );
+}
+
+/// The issue's "done": against an upstream that commits and drops its answer (it exits before
+/// writing it), a repeated call through the proxy reaches the upstream once, counted there. The
+/// first call is told the outcome is unknown and the repeat is refused, not sent. With a tool
+/// whose upstream deduplicates by the key in `_meta` (`idempotentHint: true`, so resend), the
+/// repeat is sent again with the same key to the restarted upstream, which answers the first
+/// charge: one effect, and a third call is a replay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_a_repeat_after_the_upstream_commits_and_drops_its_answer_reaches_it_once() {
+    let rig = Rig::new(CONFIG);
+    let proxy = rig.proxy().await;
+    let args = json!({"customer_id": "cus_1", "invoice": "inv_1", "cents": 4200});
+
+    rig.fault("drop");
+    let first = proxy.call("charge", args.clone()).await;
+    println!("first: {}", text(&first));
+    assert_eq!(first.is_error, Some(true), "{first:?}");
+    assert_eq!(structured(&first)["reason"], "ambiguous", "{first:?}");
+    let second = proxy.call("charge", args.clone()).await;
+    println!("repeat: {}", text(&second));
+    assert_eq!(second.is_error, Some(true), "{second:?}");
+    assert_eq!(structured(&second)["reason"], "ambiguous", "{second:?}");
+    assert_eq!(rig.requests("charge").len(), 1);
+    assert_eq!(rig.effects("charge"), 1);
+    let key = rig.requests("charge")[0].0.clone();
+    assert!(key.is_string(), "the key in _meta: {key}");
+    assert_eq!(structured(&second)["idempotencyKey"], key);
+
+    rig.fault("drop");
+    let first = proxy.call("charge_dedup", args.clone()).await;
+    println!("dedup first: {}", text(&first));
+    let again = proxy.call("charge_dedup", args.clone()).await;
+    println!("dedup repeat: {}", text(&again));
+    assert_ne!(again.is_error, Some(true), "{again:?}");
+    assert_eq!(structured(&again)["charge"], "ch_1");
+    let sent = rig.requests("charge_dedup");
+    assert!(sent.len() >= 2, "sent again: {sent:?}");
+    assert!(
+        sent.iter().all(|(k, _)| *k == sent[0].0),
+        "one key: {sent:?}"
+    );
+    assert_eq!(rig.effects("charge_dedup"), 1);
+    let replay = proxy.call("charge_dedup", args).await;
+    assert!(text(&replay).starts_with("Replayed:"), "{}", text(&replay));
+    assert_eq!(structured(&replay)["charge"], "ch_1");
+    assert_eq!(rig.requests("charge_dedup").len(), sent.len());
+}
+
+/// The proxy SIGKILLed while the upstream holds a committed call, and restarted on its SQLite
+/// file: nothing runs twice. A call that completed before the kill is replayed after it; the
+/// interrupted one, once its dead holder's lease lapses, is kept as unknown (resend = false:
+/// refused, listed by `idemkit list --state ambiguous`) or sent again under its key to an
+/// upstream that deduplicates (one effect).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_killed_mid_call_and_restarted_on_its_sqlite_file_runs_nothing_twice() {
+    let rig = Rig::new(CONFIG);
+    let before = rig.proxy().await;
+    let done = json!({"customer_id": "cus_1", "invoice": "inv_0", "cents": 100});
+    let answered = before.call("charge", done.clone()).await;
+    assert_eq!(structured(&answered)["charge"], "ch_1");
+
+    let args = json!({"customer_id": "cus_1", "invoice": "inv_1", "cents": 4200});
+    rig.fault("hang");
+    let client = before.client.peer().clone();
+    let a = args.clone();
+    let pending = tokio::spawn(async move {
+        let Value::Object(a) = a else { unreachable!() };
+        client
+            .call_tool(CallToolRequestParams::new("charge").with_arguments(a))
+            .await
+    });
+    rig.until_effects("charge", 2).await;
+    // `charge` hangs; kill the proxy with the charge committed and unanswered.
+    before.sigkill();
+    let charge = pending.await.unwrap();
+    assert!(charge.is_err(), "the killed proxy answered: {charge:?}");
+
+    let after = rig.proxy().await;
+    let replayed = after.call("charge", done).await;
+    assert!(
+        text(&replayed).starts_with("Replayed:"),
+        "{}",
+        text(&replayed)
+    );
+    assert_eq!(structured(&replayed)["charge"], "ch_1");
+    let repeat = after.call("charge", args.clone()).await;
+    println!("after restart: {}", text(&repeat));
+    assert_eq!(repeat.is_error, Some(true), "{repeat:?}");
+    assert_eq!(structured(&repeat)["reason"], "ambiguous", "{repeat:?}");
+    assert_eq!(rig.requests("charge").len(), 2);
+    assert_eq!(rig.effects("charge"), 2);
+    let listed = rig.idemkit(&["list", "--state", "ambiguous", "--json"]);
+    let listed = String::from_utf8(listed.stdout).unwrap();
+    assert!(listed.contains("\"charge\""), "{listed}");
+
+    // The same for a tool whose upstream deduplicates: committed, the proxy killed, restarted.
+    let dedup = rig.proxy().await;
+    rig.fault("hang");
+    let client = dedup.client.peer().clone();
+    let b = args.clone();
+    let pending = tokio::spawn(async move {
+        let Value::Object(b) = b else { unreachable!() };
+        client
+            .call_tool(CallToolRequestParams::new("charge_dedup").with_arguments(b))
+            .await
+    });
+    rig.until_effects("charge_dedup", 1).await;
+    dedup.sigkill();
+    assert!(pending.await.unwrap().is_err());
+    let last = rig.proxy().await;
+    let repeat = last.call("charge_dedup", args).await;
+    println!("dedup after restart: {}", text(&repeat));
+    assert_ne!(repeat.is_error, Some(true), "{repeat:?}");
+    assert_eq!(structured(&repeat)["charge"], "ch_1");
+    assert_eq!(rig.effects("charge_dedup"), 1);
+    let sent = rig.requests("charge_dedup");
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert_eq!(sent[0].0, sent[1].0, "the same key: {sent:?}");
+    drop((after, last));
+}
+
+/// A read passes through unkeyed; a tool neither configured nor read-only is refused with what to
+/// write in the proxy's file, never sent; an upstream that crashed is started again for the next
+/// call, and a call it crashed on before committing is unknown to the proxy (kept), not re-sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_reads_unkeyed_refuses_unconfigured_tools_and_restarts_a_crashed_upstream() {
+    let rig = Rig::new(CONFIG);
+    let proxy = rig.proxy().await;
+    let balance = proxy.call("balance", json!({"customer_id": "cus_1"})).await;
+    assert_eq!(structured(&balance), json!({"cents": 4200}));
+    assert_eq!(rig.requests("balance")[0].0, Value::Null);
+
+    let refused = proxy.call("send_email", json!({"to": "a@b.c"})).await;
+    assert_eq!(refused.is_error, Some(true));
+    let said = text(&refused);
+    assert!(
+        said.contains("[tools.send_email]") && said.contains("read_only = true"),
+        "{said}"
+    );
+    assert!(rig.requests("send_email").is_empty());
+
+    rig.fault("crash");
+    let args = json!({"customer_id": "cus_2", "invoice": "inv_9", "cents": 10});
+    let crashed = proxy.call("charge", args.clone()).await;
+    assert_eq!(crashed.is_error, Some(true), "{crashed:?}");
+    assert_eq!(rig.effects("charge"), 0);
+    let balance = proxy.call("balance", json!({"customer_id": "cus_1"})).await;
+    assert_eq!(
+        structured(&balance),
+        json!({"cents": 4200}),
+        "a new upstream answers"
+    );
+    let other = json!({"customer_id": "cus_2", "invoice": "inv_10", "cents": 10});
+    let charged = proxy.call("charge", other).await;
+    assert_eq!(structured(&charged)["charge"], "ch_1");
+    assert_eq!(rig.effects("charge"), 1);
+}
+
+/// The configurations shown in docs/proxy.md are accepted by the proxy as written: each block
+/// under a heading is written to a file and `idemkit proxy --config` is run with it against the
+/// test upstream, whose tools/list the proxy then serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_page_configurations_run_as_written() {
+    let page = include_str!("../../docs/proxy.md");
+    let blocks: Vec<&str> = page
+        .split("```toml\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap())
+        .collect();
+    assert!(
+        blocks.len() >= 2,
+        "the page shows the payments and ticketing configurations"
+    );
+    for block in blocks {
+        let rig = Rig::new(&block.replace("/var/lib/idemkit/", ""));
+        let proxy = rig.proxy().await;
+        let tools = proxy.client.list_all_tools().await.unwrap();
+        assert_eq!(tools.len(), 4, "{block}");
+        drop(proxy);
+    }
+}
