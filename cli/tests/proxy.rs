@@ -111,6 +111,8 @@ impl Upstream {
             // Committed; the process ends before its answer is written.
             Some("drop") => std::process::exit(0),
             Some("hang") => std::future::pending::<()>().await,
+            // Committed; the answer comes 5 s later (a concurrent duplicate arrives meanwhile).
+            Some("slow") => tokio::time::sleep(Duration::from_secs(5)).await,
             _ => {}
         }
         CallToolResult::structured(answer)
@@ -528,7 +530,7 @@ async fn proxy_page_configurations_run_as_written() {
         "the page shows the payments and ticketing configurations"
     );
     for block in blocks {
-        let rig = Rig::new(&block.replace("/var/lib/idemkit/", ""));
+        let rig = Rig::new(block);
         let proxy = rig.proxy().await;
         let tools = proxy.client.list_all_tools().await.unwrap();
         assert_eq!(tools.len(), 4, "{block}");
@@ -619,5 +621,223 @@ mod needs_python_mcp {
         assert!(said.starts_with("Replayed:"), "{said}");
         assert_eq!(sent.len(), 2, "{sent:?}");
         assert_eq!(rig.effects("charge"), 2);
+    }
+}
+
+// ---- The proxy's rows of the surface × fault matrix (docs/reliability.md) ----
+
+/// A fault of the proxy's matrix: what the upstream or the proxy does to the first call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// The upstream commits, then exits before its answer is written.
+    Drop,
+    /// The upstream commits, then never answers (the attempt times out, 1 s).
+    Hang,
+    /// The upstream exits before committing.
+    Crash,
+    /// The proxy is SIGKILLed while the upstream holds the committed call; the repeat goes
+    /// through a proxy started again on the same SQLite file, once the dead one's lease lapsed.
+    Killed,
+    /// A second call while the first is answered 5 s after its effect, then a repeat.
+    Duplicate,
+    /// The same key fields with another amount.
+    OtherArgs,
+}
+
+const FAULTS: [Fault; 6] = [
+    Fault::Drop,
+    Fault::Hang,
+    Fault::Crash,
+    Fault::Killed,
+    Fault::Duplicate,
+    Fault::OtherArgs,
+];
+
+impl Fault {
+    fn heading(self) -> &'static str {
+        match self {
+            Fault::Drop => "upstream exits after the effect (answer lost)",
+            Fault::Hang => "upstream hangs after the effect (attempt times out)",
+            Fault::Crash => "upstream exits before the effect",
+            Fault::Killed => "proxy SIGKILLed after the effect, repeat through a restarted proxy",
+            Fault::Duplicate => "concurrent duplicate",
+            Fault::OtherArgs => "repeat with other arguments",
+        }
+    }
+
+    /// Effects at the upstream and what the client is told, in order, for the upstream tool
+    /// `tool` (`charge`: `resend = false`; `charge_dedup`: the upstream deduplicates by the key
+    /// in `_meta` and says `idempotentHint: true`, so the proxy re-sends).
+    fn expected(self, tool: &str) -> &'static str {
+        let dedup = tool == "charge_dedup";
+        match self {
+            Fault::Drop if dedup => "1 · ambiguous → ok",
+            Fault::Drop => "1 · ambiguous → ambiguous",
+            // Re-sent on the same connection, the upstream answers the first charge.
+            Fault::Hang if dedup => "1 · ok → replay",
+            Fault::Hang => "1 · ambiguous → ambiguous",
+            Fault::Crash if dedup => "1 · ambiguous → ok",
+            // Nothing ran, but the proxy cannot know: kept for an operator, not re-sent.
+            Fault::Crash => "0 · ambiguous → ambiguous",
+            Fault::Killed if dedup => "1 · killed → ok",
+            Fault::Killed => "1 · killed → ambiguous",
+            Fault::Duplicate => "1 · ok → in_flight → replay",
+            Fault::OtherArgs => "1 · ok → key_reuse",
+        }
+    }
+}
+
+/// What the client read of a result: idemkit's reason, `replay` or `ok`.
+fn answer(result: &CallToolResult) -> String {
+    if result.is_error == Some(true) {
+        let reason = &structured(result)["reason"];
+        return reason.as_str().unwrap_or("tool error").to_owned();
+    }
+    if text(result).starts_with("Replayed:") {
+        "replay".to_owned()
+    } else {
+        "ok".to_owned()
+    }
+}
+
+fn matrix_config(fault: Fault) -> String {
+    let timeout = if fault == Fault::Hang { "1s" } else { "60s" };
+    format!(
+        r#"
+store = "proxy.db"
+timeout = "{timeout}"
+
+[tools.charge]
+key = ["customer_id", "invoice"]
+resend = false
+lease = "1s"
+in_flight_wait = "0ms"
+
+[tools.charge_dedup]
+key = ["customer_id", "invoice"]
+lease = "1s"
+in_flight_wait = "0ms"
+"#
+    )
+}
+
+/// One cell: its procedure, then "effects · answers".
+async fn cell(tool: &'static str, fault: Fault) -> String {
+    let rig = Rig::new(&matrix_config(fault));
+    let proxy = rig.proxy().await;
+    let args = json!({"customer_id": "cus_1", "invoice": "inv_1", "cents": 4200});
+    let mut answers = Vec::new();
+    match fault {
+        Fault::Drop | Fault::Hang | Fault::Crash => {
+            rig.fault(match fault {
+                Fault::Drop => "drop",
+                Fault::Hang => "hang",
+                _ => "crash",
+            });
+            answers.push(answer(&proxy.call(tool, args.clone()).await));
+            answers.push(answer(&proxy.call(tool, args).await));
+        }
+        Fault::Killed => {
+            rig.fault("hang");
+            let peer = proxy.client.peer().clone();
+            let Value::Object(first) = args.clone() else {
+                unreachable!()
+            };
+            let pending = tokio::spawn(async move {
+                peer.call_tool(CallToolRequestParams::new(tool).with_arguments(first))
+                    .await
+            });
+            rig.until_effects(tool, 1).await;
+            proxy.sigkill();
+            assert!(pending.await.unwrap().is_err(), "the killed proxy answered");
+            answers.push("killed".to_owned());
+            // The dead proxy's lease (1 s) lapses; its renewals stopped with it.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let again = rig.proxy().await;
+            answers.push(answer(&again.call(tool, args).await));
+        }
+        Fault::Duplicate => {
+            rig.fault("slow");
+            let peer = proxy.client.peer().clone();
+            let Value::Object(first) = args.clone() else {
+                unreachable!()
+            };
+            let pending = tokio::spawn(async move {
+                peer.call_tool(CallToolRequestParams::new(tool).with_arguments(first))
+                    .await
+            });
+            rig.until_effects(tool, 1).await;
+            let duplicate = answer(&proxy.call(tool, args.clone()).await);
+            answers.push(answer(&pending.await.unwrap().unwrap()));
+            answers.push(duplicate);
+            answers.push(answer(&proxy.call(tool, args).await));
+        }
+        Fault::OtherArgs => {
+            answers.push(answer(&proxy.call(tool, args).await));
+            let other = json!({"customer_id": "cus_1", "invoice": "inv_1", "cents": 1});
+            answers.push(answer(&proxy.call(tool, other).await));
+        }
+    }
+    format!("{} · {}", rig.effects(tool), answers.join(" → "))
+}
+
+const ROWS: [(&str, &str); 2] = [
+    ("charge", "`idemkit proxy`, `resend = false`"),
+    (
+        "charge_dedup",
+        "`idemkit proxy`, upstream deduplicates by the key (re-sent)",
+    ),
+];
+
+const BEGIN: &str =
+    "<!-- proxy-faults:begin (generated by cli/tests/proxy.rs; IDEMKIT_BLESS=1 rewrites it) -->";
+const END: &str = "<!-- proxy-faults:end -->";
+
+/// The proxy through each of its faults, effects counted at the upstream: at most one effect per
+/// operation, and the answers the docs give; docs/reliability.md's proxy table is this run's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_through_every_fault_makes_one_effect_and_answers_as_documented() {
+    use std::fmt::Write as _;
+    let mut table = String::from("| surface |");
+    for fault in FAULTS {
+        write!(table, " {} |", fault.heading()).unwrap();
+    }
+    table.push_str("\n|---|");
+    table.push_str(&"---|".repeat(FAULTS.len()));
+    table.push('\n');
+    let mut failures = Vec::new();
+    for (tool, row) in ROWS {
+        write!(table, "| {row} |").unwrap();
+        for fault in FAULTS {
+            let got = cell(tool, fault).await;
+            if got != fault.expected(tool) {
+                failures.push(format!(
+                    "({row}, {}): got `{got}`, the docs say `{}`",
+                    fault.heading(),
+                    fault.expected(tool)
+                ));
+            }
+            write!(table, " {got} |").unwrap();
+        }
+        table.push('\n');
+    }
+    println!("{table}");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+
+    let docs_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/reliability.md");
+    let docs = std::fs::read_to_string(&docs_path).unwrap();
+    let (Some(begin), Some(end)) = (docs.find(BEGIN), docs.find(END)) else {
+        panic!("docs/reliability.md has no `{BEGIN}` … `{END}` section");
+    };
+    let want = format!("\n{table}");
+    if docs[begin + BEGIN.len()..end] != want {
+        if std::env::var_os("IDEMKIT_BLESS").is_some() {
+            let updated = format!("{}{want}{}", &docs[..begin + BEGIN.len()], &docs[end..]);
+            std::fs::write(&docs_path, updated).unwrap();
+        } else {
+            panic!(
+                "docs/reliability.md's proxy table differs from this run's; run with IDEMKIT_BLESS=1 to update it:\n{table}"
+            );
+        }
     }
 }
