@@ -196,9 +196,17 @@ enum Command {
         /// `in_flight_wait`, `max_attempts`, `key_name`.
         #[arg(long, value_name = "FILE")]
         config: std::path::PathBuf,
-        /// The upstream MCP server's command and its arguments, after `--`.
-        #[arg(last = true, required = true, value_name = "UPSTREAM_CMD")]
+        /// The upstream MCP server's command and its arguments, after `--` (spawned, over stdio).
+        #[arg(
+            last = true,
+            required_unless_present = "upstream_url",
+            value_name = "UPSTREAM_CMD"
+        )]
         upstream: Vec<String>,
+        /// Instead of a command: the upstream MCP server's streamable HTTP endpoint
+        /// (http://host:port/mcp; https is not built in).
+        #[arg(long, value_name = "URL", conflicts_with = "upstream")]
+        upstream_url: Option<String>,
     },
     /// Prints the key a tool with this name and these key fields has (offline, no store, unless
     /// a field is an operation's name: op:NAME).
@@ -295,8 +303,17 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
     }
-    if let Command::Proxy { config, upstream } = &cli.command {
-        return proxy_main(&cli, config, upstream.clone());
+    if let Command::Proxy {
+        config,
+        upstream,
+        upstream_url,
+    } = &cli.command
+    {
+        let source = match upstream_url {
+            Some(url) => proxy::Source::Url(url.clone()),
+            None => proxy::Source::Command(upstream.clone()),
+        };
+        return proxy_main(&cli, config, source);
     }
     if let Err(why) = resolve::check_usage(&cli.command) {
         eprintln!("idemkit: {why}");
@@ -341,7 +358,7 @@ fn main() -> ExitCode {
 
 /// `idemkit proxy`: exit 0 when its client has gone, 1 when it could not start or serve, 2 for
 /// a configuration that cannot be used.
-fn proxy_main(cli: &Cli, path: &std::path::Path, upstream: Vec<String>) -> ExitCode {
+fn proxy_main(cli: &Cli, path: &std::path::Path, upstream: proxy::Source) -> ExitCode {
     let config = match proxy::config::read(path) {
         Ok(c) => c,
         Err(why) => {

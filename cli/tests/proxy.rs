@@ -841,3 +841,116 @@ async fn proxy_through_every_fault_makes_one_effect_and_answers_as_documented() 
         }
     }
 }
+
+// ---- An upstream over streamable HTTP (`--upstream-url`) ----
+
+/// Set when this binary runs as the upstream over streamable HTTP: the file its port goes to.
+const UPSTREAM_HTTP: &str = "IDEMKIT_TEST_UPSTREAM_HTTP";
+
+/// The upstream MCP server over streamable HTTP on a free loopback port, when the test below
+/// starts this binary as one.
+#[tokio::test]
+async fn upstream_http_entry() {
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService,
+    };
+    let (Some(port_file), Some(dir)) =
+        (std::env::var_os(UPSTREAM_HTTP), std::env::var_os(UPSTREAM))
+    else {
+        return;
+    };
+    let dir = PathBuf::from(dir);
+    let service = StreamableHttpService::new(
+        move || Ok(Upstream { dir: dir.clone() }),
+        LocalSessionManager::default().into(),
+        StreamableHttpServerConfig::default(),
+    );
+    let app = axum::Router::new().nest_service("/mcp", service);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::fs::write(&port_file, port.to_string()).unwrap();
+    let _ = axum::serve(listener, app).await;
+    std::process::exit(0);
+}
+
+/// Over streamable HTTP (`idemkit proxy --upstream-url http://…/mcp`): a charge whose answer the
+/// upstream drops after committing (its process exits) is unknown once the attempt's timeout
+/// passes, and its repeat is refused, not sent: one request and one effect, counted at the upstream. Before that, a charge that was
+/// answered is replayed on its repeat, sent once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_over_streamable_http_a_repeat_after_a_dropped_answer_reaches_the_upstream_once() {
+    // rmcp's HTTP client does not fail a request whose connection broke: the attempt ends at
+    // the proxy's timeout.
+    let rig = Rig::new(&CONFIG.replace(r#"timeout = "20s""#, r#"timeout = "3s""#));
+    let port_file = rig.dir.path().join("port");
+    let mut upstream = tokio::process::Command::new(std::env::current_exe().unwrap());
+    upstream
+        .args([
+            "upstream_http_entry",
+            "--exact",
+            "--quiet",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(UPSTREAM_HTTP, &port_file)
+        .env(UPSTREAM, rig.dir.path())
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let mut upstream = upstream.spawn().unwrap();
+    let start = Instant::now();
+    let port = loop {
+        if let Ok(port) = std::fs::read_to_string(&port_file)
+            && !port.is_empty()
+        {
+            break port;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the HTTP upstream never listened"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemkit"));
+    command
+        .arg("proxy")
+        .arg("--config")
+        .arg(rig.dir.path().join("proxy.toml"))
+        .arg("--upstream-url")
+        .arg(format!("http://127.0.0.1:{port}/mcp"))
+        .env_remove("IDEMKIT_STORE")
+        .env_remove("IDEMKIT_DB");
+    let transport = TokioChildProcess::new(command).expect("the proxy starts");
+    let client = ().serve(transport).await.expect("the MCP handshake with the proxy");
+    let call = |args: Value| {
+        let Value::Object(args) = args else {
+            unreachable!()
+        };
+        client.call_tool(CallToolRequestParams::new("charge").with_arguments(args))
+    };
+    let tools = client.list_all_tools().await.unwrap();
+    assert_eq!(tools.len(), 4);
+
+    let ok = json!({"customer_id": "cus_1", "invoice": "inv_0", "cents": 100});
+    let first = call(ok.clone()).await.unwrap();
+    assert_eq!(structured(&first)["charge"], "ch_1");
+    let again = call(ok).await.unwrap();
+    assert!(text(&again).starts_with("Replayed:"), "{}", text(&again));
+
+    rig.fault("drop");
+    let lost = json!({"customer_id": "cus_1", "invoice": "inv_1", "cents": 4200});
+    let first = call(lost.clone()).await.unwrap();
+    println!("over HTTP, first ({:?}): {}", start.elapsed(), text(&first));
+    assert_eq!(structured(&first)["reason"], "ambiguous", "{first:?}");
+    let repeat = call(lost).await.unwrap();
+    assert_eq!(structured(&repeat)["reason"], "ambiguous", "{repeat:?}");
+    assert_eq!(
+        rig.requests("charge").len(),
+        2,
+        "{:?}",
+        rig.requests("charge")
+    );
+    assert_eq!(rig.effects("charge"), 2);
+    println!("over HTTP, repeat at {:?}", start.elapsed());
+    assert!(upstream.wait().await.is_ok());
+}

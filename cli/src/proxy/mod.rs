@@ -21,6 +21,7 @@ use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
 
 use self::config::Config;
+pub use self::upstream::Source;
 use self::upstream::Upstream;
 
 /// The proxy's MCP server.
@@ -35,7 +36,7 @@ struct Proxy {
 pub async fn run(
     config_path: &Path,
     config: Config,
-    command: Vec<String>,
+    command: Source,
     idem: Idem,
 ) -> Result<(), String> {
     let config = Arc::new(config);
