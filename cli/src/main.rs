@@ -207,6 +207,10 @@ enum Command {
         /// (http://host:port/mcp; https is not built in).
         #[arg(long, value_name = "URL", conflicts_with = "upstream")]
         upstream_url: Option<String>,
+        /// Serves the proxy's clients over streamable HTTP at http://ADDR/mcp (e.g.
+        /// 127.0.0.1:8940; port 0: one the system picks, printed on stderr) instead of on stdio.
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<std::net::SocketAddr>,
     },
     /// Prints the key a tool with this name and these key fields has (offline, no store, unless
     /// a field is an operation's name: op:NAME).
@@ -307,13 +311,14 @@ fn main() -> ExitCode {
         config,
         upstream,
         upstream_url,
+        listen,
     } = &cli.command
     {
         let source = match upstream_url {
             Some(url) => proxy::Source::Url(url.clone()),
             None => proxy::Source::Command(upstream.clone()),
         };
-        return proxy_main(&cli, config, source);
+        return proxy_main(&cli, config, source, *listen);
     }
     if let Err(why) = resolve::check_usage(&cli.command) {
         eprintln!("idemkit: {why}");
@@ -358,7 +363,12 @@ fn main() -> ExitCode {
 
 /// `idemkit proxy`: exit 0 when its client has gone, 1 when it could not start or serve, 2 for
 /// a configuration that cannot be used.
-fn proxy_main(cli: &Cli, path: &std::path::Path, upstream: proxy::Source) -> ExitCode {
+fn proxy_main(
+    cli: &Cli,
+    path: &std::path::Path,
+    upstream: proxy::Source,
+    listen: Option<std::net::SocketAddr>,
+) -> ExitCode {
     let config = match proxy::config::read(path) {
         Ok(c) => c,
         Err(why) => {
@@ -388,7 +398,7 @@ fn proxy_main(cli: &Cli, path: &std::path::Path, upstream: proxy::Source) -> Exi
             .runtime(&names)
             .await
             .map_err(|e| format!("cannot open the store {}: {e}", target.describe()))?;
-        proxy::run(path, config, upstream, idem).await
+        proxy::run(path, config, upstream, idem, listen).await
     });
     match served {
         Ok(()) => ExitCode::SUCCESS,

@@ -954,3 +954,86 @@ async fn proxy_over_streamable_http_a_repeat_after_a_dropped_answer_reaches_the_
     println!("over HTTP, repeat at {:?}", start.elapsed());
     assert!(upstream.wait().await.is_ok());
 }
+
+/// The proxy served over streamable HTTP (`--listen 127.0.0.1:0`), its upstream a command: two
+/// clients (two MCP sessions, as two agents) share its records. A charge whose answer the
+/// upstream dropped after committing is unknown to the first; the second's repeat is refused,
+/// not sent: one request, one effect at the upstream. A completed charge is replayed to the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_served_over_streamable_http_two_clients_repeat_and_the_upstream_acts_once() {
+    use rmcp::transport::StreamableHttpClientTransport;
+    use tokio::io::AsyncBufReadExt;
+
+    let rig = Rig::new(CONFIG);
+    let mut proxy = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemkit"));
+    proxy
+        .arg("proxy")
+        .arg("--config")
+        .arg(rig.dir.path().join("proxy.toml"))
+        .args(["--listen", "127.0.0.1:0", "--"])
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "upstream_entry",
+            "--exact",
+            "--quiet",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(UPSTREAM, rig.dir.path())
+        .env_remove("IDEMKIT_STORE")
+        .env_remove("IDEMKIT_DB")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let mut proxy = proxy.spawn().unwrap();
+    let mut said = tokio::io::BufReader::new(proxy.stderr.take().unwrap()).lines();
+    let url = loop {
+        let line = tokio::time::timeout(Duration::from_secs(60), said.next_line())
+            .await
+            .expect("the proxy says where it serves")
+            .unwrap()
+            .expect("the proxy says where it serves before its stderr ends");
+        if let Some(url) = line.strip_prefix("idemkit proxy: serving MCP at ") {
+            break url.to_owned();
+        }
+    };
+    // Its later lines are not read: drained, so that the proxy never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = said.next_line().await {} });
+    let connect = || async {
+        ().serve(StreamableHttpClientTransport::from_uri(url.as_str()))
+            .await
+            .expect("the MCP handshake with the proxy over HTTP")
+    };
+    let (one, two) = (connect().await, connect().await);
+    async fn call(client: &RunningService<RoleClient, ()>, args: Value) -> CallToolResult {
+        let Value::Object(args) = args else {
+            unreachable!()
+        };
+        let params = CallToolRequestParams::new("charge").with_arguments(args);
+        client.call_tool(params).await.expect("the proxy answers")
+    }
+    assert_eq!(one.list_all_tools().await.unwrap().len(), 4);
+
+    rig.fault("drop");
+    let lost = json!({"customer_id": "cus_1", "invoice": "inv_1", "cents": 4200});
+    let first = call(&one, lost.clone()).await;
+    assert_eq!(structured(&first)["reason"], "ambiguous", "{first:?}");
+    let repeat = call(&two, lost).await;
+    assert_eq!(structured(&repeat)["reason"], "ambiguous", "{repeat:?}");
+    assert_eq!(rig.requests("charge").len(), 1);
+    assert_eq!(rig.effects("charge"), 1);
+
+    let ok = json!({"customer_id": "cus_1", "invoice": "inv_2", "cents": 100});
+    let charged = call(&two, ok.clone()).await;
+    assert_eq!(structured(&charged)["charge"], "ch_2");
+    let replayed = call(&one, ok).await;
+    assert!(
+        text(&replayed).starts_with("Replayed:"),
+        "{}",
+        text(&replayed)
+    );
+    assert_eq!(rig.requests("charge").len(), 2);
+    assert_eq!(rig.effects("charge"), 2);
+    proxy.kill().await.unwrap();
+}

@@ -6,6 +6,7 @@
 //! answered as [`for_model`] renders a call's end.
 
 pub mod config;
+mod http;
 mod upstream;
 
 use std::path::Path;
@@ -32,12 +33,14 @@ struct Proxy {
     info: ServerConfig,
 }
 
-/// Serves the proxy on stdio until its client goes; `Err`: why it could not start or serve.
+/// Serves the proxy on stdio until its client goes, or over streamable HTTP at `listen` until the
+/// process ends; `Err`: why it could not start or serve.
 pub async fn run(
     config_path: &Path,
     config: Config,
     command: Source,
     idem: Idem,
+    listen: Option<std::net::SocketAddr>,
 ) -> Result<(), String> {
     let config = Arc::new(config);
     let upstream = Arc::new(Upstream::new(command, config.clone(), idem));
@@ -55,6 +58,9 @@ pub async fn run(
         upstream,
         info,
     };
+    if let Some(addr) = listen {
+        return http::serve(proxy, addr).await;
+    }
     let served = proxy
         .serve(rmcp::transport::stdio())
         .await
