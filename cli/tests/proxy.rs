@@ -67,6 +67,12 @@ fn lines(path: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// Ends the upstream's process (a crash, or an exit before its answer is written): only ever
+/// called in the upstream, a child process of the proxy.
+fn child_ends(code: i32) -> ! {
+    std::process::exit(code)
+}
+
 fn upstream_tool(name: &'static str, hints: Option<ToolAnnotations>) -> Tool {
     let Value::Object(schema) = json!({"type": "object"}) else {
         unreachable!()
@@ -91,7 +97,7 @@ impl Upstream {
     async fn side_effect(&self, name: &str, key: Option<String>, args: Value) -> CallToolResult {
         let fault = self.next_fault();
         if fault.as_deref() == Some("crash") {
-            std::process::exit(3);
+            child_ends(3);
         }
         let effects = self.dir.join("effects");
         // A server that honours the key it is sent in `_meta`: the first answer of that key.
@@ -109,7 +115,7 @@ impl Upstream {
         );
         match fault.as_deref() {
             // Committed; the process ends before its answer is written.
-            Some("drop") => std::process::exit(0),
+            Some("drop") => child_ends(0),
             Some("hang") => std::future::pending::<()>().await,
             // Committed; the answer comes 5 s later (a concurrent duplicate arrives meanwhile).
             Some("slow") => tokio::time::sleep(Duration::from_secs(5)).await,
