@@ -389,6 +389,9 @@ async fn proxy_a_repeat_after_the_upstream_commits_and_drops_its_answer_reaches_
     let key = rig.requests("charge")[0].0.clone();
     assert!(key.is_string(), "the key in _meta: {key}");
     assert_eq!(structured(&second)["idempotencyKey"], key);
+    // The key `idemkit key` derives offline from the tool's name and key fields.
+    let derived = rig.idemkit(&["key", "charge", "customer_id=cus_1", "invoice=inv_1"]);
+    assert_eq!(String::from_utf8(derived.stdout).unwrap().trim(), key);
 
     rig.fault("drop");
     let first = proxy.call("charge_dedup", args.clone()).await;
