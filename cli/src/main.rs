@@ -184,10 +184,12 @@ enum Command {
     /// Serves an upstream MCP server's tools on stdio with their calls made safe to repeat:
     /// `idemkit proxy --config proxy.toml -- UPSTREAM_CMD ARGS…`.
     ///
-    /// The proxy spawns the upstream command (an MCP server over stdio), lists its tools to its
+    /// The proxy spawns the upstream command (an MCP server over stdio; or reaches one at
+    /// --upstream-url), serves its client on stdio (or over HTTP: --listen), lists its tools to its
     /// own client unchanged but for the hints it makes true, and sends each `tools/call` through
     /// idemkit: keyed on the fields the configuration names per tool, recorded in the store
-    /// (the file's `store`, else --store, else the default SQLite file), replayed on a repeat,
+    /// (--store or IDEMKIT_STORE, else the file's `store`, else the default SQLite file),
+    /// replayed on a repeat,
     /// never sent again blindly when an answer was lost. It survives its own restart: the
     /// records are in the store. Logs go to stderr; stdout is the protocol.
     Proxy {
