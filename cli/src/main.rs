@@ -192,28 +192,7 @@ enum Command {
     /// replayed on a repeat,
     /// never sent again blindly when an answer was lost. It survives its own restart: the
     /// records are in the store. Logs go to stderr; stdout is the protocol.
-    Proxy {
-        /// The proxy's configuration (TOML): `store`, `timeout`, and `[tools.NAME]` tables with
-        /// `key = ["field", …]` or `read_only = true`, `resend`, `ttl`, `lease`,
-        /// `in_flight_wait`, `max_attempts`, `key_name`.
-        #[arg(long, value_name = "FILE")]
-        config: std::path::PathBuf,
-        /// The upstream MCP server's command and its arguments, after `--` (spawned, over stdio).
-        #[arg(
-            last = true,
-            required_unless_present = "upstream_url",
-            value_name = "UPSTREAM_CMD"
-        )]
-        upstream: Vec<String>,
-        /// Instead of a command: the upstream MCP server's streamable HTTP endpoint
-        /// (http://host:port/mcp; https is not built in).
-        #[arg(long, value_name = "URL", conflicts_with = "upstream")]
-        upstream_url: Option<String>,
-        /// Serves the proxy's clients over streamable HTTP at http://ADDR/mcp (e.g.
-        /// 127.0.0.1:8940; port 0: one the system picks, printed on stderr) instead of on stdio.
-        #[arg(long, value_name = "ADDR")]
-        listen: Option<std::net::SocketAddr>,
-    },
+    Proxy(proxy::Args),
     /// Prints the key a tool with this name and these key fields has (offline, no store, unless
     /// a field is an operation's name: op:NAME).
     ///
@@ -309,18 +288,13 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
     }
-    if let Command::Proxy {
-        config,
-        upstream,
-        upstream_url,
-        listen,
-    } = &cli.command
-    {
-        let source = match upstream_url {
-            Some(url) => proxy::Source::Url(url.clone()),
-            None => proxy::Source::Command(upstream.clone()),
+    if let Command::Proxy(args) = &cli.command {
+        let names = Names {
+            pg_schema: cli.pg_schema.clone(),
+            pg_table: cli.pg_table.clone(),
+            redis_prefix: cli.redis_prefix.clone(),
         };
-        return proxy_main(&cli, config, source, *listen);
+        return ExitCode::from(proxy::main(args, cli.store.as_deref(), &names));
     }
     if let Err(why) = resolve::check_usage(&cli.command) {
         eprintln!("idemkit: {why}");
@@ -358,54 +332,6 @@ fn main() -> ExitCode {
         }
         Err(Failed(why)) => {
             eprintln!("idemkit: {why}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// `idemkit proxy`: exit 0 when its client has gone, 1 when it could not start or serve, 2 for
-/// a configuration that cannot be used.
-fn proxy_main(
-    cli: &Cli,
-    path: &std::path::Path,
-    upstream: proxy::Source,
-    listen: Option<std::net::SocketAddr>,
-) -> ExitCode {
-    let config = match proxy::config::read(path) {
-        Ok(c) => c,
-        Err(why) => {
-            eprintln!("idemkit proxy: {why}");
-            return ExitCode::from(2);
-        }
-    };
-    // The command line's store, else the file's, else the default SQLite file.
-    let target = match Target::choose(cli.store.as_deref().or(config.store.as_deref())) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("idemkit proxy: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let names = Names {
-        pg_schema: cli.pg_schema.clone(),
-        pg_table: cli.pg_table.clone(),
-        redis_prefix: cli.redis_prefix.clone(),
-    };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
-    let served = runtime.block_on(async {
-        let idem = target
-            .runtime(&names)
-            .await
-            .map_err(|e| format!("cannot open the store {}: {e}", target.describe()))?;
-        proxy::run(path, config, upstream, idem, listen).await
-    });
-    match served {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(why) => {
-            eprintln!("idemkit proxy: {why}");
             ExitCode::FAILURE
         }
     }
@@ -643,9 +569,7 @@ async fn run(cli: &Cli, target: &Target) -> Result<String, Failed> {
             Ok(format!("pruned {n} expired record(s)\n"))
         }
         Command::Settle { .. } => unreachable!("`idemkit settle` is run by `settle`, before `run`"),
-        Command::Proxy { .. } => {
-            unreachable!("`idemkit proxy` is run by `proxy_main`, before `run`")
-        }
+        Command::Proxy(_) => unreachable!("`idemkit proxy` is run by `proxy::main`, before `run`"),
         Command::Counts { json } => {
             let counts = store.counts().await.map_err(failed)?;
             if *json {

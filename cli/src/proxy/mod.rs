@@ -9,7 +9,8 @@ pub mod config;
 mod http;
 mod upstream;
 
-use std::path::Path;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use idem_runtime::{Error, Idem, ToolKind};
@@ -24,6 +25,74 @@ use rmcp::{ErrorData, ServerHandler, ServiceExt};
 use self::config::Config;
 pub use self::upstream::Source;
 use self::upstream::Upstream;
+use crate::target::{Names, Target};
+
+/// `idemkit proxy`'s arguments (the store's are the command's own: `--store`, …).
+#[derive(clap::Args)]
+pub struct Args {
+    /// The proxy's configuration (TOML): `store`, `timeout`, and `[tools.NAME]` tables with
+    /// `key = ["field", …]` or `read_only = true`, `resend`, `ttl`, `lease`,
+    /// `in_flight_wait`, `max_attempts`, `key_name`.
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+    /// The upstream MCP server's command and its arguments, after `--` (spawned, over stdio).
+    #[arg(
+        last = true,
+        required_unless_present = "upstream_url",
+        value_name = "UPSTREAM_CMD"
+    )]
+    upstream: Vec<String>,
+    /// Instead of a command: the upstream MCP server's streamable HTTP endpoint
+    /// (http://host:port/mcp; https is not built in).
+    #[arg(long, value_name = "URL", conflicts_with = "upstream")]
+    upstream_url: Option<String>,
+    /// Serves the proxy's clients over streamable HTTP at http://ADDR/mcp (e.g.
+    /// 127.0.0.1:8940; port 0: one the system picks, printed on stderr) instead of on stdio.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+}
+
+/// `idemkit proxy`, its store `store` (`--store`, else the file's, else the default SQLite
+/// file). Returns the exit status: 0 when its client has gone, 1 when it could not start or
+/// serve, 2 for a configuration that cannot be used.
+pub fn main(args: &Args, store: Option<&str>, names: &Names) -> u8 {
+    let config = match config::read(&args.config) {
+        Ok(c) => c,
+        Err(why) => {
+            eprintln!("idemkit proxy: {why}");
+            return 2;
+        }
+    };
+    let target = match Target::choose(store.or(config.store.as_deref())) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("idemkit proxy: {e}");
+            return 2;
+        }
+    };
+    let source = match &args.upstream_url {
+        Some(url) => Source::Url(url.clone()),
+        None => Source::Command(args.upstream.clone()),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let served = runtime.block_on(async {
+        let idem = target
+            .runtime(names)
+            .await
+            .map_err(|e| format!("cannot open the store {}: {e}", target.describe()))?;
+        run(&args.config, config, source, idem, args.listen).await
+    });
+    match served {
+        Ok(()) => 0,
+        Err(why) => {
+            eprintln!("idemkit proxy: {why}");
+            1
+        }
+    }
+}
 
 /// The proxy's MCP server.
 #[derive(Clone)]
@@ -35,12 +104,12 @@ struct Proxy {
 
 /// Serves the proxy on stdio until its client goes, or over streamable HTTP at `listen` until the
 /// process ends; `Err`: why it could not start or serve.
-pub async fn run(
+async fn run(
     config_path: &Path,
     config: Config,
     command: Source,
     idem: Idem,
-    listen: Option<std::net::SocketAddr>,
+    listen: Option<SocketAddr>,
 ) -> Result<(), String> {
     let config = Arc::new(config);
     let upstream = Arc::new(Upstream::new(command, config.clone(), idem));
