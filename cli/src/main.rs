@@ -289,10 +289,13 @@ fn main() -> ExitCode {
         }
     }
     if let Command::Proxy(args) = &cli.command {
+        // The store's other settings (a prune's) are not the proxy's: their defaults.
+        #[allow(clippy::needless_update)]
         let names = Names {
             pg_schema: cli.pg_schema.clone(),
             pg_table: cli.pg_table.clone(),
             redis_prefix: cli.redis_prefix.clone(),
+            ..Names::default()
         };
         return ExitCode::from(proxy::main(args, cli.store.as_deref(), &names));
     }
