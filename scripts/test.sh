@@ -13,6 +13,10 @@
 # `--skip`, counted, and named in the summary with the package that brings the server. Under CI
 # (`CI` set and not `false`) nothing may be left out: a missing server is a failure.
 #
+# The official Python MCP SDK is the client of `idemkit proxy` in cli/tests/proxy.rs (module
+# `needs_python_mcp`): IDEMKIT_TEST_PYTHON's Python, else python3, must import `mcp`; where it
+# cannot, that test is left out the same way (and under CI that is a failure: .ci/run installs it).
+#
 # A test binary that ends without its harness's closing line (a test that called
 # `std::process::exit`, an abort) fails the run: its other tests' results are lost with it.
 set -uo pipefail
@@ -25,6 +29,7 @@ say() { echo "test.sh: $*" >&2; }
 no_servers() { [[ -n "${IDEMKIT_TEST_NO_SERVERS:-}" && "${IDEMKIT_TEST_NO_SERVERS}" != 0 ]]; }
 have_postgres() { ! no_servers && { compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || command -v initdb >/dev/null; }; }
 have_redis() { ! no_servers && command -v redis-server >/dev/null; }
+have_python_mcp() { "${IDEMKIT_TEST_PYTHON:-python3}" -c "import mcp" >/dev/null 2>&1; }
 have_pgbouncer() { ! no_servers && { command -v pgbouncer >/dev/null || [[ -x /usr/sbin/pgbouncer ]]; }; }
 
 start=()     # the servers started here
@@ -62,6 +67,10 @@ else
     skip+=(needs_redis)
     why[needs_redis]="redis-server is not installed: apt-get install redis-server"
     no_servers && why[needs_redis]="IDEMKIT_TEST_NO_SERVERS is set"
+fi
+if ! have_python_mcp; then
+    skip+=(needs_python_mcp)
+    why[needs_python_mcp]="the official Python MCP SDK cannot be imported by ${IDEMKIT_TEST_PYTHON:-python3}: python3 -m venv /tmp/idemkit-py && /tmp/idemkit-py/bin/pip install mcp==2.3.0, then IDEMKIT_TEST_PYTHON=/tmp/idemkit-py/bin/python"
 fi
 
 if ((${#skip[@]})) && under_ci; then
@@ -125,7 +134,7 @@ left_out=0
 if ((${#skip[@]})); then
     # How many tests each left-out suite holds: the test binaries list their tests without running.
     listed="$(cargo test --workspace --all-features --tests -- --list 2>/dev/null)"
-    echo "left out, as their servers are not here:"
+    echo "left out, as their servers (or the Python MCP SDK) are not here:"
     for s in "${skip[@]}"; do
         n="$(grep -cE "${s}.*: test$" <<<"$listed")"
         left_out=$((left_out + n))
@@ -133,7 +142,7 @@ if ((${#skip[@]})); then
     done
     echo "  (install what is named, then run scripts/test.sh again: it starts the servers itself)"
 else
-    echo "left out: none (PostgreSQL, PgBouncer and Redis suites ran)"
+    echo "left out: none (PostgreSQL, PgBouncer, Redis and Python MCP SDK suites ran)"
 fi
 if ((filtered > left_out)); then
     echo "filtered out by the arguments given: $((filtered - left_out))"

@@ -15,6 +15,7 @@ use idem_runtime::store::{
 use idem_runtime::{IdempotencyKey, OperationId};
 
 mod key;
+mod proxy;
 mod resolve;
 mod settle;
 mod shape;
@@ -186,6 +187,18 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Serves an upstream MCP server's tools on stdio with their calls made safe to repeat:
+    /// `idemkit proxy --config proxy.toml -- UPSTREAM_CMD ARGS…`.
+    ///
+    /// The proxy spawns the upstream command (an MCP server over stdio; or reaches one at
+    /// --upstream-url), serves its client on stdio (or over HTTP: --listen), lists its tools to its
+    /// own client unchanged but for the hints it makes true, and sends each `tools/call` through
+    /// idemkit: keyed on the fields the configuration names per tool, recorded in the store
+    /// (--store or IDEMKIT_STORE, else the file's `store`, else the default SQLite file),
+    /// replayed on a repeat,
+    /// never sent again blindly when an answer was lost. It survives its own restart: the
+    /// records are in the store. Logs go to stderr; stdout is the protocol.
+    Proxy(proxy::Args),
     /// Prints the key a tool with this name and these key fields has (offline, no store, unless
     /// a field is an operation's name: op:NAME).
     ///
@@ -280,6 +293,17 @@ fn main() -> ExitCode {
             println!("{}", key::derive(tool, fields, tenant.as_deref()));
             return ExitCode::SUCCESS;
         }
+    }
+    if let Command::Proxy(args) = &cli.command {
+        // The store's other settings (a prune's) are not the proxy's: their defaults.
+        #[allow(clippy::needless_update)]
+        let names = Names {
+            pg_schema: cli.pg_schema.clone(),
+            pg_table: cli.pg_table.clone(),
+            redis_prefix: cli.redis_prefix.clone(),
+            ..Names::default()
+        };
+        return ExitCode::from(proxy::main(args, cli.store.as_deref(), &names));
     }
     if let Err(why) = resolve::check_usage(&cli.command) {
         eprintln!("idemkit: {why}");
@@ -560,6 +584,7 @@ async fn run(cli: &Cli, target: &Target) -> Result<String, Failed> {
             ))
         }
         Command::Settle { .. } => unreachable!("`idemkit settle` is run by `settle`, before `run`"),
+        Command::Proxy(_) => unreachable!("`idemkit proxy` is run by `proxy::main`, before `run`"),
         Command::Counts { json } => {
             let counts = store.counts().await.map_err(failed)?;
             if *json {

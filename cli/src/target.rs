@@ -9,7 +9,7 @@ use idem_runtime::PostgresStore;
 use idem_runtime::RedisStore;
 use idem_runtime::store::default_path;
 use idem_runtime::store::redacted_url;
-use idem_runtime::{Records, SqliteStore, StoreError};
+use idem_runtime::{Idem, Records, SqliteStore, StoreError};
 
 /// A store named on the command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,6 +126,43 @@ impl Target {
                     builder = builder.tombstones(keep);
                 }
                 Ok(Box::new(builder.connect().await?))
+            }
+            #[cfg(not(feature = "postgres"))]
+            Target::Postgres(_) => Err(not_built_in("PostgreSQL", "postgres")),
+            #[cfg(not(feature = "redis"))]
+            Target::Redis(_) => Err(not_built_in("Redis", "redis")),
+        }
+    }
+}
+
+impl Target {
+    #[cfg_attr(
+        not(any(feature = "postgres", feature = "redis")),
+        allow(unused_variables)
+    )]
+    /// A runtime over the store, for `idemkit proxy`: opened to write, a SQLite file (and its
+    /// folder) created where it is missing.
+    pub async fn runtime(&self, names: &Names) -> Result<Idem, StoreError> {
+        match self {
+            Target::Sqlite(path) => Ok(Idem::new(SqliteStore::builder(path).open()?)),
+            #[cfg(feature = "postgres")]
+            Target::Postgres(url) => {
+                let mut builder = PostgresStore::builder(url.as_str());
+                if let Some(schema) = &names.pg_schema {
+                    builder = builder.schema(schema);
+                }
+                if let Some(table) = &names.pg_table {
+                    builder = builder.table(table);
+                }
+                Ok(Idem::new(builder.connect().await?))
+            }
+            #[cfg(feature = "redis")]
+            Target::Redis(url) => {
+                let mut builder = RedisStore::builder(url.as_str());
+                if let Some(prefix) = &names.redis_prefix {
+                    builder = builder.prefix(prefix);
+                }
+                Ok(Idem::new(builder.connect().await?))
             }
             #[cfg(not(feature = "postgres"))]
             Target::Postgres(_) => Err(not_built_in("PostgreSQL", "postgres")),

@@ -1,0 +1,269 @@
+//! `idemkit proxy --config FILE -- UPSTREAM_CMD ARGS…`: an MCP server on stdio that stands
+//! between an MCP client (an agent in any language) and an upstream MCP server it spawns over
+//! stdio. `tools/list` is the upstream's, each tool as the upstream lists it but for the hints the
+//! proxy makes true (a keyed tool: `idempotentHint: true`); `tools/call` goes through
+//! [`IdempotentClient`]: keyed, recorded in the store, replayed, never sent twice blindly, and
+//! answered as [`for_model`] renders a call's end.
+
+pub mod config;
+mod http;
+mod upstream;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use idem_runtime::{Error, Idem, ToolKind};
+use idemkit::mcp::{CallError, IdempotentClient, for_model};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ErrorData, ServerHandler, ServiceExt};
+
+use self::config::Config;
+pub use self::upstream::Source;
+use self::upstream::Upstream;
+use crate::target::{Names, Target};
+
+/// `idemkit proxy`'s arguments (the store's are the command's own: `--store`, …).
+#[derive(clap::Args)]
+pub struct Args {
+    /// The proxy's configuration (TOML): `store`, `timeout`, and `[tools.NAME]` tables with
+    /// `key = ["field", …]` or `read_only = true`, `resend`, `ttl`, `lease`,
+    /// `in_flight_wait`, `max_attempts`, `key_name`.
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+    /// The upstream MCP server's command and its arguments, after `--` (spawned, over stdio).
+    #[arg(
+        last = true,
+        required_unless_present = "upstream_url",
+        value_name = "UPSTREAM_CMD"
+    )]
+    upstream: Vec<String>,
+    /// Instead of a command: the upstream MCP server's streamable HTTP endpoint
+    /// (http://host:port/mcp; https is not built in).
+    #[arg(long, value_name = "URL", conflicts_with = "upstream")]
+    upstream_url: Option<String>,
+    /// Serves the proxy's clients over streamable HTTP at http://ADDR/mcp (e.g.
+    /// 127.0.0.1:8940; port 0: one the system picks, printed on stderr) instead of on stdio.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+}
+
+/// `idemkit proxy`, its store `store` (`--store`, else the file's, else the default SQLite
+/// file). Returns the exit status: 0 when its client has gone, 1 when it could not start or
+/// serve, 2 for a configuration that cannot be used.
+pub fn main(args: &Args, store: Option<&str>, names: &Names) -> u8 {
+    let config = match config::read(&args.config) {
+        Ok(c) => c,
+        Err(why) => {
+            eprintln!("idemkit proxy: {why}");
+            return 2;
+        }
+    };
+    let target = match Target::choose(store.or(config.store.as_deref())) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("idemkit proxy: {e}");
+            return 2;
+        }
+    };
+    let source = match &args.upstream_url {
+        Some(url) => Source::Url(url.clone()),
+        None => Source::Command(args.upstream.clone()),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let served = runtime.block_on(async {
+        let idem = target
+            .runtime(names)
+            .await
+            .map_err(|e| format!("cannot open the store {}: {e}", target.describe()))?;
+        run(&args.config, config, source, idem, args.listen).await
+    });
+    match served {
+        Ok(()) => 0,
+        Err(why) => {
+            eprintln!("idemkit proxy: {why}");
+            1
+        }
+    }
+}
+
+/// The proxy's MCP server.
+#[derive(Clone)]
+struct Proxy {
+    config: Arc<Config>,
+    upstream: Arc<Upstream>,
+    info: ServerConfig,
+}
+
+/// Serves the proxy on stdio until its client goes, or over streamable HTTP at `listen` until the
+/// process ends; `Err`: why it could not start or serve.
+async fn run(
+    config_path: &Path,
+    config: Config,
+    command: Source,
+    idem: Idem,
+    listen: Option<SocketAddr>,
+) -> Result<(), String> {
+    let config = Arc::new(config);
+    let upstream = Arc::new(Upstream::new(command, config.clone(), idem));
+    let client = upstream.client().await?;
+    warn_unconfigured(config_path, &config, &client).await;
+    let mut info =
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_server_info(
+            Implementation::new("idemkit-proxy", env!("CARGO_PKG_VERSION")),
+        );
+    if let Some(instructions) = upstream.instructions().await {
+        info = info.with_instructions(instructions);
+    }
+    let proxy = Proxy {
+        config,
+        upstream,
+        info,
+    };
+    if let Some(addr) = listen {
+        return http::serve(proxy, addr).await;
+    }
+    let served = proxy
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| format!("the MCP handshake with the proxy's client failed: {e}"))?;
+    served
+        .waiting()
+        .await
+        .map_err(|e| format!("serving the proxy's client failed: {e}"))?;
+    Ok(())
+}
+
+/// Says on stderr which upstream tools will be refused (neither configured nor read-only by
+/// their hints) and which configured tools the upstream does not list.
+async fn warn_unconfigured(path: &Path, config: &Config, client: &IdempotentClient) {
+    let tools = match client.peer().list_all_tools().await {
+        Ok(tools) => tools,
+        Err(e) => {
+            eprintln!(
+                "idemkit proxy: the upstream's tools/list failed ({e}); its tools are checked at each call"
+            );
+            return;
+        }
+    };
+    for tool in &tools {
+        let read = tool.annotations.as_ref().and_then(|a| a.read_only_hint) == Some(true);
+        if !read && !config.tools.contains_key(tool.name.as_ref()) {
+            eprintln!(
+                "idemkit proxy: the upstream's tool `{name}` is not read-only by its hints and has no \
+                 `[tools.{name}]` in {path}: its calls are refused. Add `[tools.{name}]` with `key = [\"…\"]` \
+                 (the arguments that identify one operation), or `read_only = true`",
+                name = tool.name,
+                path = path.display()
+            );
+        }
+    }
+    for name in config.tools.keys() {
+        if !tools.iter().any(|t| t.name == *name) {
+            eprintln!(
+                "idemkit proxy: `[tools.{name}]` in {} names a tool the upstream does not list",
+                path.display()
+            );
+        }
+    }
+}
+
+impl Proxy {
+    /// The tool as the upstream lists it, with the hints the proxy makes true.
+    fn annotate(&self, tool: &mut Tool) {
+        let Some(config) = self.config.tools.get(tool.name.as_ref()) else {
+            return;
+        };
+        let hints = tool
+            .annotations
+            .get_or_insert_with(ToolAnnotations::default);
+        if config.read_only {
+            hints.read_only_hint = Some(true);
+        } else {
+            // Through the proxy, a repeat with the same key fields is answered from the record.
+            hints.read_only_hint = Some(false);
+            hints.idempotent_hint = Some(true);
+        }
+    }
+
+    /// The call's end as the model reads it.
+    async fn call(&self, params: CallToolRequestParams) -> CallToolResult {
+        let name = params.name.to_string();
+        let configured = self.config.tools.get(&name);
+        let fields = configured.map(|c| c.key.clone()).unwrap_or_default();
+        let ended = match self.upstream.client().await {
+            Ok(client) => client.call_tool(params).await,
+            Err(why) => {
+                eprintln!("idemkit proxy: {why}");
+                // Nothing was sent: calling again (once the upstream starts) is safe.
+                Err(CallError::Upstream {
+                    tool: name.clone(),
+                    key: None,
+                    failure: idem_runtime::Failure::Transient,
+                    source: rmcp::ServiceError::TransportClosed,
+                })
+            }
+        };
+        let ended = match ended {
+            // The client's refusal names its Rust API; the proxy's user writes the file.
+            Err(CallError::Idem(Error::Settings { tool, .. })) if configured.is_none() => {
+                Err(CallError::Idem(Error::Settings {
+                    reason: format!(
+                        "the upstream does not mark it read-only (`readOnlyHint` is not true), and the proxy's \
+                         configuration has no `[tools.{tool}]`, so a repeat after a lost answer could act twice. \
+                         The proxy's operator adds `[tools.{tool}]` with `key = [\"…\"]` (the arguments that \
+                         identify one operation), or `read_only = true` if it only reads"
+                    ),
+                    tool,
+                }))
+            }
+            other => other,
+        };
+        let kind = match configured {
+            Some(c) if !c.read_only => ToolKind::SideEffect,
+            // A configured read, or an unconfigured tool that was not refused: read-only by its hints.
+            _ => ToolKind::ReadOnly,
+        };
+        for_model(&ended, kind, &fields)
+    }
+}
+
+impl ServerHandler for Proxy {
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let client = self
+            .upstream
+            .client()
+            .await
+            .map_err(|why| ErrorData::internal_error(why, None))?;
+        let mut listed = client.peer().list_tools(request).await.map_err(|e| {
+            ErrorData::internal_error(format!("the upstream's tools/list failed: {e}"), None)
+        })?;
+        for tool in &mut listed.tools {
+            self.annotate(tool);
+        }
+        Ok(listed)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        Ok(CallToolResponse::Complete(self.call(request).await))
+    }
+
+    fn get_info(&self) -> ServerConfig {
+        self.info.clone()
+    }
+}
