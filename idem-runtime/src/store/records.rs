@@ -255,6 +255,10 @@ pub enum Decision {
     Applied,
     /// It did not happen: the record is released, so the next call runs the operation.
     NotApplied,
+    /// S33: an operator forgot a tombstone ([`Records::forget`]): the operation was done, and
+    /// the next call runs it again. Not a decision [`Records::resolve`] takes; kept with the
+    /// record as a not-applied one is (it no longer counts), to show who let it run again.
+    Forgotten,
 }
 
 impl Decision {
@@ -263,6 +267,7 @@ impl Decision {
         match self {
             Decision::Applied => "applied",
             Decision::NotApplied => "not-applied",
+            Decision::Forgotten => "forgotten",
         }
     }
 
@@ -276,6 +281,7 @@ impl Decision {
         match self {
             Decision::Applied => "applied",
             Decision::NotApplied => "not_applied",
+            Decision::Forgotten => "forgotten",
         }
     }
 
@@ -288,6 +294,7 @@ impl Decision {
         match word {
             b"applied" => Some(Decision::Applied),
             b"not_applied" => Some(Decision::NotApplied),
+            b"forgotten" => Some(Decision::Forgotten),
             _ => None,
         }
     }
@@ -571,6 +578,11 @@ pub fn check_resolution(decision: Decision, outcome: Option<&[u8]>) -> Result<()
         (Decision::NotApplied, Some(_)) => Err(StoreError::new(
             crate::error::StoreErrorKind::Other,
             "a record resolved as not applied takes no outcome (the next call runs the operation); \
+             nothing was changed",
+        )),
+        (Decision::Forgotten, _) => Err(StoreError::new(
+            crate::error::StoreErrorKind::Other,
+            "`forgotten` is not a decision resolve takes: forget the record (`idemkit forget`); \
              nothing was changed",
         )),
         _ => Ok(()),

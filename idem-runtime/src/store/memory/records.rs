@@ -39,7 +39,7 @@ impl MemoryStore {
         let expired: Vec<[u8; 16]> = inner
             .records
             .iter()
-            .filter(|(k, r)| match r.is_tombstone(now) {
+            .filter(|(k, r)| match !r.forgotten && r.is_tombstone(now) {
                 true => r.expires_at.after(keep) <= now,
                 false => !Self::shown(inner, k, r, now),
             })
@@ -130,6 +130,25 @@ impl Records for MemoryStore {
             return Ok(Forgot::LeaseLive {
                 remaining: now.until(lease_until),
             });
+        }
+        // S33: a tombstone forgotten is kept to show the operator's decision, as a not-applied
+        // one is, for the tombstone setting; it no longer counts, so the next call runs.
+        if let Some(rec) = inner.records.get_mut(key).filter(|r| r.counts(now))
+            && rec.is_tombstone(now)
+        {
+            rec.forgotten = true;
+            let keep = self.tombstones.unwrap_or(crate::store::DEFAULT_TOMBSTONES);
+            let resolution = Resolution::new(Decision::Forgotten, self.clock.wall(now), None);
+            let kept_until = now.after(keep);
+            inner.resolutions.insert(
+                *key,
+                Kept {
+                    resolution,
+                    kept_until,
+                },
+            );
+            inner.forget_story(key);
+            return Ok(Forgot::Forgotten);
         }
         inner.resolutions.remove(key);
         inner.forget_story(key);
