@@ -296,6 +296,15 @@ impl Records for MapStore {
     }
 
     async fn forget(&self, key: &IdempotencyKey, force: bool) -> Result<Forgot, StoreError> {
+        self.forget_noted(key, force, None).await
+    }
+
+    async fn forget_noted(
+        &self,
+        key: &IdempotencyKey,
+        force: bool,
+        note: Option<&str>,
+    ) -> Result<Forgot, StoreError> {
         let (now, mut map) = (Instant::now(), self.map.lock().unwrap());
         // S33: a tombstone is kept as forgotten, shown for the tombstone setting.
         if let Some(r) = map
@@ -303,7 +312,11 @@ impl Records for MapStore {
             .get_mut(key)
             .filter(|r| r.live(now) && r.tombstone(now))
         {
-            let forgotten = Resolution::new(Decision::Forgotten, SystemTime::now(), None);
+            let forgotten = Resolution::new(
+                Decision::Forgotten,
+                SystemTime::now(),
+                note.map(str::to_owned),
+            );
             r.resolution = Some((forgotten, now + idem_runtime::store::DEFAULT_TOMBSTONES));
             return Ok(Forgot::Forgotten);
         }

@@ -264,7 +264,9 @@ pub async fn s33_a_tombstone_is_never_claimed_and_never_replayed(store: impl Sto
 /// S33: forgetting a tombstone is an operator's decision, kept as a not-applied one is: the
 /// record no longer blocks (a claim of its key runs the operation again), and until the store's
 /// tombstone setting has passed, `get` still shows the tombstone with the decision
-/// [`Decision::Forgotten`] and when it was made; `list` and `counts` no longer count it. The
+/// [`Decision::Forgotten`], when it was made and the operator's note
+/// ([`Records::forget_noted`](crate::Records::forget_noted)); `list` and `counts` no longer
+/// count it. The
 /// next claim replaces it, decision and all. Forgetting a record that is not a tombstone keeps
 /// nothing.
 pub async fn s33_forgetting_a_tombstone_is_kept_as_an_operators_decision(
@@ -284,7 +286,10 @@ pub async fn s33_forgetting_a_tombstone_is_kept_as_an_operators_decision(
     tokio::time::sleep(PAST_TTL).await;
     let before = SystemTime::now();
     assert_eq!(
-        store.forget(&key_of(53), false).await.unwrap(),
+        store
+            .forget_noted(&key_of(53), false, Some("ops: re-run for ticket 53"))
+            .await
+            .unwrap(),
         Forgot::Forgotten
     );
     let after = SystemTime::now();
@@ -298,7 +303,10 @@ pub async fn s33_forgetting_a_tombstone_is_kept_as_an_operators_decision(
     assert!(!record.is_live(), "it no longer counts: {record:?}");
     let resolution = record.resolution.expect("the decision is kept");
     assert_eq!(resolution.decision, Decision::Forgotten);
-    assert_eq!(resolution.note, None);
+    assert_eq!(
+        resolution.note.as_deref(),
+        Some("ops: re-run for ticket 53")
+    );
     let slack = Duration::from_secs(5);
     assert!(
         resolution.at + slack >= before && resolution.at <= after + slack,

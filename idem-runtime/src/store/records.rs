@@ -426,6 +426,28 @@ pub trait Records: Send + Sync {
     /// alongside it (S24).
     async fn forget(&self, key: &IdempotencyKey, force: bool) -> Result<Forgot, StoreError>;
 
+    /// [`Records::forget`], with the operator's `note` (who, why, the ticket) kept with the
+    /// decision when the record is a tombstone (S33: [`Decision::Forgotten`]); the note of any
+    /// other record forgotten is not kept (nothing of it is). What `idemkit forget --note`
+    /// calls. The default forgets without a note, and refuses one (kind
+    /// [`Other`](crate::StoreErrorKind::Other), nothing changed): a store written before S33's
+    /// forgotten tombstones keeps none.
+    async fn forget_noted(
+        &self,
+        key: &IdempotencyKey,
+        force: bool,
+        note: Option<&str>,
+    ) -> Result<Forgot, StoreError> {
+        match note {
+            None => self.forget(key, force).await,
+            Some(_) => Err(StoreError::new(
+                crate::StoreErrorKind::Other,
+                "this store keeps no note with a forgotten record; forget it without --note; nothing was \
+                 changed",
+            )),
+        }
+    }
+
     /// An operator settles a record kept as ambiguous (S24), in one atomic step of the store.
     ///
     /// Allowed on an Ambiguous record, and on a Running one whose holder's lease has run out;
@@ -531,6 +553,14 @@ impl<R: Records + ?Sized> Records for Arc<R> {
     }
     async fn forget(&self, key: &IdempotencyKey, force: bool) -> Result<Forgot, StoreError> {
         (**self).forget(key, force).await
+    }
+    async fn forget_noted(
+        &self,
+        key: &IdempotencyKey,
+        force: bool,
+        note: Option<&str>,
+    ) -> Result<Forgot, StoreError> {
+        (**self).forget_noted(key, force, note).await
     }
     async fn resolve(
         &self,

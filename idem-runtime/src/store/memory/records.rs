@@ -119,6 +119,15 @@ impl Records for MemoryStore {
     }
 
     async fn forget(&self, key: &IdempotencyKey, force: bool) -> Result<Forgot, StoreError> {
+        self.forget_noted(key, force, None).await
+    }
+
+    async fn forget_noted(
+        &self,
+        key: &IdempotencyKey,
+        force: bool,
+        note: Option<&str>,
+    ) -> Result<Forgot, StoreError> {
         let now = self.clock.now();
         let mut inner = self.lock();
         let key = key.as_bytes();
@@ -138,7 +147,11 @@ impl Records for MemoryStore {
         {
             rec.forgotten = true;
             let keep = self.tombstones.unwrap_or(crate::store::DEFAULT_TOMBSTONES);
-            let resolution = Resolution::new(Decision::Forgotten, self.clock.wall(now), None);
+            let resolution = Resolution::new(
+                Decision::Forgotten,
+                self.clock.wall(now),
+                note.map(str::to_owned),
+            );
             let kept_until = now.after(keep);
             inner.resolutions.insert(
                 *key,

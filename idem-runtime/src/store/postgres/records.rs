@@ -175,6 +175,15 @@ impl Records for PostgresStore {
     }
 
     async fn forget(&self, key: &IdempotencyKey, force: bool) -> Result<Forgot, StoreError> {
+        self.forget_noted(key, force, None).await
+    }
+
+    async fn forget_noted(
+        &self,
+        key: &IdempotencyKey,
+        force: bool,
+        note: Option<&str>,
+    ) -> Result<Forgot, StoreError> {
         let t = &self.sql.records;
         // One statement: the row judged is locked, and deleted only if it may be; a live
         // tombstone (S33) is kept instead as forgotten (`not_applied` on a completed row), no
@@ -188,7 +197,7 @@ impl Records for PostgresStore {
                    FROM {t} WHERE key = $1 FOR UPDATE),
              u AS (
                  UPDATE {t} SET resolution = 'not_applied', resolved_at = now(),
-                                resolution_note = NULL, arguments = NULL,
+                                resolution_note = $4::text, arguments = NULL,
                                 kept_until = now() + $3::int8 * interval '1 microsecond'
                    FROM r
                   WHERE {t}.key = $1 AND r.live AND r.tomb
@@ -206,7 +215,7 @@ impl Records for PostgresStore {
         let query = &query;
         let row = self
             .run("forgetting a record", |c| async move {
-                self.row(&c, query, types::FORGET, &[&key, &force, &keep])
+                self.row(&c, query, types::FORGET, &[&key, &force, &keep, &note])
                     .await
             })
             .await?;

@@ -35,7 +35,7 @@ pub(super) mod types {
         Type::TEXT,
     ];
     pub(in super::super) const RELEASE_KEY: &[Type] = &[Type::UUID, Type::BOOL];
-    pub(in super::super) const FORGET: &[Type] = &[Type::UUID, Type::BOOL, Type::INT8];
+    pub(in super::super) const FORGET: &[Type] = &[Type::UUID, Type::BOOL, Type::INT8, Type::TEXT];
     pub(in super::super) const RESOLVE: &[Type] = &[
         Type::UUID,
         Type::TEXT,

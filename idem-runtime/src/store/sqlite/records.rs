@@ -85,7 +85,7 @@ const RESOLVE_JUDGE: &str = concat!(
 /// live, kept until :kept_until to show the operator's decision (stored as `not_applied` on a
 /// completed row: the column's CHECK allows no third word).
 const FORGET_TOMBSTONE: &str = "
-    UPDATE records SET resolution = 'not_applied', resolved_at = :now, resolution_note = NULL,
+    UPDATE records SET resolution = 'not_applied', resolved_at = :now, resolution_note = :note,
                        kept_until = :kept_until, arguments = NULL
     WHERE key = :key AND state = 'completed' AND expires_at <= :now
       AND resolution IS NOT 'not_applied'
@@ -271,7 +271,17 @@ impl Records for SqliteStore {
     }
 
     async fn forget(&self, key: &IdempotencyKey, force: bool) -> Result<Forgot, StoreError> {
+        self.forget_noted(key, force, None).await
+    }
+
+    async fn forget_noted(
+        &self,
+        key: &IdempotencyKey,
+        force: bool,
+        note: Option<&str>,
+    ) -> Result<Forgot, StoreError> {
         let key = *key;
+        let note = note.map(str::to_owned);
         let keep = ms(self.here().db.settings.tombstones);
         self.run(Access::Write, move |conn, path| {
             let now = now_ms();
@@ -294,7 +304,7 @@ impl Records for SqliteStore {
                         .query_row(
                             named_params! {
                                 ":key": key.as_str(), ":now": now,
-                                ":kept_until": now.saturating_add(keep),
+                                ":kept_until": now.saturating_add(keep), ":note": note,
                             },
                             |_| Ok(()),
                         )
