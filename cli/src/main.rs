@@ -110,6 +110,10 @@ enum Command {
         /// dead. If it is alive it may still act, and the next call runs the effect alongside.
         #[arg(long)]
         force: bool,
+        /// A note kept with the decision when the record is a tombstone (who, why, the
+        /// ticket), shown by `idemkit show` with when it was forgotten.
+        #[arg(long)]
+        note: Option<String>,
     },
     /// Settles a record kept as ambiguous (a call that may have acted): say whether its effect
     /// happened.
@@ -502,7 +506,11 @@ async fn run(cli: &Cli, target: &Target) -> Result<String, Failed> {
                 other => Err(Failed(format!("{key}: {other:?}"))),
             }
         }
-        Command::Forget { key, force } => match store.forget(key, *force).await.map_err(failed)? {
+        Command::Forget { key, force, note } => match store
+            .forget_noted(key, *force, note.as_deref())
+            .await
+            .map_err(failed)?
+        {
             Forgot::Forgotten => {
                 if *force {
                     eprintln!(

@@ -101,7 +101,13 @@ pub fn record_json(r: &Record) -> Value {
     let mut v = json!({
         "key": r.key.to_string(),
         "tool": r.tool,
-        "state": if released { "released" } else { r.state.kind().as_str() },
+        "state": if released {
+            "released"
+        } else if forgotten(r) {
+            "forgotten"
+        } else {
+            r.state.kind().as_str()
+        },
         "fingerprint": r.fingerprint.to_hex(),
         "first_made": time(r.first_made),
         "created": time(r.created),
@@ -129,7 +135,12 @@ pub fn record_json(r: &Record) -> Value {
         // S33: done on `updated`, its outcome no longer kept.
         RecordState::Tombstone => {
             v["done"] = json!(time(r.updated));
-            v["note"] = json!(sentences::done_not_kept(r.updated, r.resolution.is_some()));
+            v["note"] = json!(sentences::done_not_kept(
+                r.updated,
+                r.resolution
+                    .as_ref()
+                    .is_some_and(|res| res.decision == idem_runtime::store::Decision::Applied),
+            ));
         }
         RecordState::Ambiguous { note } => {
             v["note"] = json!(note);
@@ -142,6 +153,14 @@ pub fn record_json(r: &Record) -> Value {
         }
     }
     v
+}
+
+/// S33: a tombstone an operator forgot: no longer counts, kept to show that decision.
+fn forgotten(r: &Record) -> bool {
+    !r.is_live()
+        && r.resolution
+            .as_ref()
+            .is_some_and(|res| res.decision == idem_runtime::store::Decision::Forgotten)
 }
 
 /// An operator's decision as JSON.
@@ -254,6 +273,15 @@ pub fn record_text(r: &Record) -> String {
     field("tool", r.tool.clone());
     if r.is_live() {
         field("state", r.state.kind().to_string());
+    } else if forgotten(r) {
+        field(
+            "state",
+            format!(
+                "forgotten by an operator (it was a tombstone, {}): no longer counts, the next call with this \
+                 key runs the operation again",
+                idem_runtime::sentences::done_on(r.updated)
+            ),
+        );
     } else {
         // S28: a settler's decision is kept as an operator's is; its note says it was the settler.
         let by = match r.resolution.as_ref().and_then(|res| res.note.as_deref()) {

@@ -839,7 +839,9 @@ async fn s34_show_list_and_settle_say_an_ambiguous_record_never_expires() {
 
 /// S33: a completed record past its ttl is a tombstone: `list --state tombstone` lists it,
 /// `show` says when it was done and that its result is no longer kept (`--json`: state
-/// `tombstone`, `done`), and `forget` removes it, after which the key has no record.
+/// `tombstone`, `done`), and `forget` lets the next call run it again: the tombstone no longer
+/// counts (not listed), and `show` says an operator forgot it, when, with the `--note`, and when it was done
+/// (`--json`: state `forgotten`, the decision `forgotten` and its time).
 #[tokio::test]
 async fn s33_list_show_and_forget_a_tombstone() {
     use idem_runtime::store::{ClaimRequest, LeaseToken, Outcome, Written};
@@ -892,6 +894,48 @@ async fn s33_list_show_and_forget_a_tombstone() {
     );
     assert!(json.get("outcome").is_none(), "no outcome is shown: {json}");
 
-    run(&["forget", &k], 0);
-    run(&["show", &k], 1);
+    run(&["forget", &k, "--note", "ana: re-run, ticket 53"], 0);
+    let out = run(&["show", &k], 0);
+    assert!(
+        stdout(&out).contains("forgotten by an operator (it was a tombstone, done on 20")
+            && stdout(&out).contains("the next call with this key runs the operation again")
+            && stdout(&out).contains("resolved     forgotten at 20")
+            && stdout(&out).contains("ana: re-run, ticket 53"),
+        "{}",
+        stdout(&out)
+    );
+    let out = run(&["show", &k, "--json"], 0);
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(json["state"], "forgotten", "{json}");
+    assert_eq!(json["live"], false, "{json}");
+    assert_eq!(json["resolution"]["decision"], "forgotten", "{json}");
+    assert_eq!(
+        json["resolution"]["note"], "ana: re-run, ticket 53",
+        "{json}"
+    );
+    assert!(
+        json["resolution"]["at"]
+            .as_str()
+            .is_some_and(|at| at.starts_with("20") && at > json["done"].as_str().unwrap()),
+        "forgotten after it was done: {json}"
+    );
+    let out = run(&["list", "--state", "tombstone"], 0);
+    assert!(
+        !stdout(&out).contains(&k),
+        "no longer counts: {}",
+        stdout(&out)
+    );
+    // The next call runs: a claim of the key is a new record.
+    let again = ClaimRequest::new(
+        key("charge", 33),
+        "charge",
+        Fingerprint::of(&4200u64).unwrap(),
+        LeaseToken::new(),
+        short,
+        short,
+    );
+    assert_eq!(
+        store.claim(&again).await.unwrap(),
+        idem_runtime::store::Claim::Acquired { takeover: None }
+    );
 }

@@ -114,10 +114,7 @@ pub fn replayed(key: Option<&str>) -> String {
 /// assert!(said.starts_with("done on 1970-01-02T00:00:00.000Z; its result is no longer kept"));
 /// ```
 pub fn done_not_kept(done: std::time::SystemTime, resolved: bool) -> String {
-    let when = match done {
-        std::time::UNIX_EPOCH => "done on a date this store did not keep".to_owned(),
-        at => format!("done on {}", utc(at)),
-    };
+    let when = done_on(done);
     let how = match resolved {
         true => " (an operator or its verify function settled it as applied)",
         false => "",
@@ -126,6 +123,14 @@ pub fn done_not_kept(done: std::time::SystemTime, resolved: bool) -> String {
         "{when}{how}; its result is no longer kept (its time-to-live has passed), and it is not run again \
          under this key"
     )
+}
+
+/// S33: "done on DATE" (the store's clock), or that the store did not keep the date.
+pub fn done_on(done: std::time::SystemTime) -> String {
+    match done {
+        std::time::UNIX_EPOCH => "done on a date this store did not keep".to_owned(),
+        at => format!("done on {}", utc(at)),
+    }
 }
 
 /// S33: what to do about an operation answered [`done_not_kept`]: nothing, if it was meant;

@@ -190,6 +190,7 @@ mod needs_redis {
                 s33_what_did_not_happen_leaves_no_tombstone_and_a_decision_applied_does,
                 s33_a_tombstone_is_never_claimed_and_never_replayed,
                 s33_a_tombstone_keeps_no_arguments,
+                s33_forgetting_a_tombstone_is_kept_as_an_operators_decision,
                 s34_an_ambiguous_record_outlives_its_ttl_until_decided,
                 records_list_newest_first_and_filtered,
                 records_release_is_refused_under_a_live_lease_and_applied_with_force,

@@ -51,7 +51,15 @@ impl Rec {
     /// (S34); a completed one past its time-to-live is a tombstone (S33), which counts until
     /// pruned past the tombstone setting or forgotten.
     fn live(&self, now: Instant) -> bool {
-        self.expires.is_none_or(|e| e > now) || matches!(self.state, State::Completed(..))
+        !self.forgotten()
+            && (self.expires.is_none_or(|e| e > now) || matches!(self.state, State::Completed(..)))
+    }
+
+    /// S33: a tombstone an operator forgot: no longer counts, kept to show that decision.
+    fn forgotten(&self) -> bool {
+        self.resolution
+            .as_ref()
+            .is_some_and(|(res, _)| res.decision == Decision::Forgotten)
     }
 
     /// S33: completed, past its time-to-live.
@@ -288,7 +296,30 @@ impl Records for MapStore {
     }
 
     async fn forget(&self, key: &IdempotencyKey, force: bool) -> Result<Forgot, StoreError> {
+        self.forget_noted(key, force, None).await
+    }
+
+    async fn forget_noted(
+        &self,
+        key: &IdempotencyKey,
+        force: bool,
+        note: Option<&str>,
+    ) -> Result<Forgot, StoreError> {
         let (now, mut map) = (Instant::now(), self.map.lock().unwrap());
+        // S33: a tombstone is kept as forgotten, shown for the tombstone setting.
+        if let Some(r) = map
+            .0
+            .get_mut(key)
+            .filter(|r| r.live(now) && r.tombstone(now))
+        {
+            let forgotten = Resolution::new(
+                Decision::Forgotten,
+                SystemTime::now(),
+                note.map(str::to_owned),
+            );
+            r.resolution = Some((forgotten, now + idem_runtime::store::DEFAULT_TOMBSTONES));
+            return Ok(Forgot::Forgotten);
+        }
         let live = map.0.get(key).filter(|r| r.live(now));
         if let Some(State::Running(_, until)) = live.map(|r| &r.state)
             && *until > now
@@ -365,7 +396,7 @@ impl Records for MapStore {
         let expired: Vec<_> = map
             .0
             .iter()
-            .filter(|(_, r)| match r.tombstone(now) {
+            .filter(|(_, r)| match r.tombstone(now) && !r.forgotten() {
                 // S33: a tombstone goes once the tombstone setting has passed too.
                 true => r
                     .expires

@@ -126,6 +126,7 @@ pub use self::takeover::{
 pub use self::tombstones::{
     s33_a_repeat_after_the_ttl_runs_nothing_and_is_told_when_it_was_done,
     s33_a_tombstone_is_never_claimed_and_never_replayed,
+    s33_forgetting_a_tombstone_is_kept_as_an_operators_decision,
     s33_what_did_not_happen_leaves_no_tombstone_and_a_decision_applied_does,
 };
 
@@ -161,6 +162,7 @@ macro_rules! conformance_tests {
             s33_a_repeat_after_the_ttl_runs_nothing_and_is_told_when_it_was_done,
             s33_what_did_not_happen_leaves_no_tombstone_and_a_decision_applied_does,
             s33_a_tombstone_is_never_claimed_and_never_replayed,
+            s33_forgetting_a_tombstone_is_kept_as_an_operators_decision,
             s34_an_ambiguous_record_outlives_its_ttl_until_decided,
             s10_claims_of_absent_or_expired_records_are_not_takeovers,
             s11_late_writes_of_a_taken_over_lease_are_fenced,

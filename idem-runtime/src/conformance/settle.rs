@@ -356,6 +356,14 @@ impl<S: StoreUnderTest> Records for Watched<S> {
     async fn forget(&self, key: &IdempotencyKey, force: bool) -> Result<Forgot, StoreError> {
         self.inner.forget(key, force).await
     }
+    async fn forget_noted(
+        &self,
+        key: &IdempotencyKey,
+        force: bool,
+        note: Option<&str>,
+    ) -> Result<Forgot, StoreError> {
+        self.inner.forget_noted(key, force, note).await
+    }
     async fn resolve(
         &self,
         key: &IdempotencyKey,

@@ -260,3 +260,122 @@ pub async fn s33_a_tombstone_is_never_claimed_and_never_replayed(store: impl Sto
         vec![("charge", StateKind::Tombstone, 1)]
     );
 }
+
+/// S33: forgetting a tombstone is an operator's decision, kept as a not-applied one is: the
+/// record no longer blocks (a claim of its key runs the operation again), and until the store's
+/// tombstone setting has passed, `get` still shows the tombstone with the decision
+/// [`Decision::Forgotten`], when it was made and the operator's note
+/// ([`Records::forget_noted`](crate::Records::forget_noted)); `list` and `counts` no longer
+/// count it. The
+/// next claim replaces it, decision and all. Forgetting a record that is not a tombstone keeps
+/// nothing.
+pub async fn s33_forgetting_a_tombstone_is_kept_as_an_operators_decision(
+    store: impl StoreUnderTest,
+) {
+    for n in [53, 54] {
+        let token = claim_raw(&store, "charge", n, TTL, TTL).await;
+        let outcome = Outcome::from(br#"{"run":1}"#);
+        assert_eq!(
+            store
+                .complete(key_of(n), token, outcome, TTL)
+                .await
+                .unwrap(),
+            Written::Applied
+        );
+    }
+    tokio::time::sleep(PAST_TTL).await;
+    let before = SystemTime::now();
+    assert_eq!(
+        store
+            .forget_noted(&key_of(53), false, Some("ops: re-run for ticket 53"))
+            .await
+            .unwrap(),
+        Forgot::Forgotten
+    );
+    let after = SystemTime::now();
+
+    let record = store
+        .get(&key_of(53))
+        .await
+        .unwrap()
+        .expect("a forgotten tombstone is shown with the operator's decision");
+    assert_eq!(record.state, RecordState::Tombstone);
+    assert!(!record.is_live(), "it no longer counts: {record:?}");
+    let resolution = record.resolution.expect("the decision is kept");
+    assert_eq!(resolution.decision, Decision::Forgotten);
+    assert_eq!(
+        resolution.note.as_deref(),
+        Some("ops: re-run for ticket 53")
+    );
+    let slack = Duration::from_secs(5);
+    assert!(
+        resolution.at + slack >= before && resolution.at <= after + slack,
+        "{:?} not within {before:?}..{after:?}",
+        resolution.at
+    );
+    // Not listed nor counted: only the other tombstone is.
+    let listed = store.list(&RecordFilter::new()).await.unwrap();
+    assert_eq!(
+        listed.iter().map(|r| r.key).collect::<Vec<_>>(),
+        vec![key_of(54)]
+    );
+    let counts = store.counts().await.unwrap();
+    assert_eq!(
+        counts
+            .iter()
+            .map(|c| (c.tool.as_str(), c.state, c.records))
+            .collect::<Vec<_>>(),
+        vec![("charge", StateKind::Tombstone, 1)]
+    );
+    // A prune keeps the decision (the tombstone setting has not passed since).
+    store.prune(100).await.unwrap();
+    assert_eq!(
+        store
+            .get(&key_of(53))
+            .await
+            .unwrap()
+            .and_then(|r| r.resolution)
+            .map(|r| r.decision),
+        Some(Decision::Forgotten)
+    );
+    // The next call runs: a claim of its key is a new record, with no decision on it.
+    let req = ClaimRequest::new(
+        key_of(53),
+        "charge",
+        fingerprint_of(4200),
+        LeaseToken::new(),
+        TTL,
+        TTL,
+    );
+    assert_eq!(
+        store.claim(&req).await.unwrap(),
+        Claim::Acquired { takeover: None }
+    );
+    let record = store.get(&key_of(53)).await.unwrap().expect("running");
+    assert!(
+        matches!(record.state, RecordState::Running { .. }),
+        "{record:?}"
+    );
+    assert_eq!(record.resolution, None);
+    assert!(record.is_live());
+
+    // Forget of a record that is not a tombstone keeps nothing (as before S33's tombstones).
+    let token = claim_raw(&store, "charge", 55, TTL, Duration::from_secs(60)).await;
+    assert_eq!(
+        store
+            .complete(
+                key_of(55),
+                token,
+                Outcome::from(br#"{"run":1}"#),
+                Duration::from_secs(60)
+            )
+            .await
+            .unwrap(),
+        Written::Applied
+    );
+    assert_eq!(
+        store.forget(&key_of(55), false).await.unwrap(),
+        Forgot::Forgotten
+    );
+    assert_eq!(store.get(&key_of(55)).await.unwrap(), None);
+}

@@ -41,7 +41,10 @@ pub struct Record {
     /// runs the operation); [`Records::get`](super::Records::get) still returns it as it stood when resolved, with
     /// [`Record::expires_in`] zero and this resolution, until the time-to-live given to
     /// `resolve` passes or a new claim of the key replaces it ([`Record::is_live`] tells them
-    /// apart). `None` also for a record written before stores kept decisions.
+    /// apart). [`Decision::Forgotten`] (S33): an operator forgot this tombstone; it no longer
+    /// counts either, and is returned as a tombstone with this resolution until the store's
+    /// tombstone setting has passed since. `None` also for a record written before stores kept
+    /// decisions.
     pub resolution: Option<Resolution>,
     /// When its operation was first made (S32): its first claim, by the store's clock, kept
     /// through every takeover (a caller's or the settler's), where [`Record::created`] moves to
@@ -118,7 +121,7 @@ impl Record {
         !matches!(
             self.resolution,
             Some(Resolution {
-                decision: Decision::NotApplied,
+                decision: Decision::NotApplied | Decision::Forgotten,
                 ..
             })
         )

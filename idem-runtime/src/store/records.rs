@@ -255,6 +255,10 @@ pub enum Decision {
     Applied,
     /// It did not happen: the record is released, so the next call runs the operation.
     NotApplied,
+    /// S33: an operator forgot a tombstone ([`Records::forget`]): the operation was done, and
+    /// the next call runs it again. Not a decision [`Records::resolve`] takes; kept with the
+    /// record as a not-applied one is (it no longer counts), to show who let it run again.
+    Forgotten,
 }
 
 impl Decision {
@@ -263,6 +267,7 @@ impl Decision {
         match self {
             Decision::Applied => "applied",
             Decision::NotApplied => "not-applied",
+            Decision::Forgotten => "forgotten",
         }
     }
 
@@ -276,6 +281,7 @@ impl Decision {
         match self {
             Decision::Applied => "applied",
             Decision::NotApplied => "not_applied",
+            Decision::Forgotten => "forgotten",
         }
     }
 
@@ -288,6 +294,7 @@ impl Decision {
         match word {
             b"applied" => Some(Decision::Applied),
             b"not_applied" => Some(Decision::NotApplied),
+            b"forgotten" => Some(Decision::Forgotten),
             _ => None,
         }
     }
@@ -419,6 +426,28 @@ pub trait Records: Send + Sync {
     /// alongside it (S24).
     async fn forget(&self, key: &IdempotencyKey, force: bool) -> Result<Forgot, StoreError>;
 
+    /// [`Records::forget`], with the operator's `note` (who, why, the ticket) kept with the
+    /// decision when the record is a tombstone (S33: [`Decision::Forgotten`]); the note of any
+    /// other record forgotten is not kept (nothing of it is). What `idemkit forget --note`
+    /// calls. The default forgets without a note, and refuses one (kind
+    /// [`Other`](crate::StoreErrorKind::Other), nothing changed): a store written before S33's
+    /// forgotten tombstones keeps none.
+    async fn forget_noted(
+        &self,
+        key: &IdempotencyKey,
+        force: bool,
+        note: Option<&str>,
+    ) -> Result<Forgot, StoreError> {
+        match note {
+            None => self.forget(key, force).await,
+            Some(_) => Err(StoreError::new(
+                crate::StoreErrorKind::Other,
+                "this store keeps no note with a forgotten record; forget it without --note; nothing was \
+                 changed",
+            )),
+        }
+    }
+
     /// An operator settles a record kept as ambiguous (S24), in one atomic step of the store.
     ///
     /// Allowed on an Ambiguous record, and on a Running one whose holder's lease has run out;
@@ -525,6 +554,14 @@ impl<R: Records + ?Sized> Records for Arc<R> {
     async fn forget(&self, key: &IdempotencyKey, force: bool) -> Result<Forgot, StoreError> {
         (**self).forget(key, force).await
     }
+    async fn forget_noted(
+        &self,
+        key: &IdempotencyKey,
+        force: bool,
+        note: Option<&str>,
+    ) -> Result<Forgot, StoreError> {
+        (**self).forget_noted(key, force, note).await
+    }
     async fn resolve(
         &self,
         key: &IdempotencyKey,
@@ -571,6 +608,11 @@ pub fn check_resolution(decision: Decision, outcome: Option<&[u8]>) -> Result<()
         (Decision::NotApplied, Some(_)) => Err(StoreError::new(
             crate::error::StoreErrorKind::Other,
             "a record resolved as not applied takes no outcome (the next call runs the operation); \
+             nothing was changed",
+        )),
+        (Decision::Forgotten, _) => Err(StoreError::new(
+            crate::error::StoreErrorKind::Other,
+            "`forgotten` is not a decision resolve takes: forget the record (`idemkit forget`); \
              nothing was changed",
         )),
         _ => Ok(()),

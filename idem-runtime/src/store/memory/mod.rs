@@ -219,6 +219,9 @@ struct Rec {
     updated: Tick,
     /// The scope it was made under (for operators).
     tenant: Option<Name>,
+    /// S33: a tombstone an operator forgot: it no longer counts, and is kept only to show that
+    /// decision (in `resolutions`) until its keep time.
+    forgotten: bool,
 }
 
 impl Rec {
@@ -227,7 +230,7 @@ impl Rec {
     /// (S33: past its expiry, a tombstone, never absent until pruned past the tombstone setting
     /// or forgotten). What does not count is a record released by a not-applied decision.
     fn counts(&self, now: Tick) -> bool {
-        self.expires_at > now || matches!(self.state, State::Completed { .. })
+        !self.forgotten && (self.expires_at > now || matches!(self.state, State::Completed { .. }))
     }
 
     /// S33: done, and past its time-to-live.

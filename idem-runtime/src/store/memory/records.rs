@@ -39,7 +39,7 @@ impl MemoryStore {
         let expired: Vec<[u8; 16]> = inner
             .records
             .iter()
-            .filter(|(k, r)| match r.is_tombstone(now) {
+            .filter(|(k, r)| match !r.forgotten && r.is_tombstone(now) {
                 true => r.expires_at.after(keep) <= now,
                 false => !Self::shown(inner, k, r, now),
             })
@@ -119,6 +119,15 @@ impl Records for MemoryStore {
     }
 
     async fn forget(&self, key: &IdempotencyKey, force: bool) -> Result<Forgot, StoreError> {
+        self.forget_noted(key, force, None).await
+    }
+
+    async fn forget_noted(
+        &self,
+        key: &IdempotencyKey,
+        force: bool,
+        note: Option<&str>,
+    ) -> Result<Forgot, StoreError> {
         let now = self.clock.now();
         let mut inner = self.lock();
         let key = key.as_bytes();
@@ -130,6 +139,29 @@ impl Records for MemoryStore {
             return Ok(Forgot::LeaseLive {
                 remaining: now.until(lease_until),
             });
+        }
+        // S33: a tombstone forgotten is kept to show the operator's decision, as a not-applied
+        // one is, for the tombstone setting; it no longer counts, so the next call runs.
+        if let Some(rec) = inner.records.get_mut(key).filter(|r| r.counts(now))
+            && rec.is_tombstone(now)
+        {
+            rec.forgotten = true;
+            let keep = self.tombstones.unwrap_or(crate::store::DEFAULT_TOMBSTONES);
+            let resolution = Resolution::new(
+                Decision::Forgotten,
+                self.clock.wall(now),
+                note.map(str::to_owned),
+            );
+            let kept_until = now.after(keep);
+            inner.resolutions.insert(
+                *key,
+                Kept {
+                    resolution,
+                    kept_until,
+                },
+            );
+            inner.forget_story(key);
+            return Ok(Forgot::Forgotten);
         }
         inner.resolutions.remove(key);
         inner.forget_story(key);

@@ -94,6 +94,7 @@ impl MemoryStore {
                     created: now,
                     updated: now,
                     tenant: req.tenant.as_deref().map(|t| inner.names.get(t)),
+                    forgotten: false,
                 }));
                 return Claim::Acquired { takeover: None };
             }

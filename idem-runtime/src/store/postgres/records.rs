@@ -175,25 +175,47 @@ impl Records for PostgresStore {
     }
 
     async fn forget(&self, key: &IdempotencyKey, force: bool) -> Result<Forgot, StoreError> {
+        self.forget_noted(key, force, None).await
+    }
+
+    async fn forget_noted(
+        &self,
+        key: &IdempotencyKey,
+        force: bool,
+        note: Option<&str>,
+    ) -> Result<Forgot, StoreError> {
         let t = &self.sql.records;
-        // One statement: the row judged is locked, and deleted only if it may be.
+        // One statement: the row judged is locked, and deleted only if it may be; a live
+        // tombstone (S33) is kept instead as forgotten (`not_applied` on a completed row), no
+        // longer live, shown until the tombstone setting ($3, microseconds) has passed.
         let query = format!(
             "WITH r AS (
                  SELECT {LIVE} AS live,
                         state = 'running' AND lease_until > now() AS held,
+                        state = 'completed' AND expires_at <= now() AS tomb,
                         GREATEST(EXTRACT(EPOCH FROM lease_until - now()) * 1000000, 0)::int8 AS lease_us
                    FROM {t} WHERE key = $1 FOR UPDATE),
+             u AS (
+                 UPDATE {t} SET resolution = 'not_applied', resolved_at = now(),
+                                resolution_note = $4::text, arguments = NULL,
+                                kept_until = now() + $3::int8 * interval '1 microsecond'
+                   FROM r
+                  WHERE {t}.key = $1 AND r.live AND r.tomb
+                 RETURNING 1),
              d AS (
                  DELETE FROM {t} USING r
-                  WHERE {t}.key = $1 AND ($2 OR NOT r.live OR NOT r.held)
+                  WHERE {t}.key = $1 AND NOT (r.live AND r.tomb)
+                    AND ($2 OR NOT r.live OR NOT r.held)
                  RETURNING 1)
-             SELECT r.live, r.held, r.lease_us, EXISTS (SELECT 1 FROM d) FROM r"
+             SELECT r.live, r.held, r.lease_us,
+                    EXISTS (SELECT 1 FROM d) OR EXISTS (SELECT 1 FROM u) FROM r"
         );
         let key = key.as_uuid();
+        let keep = i64::try_from(self.tombstones.as_micros()).unwrap_or(i64::MAX);
         let query = &query;
         let row = self
             .run("forgetting a record", |c| async move {
-                self.row(&c, query, types::RELEASE_KEY, &[&key, &force])
+                self.row(&c, query, types::FORGET, &[&key, &force, &keep, &note])
                     .await
             })
             .await?;

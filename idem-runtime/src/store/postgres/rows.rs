@@ -82,7 +82,12 @@ pub(super) fn record_of(row: &Row) -> Result<Record, StoreError> {
     let resolution = match decision {
         None => None,
         Some(word) => Some(Resolution::new(
-            Decision::from_stored(word.as_bytes()).ok_or_else(|| bad_state(word))?,
+            match Decision::from_stored(word.as_bytes()) {
+                // S33: on a completed row, a tombstone an operator forgot.
+                Some(Decision::NotApplied) if state == "completed" => Decision::Forgotten,
+                Some(Decision::Forgotten) | None => return Err(bad_state(word)),
+                Some(decision) => decision,
+            },
             resolved_at
                 .unwrap_or(std::time::UNIX_EPOCH)
                 .max(std::time::UNIX_EPOCH),

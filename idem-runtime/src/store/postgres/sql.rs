@@ -35,6 +35,7 @@ pub(super) mod types {
         Type::TEXT,
     ];
     pub(in super::super) const RELEASE_KEY: &[Type] = &[Type::UUID, Type::BOOL];
+    pub(in super::super) const FORGET: &[Type] = &[Type::UUID, Type::BOOL, Type::INT8, Type::TEXT];
     pub(in super::super) const RESOLVE: &[Type] = &[
         Type::UUID,
         Type::TEXT,
@@ -60,13 +61,16 @@ pub(super) const RECORD_COLUMNS: &str = "tool, fingerprint, state, token, outcom
 /// until pruned past the tombstone setting or forgotten. A row written before with an expiry on
 /// such a record reads the same: its expiry is ignored. Not live: a row released by a
 /// not-applied decision (the operation did not happen).
-pub(super) const LIVE: &str = "(expires_at > now() OR state = 'completed' OR (state IN ('running', 'ambiguous') AND resolution IS NULL))";
+/// A tombstone an operator forgot (S33: completed, with `resolution = 'not_applied'`, a pair
+/// nothing else writes, because the column's CHECK allows no third word) is not live: the next
+/// call runs it again.
+pub(super) const LIVE: &str = "(expires_at > now() OR state = 'completed' AND resolution IS DISTINCT FROM 'not_applied' OR (state IN ('running', 'ambiguous') AND resolution IS NULL))";
 
 /// S34: the row is not [`LIVE`]: past its expiry, and released by a decision.
-pub(super) const EXPIRED: &str = "NOT (expires_at > now() OR state = 'completed' OR (state IN ('running', 'ambiguous') AND resolution IS NULL))";
+pub(super) const EXPIRED: &str = "NOT (expires_at > now() OR state = 'completed' AND resolution IS DISTINCT FROM 'not_applied' OR (state IN ('running', 'ambiguous') AND resolution IS NULL))";
 
 /// [`EXPIRED`] of the row a claim's upsert found (`r`).
-const R_EXPIRED: &str = "NOT (r.expires_at > now() OR r.state = 'completed' OR (r.state IN ('running', 'ambiguous') AND r.resolution IS NULL))";
+const R_EXPIRED: &str = "NOT (r.expires_at > now() OR r.state = 'completed' AND r.resolution IS DISTINCT FROM 'not_applied' OR (r.state IN ('running', 'ambiguous') AND r.resolution IS NULL))";
 
 /// The state operators read a row in (S31): a running row whose holder's lease lapsed is an
 /// ambiguous one; (S33) a completed row past its expiry is a tombstone.

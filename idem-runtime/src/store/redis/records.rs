@@ -32,8 +32,10 @@ redis.call('DEL', KEYS[1])
 return {'released', 0}
 ";
 
-/// KEYS[1] record; ARGV force ('1' or '0'). Any state → absent (a released record kept to
-/// show its decision too), unless a holder's lease on it is live and not forced. Returns {what,
+/// KEYS[1] record; ARGV force ('1' or '0'), tombstone setting ms, grace ms, note, has a note
+/// ('1' or '0'). Any state → absent
+/// (a released record kept to show its decision too), unless a holder's lease on it is live and
+/// not forced; a tombstone (S33) → forgotten, kept to show that decision. Returns {what,
 /// lease ms left}: 'forgotten' (it was live), 'absent', 'live'.
 const FORGET: &str = r"
 local r = redis.call('HMGET', KEYS[1], 'state', 'lease_until', 'expires_at', 'res')
@@ -42,6 +44,16 @@ local is_live = live(r[1], r[3], r[4])
 if is_live and r[1] == 'running' and ARGV[1] ~= '1' then
   local left = tonumber(r[2]) - now
   if left > 0 then return {'live', left} end
+end
+-- S33: a tombstone is kept as forgotten (no longer live), shown until the tombstone setting
+-- (ARGV[2] ms) has passed; its key goes a grace (ARGV[3] ms) later.
+if is_live and r[1] == 'completed' and (tonumber(r[3]) or 0) <= now then
+  local until_ = now + tonumber(ARGV[2])
+  redis.call('HDEL', KEYS[1], 'res_note', 'args')
+  redis.call('HSET', KEYS[1], 'res', 'forgotten', 'res_at', ms(now), 'kept_until', ms(until_))
+  if ARGV[5] == '1' then redis.call('HSET', KEYS[1], 'res_note', ARGV[4]) end
+  redis.call('PEXPIREAT', KEYS[1], ms(until_ + tonumber(ARGV[3])))
+  return {'forgotten', 0}
 end
 redis.call('DEL', KEYS[1])
 if is_live then return {'forgotten', 0} end
@@ -278,13 +290,29 @@ impl Records for RedisStore {
     }
 
     async fn forget(&self, key: &IdempotencyKey, force: bool) -> Result<Forgot, StoreError> {
+        self.forget_noted(key, force, None).await
+    }
+
+    async fn forget_noted(
+        &self,
+        key: &IdempotencyKey,
+        force: bool,
+        note: Option<&str>,
+    ) -> Result<Forgot, StoreError> {
         let force: &[u8] = if force { b"1" } else { b"0" };
+        let (keep, grace) = (ms(self.tombstones), ms(self.grace));
         let reply: Vec<Value> = self
             .invoke(
                 "forgetting a record",
                 &operator_scripts().forget,
                 &self.record_key(key),
-                &[force],
+                &[
+                    force,
+                    keep.as_bytes(),
+                    grace.as_bytes(),
+                    note.unwrap_or_default().as_bytes(),
+                    if note.is_some() { b"1" } else { b"0" },
+                ],
             )
             .await?;
         let [what, left] = fields::<2>(reply)?;

@@ -7,14 +7,15 @@ use redis::Script;
 /// ambiguous with no decision on it, which never expires by time (S34: an unknown outcome waits
 /// for a decision however long that takes; a running record whose holder's lease lapsed reads
 /// as one, S31); or completed (S33: past its expiry, a tombstone, never absent until pruned past
-/// the tombstone setting, its key's own expiry, or forgotten); a record written before with an
-/// expiry on such a record reads the same.
+/// the tombstone setting, its key's own expiry, or forgotten: `res` 'forgotten', no longer live,
+/// kept until `kept_until` to show that decision); a record written before with an expiry on
+/// such a record reads the same.
 pub(super) const PRELUDE: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function ms(x) return string.format('%.0f', x) end
 local function live(state, expires, res)
-  return (tonumber(expires) or 0) > now or state == 'completed'
+  return (tonumber(expires) or 0) > now or (state == 'completed' and res ~= 'forgotten')
     or ((state == 'running' or state == 'ambiguous') and not res)
 end
 ";
@@ -207,7 +208,7 @@ return {r[1], r[2], r[3], r[4], math.max(tonumber(r[5] or now) - now, 0), math.m
 /// the tombstone setting and the grace past its time-to-live).
 const PRUNE: &str = r"
 local r = redis.call('HMGET', KEYS[1], 'expires_at', 'kept_until', 'state', 'res')
-if r[3] == 'completed' and r[1] and tonumber(r[1]) <= now then
+if r[3] == 'completed' and r[4] ~= 'forgotten' and r[1] and tonumber(r[1]) <= now then
   local until_ = tonumber(r[1]) + tonumber(ARGV[1])
   if until_ <= now then redis.call('DEL', KEYS[1]) return 1 end
   local o = redis.call('HGET', KEYS[1], 'outcome')

@@ -81,6 +81,16 @@ const RESOLVE_JUDGE: &str = concat!(
 
 /// any state → absent (a released record kept to show its decision too); says whether the
 /// record was live.
+/// S33: a tombstone (completed, past its expiry, not forgotten already) → forgotten: no longer
+/// live, kept until :kept_until to show the operator's decision (stored as `not_applied` on a
+/// completed row: the column's CHECK allows no third word).
+const FORGET_TOMBSTONE: &str = "
+    UPDATE records SET resolution = 'not_applied', resolved_at = :now, resolution_note = :note,
+                       kept_until = :kept_until, arguments = NULL
+    WHERE key = :key AND state = 'completed' AND expires_at <= :now
+      AND resolution IS NOT 'not_applied'
+    RETURNING 1";
+
 const FORGET: &str = concat!(
     "
     DELETE FROM records WHERE key = :key RETURNING ",
@@ -261,7 +271,18 @@ impl Records for SqliteStore {
     }
 
     async fn forget(&self, key: &IdempotencyKey, force: bool) -> Result<Forgot, StoreError> {
+        self.forget_noted(key, force, None).await
+    }
+
+    async fn forget_noted(
+        &self,
+        key: &IdempotencyKey,
+        force: bool,
+        note: Option<&str>,
+    ) -> Result<Forgot, StoreError> {
         let key = *key;
+        let note = note.map(str::to_owned);
+        let keep = ms(self.here().db.settings.tombstones);
         self.run(Access::Write, move |conn, path| {
             let now = now_ms();
             let forgot = (|| {
@@ -277,6 +298,20 @@ impl Records for SqliteStore {
                         Forgot::LeaseLive {
                             remaining: remaining(until, now),
                         }
+                    }
+                    _ if tx
+                        .prepare_cached(FORGET_TOMBSTONE)?
+                        .query_row(
+                            named_params! {
+                                ":key": key.as_str(), ":now": now,
+                                ":kept_until": now.saturating_add(keep), ":note": note,
+                            },
+                            |_| Ok(()),
+                        )
+                        .optional()?
+                        .is_some() =>
+                    {
+                        Forgot::Forgotten
                     }
                     _ => {
                         let live = tx

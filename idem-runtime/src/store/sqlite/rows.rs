@@ -100,10 +100,11 @@ pub(super) fn decode(
     };
     // S34: a running or ambiguous record with no decision never expires by time (one written
     // before with an expiry too).
-    let never = !matches!(
+    let done = matches!(
         state,
         RecordState::Completed { .. } | RecordState::Tombstone
-    ) && matches!(col(11)?, ValueRef::Null);
+    );
+    let never = !done && matches!(col(11)?, ValueRef::Null);
     Ok(Record {
         key: *key,
         tool,
@@ -124,12 +125,17 @@ pub(super) fn decode(
             _ => Some(Resolution::new(
                 {
                     let word = text(11, "resolution")?;
-                    Decision::from_stored(word.as_bytes()).ok_or_else(|| {
-                        bad(
-                            "resolution",
-                            &format!("is `{word}`, not applied or not_applied"),
-                        )
-                    })?
+                    match Decision::from_stored(word.as_bytes()) {
+                        // S33: on a completed row, a tombstone an operator forgot.
+                        Some(Decision::NotApplied) if done => Decision::Forgotten,
+                        Some(Decision::Forgotten) | None => {
+                            return Err(bad(
+                                "resolution",
+                                &format!("is `{word}`, not applied or not_applied"),
+                            ));
+                        }
+                        Some(decision) => decision,
+                    }
                 },
                 match col(12)? {
                     ValueRef::Null => UNIX_EPOCH,

@@ -48,7 +48,8 @@ pub(super) const MIGRATIONS: &[&str] = &[
     // - An operator's decision (`idemkit resolve`): `resolution` ('applied', 'not_applied'),
     //   `resolved_at` (unix ms), `resolution_note`; `kept_until` (unix ms): a record released
     //   by not-applied is expired at once (absent for every operation) and kept until then to
-    //   show that decision.
+    //   show that decision. A completed row with 'not_applied' is a tombstone an operator
+    //   forgot (S33: `Decision::Forgotten`; the CHECK allows no other word), kept likewise.
     "ALTER TABLE records ADD COLUMN lease_ms INTEGER;
     ALTER TABLE records ADD COLUMN resolution TEXT CHECK (resolution IN ('applied', 'not_applied'));
     ALTER TABLE records ADD COLUMN resolved_at INTEGER;
@@ -91,7 +92,9 @@ pub(super) const MIGRATIONS: &[&str] = &[
 /// again because time passed; only pruning past the tombstone setting, or an operator, removes
 /// it. A row written before with an expiry on such a record reads the same: its expiry is
 /// ignored. What is not live is a record released by a not-applied decision (S24, S28): the
-/// operation did not happen, and the next call runs it.
+/// operation did not happen, and the next call runs it; and a tombstone an operator forgot
+/// (S33, kept as `state = 'completed'` with `resolution = 'not_applied'`, a pair nothing else
+/// writes, because the column's CHECK allows no third word): the next call runs it again.
 macro_rules! live {
     ($t:literal) => {
         concat!(
@@ -99,7 +102,9 @@ macro_rules! live {
             $t,
             "expires_at > :now OR ",
             $t,
-            "state = 'completed' OR (",
+            "state = 'completed' AND ",
+            $t,
+            "resolution IS NOT 'not_applied' OR (",
             $t,
             "state IN ('running', 'ambiguous') AND ",
             $t,
@@ -372,7 +377,7 @@ pub(super) const PRUNE: &str = "
         SELECT key FROM records
         WHERE expires_at <= :now
           AND NOT (state IN ('running', 'ambiguous') AND resolution IS NULL)
-          AND (state <> 'completed' OR expires_at <= :tombstones_before)
+          AND (state <> 'completed' OR resolution IS 'not_applied' OR expires_at <= :tombstones_before)
           AND (kept_until IS NULL OR kept_until <= :now)
         ORDER BY expires_at LIMIT :limit)";
 
