@@ -18,7 +18,7 @@
 //! `IDEMKIT_GROWTH_REDIS_URL` or `IDEMKIT_TEST_REDIS_URL`; files under `$TMPDIR`, deleted after):
 //!
 //! ```text
-//! cargo bench -p idem-runtime --features sqlite,postgres,redis --bench growth -- latency memory|sqlite|postgres|redis 1000000 [CALLS]
+//! cargo bench -p idem-runtime --features sqlite,postgres,redis --bench growth -- latency memory|sqlite|postgres|redis 1000000 [CALLS [record|tombstone]]
 //! cargo bench -p idem-runtime --features sqlite,postgres,redis --bench growth -- size memory|sqlite|postgres|redis 1000000 [record|tombstone]
 //! cargo bench -p idem-runtime --features sqlite,postgres,redis --bench growth -- prune memory|sqlite|postgres|redis 1000000 [expired|tombstone]
 //! ```
@@ -69,7 +69,7 @@ pub fn held() -> isize {
 }
 
 const WARM_UP: usize = 200;
-const USAGE: &str = "usage: growth latency memory|sqlite|postgres|redis RECORDS [CALLS] | size memory|sqlite|postgres|redis RECORDS [record|tombstone] | prune memory|sqlite|postgres|redis RECORDS [expired|tombstone]";
+const USAGE: &str = "usage: growth latency memory|sqlite|postgres|redis RECORDS [CALLS [record|tombstone]] | size memory|sqlite|postgres|redis RECORDS [record|tombstone] | prune memory|sqlite|postgres|redis RECORDS [expired|tombstone]";
 
 fn load() -> String {
     std::fs::read_to_string("/proc/loadavg")
@@ -92,6 +92,9 @@ async fn replay<S: Store>(store: &S, key: IdempotencyKey) {
         other => panic!("a filled record did not replay: {other:?}"),
     }
 }
+
+/// Live records made by calls in a store filled with tombstones, for its replays.
+const LIVE_AMONG_TOMBSTONES: usize = 500;
 
 /// The records in the store every grown store is compared with, call by call.
 pub const REFERENCE: usize = 10_000;
@@ -177,6 +180,11 @@ async fn run(args: &[String]) -> Result<(), String> {
             .map(|k| Kind::parse(k).ok_or(USAGE.to_owned()))
             .transpose()?
             .unwrap_or(Kind::Record),
+        "latency" => match rest.get(1).map(String::as_str) {
+            None | Some("record") => Kind::Record,
+            Some("tombstone") => Kind::Tombstone,
+            _ => return Err(USAGE.to_owned()),
+        },
         _ => Kind::Record,
     };
     let mut bench = Bench::open(store, n).await?;
@@ -202,7 +210,12 @@ async fn run(args: &[String]) -> Result<(), String> {
     match what.as_str() {
         "latency" => {
             let calls: usize = rest.first().and_then(|c| c.parse().ok()).unwrap_or(5_000);
-            bench.read_back(Kind::Record, &sample).await;
+            bench.read_back(kind, &sample).await;
+            // A store of tombstones: the replays are of live records made among them.
+            let sample = match kind {
+                Kind::Tombstone => bench.live(LIVE_AMONG_TOMBSTONES).await,
+                _ => sample,
+            };
             let mut reference = Bench::open(store, REFERENCE).await?;
             let template = reference.template(Kind::Record).await?;
             let small = reference.fill(Kind::Record, &template, REFERENCE).await?;
@@ -210,10 +223,14 @@ async fn run(args: &[String]) -> Result<(), String> {
             let [[(s50, s99), (t50, t99)], [(f50, f99), (r50, r99)]] =
                 bench.latency(&sample, &reference, &small, calls).await;
             println!(
-                "growth {store} ({}), {n} records: first call p50 {f50:.1} µs p99 {f99:.1} µs; replay p50 {r50:.1} µs p99 {r99:.1} µs. \
+                "growth {store} ({}), {n} {}: first call p50 {f50:.1} µs p99 {f99:.1} µs; replay p50 {r50:.1} µs p99 {r99:.1} µs. \
                  Beside it, {REFERENCE} records: first call p50 {s50:.1} µs p99 {s99:.1} µs; replay p50 {t50:.1} µs p99 {t99:.1} µs. \
                  p50 {n} ÷ {REFERENCE}: first call {:.2}×, replay {:.2}× ({calls} rounds; load {})",
                 bench.durability().await,
+                match kind {
+                    Kind::Tombstone => format!("tombstones and {LIVE_AMONG_TOMBSTONES} live records (the replays')"),
+                    _ => "records".to_owned(),
+                },
                 f50 / s50,
                 r50 / t50,
                 load()
@@ -245,7 +262,7 @@ async fn run(args: &[String]) -> Result<(), String> {
 
 /// S33's prune of completed records past their time-to-live: `Records::prune(usize::MAX)`, with
 /// the store's default tombstone setting, called until no record keeps its outcome (SQLite and
-/// PostgreSQL count the rows after the first call and every 100th; Redis checks the sample; the
+/// PostgreSQL count the rows after the first call and every 10th, not timed; Redis checks the sample; the
 /// memory store's one call goes over its whole map). Only the prune calls are timed.
 async fn prune_expired(bench: &mut Bench, store: &str, n: usize, sample: &[IdempotencyKey]) {
     let kept_before = bench.outcomes_kept(sample).await;
@@ -258,7 +275,7 @@ async fn prune_expired(bench: &mut Bench, store: &str, n: usize, sample: &[Idemp
         let one = t.elapsed();
         took += one;
         calls += 1;
-        if calls == 1 || calls % 100 == 0 {
+        if calls == 1 || calls % 10 == 0 {
             let kept = bench.outcomes_kept(sample).await;
             if calls == 1 {
                 first = Some((one, kept));
@@ -282,7 +299,11 @@ async fn prune_expired(bench: &mut Bench, store: &str, n: usize, sample: &[Idemp
         n + 1,
         (n + 1) as f64 / secs,
         first_took.as_secs_f64(),
-        if matches!(bench, Bench::Redis { .. }) { "of the sample" } else { "rows" },
+        match bench {
+            Bench::Redis { .. } => "of the sample",
+            Bench::Memory(_) => "the memory store's map is not visible",
+            _ => "rows",
+        },
         bench.size_measure(),
         load()
     );

@@ -266,6 +266,23 @@ impl Bench {
         }
     }
 
+    /// `n` live completed records made by calls (claim and complete, the default time-to-live);
+    /// their keys.
+    pub async fn live(&self, n: usize) -> Vec<IdempotencyKey> {
+        let mut keys = Vec::with_capacity(n);
+        for _ in 0..n {
+            let key = fill::fresh_key();
+            match self {
+                Bench::Memory(s) => fill::call(s, key, fill::TTL).await,
+                Bench::Sqlite { .. } => fill::call(self.sqlite(), key, fill::TTL).await,
+                Bench::Postgres { store, .. } => fill::call(store, key, fill::TTL).await,
+                Bench::Redis { store, .. } => fill::call(store, key, fill::TTL).await,
+            }
+            keys.push(key);
+        }
+        keys
+    }
+
     /// How many completed records still keep an outcome: SQLite and PostgreSQL count the rows
     /// (every row: `length(outcome) > 0`); Redis checks the sample's hashes (`HSTRLEN`), so its
     /// figure is of `sample` only; the memory store has no view of its map (`None`).
