@@ -228,7 +228,9 @@ async fn run(args: &[String]) -> Result<(), String> {
                  p50 {n} ÷ {REFERENCE}: first call {:.2}×, replay {:.2}× ({calls} rounds; load {})",
                 bench.durability().await,
                 match kind {
-                    Kind::Tombstone => format!("tombstones and {LIVE_AMONG_TOMBSTONES} live records (the replays')"),
+                    Kind::Tombstone => format!(
+                        "tombstones and {LIVE_AMONG_TOMBSTONES} live records (the replays')"
+                    ),
                     _ => "records".to_owned(),
                 },
                 f50 / s50,
@@ -244,9 +246,15 @@ async fn run(args: &[String]) -> Result<(), String> {
         }
         "prune" => {
             bench.read_back(kind, &sample).await;
-            let (pruned, took) = bench.prune_with_tombstones(Duration::from_millis(1)).await?;
+            let (pruned, took) = bench
+                .prune_with_tombstones(Duration::from_millis(1))
+                .await?;
             let secs = took.as_secs_f64();
-            assert_eq!(pruned, n + 1, "prune deleted every tombstone, the template too");
+            assert_eq!(
+                pruned,
+                n + 1,
+                "prune deleted every tombstone, the template too"
+            );
             println!(
                 "growth {store} ({}): prune past the tombstone setting deleted {pruned} tombstones in {secs:.2} s: {:.0} tombstones/s (one Records::prune(usize::MAX)); load {}",
                 bench.durability().await,
@@ -283,13 +291,19 @@ async fn prune_expired(bench: &mut Bench, store: &str, n: usize, sample: &[Idemp
             if kept.is_none_or(|k| k == 0) {
                 break;
             }
-            assert!(calls < 100_000, "prune made no progress: {kept:?} outcomes kept");
+            assert!(
+                calls < 100_000,
+                "prune made no progress: {kept:?} outcomes kept"
+            );
         }
     }
     let size_after = bench.size().await;
     let (first_took, first_kept) = first.expect("one call");
     let secs = took.as_secs_f64();
-    assert_eq!(deleted, 0, "prune deleted no tombstone before its tombstone setting");
+    assert_eq!(
+        deleted, 0,
+        "prune deleted no tombstone before its tombstone setting"
+    );
     bench.read_back(Kind::Tombstone, sample).await;
     println!(
         "growth {store} ({}): prune turned {} expired records into tombstones in {secs:.2} s: {:.0} records/s; \

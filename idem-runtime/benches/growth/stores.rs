@@ -336,10 +336,7 @@ impl Bench {
     /// setting is `keep` (the memory store, which has no second handle: its own, with tokio's
     /// clock advanced past its default tombstone setting instead); how many it deleted, and the
     /// prune's time (the second store's opening not counted).
-    pub async fn prune_with_tombstones(
-        &self,
-        keep: Duration,
-    ) -> Result<(usize, Duration), String> {
+    pub async fn prune_with_tombstones(&self, keep: Duration) -> Result<(usize, Duration), String> {
         let err = |e: idem_runtime::StoreError| e.to_string();
         match self {
             Bench::Memory(s) => {
