@@ -17,9 +17,12 @@ run() {
 df -h "${TMPDIR:-/tmp}"
 run size memory 1000000
 run size redis 1000000
-run size redis 1000000 tombstone || true
 for store in memory sqlite postgres redis; do
-    run prune "$store" 1000000
+    run size "$store" 1000000 tombstone
+done
+for store in memory sqlite postgres redis; do
+    run prune "$store" 1000000 expired
+    run prune "$store" 1000000 tombstone
 done
 run latency redis 1000000 "$calls"
 for round in $(seq "$rounds"); do

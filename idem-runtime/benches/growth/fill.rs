@@ -10,13 +10,13 @@
 //! reads the copies as real records (the caller checks one through `Records::get`). Keys are
 //! random, as derived keys are, so the primary-key index grows as it does under calls.
 //!
-//! A tombstone kind is one more arm of [`Kind::template`] once the store makes tombstones (S33);
-//! until then it answers that it cannot be measured, and no figure is printed for it.
+//! A tombstone (S33) is made the same way: a completed record past its time-to-live, turned into
+//! a tombstone by `Records::prune` (its outcome dropped), then copied as it is.
 
 use std::time::Duration;
 
 use idem_runtime::store::{Claim, ClaimRequest, LeaseToken, Outcome, Written};
-use idem_runtime::{Fingerprint, IdempotencyKey, Store};
+use idem_runtime::{Fingerprint, IdempotencyKey, Records, Store};
 use uuid::Uuid;
 
 /// The tool every record is made for.
@@ -53,9 +53,11 @@ const BATCH: usize = 10_000;
 pub enum Kind {
     /// A completed record within its time-to-live: what a replay finds.
     Record,
-    /// A completed record past its time-to-live (1 ms): what prune deletes.
+    /// A completed record past its time-to-live (1 ms), its outcome still kept: what prune
+    /// turns into a tombstone (S33).
     Expired,
-    /// What a record leaves past its time-to-live once tombstones exist (S33).
+    /// A tombstone (S33): a completed record past its time-to-live whose outcome a prune has
+    /// dropped; a prune deletes it once the store's tombstone setting has passed too.
     Tombstone,
 }
 
@@ -69,23 +71,26 @@ impl Kind {
         }
     }
 
-    /// Makes the template record of this kind in `store` through its API; its key.
-    pub async fn template<S: Store>(self, store: &S) -> Result<IdempotencyKey, String> {
+    /// Makes the template record of this kind in `store` through its API; its key. A tombstone's
+    /// template is a completed record past its time-to-live that `Records::prune` has turned into
+    /// a tombstone (the store holding nothing else, the prune touches only it).
+    pub async fn template<S: Store + Records>(self, store: &S) -> Result<IdempotencyKey, String> {
         let ttl = match self {
             Kind::Record => TTL,
-            Kind::Expired => Duration::from_millis(1),
-            Kind::Tombstone => {
-                return Err(
-                    "tombstone: not yet measured (S33's tombstones are not in this build; \
-                            make the template here once a record past its ttl leaves one)"
-                        .to_owned(),
-                );
-            }
+            Kind::Expired | Kind::Tombstone => Duration::from_millis(1),
         };
         let key = fresh_key();
         call(store, key, ttl).await;
-        if self == Kind::Expired {
+        if self != Kind::Record {
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if self == Kind::Tombstone {
+            let deleted = store.prune(usize::MAX).await.map_err(|e| e.to_string())?;
+            if deleted != 0 {
+                return Err(format!(
+                    "the tombstone template: prune deleted {deleted} record(s) instead of keeping a tombstone"
+                ));
+            }
         }
         Ok(key)
     }
@@ -277,16 +282,16 @@ pub async fn redis(
 }
 
 /// The memory store has no bulk path: `n` records made by calls (claim and complete), with the
-/// kind's time-to-live. Returns a sample of the keys.
-pub async fn memory<S: Store>(
+/// kind's time-to-live; for tombstones, then turned into tombstones by one `Records::prune`.
+/// Returns a sample of the keys.
+pub async fn memory<S: Store + Records>(
     store: &S,
     kind: Kind,
     n: usize,
 ) -> Result<Vec<IdempotencyKey>, String> {
     let ttl = match kind {
         Kind::Record => TTL,
-        Kind::Expired => Duration::from_millis(1),
-        Kind::Tombstone => return kind.template(store).await.map(|_| Vec::new()),
+        Kind::Expired | Kind::Tombstone => Duration::from_millis(1),
     };
     let mut keys = Keys::new(n);
     loop {
@@ -298,8 +303,12 @@ pub async fn memory<S: Store>(
             call(store, IdempotencyKey::from_uuid(u), ttl).await;
         }
     }
-    if kind == Kind::Expired {
+    if kind != Kind::Record {
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if kind == Kind::Tombstone {
+        let deleted = store.prune(usize::MAX).await.map_err(|e| e.to_string())?;
+        assert_eq!(deleted, 0, "a fresh tombstone is kept, not deleted");
     }
     Ok(keys.sample)
 }

@@ -5,6 +5,9 @@ use std::time::Duration;
 
 use idem_runtime::{IdempotencyKey, MemoryStore, PostgresStore, Records, RedisStore, SqliteStore};
 
+/// A Redis store's grace: expired records stay until prune removes them.
+const GRACE: Duration = Duration::from_secs(3600);
+
 use super::fill::{self, Kind};
 
 /// One store under measurement, with a raw connection to the same data for its bulk path.
@@ -17,12 +20,14 @@ pub enum Bench {
     },
     Postgres {
         store: PostgresStore,
+        url: String,
         client: tokio_postgres::Client,
         schema: String,
         table: String,
     },
     Redis {
         store: RedisStore,
+        url: String,
         conn: redis::aio::MultiplexedConnection,
         prefix: String,
     },
@@ -35,6 +40,15 @@ fn url(ours: &str, test: &str) -> Result<String, String> {
 }
 
 const SCHEMA: &str = "idemkit_growth";
+
+/// Runs a prune, timed.
+async fn timed(
+    prune: impl std::future::Future<Output = Result<usize, idem_runtime::StoreError>>,
+) -> Result<(usize, Duration), String> {
+    let t = std::time::Instant::now();
+    let n = prune.await.map_err(|e| e.to_string())?;
+    Ok((n, t.elapsed()))
+}
 
 impl Bench {
     pub async fn open(name: &str, n: usize) -> Result<Bench, String> {
@@ -65,6 +79,7 @@ impl Bench {
                 tokio::spawn(connection);
                 Bench::Postgres {
                     store,
+                    url,
                     client,
                     schema: SCHEMA.to_owned(),
                     table,
@@ -76,7 +91,7 @@ impl Bench {
                 // A grace of an hour: expired records stay until prune removes them.
                 let store = RedisStore::builder(&url)
                     .prefix(&prefix)
-                    .expiry_grace(Duration::from_secs(3600))
+                    .expiry_grace(GRACE)
                     .connect()
                     .await
                     .map_err(|e| e.to_string())?;
@@ -89,6 +104,7 @@ impl Bench {
                 conn.set_response_timeout(Duration::from_secs(300));
                 Bench::Redis {
                     store,
+                    url,
                     conn,
                     prefix,
                 }
@@ -241,12 +257,123 @@ impl Bench {
         }
     }
 
-    pub async fn read_back(&self, sample: &[IdempotencyKey]) {
+    pub async fn read_back(&self, kind: Kind, sample: &[IdempotencyKey]) {
         match self {
-            Bench::Memory(s) => super::read_back(s, sample).await,
-            Bench::Sqlite { .. } => super::read_back(self.sqlite(), sample).await,
-            Bench::Postgres { store, .. } => super::read_back(store, sample).await,
-            Bench::Redis { store, .. } => super::read_back(store, sample).await,
+            Bench::Memory(s) => super::read_back(s, kind, sample).await,
+            Bench::Sqlite { .. } => super::read_back(self.sqlite(), kind, sample).await,
+            Bench::Postgres { store, .. } => super::read_back(store, kind, sample).await,
+            Bench::Redis { store, .. } => super::read_back(store, kind, sample).await,
+        }
+    }
+
+    /// `n` live completed records made by calls (claim and complete, the default time-to-live);
+    /// their keys.
+    pub async fn live(&self, n: usize) -> Vec<IdempotencyKey> {
+        let mut keys = Vec::with_capacity(n);
+        for _ in 0..n {
+            let key = fill::fresh_key();
+            match self {
+                Bench::Memory(s) => fill::call(s, key, fill::TTL).await,
+                Bench::Sqlite { .. } => fill::call(self.sqlite(), key, fill::TTL).await,
+                Bench::Postgres { store, .. } => fill::call(store, key, fill::TTL).await,
+                Bench::Redis { store, .. } => fill::call(store, key, fill::TTL).await,
+            }
+            keys.push(key);
+        }
+        keys
+    }
+
+    /// How many completed records still keep an outcome: SQLite and PostgreSQL count the rows
+    /// (every row: `length(outcome) > 0`); Redis checks the sample's hashes (`HSTRLEN`), so its
+    /// figure is of `sample` only; the memory store has no view of its map (`None`).
+    pub async fn outcomes_kept(&mut self, sample: &[IdempotencyKey]) -> Option<usize> {
+        match self {
+            Bench::Memory(_) => None,
+            Bench::Sqlite { path, .. } => {
+                let conn = rusqlite::Connection::open(&*path).expect("open");
+                let n: i64 = conn
+                    .query_row(
+                        "SELECT count(*) FROM records WHERE state = 'completed' AND length(outcome) > 0",
+                        [],
+                        |r| r.get(0),
+                    )
+                    .expect("count the outcomes kept");
+                Some(n as usize)
+            }
+            Bench::Postgres {
+                client,
+                schema,
+                table,
+                ..
+            } => {
+                let n: i64 = client
+                    .query_one(
+                        &format!(
+                            "SELECT count(*) FROM \"{schema}\".\"{table}\"
+                              WHERE state = 'completed' AND length(outcome) > 0"
+                        ),
+                        &[],
+                    )
+                    .await
+                    .expect("count the outcomes kept")
+                    .get(0);
+                Some(n as usize)
+            }
+            Bench::Redis { conn, prefix, .. } => {
+                let mut pipe = redis::pipe();
+                for key in sample {
+                    pipe.cmd("HSTRLEN")
+                        .arg(format!("{prefix}rec:{}", key.as_str()))
+                        .arg("outcome");
+                }
+                let lens: Vec<i64> = pipe.query_async(conn).await.expect("HSTRLEN");
+                Some(lens.iter().filter(|l| **l > 0).count())
+            }
+        }
+    }
+
+    /// Prunes through `Records::prune(usize::MAX)` with a store on the same data whose tombstone
+    /// setting is `keep` (the memory store, which has no second handle: its own, with tokio's
+    /// clock advanced past its default tombstone setting instead); how many it deleted, and the
+    /// prune's time (the second store's opening not counted).
+    pub async fn prune_with_tombstones(&self, keep: Duration) -> Result<(usize, Duration), String> {
+        let err = |e: idem_runtime::StoreError| e.to_string();
+        match self {
+            Bench::Memory(s) => {
+                tokio::time::pause();
+                tokio::time::advance(idem_runtime::store::DEFAULT_TOMBSTONES + keep).await;
+                timed(s.prune(usize::MAX)).await
+            }
+            Bench::Sqlite { path, .. } => {
+                let store = SqliteStore::builder(&*path)
+                    .tombstones(keep)
+                    .open()
+                    .map_err(err)?;
+                tokio::time::sleep(keep).await;
+                timed(store.prune(usize::MAX)).await
+            }
+            Bench::Postgres { url, table, .. } => {
+                let store = PostgresStore::builder(url)
+                    .schema(SCHEMA)
+                    .table(table)
+                    .tombstones(keep)
+                    .connect()
+                    .await
+                    .map_err(err)?;
+                tokio::time::sleep(keep).await;
+                timed(store.prune(usize::MAX)).await
+            }
+            Bench::Redis { url, prefix, .. } => {
+                let store = RedisStore::builder(url)
+                    .prefix(prefix)
+                    .expiry_grace(GRACE)
+                    .tombstones(keep)
+                    .connect()
+                    .await
+                    .map_err(err)?;
+                tokio::time::sleep(keep).await;
+                timed(store.prune(usize::MAX)).await
+            }
         }
     }
 
@@ -276,7 +403,8 @@ impl Bench {
         }
     }
 
-    /// Prunes every expired record through `Records::prune`; how many it removed.
+    /// One `Records::prune(usize::MAX)` with the store's own settings (tombstones kept 400
+    /// days, the default); how many records it deleted.
     pub async fn prune(&self) -> usize {
         let pruned = match self {
             Bench::Memory(s) => s.prune(usize::MAX).await,
@@ -302,6 +430,7 @@ impl Bench {
                 client,
                 schema,
                 table,
+                ..
             } => {
                 drop(store);
                 client
@@ -316,6 +445,7 @@ impl Bench {
                 store,
                 mut conn,
                 prefix,
+                ..
             } => {
                 drop(store);
                 let mut cursor = 0u64;
