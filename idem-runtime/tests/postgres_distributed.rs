@@ -40,6 +40,62 @@ mod needs_postgres {
         client
     }
 
+    /// S33: one prune turns every completed record past its ttl into a tombstone (its outcome
+    /// dropped), not one batch of them. Failed before: with no tombstone old enough to delete,
+    /// the batch loop stopped after its first statement, so 1,000 of 2,500 records lost their
+    /// outcome per prune (a store's first 400 days).
+    #[tokio::test]
+    async fn s33_one_prune_tombstones_every_record_past_its_ttl_not_one_batch() {
+        use idem_runtime::store::{ClaimRequest, LeaseToken, Outcome};
+        use idem_runtime::{Fingerprint, IdempotencyKey, Records, Store};
+        let url = server_url();
+        let table = unique("prune");
+        let store = worker_store(&url, &table).await;
+        let ttl = Duration::from_millis(5);
+        for n in 0..2500u32 {
+            let key = IdempotencyKey::derive("charge", &[("n", &n)]);
+            let token = LeaseToken::new();
+            let req = ClaimRequest::new(
+                key,
+                "charge",
+                Fingerprint::of(&n).unwrap(),
+                token,
+                Duration::from_secs(60),
+                ttl,
+            );
+            store.claim(&req).await.unwrap();
+            store
+                .complete(key, token, Outcome::from(b"{\"receipt\":1}"), ttl)
+                .await
+                .unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let deleted = Records::prune(&store, usize::MAX).await.unwrap();
+        assert_eq!(
+            deleted, 0,
+            "the tombstones' setting (400 days) has not passed"
+        );
+        let admin = admin(&url).await;
+        let kept: i64 = admin
+            .query_one(
+                &format!("SELECT count(*) FROM idemkit_test.{table} WHERE length(outcome) > 0"),
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(
+            kept, 0,
+            "records past their ttl still keeping their outcome"
+        );
+        let all: i64 = admin
+            .query_one(&format!("SELECT count(*) FROM idemkit_test.{table}"), &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(all, 2500, "every tombstone kept");
+    }
+
     /// 32 tasks spread over 4 workers (4 stores, 4 pools) call one key at once.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn contention_32_tasks_over_4_pools_run_the_body_once() {

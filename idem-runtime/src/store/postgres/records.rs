@@ -32,25 +32,37 @@ impl PostgresStore {
         row.map(|row| record_of(&row)).transpose()
     }
 
-    /// Deletes up to `limit` expired records, in batches (for `Store::prune` and
-    /// `Records::prune`).
+    /// Deletes up to `limit` expired records, in batches, and turns completed records past their
+    /// ttl into tombstones (S33) a batch beside each batch of deletions (for `Store::prune` and
+    /// `Records::prune`); answers how many it deleted. It goes on while either finds a full
+    /// batch: a store's first prunes, with no tombstone old enough to delete yet, tombstone
+    /// everything past its ttl (they stopped after one batch when only deletions counted).
     pub(super) async fn prune_now(&self, limit: usize) -> Result<usize, StoreError> {
-        let mut pruned = 0usize;
-        while pruned < limit {
-            let batch = PRUNE_BATCH.min(i64::try_from(limit - pruned).unwrap_or(i64::MAX));
-            let tombstones = i64::try_from(self.tombstones.as_micros()).unwrap_or(i64::MAX);
-            let n = self
+        let tombstones = i64::try_from(self.tombstones.as_micros()).unwrap_or(i64::MAX);
+        let mut deleted = 0usize;
+        while deleted < limit {
+            let dropped = self
+                .run("prune", |c| async move {
+                    let batch = PRUNE_BATCH;
+                    self.changed(&c, &self.sql.tombstone, types::PRUNE, &[&batch, &tombstones])
+                        .await
+                })
+                .await?;
+            // `limit` may be past `i64::MAX` (`usize::MAX`: "all"), which `as` would make negative.
+            let batch = PRUNE_BATCH.min(i64::try_from(limit - deleted).unwrap_or(i64::MAX));
+            let gone = self
                 .run("prune", |c| async move {
                     self.changed(&c, &self.sql.prune, types::PRUNE, &[&batch, &tombstones])
                         .await
                 })
-                .await? as usize;
-            pruned += n;
-            if (n as i64) < batch {
+                .await?;
+            deleted += usize::try_from(gone).unwrap_or(usize::MAX);
+            // Both found less than a full batch: nothing is left to change.
+            if dropped < PRUNE_BATCH.unsigned_abs() && gone < batch.unsigned_abs() {
                 break;
             }
         }
-        Ok(pruned)
+        Ok(deleted)
     }
 
     /// Checks that the tables exist at this build's schema version, changing nothing (for a

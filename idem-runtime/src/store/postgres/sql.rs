@@ -98,6 +98,7 @@ pub(super) struct Sql {
     pub(super) restore_unknown: String,
     pub(super) restore_new: String,
     pub(super) get: String,
+    pub(super) tombstone: String,
     pub(super) prune: String,
     pub(super) operation_id: String,
 }
@@ -264,21 +265,23 @@ impl Sql {
                 "SELECT {RECORD_COLUMNS}
                    FROM {t} WHERE key = $1 AND ({LIVE} OR kept_until > now())"
             ),
+            // S33: a completed record past its expiry keeps no outcome and no arguments (a
+            // tombstone; the empty bytea stands for "no longer kept": a stored outcome is JSON,
+            // never empty), one batch of $1, until the tombstone setting ($2, microseconds) has
+            // passed too (then `prune` deletes it). Rows another pruner holds are skipped.
+            tombstone: format!(
+                "UPDATE {t} SET outcome = ''::bytea, arguments = NULL WHERE key IN (
+                     SELECT key FROM {t}
+                      WHERE state = 'completed' AND expires_at <= now() AND length(outcome) > 0
+                        AND expires_at > now() - $2::int8 {us}
+                      LIMIT $1 FOR UPDATE SKIP LOCKED)"
+            ),
             // expired → absent, one batch; rows another pruner holds are skipped, not waited for;
-            // a row released by an operator is kept until its `kept_until`.
-            // S33: a tombstone (completed, past its expiry) goes once the tombstone setting ($2,
-            // microseconds) has passed too; until then it keeps no outcome (the empty bytea
-            // stands for "no longer kept": a stored outcome is JSON, never empty). The two sets
-            // of rows are disjoint.
+            // a row released by an operator is kept until its `kept_until`; a tombstone goes once
+            // the tombstone setting ($2, microseconds) has passed too. Disjoint from
+            // `tombstone`'s rows.
             prune: format!(
-                "WITH dropped AS (
-                     UPDATE {t} SET outcome = ''::bytea, arguments = NULL WHERE key IN (
-                         SELECT key FROM {t}
-                          WHERE state = 'completed' AND expires_at <= now() AND length(outcome) > 0
-                            AND expires_at > now() - $2::int8 {us}
-                          LIMIT $1 FOR UPDATE SKIP LOCKED)
-                     RETURNING 1)
-                 DELETE FROM {t} WHERE key IN (
+                "DELETE FROM {t} WHERE key IN (
                      SELECT key FROM {t}
                       WHERE ({EXPIRED} OR (state = 'completed' AND expires_at <= now() - $2::int8 {us}))
                         AND (kept_until IS NULL OR kept_until <= now())
