@@ -336,7 +336,10 @@ async fn client_s20_a_repeat_after_the_answer_was_dropped_reaches_the_upstream_o
     // The model is told the effect may have happened and how it is settled, never "not run";
     // S35: its advice says the same.
     assert_eq!(told.is_error, Some(true));
-    let advice = &told.structured_content.as_ref().expect("a structured error")["advice"];
+    let advice = &told
+        .structured_content
+        .as_ref()
+        .expect("a structured error")["advice"];
     assert_eq!(advice["state"], "unknown", "{advice}");
     assert_eq!(advice["newKeySafe"], false, "{advice}");
     let text = serde_json::to_string(&told.content).unwrap();

@@ -75,8 +75,12 @@ pub(super) fn start(phase: &mut Phase<'_>) {
     let tenant = crate::idem::call_tenant(idem.as_ref().ok());
     let key = crate::idem::record_key(key, tenant.as_deref());
     // `previous = "..."`: its key is the tenant's own too.
-    let previous =
-        previous.map(|p| (crate::idem::record_key(p.key, tenant.as_deref()), p.fingerprint));
+    let previous = previous.map(|p| {
+        (
+            crate::idem::record_key(p.key, tenant.as_deref()),
+            p.fingerprint,
+        )
+    });
     let span = tracing::info_span!(
         "idemkit.side_effect",
         tool = tool.name,

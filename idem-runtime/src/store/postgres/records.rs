@@ -44,8 +44,13 @@ impl PostgresStore {
             let dropped = self
                 .run("prune", |c| async move {
                     let batch = PRUNE_BATCH;
-                    self.changed(&c, &self.sql.tombstone, types::PRUNE, &[&batch, &tombstones])
-                        .await
+                    self.changed(
+                        &c,
+                        &self.sql.tombstone,
+                        types::PRUNE,
+                        &[&batch, &tombstones],
+                    )
+                    .await
                 })
                 .await?;
             // `limit` may be past `i64::MAX` (`usize::MAX`: "all"), which `as` would make negative.
