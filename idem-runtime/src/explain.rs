@@ -86,6 +86,7 @@ impl Explanation {
 
     /// The explanation of a side effect's result that could not be written as JSON (JSON calls):
     /// the tool ran, and for a side effect its outcome is recorded.
+    #[cfg_attr(not(feature = "json"), allow(dead_code))] // JSON calls only
     pub(crate) fn result_not_json(text: String, key: Option<&IdempotencyKey>) -> Self {
         let told = Self::new("result_not_json", false, text).keyed(key);
         match key {
