@@ -678,6 +678,29 @@ mod needs_postgres {
             .connect()
             .await
             .unwrap();
+        // Migrated to schema 8, which adds the index prune finds the completed records that
+        // still keep their outcome through (each batch read every expired row without it).
+        let version: i32 = client
+            .query_one(
+                &format!("SELECT version FROM \"{schema}\".idemkit_schema"),
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(version, 8, "the fixture's tables are migrated to schema 8");
+        let index: String = client
+            .query_one(
+                "SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND indexname = 'idemkit_outcome_kept'",
+                &[&schema],
+            )
+            .await
+            .expect("the migration adds the index of records that keep their outcome")
+            .get(0);
+        assert!(
+            index.contains("WHERE ((state = 'completed'::text) AND (length(outcome) > 0))"),
+            "{index}"
+        );
         if aged {
             check_expired_under_old_rules(store, format.resolved(), format != Format::V010).await;
             return;

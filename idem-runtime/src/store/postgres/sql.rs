@@ -269,23 +269,26 @@ impl Sql {
             // tombstone; the empty bytea stands for "no longer kept": a stored outcome is JSON,
             // never empty), one batch of $1, until the tombstone setting ($2, microseconds) has
             // passed too (then `prune` deletes it). Rows another pruner holds are skipped.
+            // `key = ANY(ARRAY(…))`, not `key IN (…)`: with `IN` the planner, counting on a
+            // batch of 1,000, joined it to a sequential scan of the whole table, once a batch.
+            // The batch is found through the `…_outcome_kept` index (schema 8).
             tombstone: format!(
-                "UPDATE {t} SET outcome = ''::bytea, arguments = NULL WHERE key IN (
+                "UPDATE {t} SET outcome = ''::bytea, arguments = NULL WHERE key = ANY(ARRAY(
                      SELECT key FROM {t}
                       WHERE state = 'completed' AND expires_at <= now() AND length(outcome) > 0
                         AND expires_at > now() - $2::int8 {us}
-                      LIMIT $1 FOR UPDATE SKIP LOCKED)"
+                      LIMIT $1 FOR UPDATE SKIP LOCKED))"
             ),
             // expired → absent, one batch; rows another pruner holds are skipped, not waited for;
             // a row released by an operator is kept until its `kept_until`; a tombstone goes once
             // the tombstone setting ($2, microseconds) has passed too. Disjoint from
             // `tombstone`'s rows.
             prune: format!(
-                "DELETE FROM {t} WHERE key IN (
+                "DELETE FROM {t} WHERE key = ANY(ARRAY(
                      SELECT key FROM {t}
                       WHERE ({EXPIRED} OR (state = 'completed' AND expires_at <= now() - $2::int8 {us}))
                         AND (kept_until IS NULL OR kept_until <= now())
-                      LIMIT $1 FOR UPDATE SKIP LOCKED)"
+                      LIMIT $1 FOR UPDATE SKIP LOCKED))"
             ),
             // absent → `fresh`; present → unchanged. Returns the stored id either way (the no-op
             // update makes RETURNING see a row a concurrent caller just inserted).
