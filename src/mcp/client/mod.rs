@@ -4,10 +4,12 @@
 mod answer;
 mod config;
 mod failure;
+mod verify;
 
 pub use self::answer::{ADVICE_META, RemoteReply, for_model};
 pub use self::config::RemoteTool;
 pub use self::failure::CallError;
+pub use self::verify::RemoteVerify;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -15,7 +17,8 @@ use std::time::Duration;
 
 use idem_runtime::__private::serde_json::{Map, Value};
 use idem_runtime::{
-    Error, Fingerprint, Idem, IdempotencyKey, JsonKeyField, KeyField, Tool, ToolKind, observe,
+    Error, Fingerprint, Idem, IdempotencyKey, JsonKeyField, KeyField, Tool, ToolKind, Verified,
+    observe,
 };
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, ServerResult,
@@ -150,7 +153,15 @@ impl IdempotentClient {
                     key_of(&name, &key_name, &fields, &arguments).map_err(|e| *e)?;
                 let tool = self.entry(&key_name, config).resend(resend);
                 let attempt = |key: IdempotencyKey| self.send(params.clone(), Some(key));
-                let (ended, info) = observe(tool.run_keyed(key, fingerprint, attempt)).await;
+                // S19: an unknown outcome is verified before anything is sent again, by the
+                // runtime's verify loop, where the tool names a verify tool.
+                let (ended, info) = match config.and_then(RemoteTool::verification) {
+                    Some(verify) => {
+                        let ask = |key: IdempotencyKey| self.ask(verify, &arguments, key);
+                        observe(tool.verify(ask).run_keyed(key, fingerprint, attempt)).await
+                    }
+                    None => observe(tool.run_keyed(key, fingerprint, attempt)).await,
+                };
                 let replayed = info.as_ref().is_some_and(|i| i.replayed);
                 // The key the call ran under (under the tenant in force, where there is one).
                 let key = info.and_then(|i| i.key).unwrap_or(key);
@@ -224,6 +235,22 @@ impl IdempotentClient {
             )),
             Err(e) => Err(Attempt::Upstream(classify_sent(&e), e)),
         }
+    }
+
+    /// S19: asks the verify tool whether the operation called with `arguments` under `key`
+    /// happened. Its failure, or an error answer, cannot tell: `Unknown`, never `Err` (the
+    /// record stays unknown either way).
+    async fn ask(
+        &self,
+        verify: &RemoteVerify,
+        arguments: &Map<String, Value>,
+        key: IdempotencyKey,
+    ) -> Result<Verified<CallToolResult>, Attempt> {
+        let answer = match self.send(verify.request(arguments, key), None).await {
+            Ok(answer) | Err(Attempt::ToolError(answer)) => Some(answer),
+            Err(_) => None,
+        };
+        Ok(verify.verdict(answer))
     }
 
     /// The annotations of the server's tool `name` (`None`: not listed), from `tools/list`, read
