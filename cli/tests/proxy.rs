@@ -123,6 +123,25 @@ impl Upstream {
         }
         CallToolResult::structured(answer)
     }
+
+    /// `charge`'s verify tool: looks the charge up by its customer and invoice in the effects
+    /// committed; answers an error (it cannot tell) while the file `verify_fails` exists.
+    fn find_charge(&self, args: &Value) -> CallToolResult {
+        if self.dir.join("verify_fails").exists() {
+            return CallToolResult::error(vec![rmcp::model::ContentBlock::text(
+                "the charges' index is down",
+            )]);
+        }
+        let found = lines(&self.dir.join("effects")).into_iter().find(|e| {
+            e["tool"] == "charge"
+                && e["args"]["customer_id"] == args["customer_id"]
+                && e["args"]["invoice"] == args["invoice"]
+        });
+        CallToolResult::structured(json!({
+            "found": found.is_some(),
+            "charge": found.map(|e| e["answer"]["charge"].clone()),
+        }))
+    }
 }
 
 impl ServerHandler for Upstream {
@@ -146,6 +165,7 @@ impl ServerHandler for Upstream {
         );
         let result = match name.as_str() {
             "balance" => CallToolResult::structured(json!({"cents": 4200})),
+            "find_charge" => self.find_charge(&args),
             "charge" | "charge_dedup" | "send_email" => self.side_effect(&name, key, args).await,
             _ => return Err(ErrorData::invalid_params("no such tool", None)),
         };
@@ -171,6 +191,7 @@ impl ServerHandler for Upstream {
             tools: vec![
                 upstream_tool("balance", hints(true, true)),
                 upstream_tool("charge", hints(false, false)),
+                upstream_tool("find_charge", hints(true, true)),
                 upstream_tool("charge_dedup", hints(false, true)),
                 upstream_tool("send_email", None),
             ],
@@ -341,7 +362,16 @@ async fn proxy_lists_the_upstreams_tools_with_the_hints_it_makes_true() {
     let proxy = rig.proxy().await;
     let tools = proxy.client.list_all_tools().await.unwrap();
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
-    assert_eq!(names, ["balance", "charge", "charge_dedup", "send_email"]);
+    assert_eq!(
+        names,
+        [
+            "balance",
+            "charge",
+            "find_charge",
+            "charge_dedup",
+            "send_email"
+        ]
+    );
     let hints = |name: &str| {
         let tool = tools.iter().find(|t| t.name == name).unwrap();
         assert_eq!(
@@ -411,6 +441,84 @@ async fn proxy_a_repeat_after_the_upstream_commits_and_drops_its_answer_reaches_
     assert!(text(&replay).starts_with("Replayed:"), "{}", text(&replay));
     assert_eq!(structured(&replay)["charge"], "ch_1");
     assert_eq!(rig.requests("charge_dedup").len(), sent.len());
+}
+
+/// `charge` verified by the upstream's read-only `find_charge` (S19), otherwise as `CONFIG`.
+const VERIFIED: &str = r#"
+store = "proxy.db"
+timeout = "20s"
+
+[tools.charge]
+key = ["customer_id", "invoice"]
+resend = false
+lease = "1s"
+in_flight_wait = "30s"
+
+[tools.charge.verify]
+tool = "find_charge"
+arguments = ["customer_id", "invoice"]
+key_argument = "idempotency_key"
+applied_if = "/found"
+"#;
+
+/// S19 through the proxy, against an upstream that commits and exits before answering, with
+/// `[tools.charge.verify]` naming its read-only `find_charge`. The repeat asks it before
+/// anything is sent again: found, so the client gets an answer and the upstream charged once;
+/// for a charge the upstream crashed before committing, not found, so it is charged once, sent
+/// again under the same key; while `find_charge` answers an error, the outcome stays unknown and
+/// nothing is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_s19_an_unknown_outcome_is_verified_by_a_read_only_upstream_tool() {
+    let rig = Rig::new(VERIFIED);
+    let proxy = rig.proxy().await;
+    let args = |invoice: &str| json!({"customer_id": "cus_1", "invoice": invoice, "cents": 4200});
+    let finds = || rig.requests("find_charge");
+
+    rig.fault("drop");
+    let first = proxy.call("charge", args("inv_1")).await;
+    assert_eq!(structured(&first)["reason"], "ambiguous", "{first:?}");
+    let repeat = proxy.call("charge", args("inv_1")).await;
+    assert_ne!(repeat.is_error, Some(true), "{repeat:?}");
+    assert_eq!(
+        structured(&repeat),
+        json!({"found": true, "charge": "ch_1"})
+    );
+    let key = rig.requests("charge")[0].0.clone();
+    assert_eq!(
+        finds().last().unwrap().1,
+        json!({"customer_id": "cus_1", "invoice": "inv_1", "idempotency_key": key})
+    );
+    let replay = proxy.call("charge", args("inv_1")).await;
+    assert!(text(&replay).starts_with("Replayed:"), "{}", text(&replay));
+    assert_eq!(
+        (rig.effects("charge"), rig.requests("charge").len()),
+        (1, 1)
+    );
+
+    rig.fault("crash");
+    let crashed = proxy.call("charge", args("inv_2")).await;
+    assert_eq!(structured(&crashed)["reason"], "ambiguous", "{crashed:?}");
+    let asked = finds().len();
+    let charged = proxy.call("charge", args("inv_2")).await;
+    assert_eq!(structured(&charged)["charge"], "ch_2", "{charged:?}");
+    assert_eq!(finds().len(), asked + 1);
+    let sent: Vec<Value> = rig.requests("charge").into_iter().map(|r| r.0).collect();
+    assert_eq!(sent.len(), 3, "{sent:?}");
+    assert_eq!(sent[1], sent[2], "sent again under its key");
+    assert_eq!(rig.effects("charge"), 2);
+
+    std::fs::write(rig.dir.path().join("verify_fails"), "").unwrap();
+    rig.fault("drop");
+    let dropped = proxy.call("charge", args("inv_3")).await;
+    assert_eq!(structured(&dropped)["reason"], "ambiguous", "{dropped:?}");
+    let asked = finds().len();
+    let unknown = proxy.call("charge", args("inv_3")).await;
+    assert_eq!(structured(&unknown)["reason"], "ambiguous", "{unknown:?}");
+    assert_eq!(finds().len(), asked + 1, "asked, and it could not tell");
+    assert_eq!(
+        (rig.effects("charge"), rig.requests("charge").len()),
+        (3, 4)
+    );
 }
 
 /// The proxy SIGKILLed while the upstream holds a committed call, and restarted on its SQLite
@@ -542,7 +650,7 @@ async fn proxy_page_configurations_run_as_written() {
         let rig = Rig::new(block);
         let proxy = rig.proxy().await;
         let tools = proxy.client.list_all_tools().await.unwrap();
-        assert_eq!(tools.len(), 4, "{block}");
+        assert_eq!(tools.len(), 5, "{block}");
         drop(proxy);
     }
 }
@@ -676,10 +784,20 @@ impl Fault {
 
     /// Effects at the upstream and what the client is told, in order, for the upstream tool
     /// `tool` (`charge`: `resend = false`; `charge_dedup`: the upstream deduplicates by the key
-    /// in `_meta` and says `idempotentHint: true`, so the proxy re-sends).
-    fn expected(self, tool: &str) -> &'static str {
+    /// in `_meta` and says `idempotentHint: true`, so the proxy re-sends), `verified` when
+    /// `charge` is verified by `find_charge` before anything unknown is sent again (S19).
+    fn expected(self, tool: &str, verified: bool) -> &'static str {
         let dedup = tool == "charge_dedup";
         match self {
+            // The call's own verification cannot reach the exited upstream (unknown); the
+            // repeat's, through a new one, finds the charge: its answer, not a second charge.
+            Fault::Drop if verified => "1 · ambiguous → ok",
+            // Verified on the same connection once the attempt timed out: found.
+            Fault::Hang if verified => "1 · ok → replay",
+            // The repeat's verification finds nothing: charged once, under the same key.
+            Fault::Crash if verified => "1 · ambiguous → ok",
+            // The restarted proxy takes the dead one's call over and verifies it: found.
+            Fault::Killed if verified => "1 · killed → ok",
             Fault::Drop if dedup => "1 · ambiguous → ok",
             Fault::Drop => "1 · ambiguous → ambiguous",
             // Re-sent on the same connection, the upstream answers the first charge.
@@ -709,8 +827,13 @@ fn answer(result: &CallToolResult) -> String {
     }
 }
 
-fn matrix_config(fault: Fault) -> String {
+fn matrix_config(fault: Fault, verified: bool) -> String {
     let timeout = if fault == Fault::Hang { "1s" } else { "60s" };
+    let verify = if verified {
+        "\n[tools.charge.verify]\ntool = \"find_charge\"\napplied_if = \"/found\"\n"
+    } else {
+        ""
+    };
     format!(
         r#"
 store = "proxy.db"
@@ -726,13 +849,13 @@ in_flight_wait = "0ms"
 key = ["customer_id", "invoice"]
 lease = "1s"
 in_flight_wait = "0ms"
-"#
+{verify}"#
     )
 }
 
 /// One cell: its procedure, then "effects · answers".
-async fn cell(tool: &'static str, fault: Fault) -> String {
-    let rig = Rig::new(&matrix_config(fault));
+async fn cell(tool: &'static str, fault: Fault, verified: bool) -> String {
+    let rig = Rig::new(&matrix_config(fault, verified));
     let proxy = rig.proxy().await;
     let args = json!({"customer_id": "cus_1", "invoice": "inv_1", "cents": 4200});
     let mut answers = Vec::new();
@@ -790,11 +913,18 @@ async fn cell(tool: &'static str, fault: Fault) -> String {
     format!("{} · {}", rig.effects(tool), answers.join(" → "))
 }
 
-const ROWS: [(&str, &str); 2] = [
-    ("charge", "`idemkit proxy`, `resend = false`"),
+/// The rows: the upstream tool, the row's name, whether `charge` is verified by `find_charge`.
+const ROWS: [(&str, &str, bool); 3] = [
+    ("charge", "`idemkit proxy`, `resend = false`", false),
+    (
+        "charge",
+        "`idemkit proxy`, `resend = false`, verified by a read-only upstream tool",
+        true,
+    ),
     (
         "charge_dedup",
         "`idemkit proxy`, upstream deduplicates by the key (re-sent)",
+        false,
     ),
 ];
 
@@ -815,15 +945,15 @@ async fn proxy_through_every_fault_makes_one_effect_and_answers_as_documented() 
     table.push_str(&"---|".repeat(FAULTS.len()));
     table.push('\n');
     let mut failures = Vec::new();
-    for (tool, row) in ROWS {
+    for (tool, row, verified) in ROWS {
         write!(table, "| {row} |").unwrap();
         for fault in FAULTS {
-            let got = cell(tool, fault).await;
-            if got != fault.expected(tool) {
+            let got = cell(tool, fault, verified).await;
+            let expected = fault.expected(tool, verified);
+            if got != expected {
                 failures.push(format!(
-                    "({row}, {}): got `{got}`, the docs say `{}`",
+                    "({row}, {}): got `{got}`, the docs say `{expected}`",
                     fault.heading(),
-                    fault.expected(tool)
                 ));
             }
             write!(table, " {got} |").unwrap();
@@ -938,7 +1068,7 @@ async fn proxy_over_streamable_http_a_repeat_after_a_dropped_answer_reaches_the_
         client.call_tool(CallToolRequestParams::new("charge").with_arguments(args))
     };
     let tools = client.list_all_tools().await.unwrap();
-    assert_eq!(tools.len(), 4);
+    assert_eq!(tools.len(), 5);
 
     let ok = json!({"customer_id": "cus_1", "invoice": "inv_0", "cents": 100});
     let first = call(ok.clone()).await.unwrap();
@@ -1022,7 +1152,7 @@ async fn proxy_served_over_streamable_http_two_clients_repeat_and_the_upstream_a
         let params = CallToolRequestParams::new("charge").with_arguments(args);
         client.call_tool(params).await.expect("the proxy answers")
     }
-    assert_eq!(one.list_all_tools().await.unwrap().len(), 4);
+    assert_eq!(one.list_all_tools().await.unwrap().len(), 5);
 
     rig.fault("drop");
     let lost = json!({"customer_id": "cus_1", "invoice": "inv_1", "cents": 4200});

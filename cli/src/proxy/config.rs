@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use idemkit::mcp::RemoteTool;
+use idemkit::mcp::{RemoteTool, RemoteVerify};
 use serde::Deserialize;
 
 use crate::show::parse_age;
@@ -40,7 +40,22 @@ struct ToolFile {
     in_flight_wait: Option<String>,
     max_attempts: Option<u32>,
     key_name: Option<String>,
-    verify: Option<String>,
+    verify: Option<VerifyFile>,
+}
+
+/// One `[tools.NAME.verify]` table as written: the read-only upstream tool asked whether an
+/// operation whose outcome is unknown happened (S19).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VerifyFile {
+    /// The read-only tool of the same upstream.
+    tool: String,
+    /// Which of the call's arguments it is given (default: all).
+    arguments: Option<Vec<String>>,
+    /// The operation's key is also given, under this argument name.
+    key_argument: Option<String>,
+    /// JSON pointer into its answer: present and not empty = applied.
+    applied_if: String,
 }
 
 /// What the proxy does with one tool.
@@ -92,11 +107,9 @@ pub fn parse(text: &str, folder: &Path) -> Result<Config, String> {
 }
 
 fn tool(name: &str, t: ToolFile) -> Result<ToolConfig, String> {
-    if t.verify.is_some() {
+    if t.read_only && t.verify.is_some() {
         return Err(
-            "`verify` (asking a read-only upstream tool whether an unknown outcome happened) is not supported by \
-             this proxy yet: leave it out. An unknown outcome is kept as ambiguous and refused on repeats; \
-             settle it with `idemkit list --state ambiguous` and `idemkit resolve`"
+            "`read_only = true` with `[tools.NAME.verify]`: a read has no outcome to verify; leave the verify out"
                 .to_owned(),
         );
     }
@@ -155,11 +168,40 @@ fn tool(name: &str, t: ToolFile) -> Result<ToolConfig, String> {
     if let Some(key_name) = t.key_name {
         remote = remote.key_name(key_name);
     }
+    if let Some(v) = t.verify {
+        remote = remote.verify(verification(name, v)?);
+    }
     Ok(ToolConfig {
         key: t.key.unwrap_or_default(),
         read_only: t.read_only,
         remote,
     })
+}
+
+/// `[tools.NAME.verify]` as the client's [`RemoteVerify`].
+fn verification(name: &str, v: VerifyFile) -> Result<RemoteVerify, String> {
+    if v.tool.is_empty() || v.tool == name {
+        return Err(format!(
+            "`[tools.{name}.verify]` `tool = {:?}`: name a read-only tool of the same upstream that looks the \
+             operation up (e.g. `tool = \"find_{name}\"`), not the tool itself",
+            v.tool
+        ));
+    }
+    if !v.applied_if.is_empty() && !v.applied_if.starts_with('/') {
+        return Err(format!(
+            "`[tools.{name}.verify]` `applied_if = {:?}` is not a JSON pointer: write one that starts with `/`, \
+             e.g. `applied_if = \"/found\"` (\"\" is the whole answer)",
+            v.applied_if
+        ));
+    }
+    let mut verify = RemoteVerify::new(v.tool, v.applied_if);
+    if let Some(arguments) = v.arguments {
+        verify = verify.arguments(arguments);
+    }
+    if let Some(key_argument) = v.key_argument {
+        verify = verify.key_argument(key_argument);
+    }
+    Ok(verify)
 }
 
 fn age(text: Option<&str>, what: &str) -> Result<Option<Duration>, String> {
@@ -199,6 +241,11 @@ mod tests {
             key = ["customer_id", "invoice"]
             resend = false
             ttl = "7d"
+            [tools.charge.verify]
+            tool = "find_charge"
+            arguments = ["customer_id", "invoice"]
+            key_argument = "idempotency_key"
+            applied_if = "/found"
             [tools.balance]
             read_only = true
             "#,
@@ -209,6 +256,13 @@ mod tests {
         assert_eq!(config.timeout, Duration::from_secs(5));
         assert_eq!(config.tools["charge"].key, ["customer_id", "invoice"]);
         assert!(config.tools["balance"].read_only);
+        let verify = config.tools["charge"].remote.verification().unwrap();
+        assert_eq!(
+            verify,
+            &idemkit::mcp::RemoteVerify::new("find_charge", "/found")
+                .arguments(["customer_id", "invoice"])
+                .key_argument("idempotency_key")
+        );
         let at = |s: &str| {
             parse(&format!("store = \"{s}\""), Path::new("/etc/idemkit"))
                 .unwrap()
@@ -226,7 +280,26 @@ mod tests {
         assert!(refused("[tools.t]\nresend = true").contains(r#"key = ["order_id"]"#));
         assert!(refused("[tools.t]\nkey = []").contains("names no field"));
         assert!(refused("[tools.t]\nkey = [\"a\"]\nread_only = true").contains("keep one"));
-        assert!(refused("[tools.t]\nkey = [\"a\"]\nverify = \"get\"").contains("not supported"));
+        assert!(refused("[tools.t]\nkey = [\"a\"]\nverify = \"get\"").contains("invalid type"));
+        let verify = |table: &str| format!("[tools.t]\nkey = [\"a\"]\n[tools.t.verify]\n{table}");
+        assert!(
+            refused(&verify("tool = \"t\"\napplied_if = \"/found\""))
+                .contains("not the tool itself")
+        );
+        assert!(
+            refused(&verify("tool = \"get\"\napplied_if = \"found\"")).contains("JSON pointer")
+        );
+        assert!(refused(&verify("tool = \"get\"")).contains("applied_if"));
+        assert!(
+            refused(&verify("tool = \"get\"\napplied_if = \"\"\nkeys = []"))
+                .contains("unknown field")
+        );
+        assert!(
+            refused(
+                "[tools.t]\nread_only = true\n[tools.t.verify]\ntool = \"g\"\napplied_if = \"\""
+            )
+            .contains("no outcome to verify")
+        );
         assert!(refused("[tools.t]\nkey = [\"a\"]\nttl = \"7 days\"").contains("`ttl`"));
         assert!(refused("[tools.t]\nkeys = [\"a\"]").contains("unknown field"));
         assert!(refused("[tools.t]\nread_only = true\nresend = true").contains("leave those out"));

@@ -32,7 +32,9 @@ use crate::target::{Names, Target};
 pub struct Args {
     /// The proxy's configuration (TOML): `store`, `timeout`, and `[tools.NAME]` tables with
     /// `key = ["field", …]` or `read_only = true`, `resend`, `ttl`, `lease`,
-    /// `in_flight_wait`, `max_attempts`, `key_name`.
+    /// `in_flight_wait`, `max_attempts`, `key_name`, and `[tools.NAME.verify]` (`tool`,
+    /// `applied_if`, `arguments`, `key_argument`: a read-only upstream tool asked whether an
+    /// unknown outcome happened).
     #[arg(long, value_name = "FILE")]
     config: PathBuf,
     /// The upstream MCP server's command and its arguments, after `--` (spawned, over stdio).
@@ -170,6 +172,17 @@ async fn warn_unconfigured(path: &Path, config: &Config, client: &IdempotentClie
             eprintln!(
                 "idemkit proxy: `[tools.{name}]` in {} names a tool the upstream does not list",
                 path.display()
+            );
+        }
+        let verify = config.tools[name].remote.verification();
+        if let Some(verify) = verify
+            && !tools.iter().any(|t| t.name == verify.tool())
+        {
+            eprintln!(
+                "idemkit proxy: `[tools.{name}.verify]` in {} names `{}`, a tool the upstream does not list: \
+                 an unknown outcome of `{name}` stays unknown until it does",
+                path.display(),
+                verify.tool()
             );
         }
     }
