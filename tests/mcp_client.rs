@@ -873,3 +873,55 @@ async fn client_s19_a_verify_that_cannot_work_is_refused_and_nothing_is_sent() {
     }
     assert!(upstream.requests.lock().unwrap().is_empty());
 }
+
+/// S28 and S31: a settler beside the client settles an unknown outcome without waiting for the
+/// caller: each tool with a verify is registered with `verify_record`, which asks its verify
+/// tool with the arguments the call kept with its record. The caller's repeat then replays the
+/// settled answer; nothing is sent or asked again.
+#[tokio::test]
+async fn client_s31_a_settler_asks_the_verify_tool_with_the_arguments_the_call_kept() {
+    use idemkit::{Records, Settler};
+    let upstream = Arc::new(Upstream::default());
+    let store = Arc::new(MemoryStore::new());
+    let idem = Idem::builder().shared_store(store.clone()).build().unwrap();
+    upstream.fault(Fault::DropAfterCommit);
+    let first = connect(&upstream).await;
+    let (key, _) = ambiguous(
+        verified_client(&first, &idem)
+            .call_tool(call("charge", charge(4200)))
+            .await,
+    );
+    let second = connect(&upstream).await;
+    let client = verified_client(&second, &idem);
+    assert_eq!(client.verified_tools(), ["charge"]);
+    let mut settler = Settler::new(store.clone());
+    for tool in client.verified_tools() {
+        let (client, store) = (client.clone(), store.clone());
+        settler = settler.verify(tool, move |key| {
+            let (client, store) = (client.clone(), store.clone());
+            async move {
+                let record = store.get(&key).await.map_err(|e| e.to_string())?;
+                client.verify_record(&record.ok_or("gone")?).await
+            }
+        });
+    }
+    let report = settler.run_once(&Default::default()).await.unwrap();
+    assert_eq!(report.exit_code(), 0, "{report:?}");
+    let asked = upstream.requests("find_charge");
+    assert_eq!(asked.len(), 1);
+    assert_eq!(asked[0].1["key"], key.as_str());
+    let repeat = client
+        .call_tool(call("charge", charge(4200)))
+        .await
+        .unwrap();
+    assert!(repeat.replayed);
+    assert_eq!(repeat.result.structured_content.unwrap()["found"], true);
+    assert_eq!(
+        (
+            upstream.effects("charge"),
+            upstream.requests("charge").len(),
+            upstream.requests("find_charge").len()
+        ),
+        (1, 1, 1)
+    );
+}

@@ -119,6 +119,11 @@ impl RemoteTool {
         self.verify.as_ref()
     }
 
+    /// The name the records of the tool `name` are kept under.
+    pub(super) fn recorded_as<'a>(&'a self, name: &'a str) -> &'a str {
+        self.key_name.as_deref().unwrap_or(name)
+    }
+
     /// The key fields named (empty for a read, or a tool configured by its hints alone).
     pub fn key_fields(&self) -> &[String] {
         self.key_fields.as_deref().unwrap_or_default()
