@@ -521,6 +521,60 @@ async fn proxy_s19_an_unknown_outcome_is_verified_by_a_read_only_upstream_tool()
     );
 }
 
+/// S31 through the proxy: SIGKILLed while the upstream holds a committed charge (a tool with a
+/// verify), then started again on its SQLite file. Its settler (`settle_every`) finds the dead
+/// proxy's call once its lease lapsed and asks `find_charge` with the arguments the call kept,
+/// before any client calls again; the client's repeat is then a replay: one charge, nothing
+/// sent or asked again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_s31_restarted_its_settler_verifies_a_killed_call_without_waiting_for_the_client() {
+    let rig = Rig::new(&format!("settle_every = \"100ms\"\n{VERIFIED}"));
+    let before = rig.proxy().await;
+    let args = json!({"customer_id": "cus_1", "invoice": "inv_1", "cents": 4200});
+    rig.fault("hang");
+    let peer = before.client.peer().clone();
+    let Value::Object(first) = args.clone() else {
+        unreachable!()
+    };
+    let pending = tokio::spawn(async move {
+        peer.call_tool(CallToolRequestParams::new("charge").with_arguments(first))
+            .await
+    });
+    rig.until_effects("charge", 1).await;
+    before.sigkill();
+    assert!(pending.await.unwrap().is_err(), "the killed proxy answered");
+
+    let after = rig.proxy().await;
+    let start = Instant::now();
+    while rig.requests("find_charge").is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the restarted proxy's settler never asked find_charge"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let key = rig.requests("charge")[0].0.clone();
+    assert_eq!(
+        rig.requests("find_charge")[0].1,
+        json!({"customer_id": "cus_1", "invoice": "inv_1", "idempotency_key": key})
+    );
+    // The settler holds the record while it asks; the repeat waits for it, then replays.
+    let repeat = after.call("charge", args).await;
+    assert!(text(&repeat).starts_with("Replayed:"), "{}", text(&repeat));
+    assert_eq!(
+        structured(&repeat),
+        json!({"found": true, "charge": "ch_1"})
+    );
+    assert_eq!(
+        (
+            rig.effects("charge"),
+            rig.requests("charge").len(),
+            rig.requests("find_charge").len()
+        ),
+        (1, 1, 1)
+    );
+}
+
 /// The proxy SIGKILLed while the upstream holds a committed call, and restarted on its SQLite
 /// file: nothing runs twice. A call that completed before the kill is replayed after it; the
 /// interrupted one, once its dead holder's lease lapses, is kept as unknown (resend = false:

@@ -23,6 +23,8 @@ struct File {
     store: Option<String>,
     /// How long one attempt waits for the upstream's answer (default 60s).
     timeout: Option<String>,
+    /// How often the proxy's settler looks for unknown outcomes of verified tools (default 60s).
+    settle_every: Option<String>,
     #[serde(default)]
     tools: BTreeMap<String, ToolFile>,
 }
@@ -74,6 +76,8 @@ pub struct Config {
     /// The store named in the file (a relative SQLite path made relative to the file's folder).
     pub store: Option<String>,
     pub timeout: Duration,
+    /// How often the settler passes over the unknown outcomes of tools with a verify (S31).
+    pub settle_every: Duration,
     pub tools: BTreeMap<String, ToolConfig>,
 }
 
@@ -93,6 +97,13 @@ pub fn read(path: &Path) -> Result<Config, String> {
 pub fn parse(text: &str, folder: &Path) -> Result<Config, String> {
     let file: File = toml::from_str(text).map_err(|e| e.to_string())?;
     let timeout = age(file.timeout.as_deref(), "timeout")?.unwrap_or(Duration::from_secs(60));
+    let settle_every =
+        age(file.settle_every.as_deref(), "settle_every")?.unwrap_or(Duration::from_secs(60));
+    if settle_every.is_zero() {
+        return Err(
+            "`settle_every = \"0s\"`: write how often the settler passes, e.g. \"60s\"".to_owned(),
+        );
+    }
     let store = file.store.map(|s| relative_to(&s, folder));
     let mut tools = BTreeMap::new();
     for (name, t) in file.tools {
@@ -102,6 +113,7 @@ pub fn parse(text: &str, folder: &Path) -> Result<Config, String> {
     Ok(Config {
         store,
         timeout,
+        settle_every,
         tools,
     })
 }
@@ -254,6 +266,7 @@ mod tests {
         .unwrap();
         assert_eq!(config.store.as_deref(), Some("/etc/idemkit/proxy.db"));
         assert_eq!(config.timeout, Duration::from_secs(5));
+        assert_eq!(config.settle_every, Duration::from_secs(60));
         assert_eq!(config.tools["charge"].key, ["customer_id", "invoice"]);
         assert!(config.tools["balance"].read_only);
         let verify = config.tools["charge"].remote.verification().unwrap();
@@ -302,6 +315,7 @@ mod tests {
         );
         assert!(refused("[tools.t]\nkey = [\"a\"]\nttl = \"7 days\"").contains("`ttl`"));
         assert!(refused("[tools.t]\nkeys = [\"a\"]").contains("unknown field"));
+        assert!(refused("settle_every = \"0s\"").contains("how often"));
         assert!(refused("[tools.t]\nread_only = true\nresend = true").contains("leave those out"));
     }
 }

@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use idem_runtime::{Error, Idem, ToolKind};
+use idem_runtime::{Error, Records, Settler, ToolKind};
 use idemkit::mcp::{CallError, IdempotentClient, for_model};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult,
@@ -25,7 +25,7 @@ use rmcp::{ErrorData, ServerHandler, ServiceExt};
 use self::config::Config;
 pub use self::upstream::Source;
 use self::upstream::Upstream;
-use crate::target::{Names, Target};
+use crate::target::{Names, Opened, Target};
 
 /// `idemkit proxy`'s arguments (the store's are the command's own: `--store`, …).
 #[derive(clap::Args)]
@@ -81,11 +81,11 @@ pub fn main(args: &Args, store: Option<&str>, names: &Names) -> u8 {
         .build()
         .expect("a tokio runtime");
     let served = runtime.block_on(async {
-        let idem = target
+        let opened = target
             .runtime(names)
             .await
             .map_err(|e| format!("cannot open the store {}: {e}", target.describe()))?;
-        run(&args.config, config, source, idem, args.listen).await
+        run(&args.config, config, source, opened, args.listen).await
     });
     match served {
         Ok(()) => 0,
@@ -110,13 +110,15 @@ async fn run(
     config_path: &Path,
     config: Config,
     command: Source,
-    idem: Idem,
+    opened: Opened,
     listen: Option<SocketAddr>,
 ) -> Result<(), String> {
     let config = Arc::new(config);
-    let upstream = Arc::new(Upstream::new(command, config.clone(), idem));
+    let upstream = Arc::new(Upstream::new(command, config.clone(), opened.idem));
     let client = upstream.client().await?;
     warn_unconfigured(config_path, &config, &client).await;
+    // Ends with the proxy's runtime.
+    let _settling = settle(&config, &client, &upstream, opened.settler, opened.records);
     let mut info =
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_server_info(
             Implementation::new("idemkit-proxy", env!("CARGO_PKG_VERSION")),
@@ -141,6 +143,45 @@ async fn run(
         .await
         .map_err(|e| format!("serving the proxy's client failed: {e}"))?;
     Ok(())
+}
+
+/// S31: the settler, in this process, of the unknown outcomes of the tools with a verify: one
+/// left by a proxy killed mid-call, or whose caller never called again, is verified (by its verify
+/// tool, with the arguments its call kept) every `settle_every`, without waiting for a client.
+/// Its first pass comes one period after the start (a client's repeat meanwhile verifies at
+/// once, as it would anyway), so that what a client is answered right after a restart does not
+/// depend on which of the two came first. `None`: no tool has a verify.
+fn settle(
+    config: &Config,
+    client: &IdempotentClient,
+    upstream: &Arc<Upstream>,
+    mut settler: Settler,
+    records: Arc<dyn Records>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let tools = client.verified_tools();
+    if tools.is_empty() {
+        return None;
+    }
+    for tool in tools {
+        let (upstream, records) = (upstream.clone(), records.clone());
+        settler = settler.verify(tool, move |key| {
+            let (upstream, records) = (upstream.clone(), records.clone());
+            async move {
+                let record = records.get(&key).await.map_err(|e| e.to_string())?;
+                let record = record.ok_or_else(|| format!("the record of {key} is gone"))?;
+                upstream.client().await?.verify_record(&record).await
+            }
+        });
+    }
+    // The settler holds a record while its verify tool answers (given half of it).
+    let lease = (config.timeout * 2).max(std::time::Duration::from_secs(30));
+    let (settler, period) = (settler.lease(lease), config.settle_every);
+    Some(tokio::spawn(async move {
+        tokio::time::sleep(period).await;
+        // The settler passes while its handle lives: as long as this task, i.e. the proxy.
+        let _handle = settler.spawn(period);
+        std::future::pending::<()>().await
+    }))
 }
 
 /// Says on stderr which upstream tools will be refused (neither configured nor read-only by
