@@ -9,8 +9,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ListToolsResult,
-    PaginatedRequestParams, ResultType, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    ArgumentInfo, CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams,
+    CompleteResult, CompletionInfo, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
+    ListPromptsResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams, Prompt,
+    PromptMessage, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Reference,
+    Resource, ResourceContents, ResultType, Role, ServerCapabilities, ServerConfig, Tool,
+    ToolAnnotations,
 };
 use rmcp::service::{RequestContext, RoleClient, RoleServer, RunningService};
 use rmcp::transport::TokioChildProcess;
@@ -124,6 +128,14 @@ impl Upstream {
         CallToolResult::structured(answer)
     }
 
+    /// Counts a request the proxy passes through (in `requests`, as a tool's, by its method).
+    fn passed(&self, method: &str) {
+        append(
+            &self.dir.join("requests"),
+            &json!({"tool": method, "key": null, "args": {}}),
+        );
+    }
+
     /// `charge`'s verify tool: looks the charge up by its customer and invoice in the effects
     /// committed; answers an error (it cannot tell) while the file `verify_fails` exists.
     fn find_charge(&self, args: &Value) -> CallToolResult {
@@ -203,8 +215,78 @@ impl ServerHandler for Upstream {
     }
 
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_instructions("the test upstream's instructions")
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_resources()
+            .enable_prompts()
+            .enable_completions()
+            .build();
+        ServerConfig::new(capabilities).with_instructions("the test upstream's instructions")
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        self.passed("resources/list");
+        let resource = Resource::new("test://balance", "balance").with_description("the balance");
+        Ok(ListResourcesResult::with_all_items(vec![resource]))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        self.passed("resources/read");
+        if request.uri != "test://balance" {
+            return Err(ErrorData::resource_not_found("no such resource", None));
+        }
+        let text = ResourceContents::text("4200 cents", request.uri);
+        Ok(ReadResourceResponse::Complete(ReadResourceResult::new(
+            vec![text],
+        )))
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        self.passed("prompts/list");
+        let prompt = Prompt::new("greeting", Some("greets someone"), None);
+        Ok(ListPromptsResult::with_all_items(vec![prompt]))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        self.passed("prompts/get");
+        let name = request
+            .arguments
+            .and_then(|a| a.get("name").and_then(Value::as_str).map(str::to_owned))
+            .unwrap_or_default();
+        let message = PromptMessage::new_text(Role::User, format!("Hello, {name}"));
+        Ok(GetPromptResponse::Complete(GetPromptResult::new(vec![
+            message,
+        ])))
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        self.passed("completion/complete");
+        let values = ["Ada", "Alan", "Grace"]
+            .into_iter()
+            .filter(|v| v.starts_with(request.argument.value.as_str()))
+            .map(str::to_owned)
+            .collect();
+        Ok(CompleteResult::new(CompletionInfo::new(values).unwrap()))
     }
 }
 
@@ -573,6 +655,84 @@ async fn proxy_s31_restarted_its_settler_verifies_a_killed_call_without_waiting_
         ),
         (1, 1, 1)
     );
+}
+
+/// Resources, prompts and completions are the upstream's, passed through unchanged and not
+/// recorded: the proxy offers them as the upstream does (not its subscriptions), and each request
+/// reaches the upstream and comes back as it answered, an error included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_passes_resources_prompts_and_completions_through_unrecorded() {
+    let rig = Rig::new(CONFIG);
+    let proxy = rig.proxy().await;
+    let offered = proxy.client.peer_info().unwrap().capabilities.clone();
+    assert!(
+        offered.resources.is_some() && offered.prompts.is_some() && offered.completions.is_some()
+    );
+    let peer = proxy.client.peer();
+
+    let resources = peer.list_resources(None).await.unwrap();
+    assert_eq!(resources.resources.len(), 1);
+    assert_eq!(resources.resources[0].uri, "test://balance");
+    assert_eq!(
+        resources.resources[0].description.as_deref(),
+        Some("the balance")
+    );
+    let read = peer
+        .read_resource(ReadResourceRequestParams::new("test://balance"))
+        .await
+        .unwrap();
+    assert_eq!(
+        serde_json::to_value(&read.contents).unwrap(),
+        json!([{"uri": "test://balance", "mimeType": "text/plain", "text": "4200 cents"}])
+    );
+    let missing = peer
+        .read_resource(ReadResourceRequestParams::new("test://nothing"))
+        .await
+        .unwrap_err();
+    assert!(
+        missing.to_string().contains("no such resource"),
+        "{missing}"
+    );
+
+    let prompts = peer.list_prompts(None).await.unwrap();
+    assert_eq!(prompts.prompts[0].name, "greeting");
+    let Value::Object(arguments) = json!({"name": "Ada"}) else {
+        unreachable!()
+    };
+    let prompt = peer
+        .get_prompt(GetPromptRequestParams::new("greeting").with_arguments(arguments))
+        .await
+        .unwrap();
+    assert_eq!(
+        serde_json::to_value(&prompt.messages).unwrap()[0]["content"]["text"],
+        "Hello, Ada"
+    );
+    let completed = peer
+        .complete(CompleteRequestParams::new(
+            Reference::for_prompt("greeting"),
+            ArgumentInfo::new("name", "A"),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(completed.completion.values, ["Ada", "Alan"]);
+
+    for method in [
+        "resources/list",
+        "resources/read",
+        "prompts/list",
+        "prompts/get",
+        "completion/complete",
+    ] {
+        assert!(
+            !rig.requests(method).is_empty(),
+            "{method} reached the upstream"
+        );
+    }
+    // Nothing of them is recorded: the store holds no record.
+    let listed = rig.idemkit(&["list", "--json"]);
+    assert!(listed.status.success(), "{listed:?}");
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert_eq!(listed.trim(), "[]", "no record");
 }
 
 /// The proxy SIGKILLed while the upstream holds a committed call, and restarted on its SQLite

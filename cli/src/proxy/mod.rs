@@ -7,6 +7,7 @@
 
 pub mod config;
 mod http;
+mod passthrough;
 mod upstream;
 
 use std::net::SocketAddr;
@@ -16,8 +17,10 @@ use std::sync::Arc;
 use idem_runtime::{Error, Records, Settler, ToolKind};
 use idemkit::mcp::{CallError, IdempotentClient, for_model};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
+    GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
@@ -119,10 +122,11 @@ async fn run(
     warn_unconfigured(config_path, &config, &client).await;
     // Ends with the proxy's runtime.
     let _settling = settle(&config, &client, &upstream, opened.settler, opened.records);
-    let mut info =
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_server_info(
-            Implementation::new("idemkit-proxy", env!("CARGO_PKG_VERSION")),
-        );
+    let capabilities = passthrough::capabilities(upstream.capabilities().await.as_ref());
+    let mut info = ServerConfig::new(capabilities).with_server_info(Implementation::new(
+        "idemkit-proxy",
+        env!("CARGO_PKG_VERSION"),
+    ));
     if let Some(instructions) = upstream.instructions().await {
         info = info.with_instructions(instructions);
     }
@@ -289,7 +293,67 @@ impl Proxy {
     }
 }
 
+/// The upstream's peer, for what the proxy passes through.
+macro_rules! through {
+    ($proxy:expr, $what:ident, $request:expr) => {{
+        let client = $proxy
+            .upstream
+            .client()
+            .await
+            .map_err(|why| ErrorData::internal_error(why, None))?;
+        passthrough::$what(client.peer(), $request).await
+    }};
+}
+
 impl ServerHandler for Proxy {
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        through!(self, list_resources, request)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        through!(self, list_resource_templates, request)
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        through!(self, read_resource, request)
+    }
+
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        through!(self, list_prompts, request)
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        through!(self, get_prompt, request)
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        through!(self, complete, request)
+    }
+
     async fn list_tools(
         &self,
         request: Option<PaginatedRequestParams>,

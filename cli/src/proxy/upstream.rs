@@ -79,6 +79,14 @@ impl Upstream {
             .and_then(|info| info.instructions.clone())
     }
 
+    /// The capabilities the upstream gave when it was last started.
+    pub async fn capabilities(&self) -> Option<rmcp::model::ServerCapabilities> {
+        let live = self.live.lock().await;
+        live.as_ref()
+            .and_then(|l| l.service.peer().peer_info())
+            .map(|info| info.capabilities.clone())
+    }
+
     async fn spawn(&self) -> Result<RunningService<RoleClient, ()>, String> {
         match &self.command {
             Source::Command(command) => {
