@@ -178,6 +178,13 @@ impl ServerHandler for Upstream {
         let result = match name.as_str() {
             "balance" => CallToolResult::structured(json!({"cents": 4200})),
             "find_charge" => self.find_charge(&args),
+            // Changes the listing (`report` appears, read-only) and says so.
+            "relist" => {
+                std::fs::write(self.dir.join("relisted"), "").unwrap();
+                let _ = context.peer.notify_tool_list_changed().await;
+                CallToolResult::structured(json!({"relisted": true}))
+            }
+            "report" => CallToolResult::structured(json!({"report": "ok"})),
             "charge" | "charge_dedup" | "send_email" => self.side_effect(&name, key, args).await,
             _ => return Err(ErrorData::invalid_params("no such tool", None)),
         };
@@ -198,15 +205,20 @@ impl ServerHandler for Upstream {
                 None,
             ))
         };
+        let mut tools = vec![
+            upstream_tool("balance", hints(true, true)),
+            upstream_tool("charge", hints(false, false)),
+            upstream_tool("find_charge", hints(true, true)),
+            upstream_tool("relist", hints(true, true)),
+            upstream_tool("charge_dedup", hints(false, true)),
+            upstream_tool("send_email", None),
+        ];
+        if self.dir.join("relisted").exists() {
+            tools.push(upstream_tool("report", hints(true, true)));
+        }
         Ok(ListToolsResult {
             result_type: Some(ResultType::COMPLETE),
-            tools: vec![
-                upstream_tool("balance", hints(true, true)),
-                upstream_tool("charge", hints(false, false)),
-                upstream_tool("find_charge", hints(true, true)),
-                upstream_tool("charge_dedup", hints(false, true)),
-                upstream_tool("send_email", None),
-            ],
+            tools,
             meta: None,
             next_cursor: None,
             ttl_ms: None,
@@ -217,6 +229,7 @@ impl ServerHandler for Upstream {
     fn get_info(&self) -> ServerConfig {
         let capabilities = ServerCapabilities::builder()
             .enable_tools()
+            .enable_tool_list_changed()
             .enable_resources()
             .enable_prompts()
             .enable_completions()
@@ -309,6 +322,15 @@ impl Rig {
     }
 
     async fn proxy(&self) -> Proxy {
+        let (client, pid) = self.proxy_with(()).await;
+        Proxy { client, pid }
+    }
+
+    /// The proxy, its client's notifications handled by `handler`.
+    async fn proxy_with<H: rmcp::ClientHandler>(
+        &self,
+        handler: H,
+    ) -> (RunningService<RoleClient, H>, u32) {
         let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemkit"));
         command
             .arg("proxy")
@@ -329,8 +351,11 @@ impl Rig {
             .env_remove("IDEMKIT_DB");
         let transport = TokioChildProcess::new(command).expect("the proxy starts");
         let pid = transport.id().expect("the proxy's pid");
-        let client = ().serve(transport).await.expect("the MCP handshake with the proxy");
-        Proxy { client, pid }
+        let client = handler
+            .serve(transport)
+            .await
+            .expect("the MCP handshake with the proxy");
+        (client, pid)
     }
 
     fn fault(&self, fault: &str) {
@@ -450,6 +475,7 @@ async fn proxy_lists_the_upstreams_tools_with_the_hints_it_makes_true() {
             "balance",
             "charge",
             "find_charge",
+            "relist",
             "charge_dedup",
             "send_email"
         ]
@@ -735,6 +761,68 @@ async fn proxy_passes_resources_prompts_and_completions_through_unrecorded() {
     assert_eq!(listed.trim(), "[]", "no record");
 }
 
+/// Counts the `notifications/tools/list_changed` a client of the proxy receives.
+#[derive(Clone, Default)]
+struct Changes(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl rmcp::ClientHandler for Changes {
+    async fn on_tool_list_changed(&self, _context: rmcp::service::NotificationContext<RoleClient>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// `notifications/tools/list_changed` from the upstream: the proxy reads the tools' hints again
+/// (a tool it refused as unlisted is now listed read-only, and passes through) and forwards the
+/// notification to its client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_forwards_tools_list_changed_and_reads_the_hints_again() {
+    let rig = Rig::new(CONFIG);
+    let changes = Changes::default();
+    let (client, _pid) = rig.proxy_with(changes.clone()).await;
+    let call = |name: &'static str| {
+        let peer = client.peer().clone();
+        async move {
+            peer.call_tool(CallToolRequestParams::new(name))
+                .await
+                .expect("the proxy answers")
+        }
+    };
+    let offered = client.peer_info().unwrap().capabilities.clone();
+    assert_eq!(offered.tools.and_then(|t| t.list_changed), Some(true));
+
+    let refused = call("report").await;
+    assert_eq!(refused.is_error, Some(true), "{refused:?}");
+    assert!(
+        text(&refused).contains("[tools.report]"),
+        "{}",
+        text(&refused)
+    );
+    assert!(rig.requests("report").is_empty());
+
+    call("relist").await;
+    let start = Instant::now();
+    while changes.0.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the proxy never forwarded the upstream's tools/list_changed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let tools = client.list_all_tools().await.unwrap();
+    let report = tools
+        .iter()
+        .find(|t| t.name == "report")
+        .expect("listed now");
+    assert_eq!(
+        report.annotations.as_ref().unwrap().read_only_hint,
+        Some(true)
+    );
+    let read = call("report").await;
+    assert_ne!(read.is_error, Some(true), "{read:?}");
+    assert_eq!(structured(&read), json!({"report": "ok"}));
+    assert_eq!(rig.requests("report").len(), 1);
+}
+
 /// The proxy SIGKILLed while the upstream holds a committed call, and restarted on its SQLite
 /// file: nothing runs twice. A call that completed before the kill is replayed after it; the
 /// interrupted one, once its dead holder's lease lapses, is kept as unknown (resend = false:
@@ -864,7 +952,7 @@ async fn proxy_page_configurations_run_as_written() {
         let rig = Rig::new(block);
         let proxy = rig.proxy().await;
         let tools = proxy.client.list_all_tools().await.unwrap();
-        assert_eq!(tools.len(), 5, "{block}");
+        assert_eq!(tools.len(), 6, "{block}");
         drop(proxy);
     }
 }
@@ -1282,7 +1370,7 @@ async fn proxy_over_streamable_http_a_repeat_after_a_dropped_answer_reaches_the_
         client.call_tool(CallToolRequestParams::new("charge").with_arguments(args))
     };
     let tools = client.list_all_tools().await.unwrap();
-    assert_eq!(tools.len(), 5);
+    assert_eq!(tools.len(), 6);
 
     let ok = json!({"customer_id": "cus_1", "invoice": "inv_0", "cents": 100});
     let first = call(ok.clone()).await.unwrap();
@@ -1366,7 +1454,7 @@ async fn proxy_served_over_streamable_http_two_clients_repeat_and_the_upstream_a
         let params = CallToolRequestParams::new("charge").with_arguments(args);
         client.call_tool(params).await.expect("the proxy answers")
     }
-    assert_eq!(one.list_all_tools().await.unwrap().len(), 5);
+    assert_eq!(one.list_all_tools().await.unwrap().len(), 6);
 
     rig.fault("drop");
     let lost = json!({"customer_id": "cus_1", "invoice": "inv_1", "cents": 4200});

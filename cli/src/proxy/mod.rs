@@ -8,6 +8,7 @@
 pub mod config;
 mod http;
 mod passthrough;
+mod relay;
 mod upstream;
 
 use std::net::SocketAddr;
@@ -22,7 +23,7 @@ use rmcp::model::{
     ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
     ReadResourceRequestParams, ReadResourceResponse, ServerConfig, Tool, ToolAnnotations,
 };
-use rmcp::service::{RequestContext, RoleServer};
+use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
 
 use self::config::Config;
@@ -105,6 +106,8 @@ struct Proxy {
     config: Arc<Config>,
     upstream: Arc<Upstream>,
     info: ServerConfig,
+    /// Tells the proxy's clients of the upstream's tool changes.
+    relay: relay::Relay,
 }
 
 /// Serves the proxy on stdio until its client goes, or over streamable HTTP at `listen` until the
@@ -117,7 +120,13 @@ async fn run(
     listen: Option<SocketAddr>,
 ) -> Result<(), String> {
     let config = Arc::new(config);
-    let upstream = Arc::new(Upstream::new(command, config.clone(), opened.idem));
+    let relay = relay::Relay::default();
+    let upstream = Arc::new(Upstream::new(
+        command,
+        config.clone(),
+        opened.idem,
+        relay.clone(),
+    ));
     let client = upstream.client().await?;
     warn_unconfigured(config_path, &config, &client).await;
     // Ends with the proxy's runtime.
@@ -134,6 +143,7 @@ async fn run(
         config,
         upstream,
         info,
+        relay,
     };
     if let Some(addr) = listen {
         return http::serve(proxy, addr).await;
@@ -306,6 +316,9 @@ macro_rules! through {
 }
 
 impl ServerHandler for Proxy {
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.relay.joined(context.peer);
+    }
     async fn list_resources(
         &self,
         request: Option<PaginatedRequestParams>,

@@ -362,6 +362,13 @@ impl IdempotentClient {
             .map(|hints| hints.clone().unwrap_or_default()))
     }
 
+    /// Forgets the server's tools' annotations read so far: the next call that needs them reads
+    /// `tools/list` again. For a server that says its tools changed
+    /// (`notifications/tools/list_changed`); shared by this client's clones.
+    pub fn forget_hints(&self) {
+        *self.hints.lock().expect("hints lock") = None;
+    }
+
     /// The kind of tool a call of `name` is, as configured or hinted so far (for a model's
     /// answer); a side effect unless known to be a read.
     fn kind_of(&self, name: &str) -> ToolKind {
