@@ -925,3 +925,141 @@ async fn client_s31_a_settler_asks_the_verify_tool_with_the_arguments_the_call_k
         (1, 1, 1)
     );
 }
+
+/// What a model reads of a result: `isError`, each text, the structured content, the result's
+/// `_meta` (the advice beside a tool's own answer); the date of an S33 answer as `DATE`.
+fn rendered(result: &CallToolResult) -> String {
+    let mut out = format!("isError: {:?}\n", result.is_error);
+    for content in &result.content {
+        if let Some(text) = content.as_text() {
+            out.push_str(&format!("--- text:\n{}\n", text.text));
+        }
+    }
+    if let Some(structured) = &result.structured_content {
+        let pretty = serde_json::to_string_pretty(structured).unwrap();
+        out.push_str(&format!("--- structuredContent:\n{pretty}\n"));
+    }
+    if let Some(meta) = &result.meta {
+        let pretty = serde_json::to_string_pretty(&meta.0).unwrap();
+        out.push_str(&format!("--- _meta:\n{pretty}\n"));
+    }
+    redact_dates(&out)
+}
+
+/// "done on 2026-12-05T01:16:16.626Z" as "done on DATE", and "(waited 3.8µs)" as "(waited
+/// TIME)": the parts of an answer that change from run to run.
+fn redact_dates(text: &str) -> String {
+    let text = redact(text, "done on 2", "done on ", "Z", "DATE");
+    redact(&text, "(waited ", "(waited ", ")", "TIME)")
+}
+
+/// Each `start…end` in `text` (`keep` of it kept) replaced by `with`.
+fn redact(text: &str, start: &str, keep: &str, end: &str, with: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find(start) {
+        out.push_str(&rest[..at + keep.len()]);
+        let after = &rest[at + keep.len()..];
+        let stop = after.find(end).map_or(0, |e| e + end.len());
+        out.push_str(with);
+        rest = &after[stop..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// S35: the client's answers as a model reads them, one per situation: a first call, its
+/// replay, key reuse, a tool refused as unconfigured, a call in flight elsewhere, a repeat past
+/// the ttl (S33's tombstone), an unknown outcome and its repeat. Contract: each was read when
+/// its snapshot was accepted.
+#[tokio::test]
+async fn s35_the_clients_answers_as_a_model_reads_them() {
+    let upstream = Arc::new(Upstream::default());
+    let idem = Idem::new(MemoryStore::new());
+    let connection = connect(&upstream).await;
+    let configured = |connection: &Connection| {
+        client(connection, &idem)
+            .tool(
+                "charge",
+                RemoteTool::keyed(["customer", "invoice"]).in_flight_wait(Duration::ZERO),
+            )
+            .tool(
+                "charge_dedup",
+                RemoteTool::keyed(["customer", "invoice"])
+                    .ttl(Duration::from_secs(1))
+                    .lease(Duration::from_millis(500)),
+            )
+    };
+    let client = configured(&connection);
+    let args = |invoice: &str, cents: u64| json!({"customer": "cus_1", "invoice": invoice, "cents": cents});
+    let mut out = String::new();
+    let mut say = |situation: &str, result: &CallToolResult| {
+        out.push_str(&format!("=== {situation}\n{}\n", rendered(result)));
+    };
+    let first = client
+        .call_tool_for_model(call("charge", args("inv_1", 4200)))
+        .await;
+    say("a first call", &first);
+    let replay = client
+        .call_tool_for_model(call("charge", args("inv_1", 4200)))
+        .await;
+    say("its replay", &replay);
+    let reuse = client
+        .call_tool_for_model(call("charge", args("inv_1", 9900)))
+        .await;
+    say("key reuse (other arguments)", &reuse);
+    let refused = client
+        .call_tool_for_model(call("send_email", json!({"to": "a@b.c"})))
+        .await;
+    say("a refused unconfigured tool", &refused);
+
+    upstream.fault(Fault::Hang);
+    let holder = client.clone();
+    let held = tokio::spawn(async move {
+        holder
+            .call_tool_for_model(call(
+                "charge",
+                json!({"customer": "cus_1", "invoice": "inv_3", "cents": 1}),
+            ))
+            .await
+    });
+    while upstream.requests("charge").len() < 2 {
+        tokio::task::yield_now().await;
+    }
+    let in_flight = client
+        .call_tool_for_model(call("charge", args("inv_3", 1)))
+        .await;
+    say("in flight elsewhere", &in_flight);
+    held.await.unwrap();
+
+    client
+        .call_tool_for_model(call("charge_dedup", args("inv_4", 10)))
+        .await;
+    let expired = loop {
+        // Replayed until the record's ttl (1 s) has passed; then the tombstone answers.
+        let answer = client
+            .call_tool_for_model(call("charge_dedup", args("inv_4", 10)))
+            .await;
+        if answer.is_error == Some(true) {
+            break answer;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    say("a repeat past the ttl (expired)", &expired);
+
+    upstream.fault(Fault::DropAfterCommit);
+    let unknown = client
+        .call_tool_for_model(call("charge", args("inv_5", 50)))
+        .await;
+    say("an unknown outcome", &unknown);
+    let second = connect(&upstream).await;
+    let again = configured(&second)
+        .call_tool_for_model(call("charge", args("inv_5", 50)))
+        .await;
+    say("its repeat", &again);
+    insta::assert_snapshot!("s35_client_answers", out);
+    assert_eq!(
+        (upstream.effects("charge"), upstream.effects("charge_dedup")),
+        (3, 1)
+    );
+}
