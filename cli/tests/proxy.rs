@@ -1478,3 +1478,123 @@ async fn proxy_served_over_streamable_http_two_clients_repeat_and_the_upstream_a
     assert_eq!(rig.effects("charge"), 2);
     proxy.kill().await.unwrap();
 }
+
+// ---- S35: the proxy's answers as a model reads them (snapshots, reviewed as contract) ----
+
+/// What a model reads of a result: `isError`, each text, the structured content, the result's
+/// `_meta`; the parts that change from run to run (an S33 date, a wait) redacted.
+fn rendered(result: &CallToolResult) -> String {
+    let mut out = format!("isError: {:?}\n", result.is_error);
+    for content in &result.content {
+        if let Some(text) = content.as_text() {
+            out.push_str(&format!("--- text:\n{}\n", text.text));
+        }
+    }
+    if let Some(structured) = &result.structured_content {
+        let pretty = serde_json::to_string_pretty(structured).unwrap();
+        out.push_str(&format!("--- structuredContent:\n{pretty}\n"));
+    }
+    if let Some(meta) = &result.meta {
+        let pretty = serde_json::to_string_pretty(&meta.0).unwrap();
+        out.push_str(&format!("--- _meta:\n{pretty}\n"));
+    }
+    let out = redact(&out, "done on 2", "done on ", "Z", "DATE");
+    redact(&out, "(waited ", "(waited ", ")", "TIME)")
+}
+
+/// Each `start…end` in `text` (`keep` of it kept) replaced by `with`.
+fn redact(text: &str, start: &str, keep: &str, end: &str, with: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find(start) {
+        out.push_str(&rest[..at + keep.len()]);
+        let after = &rest[at + keep.len()..];
+        let stop = after.find(end).map_or(0, |e| e + end.len());
+        out.push_str(with);
+        rest = &after[stop..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// S35 through the proxy: its answers as the model reads them, one per situation: a first call,
+/// its replay, key reuse, a tool refused as unconfigured (in the proxy's words: what to add to
+/// its file), a call in flight elsewhere, a repeat past the ttl (S33's tombstone), an unknown
+/// outcome and its repeat. Contract: each was read when its snapshot was accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s35_the_proxys_answers_as_a_model_reads_them() {
+    let rig = Rig::new(
+        r#"
+store = "proxy.db"
+timeout = "20s"
+
+[tools.charge]
+key = ["customer_id", "invoice"]
+resend = false
+in_flight_wait = "0ms"
+
+[tools.charge_dedup]
+key = ["customer_id", "invoice"]
+ttl = "1s"
+lease = "500ms"
+"#,
+    );
+    let proxy = rig.proxy().await;
+    let args = |invoice: &str, cents: u64| json!({"customer_id": "cus_1", "invoice": invoice, "cents": cents});
+    let mut out = String::new();
+    let mut say = |situation: &str, result: &CallToolResult| {
+        out.push_str(&format!("=== {situation}\n{}\n", rendered(result)));
+    };
+    say(
+        "a first call",
+        &proxy.call("charge", args("inv_1", 4200)).await,
+    );
+    say(
+        "its replay",
+        &proxy.call("charge", args("inv_1", 4200)).await,
+    );
+    say(
+        "key reuse (other arguments)",
+        &proxy.call("charge", args("inv_1", 9900)).await,
+    );
+    say(
+        "a refused unconfigured tool",
+        &proxy.call("send_email", json!({"to": "a@b.c"})).await,
+    );
+
+    rig.fault("slow");
+    let peer = proxy.client.peer().clone();
+    let Value::Object(first) = args("inv_3", 1) else {
+        unreachable!()
+    };
+    let held = tokio::spawn(async move {
+        peer.call_tool(CallToolRequestParams::new("charge").with_arguments(first))
+            .await
+    });
+    rig.until_effects("charge", 2).await;
+    say(
+        "in flight elsewhere",
+        &proxy.call("charge", args("inv_3", 1)).await,
+    );
+    held.await.unwrap().unwrap();
+
+    proxy.call("charge_dedup", args("inv_4", 10)).await;
+    let expired = loop {
+        // Replayed until the record's ttl (1 s) has passed; then the tombstone answers.
+        let answer = proxy.call("charge_dedup", args("inv_4", 10)).await;
+        if answer.is_error == Some(true) {
+            break answer;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    say("a repeat past the ttl (expired)", &expired);
+
+    rig.fault("drop");
+    say(
+        "an unknown outcome",
+        &proxy.call("charge", args("inv_5", 50)).await,
+    );
+    say("its repeat", &proxy.call("charge", args("inv_5", 50)).await);
+    insta::assert_snapshot!("s35_proxy_answers", out);
+    assert_eq!((rig.effects("charge"), rig.effects("charge_dedup")), (3, 1));
+}
