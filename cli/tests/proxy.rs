@@ -793,7 +793,7 @@ async fn proxy_forwards_tools_list_changed_and_reads_the_hints_again() {
     let refused = call("report").await;
     assert_eq!(refused.is_error, Some(true), "{refused:?}");
     assert!(
-        text(&refused).contains("[tools.report]"),
+        text(&refused).contains("[tools.report]") && text(&refused).contains("does not list it"),
         "{}",
         text(&refused)
     );

@@ -2,8 +2,11 @@
 //! between an MCP client (an agent in any language) and an upstream MCP server it spawns over
 //! stdio. `tools/list` is the upstream's, each tool as the upstream lists it but for the hints the
 //! proxy makes true (a keyed tool: `idempotentHint: true`); `tools/call` goes through
-//! [`IdempotentClient`]: keyed, recorded in the store, replayed, never sent twice blindly, and
-//! answered as [`for_model`] renders a call's end.
+//! [`IdempotentClient`]: keyed, recorded in the store, replayed, never sent twice blindly (an
+//! unknown outcome verified first by a read-only upstream tool where the file names one, by a
+//! settler in this process too), and answered as [`for_model`] renders a call's end. Resources,
+//! prompts and completions pass through unchanged and unrecorded; the upstream's
+//! `tools/list_changed` is forwarded.
 
 pub mod config;
 mod http;
@@ -281,10 +284,15 @@ impl Proxy {
         };
         let ended = match ended {
             // The client's refusal names its Rust API; the proxy's user writes the file.
-            Err(CallError::Idem(Error::Settings { tool, .. })) if configured.is_none() => {
+            Err(CallError::Idem(Error::Settings { tool, reason })) if configured.is_none() => {
+                let why = if reason.contains("does not list it") {
+                    "the upstream does not list it in `tools/list`"
+                } else {
+                    "the upstream does not mark it read-only (`readOnlyHint` is not true)"
+                };
                 Err(CallError::Idem(Error::Settings {
                     reason: format!(
-                        "the upstream does not mark it read-only (`readOnlyHint` is not true), and the proxy's \
+                        "{why}, and the proxy's \
                          configuration has no `[tools.{tool}]`, so a repeat after a lost answer could act twice. \
                          The proxy's operator adds `[tools.{tool}]` with `key = [\"…\"]` (the arguments that \
                          identify one operation), or `read_only = true` if it only reads"
