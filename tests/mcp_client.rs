@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idemkit::mcp::{
-    ADVICE_META, CallError, IDEMPOTENCY_KEY_META, IdempotentClient, RemoteTool, for_model,
+    ADVICE_META, CallError, IDEMPOTENCY_KEY_META, IdempotentClient, RemoteTool, RemoteVerify,
+    for_model,
 };
 use idemkit::{Error, Failure, Idem, IdempotencyKey, MemoryStore, SqliteStore, ToolKind};
 use rmcp::model::{
@@ -42,6 +43,8 @@ struct Upstream {
     by_key: Mutex<HashMap<String, CallToolResult>>,
     /// The faults of the next side-effect requests, in order.
     faults: Mutex<VecDeque<Fault>>,
+    /// `find_charge` answers an error (`isError: true`): it cannot tell.
+    verify_fails: Mutex<bool>,
 }
 
 impl Upstream {
@@ -157,6 +160,21 @@ impl ServerHandler for Server {
             .push((name.clone(), key.clone(), args.clone()));
         let result = match name.as_str() {
             "balance" => CallToolResult::structured(json!({"cents": 4200})),
+            // The verify tool of `charge`: looks the charge up by its customer and invoice.
+            "find_charge" if *self.upstream.verify_fails.lock().unwrap() => {
+                CallToolResult::error(vec![ContentBlock::text("the charges' index is down")])
+            }
+            "find_charge" => {
+                let effects = self.upstream.effects.lock().unwrap();
+                let found = effects.iter().find(|(t, a)| {
+                    t == "charge"
+                        && a["customer"] == args["customer"]
+                        && a["invoice"] == args["invoice"]
+                });
+                CallToolResult::structured(
+                    json!({"found": found.is_some(), "cents": found.map(|(_, a)| a["cents"].clone())}),
+                )
+            }
             "charge" | "charge_dedup" | "send_email" => self.side_effect(&name, key, args).await,
             _ => return Err(ErrorData::invalid_params("no such tool", None)),
         };
@@ -181,6 +199,7 @@ impl ServerHandler for Server {
             result_type: Some(ResultType::COMPLETE),
             tools: vec![
                 tool("balance", hints(true, true)),
+                tool("find_charge", hints(true, true)),
                 tool("charge", hints(false, false)),
                 tool("charge_dedup", hints(false, true)),
                 tool("send_email", None),
@@ -673,4 +692,374 @@ async fn client_s18_equal_arguments_under_two_tenants_are_two_operations() {
         .collect();
     assert_eq!(sent, keys.map(|k| Some(k.to_string())).to_vec());
     assert_eq!(upstream.effects("charge"), 2);
+}
+
+/// A client whose `charge` is verified by `find_charge` (given the customer, the invoice and
+/// the key) before anything whose outcome is unknown is sent again.
+fn verified_client(connection: &Connection, idem: &Idem) -> IdempotentClient {
+    let verify = RemoteVerify::new("find_charge", "/found")
+        .arguments(["customer", "invoice"])
+        .key_argument("key");
+    client(connection, idem).tool(
+        "charge",
+        RemoteTool::keyed(["customer", "invoice"]).verify(verify),
+    )
+}
+
+/// S19 through the client: the upstream commits and hangs. The attempt's answer is lost, and
+/// before anything is sent again `find_charge` is asked (with the named arguments and the key):
+/// it finds the charge, so the call ends with its answer, the upstream acted once, and a repeat
+/// is a replay that asks nothing.
+#[tokio::test]
+async fn client_s19_a_lost_answer_verified_applied_ends_with_an_answer_and_one_effect() {
+    let upstream = Arc::new(Upstream::default());
+    let idem = Idem::new(MemoryStore::new());
+    upstream.fault(Fault::Hang);
+    let connection = connect(&upstream).await;
+    let client = verified_client(&connection, &idem);
+    let reply = client
+        .call_tool(call("charge", charge(4200)))
+        .await
+        .unwrap();
+    assert_eq!(
+        reply.result.structured_content,
+        Some(json!({"found": true, "cents": 4200}))
+    );
+    let asked = upstream.requests("find_charge");
+    let key = expected_key("charge");
+    assert_eq!(asked.len(), 1);
+    assert_eq!(
+        asked[0],
+        (
+            None,
+            json!({"customer": "cus_1", "invoice": "inv_7", "key": key.as_str()})
+        )
+    );
+    let again = client
+        .call_tool(call("charge", charge(4200)))
+        .await
+        .unwrap();
+    assert!(again.replayed);
+    assert_eq!(
+        (
+            upstream.effects("charge"),
+            upstream.requests("charge").len(),
+            upstream.requests("find_charge").len()
+        ),
+        (1, 1, 1)
+    );
+}
+
+/// S19 and S20: the upstream commits and drops the connection, so the call's own verification
+/// cannot reach it (unknown). The repeat, on a new connection, meets the unknown record, asks
+/// `find_charge`, which finds the charge: the caller gets an answer, and the effect is not made
+/// a second time.
+#[tokio::test]
+async fn client_s19_a_repeat_after_a_dropped_answer_is_verified_and_reaches_the_effect_once() {
+    let upstream = Arc::new(Upstream::default());
+    let idem = Idem::new(MemoryStore::new());
+    upstream.fault(Fault::DropAfterCommit);
+    let first = connect(&upstream).await;
+    let (key, _) = ambiguous(
+        verified_client(&first, &idem)
+            .call_tool(call("charge", charge(4200)))
+            .await,
+    );
+    let second = connect(&upstream).await;
+    let repeat = verified_client(&second, &idem)
+        .call_tool(call("charge", charge(4200)))
+        .await
+        .unwrap();
+    assert_eq!(repeat.key, Some(key));
+    assert_eq!(repeat.result.structured_content.unwrap()["found"], true);
+    assert_eq!(
+        (
+            upstream.effects("charge"),
+            upstream.requests("charge").len()
+        ),
+        (1, 1)
+    );
+    assert_eq!(upstream.requests("find_charge").len(), 1);
+}
+
+/// S19: the upstream crashes before committing. The repeat asks `find_charge`, which finds
+/// nothing: the charge is made once, sent again under the same key.
+#[tokio::test]
+async fn client_s19_verified_not_applied_runs_again_once_under_the_same_key() {
+    let upstream = Arc::new(Upstream::default());
+    let idem = Idem::new(MemoryStore::new());
+    upstream.fault(Fault::CrashBeforeCommit);
+    let first = connect(&upstream).await;
+    let (key, _) = ambiguous(
+        verified_client(&first, &idem)
+            .call_tool(call("charge", charge(4200)))
+            .await,
+    );
+    let second = connect(&upstream).await;
+    let repeat = verified_client(&second, &idem)
+        .call_tool(call("charge", charge(4200)))
+        .await
+        .unwrap();
+    assert_eq!(
+        repeat.result.structured_content.unwrap()["charge"],
+        json!("ch_1")
+    );
+    let sent = upstream.requests("charge");
+    assert_eq!((upstream.effects("charge"), sent.len()), (1, 2));
+    assert!(sent.iter().all(|(k, _)| k.as_deref() == Some(key.as_str())));
+    assert_eq!(upstream.requests("find_charge").len(), 1);
+}
+
+/// S19: the verify tool answers an error (it cannot tell): the outcome stays unknown, the
+/// caller is told so, and nothing is sent again; once it answers, the repeat is settled.
+#[tokio::test]
+async fn client_s19_a_failing_verify_leaves_the_outcome_unknown_and_sends_nothing() {
+    let upstream = Arc::new(Upstream::default());
+    let idem = Idem::new(MemoryStore::new());
+    upstream.fault(Fault::DropAfterCommit);
+    *upstream.verify_fails.lock().unwrap() = true;
+    let first = connect(&upstream).await;
+    ambiguous(
+        verified_client(&first, &idem)
+            .call_tool(call("charge", charge(4200)))
+            .await,
+    );
+    let second = connect(&upstream).await;
+    let client = verified_client(&second, &idem);
+    let repeat = client.call_tool(call("charge", charge(4200))).await;
+    assert_eq!(ambiguous(repeat).1, 0);
+    assert_eq!(
+        (
+            upstream.effects("charge"),
+            upstream.requests("charge").len(),
+            upstream.requests("find_charge").len()
+        ),
+        (1, 1, 1)
+    );
+    *upstream.verify_fails.lock().unwrap() = false;
+    let settled = client
+        .call_tool(call("charge", charge(4200)))
+        .await
+        .unwrap();
+    assert_eq!(settled.result.structured_content.unwrap()["found"], true);
+    assert_eq!(
+        (
+            upstream.effects("charge"),
+            upstream.requests("find_charge").len()
+        ),
+        (1, 2)
+    );
+}
+
+/// A verify that cannot work is refused before anything is sent: a tool verified by itself, an
+/// `applied_if` that is not a JSON pointer, a read with a verify.
+#[tokio::test]
+async fn client_s19_a_verify_that_cannot_work_is_refused_and_nothing_is_sent() {
+    let upstream = Arc::new(Upstream::default());
+    let connection = connect(&upstream).await;
+    let idem = Idem::new(MemoryStore::new());
+    for config in [
+        RemoteTool::keyed(["customer", "invoice"]).verify(RemoteVerify::new("charge", "/found")),
+        RemoteTool::keyed(["customer", "invoice"])
+            .verify(RemoteVerify::new("find_charge", "found")),
+        RemoteTool::read_only().verify(RemoteVerify::new("find_charge", "/found")),
+    ] {
+        let client = client(&connection, &idem).tool("charge", config);
+        let refused = client.call_tool(call("charge", charge(4200))).await;
+        assert!(
+            matches!(refused, Err(CallError::Idem(Error::Settings { .. }))),
+            "{refused:?}"
+        );
+    }
+    assert!(upstream.requests.lock().unwrap().is_empty());
+}
+
+/// S28 and S31: a settler beside the client settles an unknown outcome without waiting for the
+/// caller: each tool with a verify is registered with `verify_record`, which asks its verify
+/// tool with the arguments the call kept with its record. The caller's repeat then replays the
+/// settled answer; nothing is sent or asked again.
+#[tokio::test]
+async fn client_s31_a_settler_asks_the_verify_tool_with_the_arguments_the_call_kept() {
+    use idemkit::{Records, Settler};
+    let upstream = Arc::new(Upstream::default());
+    let store = Arc::new(MemoryStore::new());
+    let idem = Idem::builder().shared_store(store.clone()).build().unwrap();
+    upstream.fault(Fault::DropAfterCommit);
+    let first = connect(&upstream).await;
+    let (key, _) = ambiguous(
+        verified_client(&first, &idem)
+            .call_tool(call("charge", charge(4200)))
+            .await,
+    );
+    let second = connect(&upstream).await;
+    let client = verified_client(&second, &idem);
+    assert_eq!(client.verified_tools(), ["charge"]);
+    let mut settler = Settler::new(store.clone());
+    for tool in client.verified_tools() {
+        let (client, store) = (client.clone(), store.clone());
+        settler = settler.verify(tool, move |key| {
+            let (client, store) = (client.clone(), store.clone());
+            async move {
+                let record = store.get(&key).await.map_err(|e| e.to_string())?;
+                client.verify_record(&record.ok_or("gone")?).await
+            }
+        });
+    }
+    let report = settler.run_once(&Default::default()).await.unwrap();
+    assert_eq!(report.exit_code(), 0, "{report:?}");
+    let asked = upstream.requests("find_charge");
+    assert_eq!(asked.len(), 1);
+    assert_eq!(asked[0].1["key"], key.as_str());
+    let repeat = client
+        .call_tool(call("charge", charge(4200)))
+        .await
+        .unwrap();
+    assert!(repeat.replayed);
+    assert_eq!(repeat.result.structured_content.unwrap()["found"], true);
+    assert_eq!(
+        (
+            upstream.effects("charge"),
+            upstream.requests("charge").len(),
+            upstream.requests("find_charge").len()
+        ),
+        (1, 1, 1)
+    );
+}
+
+/// What a model reads of a result: `isError`, each text, the structured content, the result's
+/// `_meta` (the advice beside a tool's own answer); the date of an S33 answer as `DATE`.
+fn rendered(result: &CallToolResult) -> String {
+    let mut out = format!("isError: {:?}\n", result.is_error);
+    for content in &result.content {
+        if let Some(text) = content.as_text() {
+            out.push_str(&format!("--- text:\n{}\n", text.text));
+        }
+    }
+    if let Some(structured) = &result.structured_content {
+        let pretty = serde_json::to_string_pretty(structured).unwrap();
+        out.push_str(&format!("--- structuredContent:\n{pretty}\n"));
+    }
+    if let Some(meta) = &result.meta {
+        let pretty = serde_json::to_string_pretty(&meta.0).unwrap();
+        out.push_str(&format!("--- _meta:\n{pretty}\n"));
+    }
+    redact_dates(&out)
+}
+
+/// "done on 2026-12-05T01:16:16.626Z" as "done on DATE", and "(waited 3.8µs)" as "(waited
+/// TIME)": the parts of an answer that change from run to run.
+fn redact_dates(text: &str) -> String {
+    let text = redact(text, "done on 2", "done on ", "Z", "DATE");
+    redact(&text, "(waited ", "(waited ", ")", "TIME)")
+}
+
+/// Each `start…end` in `text` (`keep` of it kept) replaced by `with`.
+fn redact(text: &str, start: &str, keep: &str, end: &str, with: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find(start) {
+        out.push_str(&rest[..at + keep.len()]);
+        let after = &rest[at + keep.len()..];
+        let stop = after.find(end).map_or(0, |e| e + end.len());
+        out.push_str(with);
+        rest = &after[stop..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// S35: the client's answers as a model reads them, one per situation: a first call, its
+/// replay, key reuse, a tool refused as unconfigured, a call in flight elsewhere, a repeat past
+/// the ttl (S33's tombstone), an unknown outcome and its repeat. Contract: each was read when
+/// its snapshot was accepted.
+#[tokio::test]
+async fn s35_the_clients_answers_as_a_model_reads_them() {
+    let upstream = Arc::new(Upstream::default());
+    let idem = Idem::new(MemoryStore::new());
+    let connection = connect(&upstream).await;
+    let configured = |connection: &Connection| {
+        client(connection, &idem)
+            .tool(
+                "charge",
+                RemoteTool::keyed(["customer", "invoice"]).in_flight_wait(Duration::ZERO),
+            )
+            .tool(
+                "charge_dedup",
+                RemoteTool::keyed(["customer", "invoice"])
+                    .ttl(Duration::from_secs(1))
+                    .lease(Duration::from_millis(500)),
+            )
+    };
+    let client = configured(&connection);
+    let args = |invoice: &str, cents: u64| json!({"customer": "cus_1", "invoice": invoice, "cents": cents});
+    let mut out = String::new();
+    let mut say = |situation: &str, result: &CallToolResult| {
+        out.push_str(&format!("=== {situation}\n{}\n", rendered(result)));
+    };
+    let first = client
+        .call_tool_for_model(call("charge", args("inv_1", 4200)))
+        .await;
+    say("a first call", &first);
+    let replay = client
+        .call_tool_for_model(call("charge", args("inv_1", 4200)))
+        .await;
+    say("its replay", &replay);
+    let reuse = client
+        .call_tool_for_model(call("charge", args("inv_1", 9900)))
+        .await;
+    say("key reuse (other arguments)", &reuse);
+    let refused = client
+        .call_tool_for_model(call("send_email", json!({"to": "a@b.c"})))
+        .await;
+    say("a refused unconfigured tool", &refused);
+
+    upstream.fault(Fault::Hang);
+    let holder = client.clone();
+    let held = tokio::spawn(async move {
+        holder
+            .call_tool_for_model(call(
+                "charge",
+                json!({"customer": "cus_1", "invoice": "inv_3", "cents": 1}),
+            ))
+            .await
+    });
+    while upstream.requests("charge").len() < 2 {
+        tokio::task::yield_now().await;
+    }
+    let in_flight = client
+        .call_tool_for_model(call("charge", args("inv_3", 1)))
+        .await;
+    say("in flight elsewhere", &in_flight);
+    held.await.unwrap();
+
+    client
+        .call_tool_for_model(call("charge_dedup", args("inv_4", 10)))
+        .await;
+    let expired = loop {
+        // Replayed until the record's ttl (1 s) has passed; then the tombstone answers.
+        let answer = client
+            .call_tool_for_model(call("charge_dedup", args("inv_4", 10)))
+            .await;
+        if answer.is_error == Some(true) {
+            break answer;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    say("a repeat past the ttl (expired)", &expired);
+
+    upstream.fault(Fault::DropAfterCommit);
+    let unknown = client
+        .call_tool_for_model(call("charge", args("inv_5", 50)))
+        .await;
+    say("an unknown outcome", &unknown);
+    let second = connect(&upstream).await;
+    let again = configured(&second)
+        .call_tool_for_model(call("charge", args("inv_5", 50)))
+        .await;
+    say("its repeat", &again);
+    insta::assert_snapshot!("s35_client_answers", out);
+    assert_eq!(
+        (upstream.effects("charge"), upstream.effects("charge_dedup")),
+        (3, 1)
+    );
 }

@@ -2,14 +2,16 @@
 //! and opening it: read-only for the commands that only read.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 #[cfg(feature = "postgres")]
 use idem_runtime::PostgresStore;
 #[cfg(feature = "redis")]
 use idem_runtime::RedisStore;
+use idem_runtime::store::OperationIds;
 use idem_runtime::store::default_path;
 use idem_runtime::store::redacted_url;
-use idem_runtime::{Idem, Records, SqliteStore, StoreError};
+use idem_runtime::{Idem, Records, Settler, SqliteStore, Store, StoreError};
 
 /// A store named on the command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,10 +143,10 @@ impl Target {
         allow(unused_variables)
     )]
     /// A runtime over the store, for `idemkit proxy`: opened to write, a SQLite file (and its
-    /// folder) created where it is missing.
-    pub async fn runtime(&self, names: &Names) -> Result<Idem, StoreError> {
+    /// folder) created where it is missing; with a settler of the same store and its records.
+    pub async fn runtime(&self, names: &Names) -> Result<Opened, StoreError> {
         match self {
-            Target::Sqlite(path) => Ok(Idem::new(SqliteStore::builder(path).open()?)),
+            Target::Sqlite(path) => opened(SqliteStore::builder(path).open()?),
             #[cfg(feature = "postgres")]
             Target::Postgres(url) => {
                 let mut builder = PostgresStore::builder(url.as_str());
@@ -154,7 +156,7 @@ impl Target {
                 if let Some(table) = &names.pg_table {
                     builder = builder.table(table);
                 }
-                Ok(Idem::new(builder.connect().await?))
+                opened(builder.connect().await?)
             }
             #[cfg(feature = "redis")]
             Target::Redis(url) => {
@@ -162,7 +164,7 @@ impl Target {
                 if let Some(prefix) = &names.redis_prefix {
                     builder = builder.prefix(prefix);
                 }
-                Ok(Idem::new(builder.connect().await?))
+                opened(builder.connect().await?)
             }
             #[cfg(not(feature = "postgres"))]
             Target::Postgres(_) => Err(not_built_in("PostgreSQL", "postgres")),
@@ -170,6 +172,29 @@ impl Target {
             Target::Redis(_) => Err(not_built_in("Redis", "redis")),
         }
     }
+}
+
+/// A store opened to write: the runtime over it, a settler of it, its records.
+pub struct Opened {
+    pub idem: Idem,
+    pub settler: Settler,
+    pub records: Arc<dyn Records>,
+}
+
+fn opened<S>(store: S) -> Result<Opened, StoreError>
+where
+    S: Store + OperationIds + Records + 'static,
+{
+    let store = Arc::new(store);
+    let idem = Idem::builder()
+        .shared_store(store.clone())
+        .build()
+        .map_err(|e| StoreError::unavailable(e.to_string()))?;
+    Ok(Opened {
+        idem,
+        settler: Settler::new(store.clone()),
+        records: store,
+    })
 }
 
 /// The error for a server store whose client this build of the command left out.

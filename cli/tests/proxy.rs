@@ -9,8 +9,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ListToolsResult,
-    PaginatedRequestParams, ResultType, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    ArgumentInfo, CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams,
+    CompleteResult, CompletionInfo, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
+    ListPromptsResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams, Prompt,
+    PromptMessage, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Reference,
+    Resource, ResourceContents, ResultType, Role, ServerCapabilities, ServerConfig, Tool,
+    ToolAnnotations,
 };
 use rmcp::service::{RequestContext, RoleClient, RoleServer, RunningService};
 use rmcp::transport::TokioChildProcess;
@@ -123,6 +127,33 @@ impl Upstream {
         }
         CallToolResult::structured(answer)
     }
+
+    /// Counts a request the proxy passes through (in `requests`, as a tool's, by its method).
+    fn passed(&self, method: &str) {
+        append(
+            &self.dir.join("requests"),
+            &json!({"tool": method, "key": null, "args": {}}),
+        );
+    }
+
+    /// `charge`'s verify tool: looks the charge up by its customer and invoice in the effects
+    /// committed; answers an error (it cannot tell) while the file `verify_fails` exists.
+    fn find_charge(&self, args: &Value) -> CallToolResult {
+        if self.dir.join("verify_fails").exists() {
+            return CallToolResult::error(vec![rmcp::model::ContentBlock::text(
+                "the charges' index is down",
+            )]);
+        }
+        let found = lines(&self.dir.join("effects")).into_iter().find(|e| {
+            e["tool"] == "charge"
+                && e["args"]["customer_id"] == args["customer_id"]
+                && e["args"]["invoice"] == args["invoice"]
+        });
+        CallToolResult::structured(json!({
+            "found": found.is_some(),
+            "charge": found.map(|e| e["answer"]["charge"].clone()),
+        }))
+    }
 }
 
 impl ServerHandler for Upstream {
@@ -146,6 +177,14 @@ impl ServerHandler for Upstream {
         );
         let result = match name.as_str() {
             "balance" => CallToolResult::structured(json!({"cents": 4200})),
+            "find_charge" => self.find_charge(&args),
+            // Changes the listing (`report` appears, read-only) and says so.
+            "relist" => {
+                std::fs::write(self.dir.join("relisted"), "").unwrap();
+                let _ = context.peer.notify_tool_list_changed().await;
+                CallToolResult::structured(json!({"relisted": true}))
+            }
+            "report" => CallToolResult::structured(json!({"report": "ok"})),
             "charge" | "charge_dedup" | "send_email" => self.side_effect(&name, key, args).await,
             _ => return Err(ErrorData::invalid_params("no such tool", None)),
         };
@@ -166,14 +205,20 @@ impl ServerHandler for Upstream {
                 None,
             ))
         };
+        let mut tools = vec![
+            upstream_tool("balance", hints(true, true)),
+            upstream_tool("charge", hints(false, false)),
+            upstream_tool("find_charge", hints(true, true)),
+            upstream_tool("relist", hints(true, true)),
+            upstream_tool("charge_dedup", hints(false, true)),
+            upstream_tool("send_email", None),
+        ];
+        if self.dir.join("relisted").exists() {
+            tools.push(upstream_tool("report", hints(true, true)));
+        }
         Ok(ListToolsResult {
             result_type: Some(ResultType::COMPLETE),
-            tools: vec![
-                upstream_tool("balance", hints(true, true)),
-                upstream_tool("charge", hints(false, false)),
-                upstream_tool("charge_dedup", hints(false, true)),
-                upstream_tool("send_email", None),
-            ],
+            tools,
             meta: None,
             next_cursor: None,
             ttl_ms: None,
@@ -182,8 +227,79 @@ impl ServerHandler for Upstream {
     }
 
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_instructions("the test upstream's instructions")
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .enable_resources()
+            .enable_prompts()
+            .enable_completions()
+            .build();
+        ServerConfig::new(capabilities).with_instructions("the test upstream's instructions")
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        self.passed("resources/list");
+        let resource = Resource::new("test://balance", "balance").with_description("the balance");
+        Ok(ListResourcesResult::with_all_items(vec![resource]))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        self.passed("resources/read");
+        if request.uri != "test://balance" {
+            return Err(ErrorData::resource_not_found("no such resource", None));
+        }
+        let text = ResourceContents::text("4200 cents", request.uri);
+        Ok(ReadResourceResponse::Complete(ReadResourceResult::new(
+            vec![text],
+        )))
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        self.passed("prompts/list");
+        let prompt = Prompt::new("greeting", Some("greets someone"), None);
+        Ok(ListPromptsResult::with_all_items(vec![prompt]))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        self.passed("prompts/get");
+        let name = request
+            .arguments
+            .and_then(|a| a.get("name").and_then(Value::as_str).map(str::to_owned))
+            .unwrap_or_default();
+        let message = PromptMessage::new_text(Role::User, format!("Hello, {name}"));
+        Ok(GetPromptResponse::Complete(GetPromptResult::new(vec![
+            message,
+        ])))
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        self.passed("completion/complete");
+        let values = ["Ada", "Alan", "Grace"]
+            .into_iter()
+            .filter(|v| v.starts_with(request.argument.value.as_str()))
+            .map(str::to_owned)
+            .collect();
+        Ok(CompleteResult::new(CompletionInfo::new(values).unwrap()))
     }
 }
 
@@ -206,6 +322,15 @@ impl Rig {
     }
 
     async fn proxy(&self) -> Proxy {
+        let (client, pid) = self.proxy_with(()).await;
+        Proxy { client, pid }
+    }
+
+    /// The proxy, its client's notifications handled by `handler`.
+    async fn proxy_with<H: rmcp::ClientHandler>(
+        &self,
+        handler: H,
+    ) -> (RunningService<RoleClient, H>, u32) {
         let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemkit"));
         command
             .arg("proxy")
@@ -226,8 +351,11 @@ impl Rig {
             .env_remove("IDEMKIT_DB");
         let transport = TokioChildProcess::new(command).expect("the proxy starts");
         let pid = transport.id().expect("the proxy's pid");
-        let client = ().serve(transport).await.expect("the MCP handshake with the proxy");
-        Proxy { client, pid }
+        let client = handler
+            .serve(transport)
+            .await
+            .expect("the MCP handshake with the proxy");
+        (client, pid)
     }
 
     fn fault(&self, fault: &str) {
@@ -341,7 +469,17 @@ async fn proxy_lists_the_upstreams_tools_with_the_hints_it_makes_true() {
     let proxy = rig.proxy().await;
     let tools = proxy.client.list_all_tools().await.unwrap();
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
-    assert_eq!(names, ["balance", "charge", "charge_dedup", "send_email"]);
+    assert_eq!(
+        names,
+        [
+            "balance",
+            "charge",
+            "find_charge",
+            "relist",
+            "charge_dedup",
+            "send_email"
+        ]
+    );
     let hints = |name: &str| {
         let tool = tools.iter().find(|t| t.name == name).unwrap();
         assert_eq!(
@@ -411,6 +549,278 @@ async fn proxy_a_repeat_after_the_upstream_commits_and_drops_its_answer_reaches_
     assert!(text(&replay).starts_with("Replayed:"), "{}", text(&replay));
     assert_eq!(structured(&replay)["charge"], "ch_1");
     assert_eq!(rig.requests("charge_dedup").len(), sent.len());
+}
+
+/// `charge` verified by the upstream's read-only `find_charge` (S19), otherwise as `CONFIG`.
+const VERIFIED: &str = r#"
+store = "proxy.db"
+timeout = "20s"
+
+[tools.charge]
+key = ["customer_id", "invoice"]
+resend = false
+lease = "1s"
+in_flight_wait = "30s"
+
+[tools.charge.verify]
+tool = "find_charge"
+arguments = ["customer_id", "invoice"]
+key_argument = "idempotency_key"
+applied_if = "/found"
+"#;
+
+/// S19 through the proxy, against an upstream that commits and exits before answering, with
+/// `[tools.charge.verify]` naming its read-only `find_charge`. The repeat asks it before
+/// anything is sent again: found, so the client gets an answer and the upstream charged once;
+/// for a charge the upstream crashed before committing, not found, so it is charged once, sent
+/// again under the same key; while `find_charge` answers an error, the outcome stays unknown and
+/// nothing is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_s19_an_unknown_outcome_is_verified_by_a_read_only_upstream_tool() {
+    let rig = Rig::new(VERIFIED);
+    let proxy = rig.proxy().await;
+    let args = |invoice: &str| json!({"customer_id": "cus_1", "invoice": invoice, "cents": 4200});
+    let finds = || rig.requests("find_charge");
+
+    rig.fault("drop");
+    let first = proxy.call("charge", args("inv_1")).await;
+    assert_eq!(structured(&first)["reason"], "ambiguous", "{first:?}");
+    let repeat = proxy.call("charge", args("inv_1")).await;
+    assert_ne!(repeat.is_error, Some(true), "{repeat:?}");
+    assert_eq!(
+        structured(&repeat),
+        json!({"found": true, "charge": "ch_1"})
+    );
+    let key = rig.requests("charge")[0].0.clone();
+    assert_eq!(
+        finds().last().unwrap().1,
+        json!({"customer_id": "cus_1", "invoice": "inv_1", "idempotency_key": key})
+    );
+    let replay = proxy.call("charge", args("inv_1")).await;
+    assert!(text(&replay).starts_with("Replayed:"), "{}", text(&replay));
+    assert_eq!(
+        (rig.effects("charge"), rig.requests("charge").len()),
+        (1, 1)
+    );
+
+    rig.fault("crash");
+    let crashed = proxy.call("charge", args("inv_2")).await;
+    assert_eq!(structured(&crashed)["reason"], "ambiguous", "{crashed:?}");
+    let asked = finds().len();
+    let charged = proxy.call("charge", args("inv_2")).await;
+    assert_eq!(structured(&charged)["charge"], "ch_2", "{charged:?}");
+    assert_eq!(finds().len(), asked + 1);
+    let sent: Vec<Value> = rig.requests("charge").into_iter().map(|r| r.0).collect();
+    assert_eq!(sent.len(), 3, "{sent:?}");
+    assert_eq!(sent[1], sent[2], "sent again under its key");
+    assert_eq!(rig.effects("charge"), 2);
+
+    std::fs::write(rig.dir.path().join("verify_fails"), "").unwrap();
+    rig.fault("drop");
+    let dropped = proxy.call("charge", args("inv_3")).await;
+    assert_eq!(structured(&dropped)["reason"], "ambiguous", "{dropped:?}");
+    let asked = finds().len();
+    let unknown = proxy.call("charge", args("inv_3")).await;
+    assert_eq!(structured(&unknown)["reason"], "ambiguous", "{unknown:?}");
+    assert_eq!(finds().len(), asked + 1, "asked, and it could not tell");
+    assert_eq!(
+        (rig.effects("charge"), rig.requests("charge").len()),
+        (3, 4)
+    );
+}
+
+/// S31 through the proxy: SIGKILLed while the upstream holds a committed charge (a tool with a
+/// verify), then started again on its SQLite file. Its settler (`settle_every`) finds the dead
+/// proxy's call once its lease lapsed and asks `find_charge` with the arguments the call kept,
+/// before any client calls again; the client's repeat is then a replay: one charge, nothing
+/// sent or asked again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_s31_restarted_its_settler_verifies_a_killed_call_without_waiting_for_the_client() {
+    let rig = Rig::new(&format!("settle_every = \"100ms\"\n{VERIFIED}"));
+    let before = rig.proxy().await;
+    let args = json!({"customer_id": "cus_1", "invoice": "inv_1", "cents": 4200});
+    rig.fault("hang");
+    let peer = before.client.peer().clone();
+    let Value::Object(first) = args.clone() else {
+        unreachable!()
+    };
+    let pending = tokio::spawn(async move {
+        peer.call_tool(CallToolRequestParams::new("charge").with_arguments(first))
+            .await
+    });
+    rig.until_effects("charge", 1).await;
+    before.sigkill();
+    assert!(pending.await.unwrap().is_err(), "the killed proxy answered");
+
+    let after = rig.proxy().await;
+    let start = Instant::now();
+    while rig.requests("find_charge").is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the restarted proxy's settler never asked find_charge"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let key = rig.requests("charge")[0].0.clone();
+    assert_eq!(
+        rig.requests("find_charge")[0].1,
+        json!({"customer_id": "cus_1", "invoice": "inv_1", "idempotency_key": key})
+    );
+    // The settler holds the record while it asks; the repeat waits for it, then replays.
+    let repeat = after.call("charge", args).await;
+    assert!(text(&repeat).starts_with("Replayed:"), "{}", text(&repeat));
+    assert_eq!(
+        structured(&repeat),
+        json!({"found": true, "charge": "ch_1"})
+    );
+    assert_eq!(
+        (
+            rig.effects("charge"),
+            rig.requests("charge").len(),
+            rig.requests("find_charge").len()
+        ),
+        (1, 1, 1)
+    );
+}
+
+/// Resources, prompts and completions are the upstream's, passed through unchanged and not
+/// recorded: the proxy offers them as the upstream does (not its subscriptions), and each request
+/// reaches the upstream and comes back as it answered, an error included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_passes_resources_prompts_and_completions_through_unrecorded() {
+    let rig = Rig::new(CONFIG);
+    let proxy = rig.proxy().await;
+    let offered = proxy.client.peer_info().unwrap().capabilities.clone();
+    assert!(
+        offered.resources.is_some() && offered.prompts.is_some() && offered.completions.is_some()
+    );
+    let peer = proxy.client.peer();
+
+    let resources = peer.list_resources(None).await.unwrap();
+    assert_eq!(resources.resources.len(), 1);
+    assert_eq!(resources.resources[0].uri, "test://balance");
+    assert_eq!(
+        resources.resources[0].description.as_deref(),
+        Some("the balance")
+    );
+    let read = peer
+        .read_resource(ReadResourceRequestParams::new("test://balance"))
+        .await
+        .unwrap();
+    assert_eq!(
+        serde_json::to_value(&read.contents).unwrap(),
+        json!([{"uri": "test://balance", "mimeType": "text/plain", "text": "4200 cents"}])
+    );
+    let missing = peer
+        .read_resource(ReadResourceRequestParams::new("test://nothing"))
+        .await
+        .unwrap_err();
+    assert!(
+        missing.to_string().contains("no such resource"),
+        "{missing}"
+    );
+
+    let prompts = peer.list_prompts(None).await.unwrap();
+    assert_eq!(prompts.prompts[0].name, "greeting");
+    let Value::Object(arguments) = json!({"name": "Ada"}) else {
+        unreachable!()
+    };
+    let prompt = peer
+        .get_prompt(GetPromptRequestParams::new("greeting").with_arguments(arguments))
+        .await
+        .unwrap();
+    assert_eq!(
+        serde_json::to_value(&prompt.messages).unwrap()[0]["content"]["text"],
+        "Hello, Ada"
+    );
+    let completed = peer
+        .complete(CompleteRequestParams::new(
+            Reference::for_prompt("greeting"),
+            ArgumentInfo::new("name", "A"),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(completed.completion.values, ["Ada", "Alan"]);
+
+    for method in [
+        "resources/list",
+        "resources/read",
+        "prompts/list",
+        "prompts/get",
+        "completion/complete",
+    ] {
+        assert!(
+            !rig.requests(method).is_empty(),
+            "{method} reached the upstream"
+        );
+    }
+    // Nothing of them is recorded: the store holds no record.
+    let listed = rig.idemkit(&["list", "--json"]);
+    assert!(listed.status.success(), "{listed:?}");
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert_eq!(listed.trim(), "[]", "no record");
+}
+
+/// Counts the `notifications/tools/list_changed` a client of the proxy receives.
+#[derive(Clone, Default)]
+struct Changes(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl rmcp::ClientHandler for Changes {
+    async fn on_tool_list_changed(&self, _context: rmcp::service::NotificationContext<RoleClient>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// `notifications/tools/list_changed` from the upstream: the proxy reads the tools' hints again
+/// (a tool it refused as unlisted is now listed read-only, and passes through) and forwards the
+/// notification to its client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_forwards_tools_list_changed_and_reads_the_hints_again() {
+    let rig = Rig::new(CONFIG);
+    let changes = Changes::default();
+    let (client, _pid) = rig.proxy_with(changes.clone()).await;
+    let call = |name: &'static str| {
+        let peer = client.peer().clone();
+        async move {
+            peer.call_tool(CallToolRequestParams::new(name))
+                .await
+                .expect("the proxy answers")
+        }
+    };
+    let offered = client.peer_info().unwrap().capabilities.clone();
+    assert_eq!(offered.tools.and_then(|t| t.list_changed), Some(true));
+
+    let refused = call("report").await;
+    assert_eq!(refused.is_error, Some(true), "{refused:?}");
+    assert!(
+        text(&refused).contains("[tools.report]") && text(&refused).contains("does not list it"),
+        "{}",
+        text(&refused)
+    );
+    assert!(rig.requests("report").is_empty());
+
+    call("relist").await;
+    let start = Instant::now();
+    while changes.0.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the proxy never forwarded the upstream's tools/list_changed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let tools = client.list_all_tools().await.unwrap();
+    let report = tools
+        .iter()
+        .find(|t| t.name == "report")
+        .expect("listed now");
+    assert_eq!(
+        report.annotations.as_ref().unwrap().read_only_hint,
+        Some(true)
+    );
+    let read = call("report").await;
+    assert_ne!(read.is_error, Some(true), "{read:?}");
+    assert_eq!(structured(&read), json!({"report": "ok"}));
+    assert_eq!(rig.requests("report").len(), 1);
 }
 
 /// The proxy SIGKILLed while the upstream holds a committed call, and restarted on its SQLite
@@ -542,7 +952,7 @@ async fn proxy_page_configurations_run_as_written() {
         let rig = Rig::new(block);
         let proxy = rig.proxy().await;
         let tools = proxy.client.list_all_tools().await.unwrap();
-        assert_eq!(tools.len(), 4, "{block}");
+        assert_eq!(tools.len(), 6, "{block}");
         drop(proxy);
     }
 }
@@ -676,10 +1086,20 @@ impl Fault {
 
     /// Effects at the upstream and what the client is told, in order, for the upstream tool
     /// `tool` (`charge`: `resend = false`; `charge_dedup`: the upstream deduplicates by the key
-    /// in `_meta` and says `idempotentHint: true`, so the proxy re-sends).
-    fn expected(self, tool: &str) -> &'static str {
+    /// in `_meta` and says `idempotentHint: true`, so the proxy re-sends), `verified` when
+    /// `charge` is verified by `find_charge` before anything unknown is sent again (S19).
+    fn expected(self, tool: &str, verified: bool) -> &'static str {
         let dedup = tool == "charge_dedup";
         match self {
+            // The call's own verification cannot reach the exited upstream (unknown); the
+            // repeat's, through a new one, finds the charge: its answer, not a second charge.
+            Fault::Drop if verified => "1 · ambiguous → ok",
+            // Verified on the same connection once the attempt timed out: found.
+            Fault::Hang if verified => "1 · ok → replay",
+            // The repeat's verification finds nothing: charged once, under the same key.
+            Fault::Crash if verified => "1 · ambiguous → ok",
+            // The restarted proxy takes the dead one's call over and verifies it: found.
+            Fault::Killed if verified => "1 · killed → ok",
             Fault::Drop if dedup => "1 · ambiguous → ok",
             Fault::Drop => "1 · ambiguous → ambiguous",
             // Re-sent on the same connection, the upstream answers the first charge.
@@ -709,8 +1129,13 @@ fn answer(result: &CallToolResult) -> String {
     }
 }
 
-fn matrix_config(fault: Fault) -> String {
+fn matrix_config(fault: Fault, verified: bool) -> String {
     let timeout = if fault == Fault::Hang { "1s" } else { "60s" };
+    let verify = if verified {
+        "\n[tools.charge.verify]\ntool = \"find_charge\"\napplied_if = \"/found\"\n"
+    } else {
+        ""
+    };
     format!(
         r#"
 store = "proxy.db"
@@ -726,13 +1151,13 @@ in_flight_wait = "0ms"
 key = ["customer_id", "invoice"]
 lease = "1s"
 in_flight_wait = "0ms"
-"#
+{verify}"#
     )
 }
 
 /// One cell: its procedure, then "effects · answers".
-async fn cell(tool: &'static str, fault: Fault) -> String {
-    let rig = Rig::new(&matrix_config(fault));
+async fn cell(tool: &'static str, fault: Fault, verified: bool) -> String {
+    let rig = Rig::new(&matrix_config(fault, verified));
     let proxy = rig.proxy().await;
     let args = json!({"customer_id": "cus_1", "invoice": "inv_1", "cents": 4200});
     let mut answers = Vec::new();
@@ -790,11 +1215,18 @@ async fn cell(tool: &'static str, fault: Fault) -> String {
     format!("{} · {}", rig.effects(tool), answers.join(" → "))
 }
 
-const ROWS: [(&str, &str); 2] = [
-    ("charge", "`idemkit proxy`, `resend = false`"),
+/// The rows: the upstream tool, the row's name, whether `charge` is verified by `find_charge`.
+const ROWS: [(&str, &str, bool); 3] = [
+    ("charge", "`idemkit proxy`, `resend = false`", false),
+    (
+        "charge",
+        "`idemkit proxy`, `resend = false`, verified by a read-only upstream tool",
+        true,
+    ),
     (
         "charge_dedup",
         "`idemkit proxy`, upstream deduplicates by the key (re-sent)",
+        false,
     ),
 ];
 
@@ -815,15 +1247,15 @@ async fn proxy_through_every_fault_makes_one_effect_and_answers_as_documented() 
     table.push_str(&"---|".repeat(FAULTS.len()));
     table.push('\n');
     let mut failures = Vec::new();
-    for (tool, row) in ROWS {
+    for (tool, row, verified) in ROWS {
         write!(table, "| {row} |").unwrap();
         for fault in FAULTS {
-            let got = cell(tool, fault).await;
-            if got != fault.expected(tool) {
+            let got = cell(tool, fault, verified).await;
+            let expected = fault.expected(tool, verified);
+            if got != expected {
                 failures.push(format!(
-                    "({row}, {}): got `{got}`, the docs say `{}`",
+                    "({row}, {}): got `{got}`, the docs say `{expected}`",
                     fault.heading(),
-                    fault.expected(tool)
                 ));
             }
             write!(table, " {got} |").unwrap();
@@ -938,7 +1370,7 @@ async fn proxy_over_streamable_http_a_repeat_after_a_dropped_answer_reaches_the_
         client.call_tool(CallToolRequestParams::new("charge").with_arguments(args))
     };
     let tools = client.list_all_tools().await.unwrap();
-    assert_eq!(tools.len(), 4);
+    assert_eq!(tools.len(), 6);
 
     let ok = json!({"customer_id": "cus_1", "invoice": "inv_0", "cents": 100});
     let first = call(ok.clone()).await.unwrap();
@@ -1022,7 +1454,7 @@ async fn proxy_served_over_streamable_http_two_clients_repeat_and_the_upstream_a
         let params = CallToolRequestParams::new("charge").with_arguments(args);
         client.call_tool(params).await.expect("the proxy answers")
     }
-    assert_eq!(one.list_all_tools().await.unwrap().len(), 4);
+    assert_eq!(one.list_all_tools().await.unwrap().len(), 6);
 
     rig.fault("drop");
     let lost = json!({"customer_id": "cus_1", "invoice": "inv_1", "cents": 4200});
@@ -1045,4 +1477,124 @@ async fn proxy_served_over_streamable_http_two_clients_repeat_and_the_upstream_a
     assert_eq!(rig.requests("charge").len(), 2);
     assert_eq!(rig.effects("charge"), 2);
     proxy.kill().await.unwrap();
+}
+
+// ---- S35: the proxy's answers as a model reads them (snapshots, reviewed as contract) ----
+
+/// What a model reads of a result: `isError`, each text, the structured content, the result's
+/// `_meta`; the parts that change from run to run (an S33 date, a wait) redacted.
+fn rendered(result: &CallToolResult) -> String {
+    let mut out = format!("isError: {:?}\n", result.is_error);
+    for content in &result.content {
+        if let Some(text) = content.as_text() {
+            out.push_str(&format!("--- text:\n{}\n", text.text));
+        }
+    }
+    if let Some(structured) = &result.structured_content {
+        let pretty = serde_json::to_string_pretty(structured).unwrap();
+        out.push_str(&format!("--- structuredContent:\n{pretty}\n"));
+    }
+    if let Some(meta) = &result.meta {
+        let pretty = serde_json::to_string_pretty(&meta.0).unwrap();
+        out.push_str(&format!("--- _meta:\n{pretty}\n"));
+    }
+    let out = redact(&out, "done on 2", "done on ", "Z", "DATE");
+    redact(&out, "(waited ", "(waited ", ")", "TIME)")
+}
+
+/// Each `start…end` in `text` (`keep` of it kept) replaced by `with`.
+fn redact(text: &str, start: &str, keep: &str, end: &str, with: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find(start) {
+        out.push_str(&rest[..at + keep.len()]);
+        let after = &rest[at + keep.len()..];
+        let stop = after.find(end).map_or(0, |e| e + end.len());
+        out.push_str(with);
+        rest = &after[stop..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// S35 through the proxy: its answers as the model reads them, one per situation: a first call,
+/// its replay, key reuse, a tool refused as unconfigured (in the proxy's words: what to add to
+/// its file), a call in flight elsewhere, a repeat past the ttl (S33's tombstone), an unknown
+/// outcome and its repeat. Contract: each was read when its snapshot was accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s35_the_proxys_answers_as_a_model_reads_them() {
+    let rig = Rig::new(
+        r#"
+store = "proxy.db"
+timeout = "20s"
+
+[tools.charge]
+key = ["customer_id", "invoice"]
+resend = false
+in_flight_wait = "0ms"
+
+[tools.charge_dedup]
+key = ["customer_id", "invoice"]
+ttl = "1s"
+lease = "500ms"
+"#,
+    );
+    let proxy = rig.proxy().await;
+    let args = |invoice: &str, cents: u64| json!({"customer_id": "cus_1", "invoice": invoice, "cents": cents});
+    let mut out = String::new();
+    let mut say = |situation: &str, result: &CallToolResult| {
+        out.push_str(&format!("=== {situation}\n{}\n", rendered(result)));
+    };
+    say(
+        "a first call",
+        &proxy.call("charge", args("inv_1", 4200)).await,
+    );
+    say(
+        "its replay",
+        &proxy.call("charge", args("inv_1", 4200)).await,
+    );
+    say(
+        "key reuse (other arguments)",
+        &proxy.call("charge", args("inv_1", 9900)).await,
+    );
+    say(
+        "a refused unconfigured tool",
+        &proxy.call("send_email", json!({"to": "a@b.c"})).await,
+    );
+
+    rig.fault("slow");
+    let peer = proxy.client.peer().clone();
+    let Value::Object(first) = args("inv_3", 1) else {
+        unreachable!()
+    };
+    let held = tokio::spawn(async move {
+        peer.call_tool(CallToolRequestParams::new("charge").with_arguments(first))
+            .await
+    });
+    rig.until_effects("charge", 2).await;
+    say(
+        "in flight elsewhere",
+        &proxy.call("charge", args("inv_3", 1)).await,
+    );
+    held.await.unwrap().unwrap();
+
+    proxy.call("charge_dedup", args("inv_4", 10)).await;
+    let expired = loop {
+        // Replayed until the record's ttl (1 s) has passed; then the tombstone answers.
+        let answer = proxy.call("charge_dedup", args("inv_4", 10)).await;
+        if answer.is_error == Some(true) {
+            break answer;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    say("a repeat past the ttl (expired)", &expired);
+
+    rig.fault("drop");
+    say(
+        "an unknown outcome",
+        &proxy.call("charge", args("inv_5", 50)).await,
+    );
+    say("its repeat", &proxy.call("charge", args("inv_5", 50)).await);
+    insta::assert_snapshot!("s35_proxy_answers", out);
+    assert_eq!((rig.effects("charge"), rig.effects("charge_dedup")), (3, 1));
 }

@@ -121,7 +121,7 @@ mod tenants;
 
 pub use self::client::{
     ADVICE_META, CallError, DEFAULT_TIMEOUT, IDEMPOTENCY_KEY_META, IdempotentClient, RemoteReply,
-    RemoteTool, for_model,
+    RemoteTool, RemoteVerify, for_model,
 };
 #[cfg(feature = "json")]
 #[cfg_attr(docsrs, doc(cfg(feature = "json")))]

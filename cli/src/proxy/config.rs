@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use idemkit::mcp::RemoteTool;
+use idemkit::mcp::{RemoteTool, RemoteVerify};
 use serde::Deserialize;
 
 use crate::show::parse_age;
@@ -23,6 +23,8 @@ struct File {
     store: Option<String>,
     /// How long one attempt waits for the upstream's answer (default 60s).
     timeout: Option<String>,
+    /// How often the proxy's settler looks for unknown outcomes of verified tools (default 60s).
+    settle_every: Option<String>,
     #[serde(default)]
     tools: BTreeMap<String, ToolFile>,
 }
@@ -40,7 +42,22 @@ struct ToolFile {
     in_flight_wait: Option<String>,
     max_attempts: Option<u32>,
     key_name: Option<String>,
-    verify: Option<String>,
+    verify: Option<VerifyFile>,
+}
+
+/// One `[tools.NAME.verify]` table as written: the read-only upstream tool asked whether an
+/// operation whose outcome is unknown happened (S19).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VerifyFile {
+    /// The read-only tool of the same upstream.
+    tool: String,
+    /// Which of the call's arguments it is given (default: all).
+    arguments: Option<Vec<String>>,
+    /// The operation's key is also given, under this argument name.
+    key_argument: Option<String>,
+    /// JSON pointer into its answer: present and not empty = applied.
+    applied_if: String,
 }
 
 /// What the proxy does with one tool.
@@ -59,6 +76,8 @@ pub struct Config {
     /// The store named in the file (a relative SQLite path made relative to the file's folder).
     pub store: Option<String>,
     pub timeout: Duration,
+    /// How often the settler passes over the unknown outcomes of tools with a verify (S31).
+    pub settle_every: Duration,
     pub tools: BTreeMap<String, ToolConfig>,
 }
 
@@ -78,6 +97,13 @@ pub fn read(path: &Path) -> Result<Config, String> {
 pub fn parse(text: &str, folder: &Path) -> Result<Config, String> {
     let file: File = toml::from_str(text).map_err(|e| e.to_string())?;
     let timeout = age(file.timeout.as_deref(), "timeout")?.unwrap_or(Duration::from_secs(60));
+    let settle_every =
+        age(file.settle_every.as_deref(), "settle_every")?.unwrap_or(Duration::from_secs(60));
+    if settle_every.is_zero() {
+        return Err(
+            "`settle_every = \"0s\"`: write how often the settler passes, e.g. \"60s\"".to_owned(),
+        );
+    }
     let store = file.store.map(|s| relative_to(&s, folder));
     let mut tools = BTreeMap::new();
     for (name, t) in file.tools {
@@ -87,16 +113,15 @@ pub fn parse(text: &str, folder: &Path) -> Result<Config, String> {
     Ok(Config {
         store,
         timeout,
+        settle_every,
         tools,
     })
 }
 
 fn tool(name: &str, t: ToolFile) -> Result<ToolConfig, String> {
-    if t.verify.is_some() {
+    if t.read_only && t.verify.is_some() {
         return Err(
-            "`verify` (asking a read-only upstream tool whether an unknown outcome happened) is not supported by \
-             this proxy yet: leave it out. An unknown outcome is kept as ambiguous and refused on repeats; \
-             settle it with `idemkit list --state ambiguous` and `idemkit resolve`"
+            "`read_only = true` with `[tools.NAME.verify]`: a read has no outcome to verify; leave the verify out"
                 .to_owned(),
         );
     }
@@ -155,11 +180,40 @@ fn tool(name: &str, t: ToolFile) -> Result<ToolConfig, String> {
     if let Some(key_name) = t.key_name {
         remote = remote.key_name(key_name);
     }
+    if let Some(v) = t.verify {
+        remote = remote.verify(verification(name, v)?);
+    }
     Ok(ToolConfig {
         key: t.key.unwrap_or_default(),
         read_only: t.read_only,
         remote,
     })
+}
+
+/// `[tools.NAME.verify]` as the client's [`RemoteVerify`].
+fn verification(name: &str, v: VerifyFile) -> Result<RemoteVerify, String> {
+    if v.tool.is_empty() || v.tool == name {
+        return Err(format!(
+            "`[tools.{name}.verify]` `tool = {:?}`: name a read-only tool of the same upstream that looks the \
+             operation up (e.g. `tool = \"find_{name}\"`), not the tool itself",
+            v.tool
+        ));
+    }
+    if !v.applied_if.is_empty() && !v.applied_if.starts_with('/') {
+        return Err(format!(
+            "`[tools.{name}.verify]` `applied_if = {:?}` is not a JSON pointer: write one that starts with `/`, \
+             e.g. `applied_if = \"/found\"` (\"\" is the whole answer)",
+            v.applied_if
+        ));
+    }
+    let mut verify = RemoteVerify::new(v.tool, v.applied_if);
+    if let Some(arguments) = v.arguments {
+        verify = verify.arguments(arguments);
+    }
+    if let Some(key_argument) = v.key_argument {
+        verify = verify.key_argument(key_argument);
+    }
+    Ok(verify)
 }
 
 fn age(text: Option<&str>, what: &str) -> Result<Option<Duration>, String> {
@@ -199,6 +253,11 @@ mod tests {
             key = ["customer_id", "invoice"]
             resend = false
             ttl = "7d"
+            [tools.charge.verify]
+            tool = "find_charge"
+            arguments = ["customer_id", "invoice"]
+            key_argument = "idempotency_key"
+            applied_if = "/found"
             [tools.balance]
             read_only = true
             "#,
@@ -207,8 +266,16 @@ mod tests {
         .unwrap();
         assert_eq!(config.store.as_deref(), Some("/etc/idemkit/proxy.db"));
         assert_eq!(config.timeout, Duration::from_secs(5));
+        assert_eq!(config.settle_every, Duration::from_secs(60));
         assert_eq!(config.tools["charge"].key, ["customer_id", "invoice"]);
         assert!(config.tools["balance"].read_only);
+        let verify = config.tools["charge"].remote.verification().unwrap();
+        assert_eq!(
+            verify,
+            &idemkit::mcp::RemoteVerify::new("find_charge", "/found")
+                .arguments(["customer_id", "invoice"])
+                .key_argument("idempotency_key")
+        );
         let at = |s: &str| {
             parse(&format!("store = \"{s}\""), Path::new("/etc/idemkit"))
                 .unwrap()
@@ -226,9 +293,29 @@ mod tests {
         assert!(refused("[tools.t]\nresend = true").contains(r#"key = ["order_id"]"#));
         assert!(refused("[tools.t]\nkey = []").contains("names no field"));
         assert!(refused("[tools.t]\nkey = [\"a\"]\nread_only = true").contains("keep one"));
-        assert!(refused("[tools.t]\nkey = [\"a\"]\nverify = \"get\"").contains("not supported"));
+        assert!(refused("[tools.t]\nkey = [\"a\"]\nverify = \"get\"").contains("invalid type"));
+        let verify = |table: &str| format!("[tools.t]\nkey = [\"a\"]\n[tools.t.verify]\n{table}");
+        assert!(
+            refused(&verify("tool = \"t\"\napplied_if = \"/found\""))
+                .contains("not the tool itself")
+        );
+        assert!(
+            refused(&verify("tool = \"get\"\napplied_if = \"found\"")).contains("JSON pointer")
+        );
+        assert!(refused(&verify("tool = \"get\"")).contains("applied_if"));
+        assert!(
+            refused(&verify("tool = \"get\"\napplied_if = \"\"\nkeys = []"))
+                .contains("unknown field")
+        );
+        assert!(
+            refused(
+                "[tools.t]\nread_only = true\n[tools.t.verify]\ntool = \"g\"\napplied_if = \"\""
+            )
+            .contains("no outcome to verify")
+        );
         assert!(refused("[tools.t]\nkey = [\"a\"]\nttl = \"7 days\"").contains("`ttl`"));
         assert!(refused("[tools.t]\nkeys = [\"a\"]").contains("unknown field"));
+        assert!(refused("settle_every = \"0s\"").contains("how often"));
         assert!(refused("[tools.t]\nread_only = true\nresend = true").contains("leave those out"));
     }
 }

@@ -2,37 +2,46 @@
 //! between an MCP client (an agent in any language) and an upstream MCP server it spawns over
 //! stdio. `tools/list` is the upstream's, each tool as the upstream lists it but for the hints the
 //! proxy makes true (a keyed tool: `idempotentHint: true`); `tools/call` goes through
-//! [`IdempotentClient`]: keyed, recorded in the store, replayed, never sent twice blindly, and
-//! answered as [`for_model`] renders a call's end.
+//! [`IdempotentClient`]: keyed, recorded in the store, replayed, never sent twice blindly (an
+//! unknown outcome verified first by a read-only upstream tool where the file names one, by a
+//! settler in this process too), and answered as [`for_model`] renders a call's end. Resources,
+//! prompts and completions pass through unchanged and unrecorded; the upstream's
+//! `tools/list_changed` is forwarded.
 
 pub mod config;
 mod http;
+mod passthrough;
+mod relay;
 mod upstream;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use idem_runtime::{Error, Idem, ToolKind};
+use idem_runtime::{Error, Records, Settler, ToolKind};
 use idemkit::mcp::{CallError, IdempotentClient, for_model};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
+    GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ServerConfig, Tool, ToolAnnotations,
 };
-use rmcp::service::{RequestContext, RoleServer};
+use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
 
 use self::config::Config;
 pub use self::upstream::Source;
 use self::upstream::Upstream;
-use crate::target::{Names, Target};
+use crate::target::{Names, Opened, Target};
 
 /// `idemkit proxy`'s arguments (the store's are the command's own: `--store`, …).
 #[derive(clap::Args)]
 pub struct Args {
     /// The proxy's configuration (TOML): `store`, `timeout`, and `[tools.NAME]` tables with
     /// `key = ["field", …]` or `read_only = true`, `resend`, `ttl`, `lease`,
-    /// `in_flight_wait`, `max_attempts`, `key_name`.
+    /// `in_flight_wait`, `max_attempts`, `key_name`, and `[tools.NAME.verify]` (`tool`,
+    /// `applied_if`, `arguments`, `key_argument`: a read-only upstream tool asked whether an
+    /// unknown outcome happened).
     #[arg(long, value_name = "FILE")]
     config: PathBuf,
     /// The upstream MCP server's command and its arguments, after `--` (spawned, over stdio).
@@ -79,11 +88,11 @@ pub fn main(args: &Args, store: Option<&str>, names: &Names) -> u8 {
         .build()
         .expect("a tokio runtime");
     let served = runtime.block_on(async {
-        let idem = target
+        let opened = target
             .runtime(names)
             .await
             .map_err(|e| format!("cannot open the store {}: {e}", target.describe()))?;
-        run(&args.config, config, source, idem, args.listen).await
+        run(&args.config, config, source, opened, args.listen).await
     });
     match served {
         Ok(()) => 0,
@@ -100,6 +109,8 @@ struct Proxy {
     config: Arc<Config>,
     upstream: Arc<Upstream>,
     info: ServerConfig,
+    /// Tells the proxy's clients of the upstream's tool changes.
+    relay: relay::Relay,
 }
 
 /// Serves the proxy on stdio until its client goes, or over streamable HTTP at `listen` until the
@@ -108,17 +119,26 @@ async fn run(
     config_path: &Path,
     config: Config,
     command: Source,
-    idem: Idem,
+    opened: Opened,
     listen: Option<SocketAddr>,
 ) -> Result<(), String> {
     let config = Arc::new(config);
-    let upstream = Arc::new(Upstream::new(command, config.clone(), idem));
+    let relay = relay::Relay::default();
+    let upstream = Arc::new(Upstream::new(
+        command,
+        config.clone(),
+        opened.idem,
+        relay.clone(),
+    ));
     let client = upstream.client().await?;
     warn_unconfigured(config_path, &config, &client).await;
-    let mut info =
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_server_info(
-            Implementation::new("idemkit-proxy", env!("CARGO_PKG_VERSION")),
-        );
+    // Ends with the proxy's runtime.
+    let _settling = settle(&config, &client, &upstream, opened.settler, opened.records);
+    let capabilities = passthrough::capabilities(upstream.capabilities().await.as_ref());
+    let mut info = ServerConfig::new(capabilities).with_server_info(Implementation::new(
+        "idemkit-proxy",
+        env!("CARGO_PKG_VERSION"),
+    ));
     if let Some(instructions) = upstream.instructions().await {
         info = info.with_instructions(instructions);
     }
@@ -126,6 +146,7 @@ async fn run(
         config,
         upstream,
         info,
+        relay,
     };
     if let Some(addr) = listen {
         return http::serve(proxy, addr).await;
@@ -139,6 +160,45 @@ async fn run(
         .await
         .map_err(|e| format!("serving the proxy's client failed: {e}"))?;
     Ok(())
+}
+
+/// S31: the settler, in this process, of the unknown outcomes of the tools with a verify: one
+/// left by a proxy killed mid-call, or whose caller never called again, is verified (by its verify
+/// tool, with the arguments its call kept) every `settle_every`, without waiting for a client.
+/// Its first pass comes one period after the start (a client's repeat meanwhile verifies at
+/// once, as it would anyway), so that what a client is answered right after a restart does not
+/// depend on which of the two came first. `None`: no tool has a verify.
+fn settle(
+    config: &Config,
+    client: &IdempotentClient,
+    upstream: &Arc<Upstream>,
+    mut settler: Settler,
+    records: Arc<dyn Records>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let tools = client.verified_tools();
+    if tools.is_empty() {
+        return None;
+    }
+    for tool in tools {
+        let (upstream, records) = (upstream.clone(), records.clone());
+        settler = settler.verify(tool, move |key| {
+            let (upstream, records) = (upstream.clone(), records.clone());
+            async move {
+                let record = records.get(&key).await.map_err(|e| e.to_string())?;
+                let record = record.ok_or_else(|| format!("the record of {key} is gone"))?;
+                upstream.client().await?.verify_record(&record).await
+            }
+        });
+    }
+    // The settler holds a record while its verify tool answers (given half of it).
+    let lease = (config.timeout * 2).max(std::time::Duration::from_secs(30));
+    let (settler, period) = (settler.lease(lease), config.settle_every);
+    Some(tokio::spawn(async move {
+        tokio::time::sleep(period).await;
+        // The settler passes while its handle lives: as long as this task, i.e. the proxy.
+        let _handle = settler.spawn(period);
+        std::future::pending::<()>().await
+    }))
 }
 
 /// Says on stderr which upstream tools will be refused (neither configured nor read-only by
@@ -170,6 +230,17 @@ async fn warn_unconfigured(path: &Path, config: &Config, client: &IdempotentClie
             eprintln!(
                 "idemkit proxy: `[tools.{name}]` in {} names a tool the upstream does not list",
                 path.display()
+            );
+        }
+        let verify = config.tools[name].remote.verification();
+        if let Some(verify) = verify
+            && !tools.iter().any(|t| t.name == verify.tool())
+        {
+            eprintln!(
+                "idemkit proxy: `[tools.{name}.verify]` in {} names `{}`, a tool the upstream does not list: \
+                 an unknown outcome of `{name}` stays unknown until it does",
+                path.display(),
+                verify.tool()
             );
         }
     }
@@ -213,10 +284,15 @@ impl Proxy {
         };
         let ended = match ended {
             // The client's refusal names its Rust API; the proxy's user writes the file.
-            Err(CallError::Idem(Error::Settings { tool, .. })) if configured.is_none() => {
+            Err(CallError::Idem(Error::Settings { tool, reason })) if configured.is_none() => {
+                let why = if reason.contains("does not list it") {
+                    "the upstream does not list it in `tools/list`"
+                } else {
+                    "the upstream does not mark it read-only (`readOnlyHint` is not true)"
+                };
                 Err(CallError::Idem(Error::Settings {
                     reason: format!(
-                        "the upstream does not mark it read-only (`readOnlyHint` is not true), and the proxy's \
+                        "{why}, and the proxy's \
                          configuration has no `[tools.{tool}]`, so a repeat after a lost answer could act twice. \
                          The proxy's operator adds `[tools.{tool}]` with `key = [\"…\"]` (the arguments that \
                          identify one operation), or `read_only = true` if it only reads"
@@ -235,7 +311,70 @@ impl Proxy {
     }
 }
 
+/// The upstream's peer, for what the proxy passes through.
+macro_rules! through {
+    ($proxy:expr, $what:ident, $request:expr) => {{
+        let client = $proxy
+            .upstream
+            .client()
+            .await
+            .map_err(|why| ErrorData::internal_error(why, None))?;
+        passthrough::$what(client.peer(), $request).await
+    }};
+}
+
 impl ServerHandler for Proxy {
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.relay.joined(context.peer);
+    }
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        through!(self, list_resources, request)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        through!(self, list_resource_templates, request)
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        through!(self, read_resource, request)
+    }
+
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        through!(self, list_prompts, request)
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        through!(self, get_prompt, request)
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        through!(self, complete, request)
+    }
+
     async fn list_tools(
         &self,
         request: Option<PaginatedRequestParams>,

@@ -13,6 +13,7 @@ use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use tokio::sync::Mutex;
 
 use super::config::Config;
+use super::relay::Relay;
 
 /// Where the upstream server is.
 #[derive(Debug, Clone)]
@@ -29,20 +30,22 @@ pub struct Upstream {
     config: Arc<Config>,
     idem: Idem,
     live: Mutex<Option<Live>>,
+    relay: Relay,
 }
 
 struct Live {
-    service: RunningService<RoleClient, ()>,
+    service: RunningService<RoleClient, Relay>,
     client: IdempotentClient,
 }
 
 impl Upstream {
-    pub fn new(command: Source, config: Arc<Config>, idem: Idem) -> Self {
+    pub fn new(command: Source, config: Arc<Config>, idem: Idem, relay: Relay) -> Self {
         Upstream {
             command,
             config,
             idem,
             live: Mutex::new(None),
+            relay,
         }
     }
 
@@ -64,6 +67,7 @@ impl Upstream {
         for (name, tool) in &self.config.tools {
             client = client.tool(name.clone(), tool.remote.clone());
         }
+        self.relay.serves(&client);
         *live = Some(Live {
             service,
             client: client.clone(),
@@ -79,7 +83,15 @@ impl Upstream {
             .and_then(|info| info.instructions.clone())
     }
 
-    async fn spawn(&self) -> Result<RunningService<RoleClient, ()>, String> {
+    /// The capabilities the upstream gave when it was last started.
+    pub async fn capabilities(&self) -> Option<rmcp::model::ServerCapabilities> {
+        let live = self.live.lock().await;
+        live.as_ref()
+            .and_then(|l| l.service.peer().peer_info())
+            .map(|info| info.capabilities.clone())
+    }
+
+    async fn spawn(&self) -> Result<RunningService<RoleClient, Relay>, String> {
         match &self.command {
             Source::Command(command) => {
                 let (program, args) = command
@@ -90,7 +102,7 @@ impl Upstream {
                 let shown = format!("`{}`", command.join(" "));
                 let transport = TokioChildProcess::new(spawned)
                     .map_err(|e| format!("cannot start the upstream MCP server {shown}: {e}"))?;
-                handshake(&shown, transport).await
+                handshake(&self.relay, &shown, transport).await
             }
             Source::Url(url) => {
                 if !url.starts_with("http://") {
@@ -100,7 +112,7 @@ impl Upstream {
                     ));
                 }
                 let transport = StreamableHttpClientTransport::from_uri(url.as_str());
-                handshake(&format!("at {url}"), transport).await
+                handshake(&self.relay, &format!("at {url}"), transport).await
             }
         }
     }
@@ -109,14 +121,15 @@ impl Upstream {
 /// The client's side of the MCP handshake over `transport`, within 30 s: a server that starts but
 /// never finishes it must not hold every call.
 async fn handshake<T, E, A>(
+    relay: &Relay,
     shown: &str,
     transport: T,
-) -> Result<RunningService<RoleClient, ()>, String>
+) -> Result<RunningService<RoleClient, Relay>, String>
 where
     T: rmcp::transport::IntoTransport<RoleClient, E, A>,
     E: std::error::Error + Send + Sync + 'static,
 {
-    match tokio::time::timeout(Duration::from_secs(30), ().serve(transport)).await {
+    match tokio::time::timeout(Duration::from_secs(30), relay.clone().serve(transport)).await {
         Ok(Ok(service)) => Ok(service),
         Ok(Err(e)) => Err(format!(
             "the MCP handshake with the upstream MCP server {shown} failed: {e}"

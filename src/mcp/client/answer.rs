@@ -89,7 +89,8 @@ fn key_of_error(e: &idem_runtime::Error) -> Option<String> {
         | Error::InFlight { key, .. }
         | Error::LeaseLost { key, .. }
         | Error::Ambiguous { key, .. }
-        | Error::Unreplayable { key, .. } => Some(key.to_string()),
+        | Error::Unreplayable { key, .. }
+        | Error::Expired { key, .. } => Some(key.to_string()),
         Error::Store { key, .. } => key.map(|k| k.to_string()),
         _ => None,
     }

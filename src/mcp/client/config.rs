@@ -6,6 +6,8 @@ use std::time::Duration;
 use idem_runtime::{Error, RetryPolicy, Tool};
 use rmcp::model::ToolAnnotations;
 
+use super::verify::RemoteVerify;
+
 /// How calls of one tool of a remote MCP server are made safe to repeat: its key fields, or that
 /// it only reads; whether an attempt whose answer was lost may be sent again; the executor's
 /// settings. Given to [`IdempotentClient::tool`](super::IdempotentClient::tool).
@@ -26,6 +28,7 @@ pub struct RemoteTool {
     in_flight_wait: Option<Duration>,
     max_attempts: Option<u32>,
     retry: Option<RetryPolicy>,
+    verify: Option<RemoteVerify>,
 }
 
 impl RemoteTool {
@@ -102,6 +105,25 @@ impl RemoteTool {
         self
     }
 
+    /// An operation whose outcome is unknown is verified by calling a read-only tool of the same
+    /// server before anything is sent again (S19; see [`RemoteVerify`] for what each answer does).
+    /// Without it, an unknown outcome of a tool that is not re-sent is kept as unknown and refused
+    /// on repeats until an operator settles it (`idemkit resolve`).
+    pub fn verify(mut self, verify: RemoteVerify) -> Self {
+        self.verify = Some(verify);
+        self
+    }
+
+    /// How an unknown outcome is verified, if it is.
+    pub fn verification(&self) -> Option<&RemoteVerify> {
+        self.verify.as_ref()
+    }
+
+    /// The name the records of the tool `name` are kept under.
+    pub(super) fn recorded_as<'a>(&'a self, name: &'a str) -> &'a str {
+        self.key_name.as_deref().unwrap_or(name)
+    }
+
     /// The key fields named (empty for a read, or a tool configured by its hints alone).
     pub fn key_fields(&self) -> &[String] {
         self.key_fields.as_deref().unwrap_or_default()
@@ -168,13 +190,22 @@ pub(super) fn plan(
     let read_only_hint = hints.and_then(|h| h.read_only_hint) == Some(true);
     let idempotent_hint = hints.and_then(|h| h.idempotent_hint) == Some(true);
     match config {
+        Some(c) if c.read_only && c.verify.is_some() => Err(settings(
+            tool,
+            "`RemoteTool::read_only()` with `.verify(..)`: a read has no outcome to verify; leave the verify out"
+                .to_owned(),
+        )),
         Some(c) if c.read_only => Ok(Plan::Read),
         Some(RemoteTool {
             key_fields: Some(fields),
             resend,
             key_name,
+            verify,
             ..
         }) => {
+            if let Some(verify) = verify {
+                verify.check(tool).map_err(|why| settings(tool, why))?;
+            }
             if fields.is_empty() || fields.iter().any(|f| f.split('.').any(str::is_empty)) {
                 return Err(settings(
                     tool,

@@ -4,10 +4,12 @@
 mod answer;
 mod config;
 mod failure;
+mod verify;
 
 pub use self::answer::{ADVICE_META, RemoteReply, for_model};
 pub use self::config::RemoteTool;
 pub use self::failure::CallError;
+pub use self::verify::RemoteVerify;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -15,7 +17,8 @@ use std::time::Duration;
 
 use idem_runtime::__private::serde_json::{Map, Value};
 use idem_runtime::{
-    Error, Fingerprint, Idem, IdempotencyKey, JsonKeyField, KeyField, Tool, ToolKind, observe,
+    Error, Fingerprint, Idem, IdempotencyKey, JsonKeyField, KeyField, Tool, ToolKind, Verified,
+    observe,
 };
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, ServerResult,
@@ -148,9 +151,29 @@ impl IdempotentClient {
                 let arguments = params.arguments.clone().unwrap_or_default();
                 let (key, fingerprint) =
                     key_of(&name, &key_name, &fields, &arguments).map_err(|e| *e)?;
-                let tool = self.entry(&key_name, config).resend(resend);
+                let verify = config.and_then(RemoteTool::verification);
+                // S28/S31: the arguments the verify tool is asked with, kept with the record so
+                // that a settler asks it without the caller (`IdempotentClient::verify_record`).
+                let kept = verify.map(|_| {
+                    idem_runtime::__private::serde_json::to_vec(&arguments).unwrap_or_default()
+                });
+                let tool = self
+                    .entry(&key_name, config)
+                    .resend(resend)
+                    .keep_arguments(kept.as_deref());
                 let attempt = |key: IdempotencyKey| self.send(params.clone(), Some(key));
-                let (ended, info) = observe(tool.run_keyed(key, fingerprint, attempt)).await;
+                // S19: an unknown outcome is verified before anything is sent again, by the
+                // runtime's verify loop, where the tool names a verify tool.
+                let (ended, info) = match verify {
+                    Some(verify) => {
+                        let arguments = &arguments;
+                        let ask = move |key: IdempotencyKey| async move {
+                            Ok::<_, Attempt>(self.ask(verify, arguments, key).await)
+                        };
+                        observe(tool.verify(ask).run_keyed(key, fingerprint, attempt)).await
+                    }
+                    None => observe(tool.run_keyed(key, fingerprint, attempt)).await,
+                };
                 let replayed = info.as_ref().is_some_and(|i| i.replayed);
                 // The key the call ran under (under the tenant in force, where there is one).
                 let key = info.and_then(|i| i.key).unwrap_or(key);
@@ -226,6 +249,86 @@ impl IdempotentClient {
         }
     }
 
+    /// S19: asks the verify tool whether the operation called with `arguments` under `key`
+    /// happened. Its failure, or an error answer, cannot tell: `Unknown`.
+    async fn ask(
+        &self,
+        verify: &RemoteVerify,
+        arguments: &Map<String, Value>,
+        key: IdempotencyKey,
+    ) -> Verified<CallToolResult> {
+        let answer = match self.send(verify.request(arguments, key), None).await {
+            Ok(answer) | Err(Attempt::ToolError(answer)) => Some(answer),
+            Err(_) => None,
+        };
+        verify.verdict(answer)
+    }
+
+    /// The names the records of tools with a verify ([`RemoteTool::verify`]) are kept under (a
+    /// tool's [`RemoteTool::key_name`], else its name): what a [`Settler`](idem_runtime::Settler)
+    /// is given a verify for, each asking [`IdempotentClient::verify_record`].
+    pub fn verified_tools(&self) -> Vec<String> {
+        self.tools
+            .iter()
+            .filter(|(_, c)| c.verification().is_some())
+            .map(|(name, c)| c.recorded_as(name).to_owned())
+            .collect()
+    }
+
+    /// S28 and S31: whether the operation of `record` (kept as unknown: its answer was lost, or
+    /// its caller died mid-call) happened, asked of its tool's verify tool with the arguments
+    /// its call kept, without the caller. For a [`Settler`](idem_runtime::Settler) running
+    /// beside this client:
+    ///
+    /// ```no_run
+    /// # fn run(client: idemkit::mcp::IdempotentClient, store: std::sync::Arc<idemkit::SqliteStore>) {
+    /// use idemkit::{Records, Settler};
+    ///
+    /// let mut settler = Settler::new(store.clone());
+    /// for tool in client.verified_tools() {
+    ///     let (client, store) = (client.clone(), store.clone());
+    ///     settler = settler.verify(tool, move |key| {
+    ///         let (client, store) = (client.clone(), store.clone());
+    ///         async move {
+    ///             let record = store.get(&key).await.map_err(|e| e.to_string())?;
+    ///             let record = record.ok_or("the record is gone")?;
+    ///             client.verify_record(&record).await
+    ///         }
+    ///     });
+    /// }
+    /// let task = settler.spawn(std::time::Duration::from_secs(60));
+    /// # let _ = task; }
+    /// ```
+    ///
+    /// `Err`: it cannot be asked (no tool of this client keeps its records under `record.tool`
+    /// with a verify, or the record kept no arguments); the record stays unknown.
+    pub async fn verify_record(
+        &self,
+        record: &idem_runtime::store::Record,
+    ) -> Result<Verified<CallToolResult>, String> {
+        let verify = self
+            .tools
+            .iter()
+            .find(|(name, c)| c.recorded_as(name) == record.tool)
+            .and_then(|(_, c)| c.verification())
+            .ok_or_else(|| {
+                format!(
+                    "no tool of this client with a verify keeps its records as `{}`",
+                    record.tool
+                )
+            })?;
+        let kept = record.arguments.as_deref().ok_or_else(|| {
+            format!(
+                "the record of `{}` kept no arguments to ask its verify tool with",
+                record.tool
+            )
+        })?;
+        let arguments: Map<String, Value> =
+            idem_runtime::__private::serde_json::from_slice(kept)
+                .map_err(|e| format!("the record's arguments are not a JSON object: {e}"))?;
+        Ok(self.ask(verify, &arguments, record.key).await)
+    }
+
     /// The annotations of the server's tool `name` (`None`: not listed), from `tools/list`, read
     /// once. A listing that fails fails the call: nothing was sent.
     async fn hints_of(&self, name: &str) -> Result<Option<ToolAnnotations>, CallError> {
@@ -257,6 +360,13 @@ impl IdempotentClient {
         Ok(listed
             .get(name)
             .map(|hints| hints.clone().unwrap_or_default()))
+    }
+
+    /// Forgets the server's tools' annotations read so far: the next call that needs them reads
+    /// `tools/list` again. For a server that says its tools changed
+    /// (`notifications/tools/list_changed`); shared by this client's clones.
+    pub fn forget_hints(&self) {
+        *self.hints.lock().expect("hints lock") = None;
     }
 
     /// The kind of tool a call of `name` is, as configured or hinted so far (for a model's
