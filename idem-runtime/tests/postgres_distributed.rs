@@ -46,7 +46,7 @@ mod needs_postgres {
     /// outcome per prune (a store's first 400 days).
     #[tokio::test]
     async fn s33_one_prune_tombstones_every_record_past_its_ttl_not_one_batch() {
-        use idem_runtime::store::{ClaimRequest, LeaseToken, Outcome};
+        use idem_runtime::store::{ClaimRequest, LeaseToken, Outcome, Written};
         use idem_runtime::{Fingerprint, IdempotencyKey, Records, Store};
         let url = server_url();
         let table = unique("prune");
@@ -64,10 +64,11 @@ mod needs_postgres {
                 ttl,
             );
             store.claim(&req).await.unwrap();
-            store
+            let written = store
                 .complete(key, token, Outcome::from(b"{\"receipt\":1}"), ttl)
                 .await
                 .unwrap();
+            assert_eq!(written, Written::Applied, "each record is completed");
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
         let deleted = Records::prune(&store, usize::MAX).await.unwrap();

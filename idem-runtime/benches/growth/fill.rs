@@ -138,7 +138,7 @@ impl Keys {
             .map(|_| Uuid::from_u128(self.rng.u128(..)))
             .collect();
         for (i, u) in out.iter().enumerate() {
-            if (self.left - i) % self.every == 0 && self.sample.len() < SAMPLE {
+            if (self.left - i).is_multiple_of(self.every) && self.sample.len() < SAMPLE {
                 self.sample.push(IdempotencyKey::from_uuid(*u));
             }
         }

@@ -11,6 +11,7 @@ const GRACE: Duration = Duration::from_secs(3600);
 use super::fill::{self, Kind};
 
 /// One store under measurement, with a raw connection to the same data for its bulk path.
+#[allow(clippy::large_enum_variant)] // one per run of the bench
 pub enum Bench {
     Memory(MemoryStore),
     Sqlite {
@@ -345,7 +346,7 @@ impl Bench {
                 timed(s.prune(usize::MAX)).await
             }
             Bench::Sqlite { path, .. } => {
-                let store = SqliteStore::builder(&*path)
+                let store = SqliteStore::builder(path)
                     .tombstones(keep)
                     .open()
                     .map_err(err)?;

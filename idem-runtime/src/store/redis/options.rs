@@ -54,7 +54,6 @@ impl RedisStoreBuilder {
 
     /// How long Redis keeps a record after its time-to-live before deleting it by itself.
     /// Default one minute.
-
     pub fn expiry_grace(mut self, grace: Duration) -> Self {
         self.grace = grace;
         self
