@@ -6,9 +6,9 @@
 //! (`lower`: the plan) → expand (`expand`), or on any error `fallback` (the item as written plus
 //! the errors, so one mistake gives one error). What is particular to one integration is in
 //! `mode`, one module each: `mode::mcp` (rmcp's `#[tool]` read from the method, its hints, the
-//! wrapper serving MCP results), `mode::rig`, `mode::json`. `describe` is what a model is told
-//! a tool does; `suggest` and `ctxt` serve every stage; `classified` is the
-//! `#[classified_tools]` attribute.
+//! wrapper serving MCP results; `mode::classified`, the `#[classified_tools]` attribute),
+//! `mode::rig`, `mode::json`. `describe` is what a model is told a tool does; `suggest` and
+//! `ctxt` serve every stage.
 
 use proc_macro::TokenStream;
 use proc_macro2::TokenStream as TokenStream2;
@@ -17,7 +17,6 @@ mod ast;
 mod attr;
 mod calls;
 mod check;
-mod classified;
 mod ctxt;
 mod describe;
 mod expand;
@@ -458,7 +457,7 @@ pub fn read_only(args: TokenStream, item: TokenStream) -> TokenStream {
 #[cfg(feature = "rmcp")]
 #[proc_macro_attribute]
 pub fn classified_tools(args: TokenStream, item: TokenStream) -> TokenStream {
-    classified::classified_tools(args.into(), item.into()).into()
+    mode::classified::classified_tools(args.into(), item.into()).into()
 }
 
 /// The whole expansion of one attribute: parse → model → check → lower → expand, or, on any
