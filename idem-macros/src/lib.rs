@@ -463,7 +463,7 @@ pub fn classified_tools(args: TokenStream, item: TokenStream) -> TokenStream {
 /// The whole expansion of one attribute: parse → model → check → lower → expand, or, on any
 /// error, the item as written plus every error.
 fn expand(kind: Kind, args: TokenStream2, item: TokenStream2) -> TokenStream2 {
-    let cx = ctxt::Ctxt::default();
+    let cx = ctxt::Ctxt::new();
     let args = attr::parse(&cx, args);
     let func: ast::Func = match syn::parse2(item.clone()) {
         Ok(func) => func,
@@ -475,16 +475,16 @@ fn expand(kind: Kind, args: TokenStream2, item: TokenStream2) -> TokenStream2 {
                     kind.attribute()
                 ),
             ));
-            let errors = cx.finish().map(|e| e.to_compile_error());
+            let errors = cx.check().err().map(|e| e.to_compile_error());
             return quote::quote!(#item #errors);
         }
     };
     let mcp = mode::mcp::find(&cx, kind, &func);
     let tool = ast::Tool::new(kind, func, mcp);
     check::check(&cx, &args, &tool);
-    match cx.finish() {
-        None => expand::tool(&args, &tool, &lower::lower(&args, &tool)),
-        Some(errors) => {
+    match cx.check() {
+        Ok(()) => expand::tool(&args, &tool, &lower::lower(&args, &tool)),
+        Err(errors) => {
             let item = fallback::fallback(&args, &tool);
             let errors = errors.to_compile_error();
             quote::quote!(#item #errors)
