@@ -1,14 +1,15 @@
 //! JSON mode (`json` on a free function, feature `json`): the arguments struct a JSON call is
 //! read into (its schema derived), the call of the function with its fields, and the entry
 //! `JsonTools` (and `idemkit::mcp::JsonToolsServer`) find it by. The dispatch itself is the
-//! runtime's (`idem_runtime::json`); what JSON mode refuses is `check`'s.
+//! runtime's (`idem_runtime::json`). Its check hook (`check`) says what JSON mode refuses.
 
 use proc_macro2::{Span, TokenStream};
 use quote::quote;
 use syn::Ident;
 
-use crate::ast::{Kind, Tool};
+use crate::ast::{self, Kind, Role, Tool};
 use crate::attr::{Args, Private};
+use crate::ctxt::Ctxt;
 use crate::lower::{JsonParam, Plan};
 
 /// `json`: the arguments struct a JSON call is read into (its schema derived), the call of this
@@ -90,6 +91,57 @@ pub(crate) fn entry(
             #private::json::JsonEntry::new::<#args>(
                 #name, #private::ToolKind::#kind, #description, #destructive, #open_world,
             )
+        }
+    }
+}
+
+/// `json`: the feature is on, and every argument can be read from a JSON object by name into a
+/// free function's call (checked only when asked for: other tools keep any signature).
+pub(crate) fn check(cx: &Ctxt, args: &Args, tool: &Tool) {
+    let Some(flag) = &args.json else { return };
+    if !cfg!(feature = "json") {
+        cx.error(
+            flag.span(),
+            "`json` needs idemkit's `json` feature: `idemkit = { version = \"...\", features = [\"json\"] }`",
+        );
+        return;
+    }
+    if let Some(r) = &tool.receiver {
+        cx.error_spanned(
+            r,
+            "a tool called from JSON (`json`) is a free `async fn`: the dispatcher calls it by name and has no `self` \
+             to call a method on; make it a free function that reaches its client another way (a static, or \
+             `idem = ...` for the runtime), or remove `json`",
+        );
+    }
+    let generics = &tool.item.sig.generics;
+    if let Some(param) = generics
+        .params
+        .iter()
+        .find(|p| !matches!(p, syn::GenericParam::Lifetime(_)))
+    {
+        cx.error_spanned(
+            param,
+            "a tool called from JSON (`json`) cannot be generic: the dispatcher must know the one type each argument \
+             is read into; make the parameter a concrete type, or remove `json`",
+        );
+    }
+    for p in &tool.params {
+        match &p.role {
+            Role::InjectedKey => {}
+            Role::Pattern { .. } => cx.error_spanned(
+                &p.arg.pat,
+                "a tool called from JSON (`json`) takes each argument by name: the JSON object's properties are the \
+                 parameters' names; name this parameter (e.g. `req: ChargeReq`) and key on its fields (`req.customer_id`)",
+            ),
+            Role::Named(ident) => {
+                if let ast::JsonField::No(why) = ast::json_field(&p.arg.ty) {
+                    cx.error_spanned(
+                        &p.arg.ty,
+                        format!("`{ident}` cannot come from a JSON call (`json`): {why}; or remove `json`"),
+                    );
+                }
+            }
         }
     }
 }

@@ -1,8 +1,8 @@
 //! MCP mode (rmcp's `#[tool]` on the method): its parse stage (the `#[tool(...)]` the attribute
 //! finds on the method as written, and the hints a classification implies) and its expansion
 //! (`#[tool]` rewritten with those hints and the model-facing description, the wrapper serving
-//! `CallToolResult`s, replays and refusals included). What MCP mode refuses is `check`'s; how
-//! key paths read a request is `lower`'s.
+//! `CallToolResult`s, replays and refusals included). Its check hook (`check`) says what MCP mode
+//! refuses; how key paths read a request is `lower`'s.
 //!
 //! Attributes expand top to bottom, so ours sees the `async fn` as written with `#[tool(...)]`
 //! still on it.
@@ -256,4 +256,75 @@ pub(crate) fn serve(
         },
     };
     (output, body)
+}
+
+/// MCP mode: the knobs that need it, and hand-written hints that contradict the attribute.
+pub(crate) fn check(cx: &Ctxt, args: &Args, tool: &Tool) {
+    for (ident, _) in [&args.destructive, &args.open_world].into_iter().flatten() {
+        // A `json` tool is served to MCP by `idemkit::mcp::JsonToolsServer`, with these hints.
+        if tool.mcp.is_none() && args.json.is_none() {
+            let hint = if ident == "destructive" {
+                "destructiveHint"
+            } else {
+                "openWorldHint"
+            };
+            cx.error(
+                ident.span(),
+                format!(
+                    "`{ident}` sets an MCP tool's `{hint}`: it applies with rmcp's `#[tool]` written below this \
+                     attribute, or with `json` (served by `idemkit::mcp::JsonToolsServer`); remove it"
+                ),
+            );
+        } else if tool.kind == Kind::ReadOnly && ident == "destructive" {
+            cx.error(
+                ident.span(),
+                "`destructive` does not apply to #[read_only]: a read-only tool changes nothing; remove it",
+            );
+        }
+    }
+    let Some(mcp) = &tool.mcp else { return };
+    let ours = derived(tool.kind, args);
+    let attribute = tool.kind.attribute();
+    for (name, value, tokens) in &mcp.hints {
+        let Some(i) = HINTS.iter().position(|h| h == name) else {
+            continue;
+        };
+        let why = match (tool.kind, i, ours[i]) {
+            (_, _, Some(ours)) if ours == *value => continue,
+            (Kind::SideEffect, 0, _) => {
+                "a side-effect tool acts on the world (`readOnlyHint: false`); mark it #[read_only] if it only reads"
+                    .to_owned()
+            }
+            (Kind::SideEffect, 2, _) => {
+                "a repeat with the same arguments returns the recorded outcome and does not act again, so the tool \
+                 is idempotent (`idempotentHint: true`)"
+                    .to_owned()
+            }
+            (Kind::SideEffect, _, Some(ours)) => {
+                let arg = if i == 1 { "destructive" } else { "open_world" };
+                format!(
+                    "the attribute says `{arg} = {ours}`; set it in one place, `#[side_effect({arg} = ...)]`"
+                )
+            }
+            (Kind::ReadOnly, 0, _) => {
+                "a read-only tool changes nothing (`readOnlyHint: true`); use #[side_effect(key = ...)] if it acts on the world"
+                    .to_owned()
+            }
+            (Kind::ReadOnly, 1, _) if *value => "a read-only tool destroys nothing".to_owned(),
+            (Kind::ReadOnly, 2, _) if !*value => {
+                "reading again changes nothing, so a read-only tool is idempotent".to_owned()
+            }
+            (Kind::ReadOnly, 3, Some(ours)) => {
+                format!("the attribute says `open_world = {ours}`; set it in one place, `#[read_only(open_world = ...)]`")
+            }
+            _ => continue,
+        };
+        cx.error_spanned(
+            tokens,
+            format!(
+                "`{name} = {value}` contradicts {attribute}: {why}. idemkit derives the tool's annotations from its \
+                 attribute; remove this hint"
+            ),
+        );
+    }
 }

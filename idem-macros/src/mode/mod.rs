@@ -2,7 +2,7 @@
 //! stage: `mcp` (rmcp's `#[tool]`: its parse, its hints, the wrapper serving MCP results) and
 //! `classified` (the `#[classified_tools]` attribute, which checks an impl block of them), `rig`
 //! (the wrapper serving rig's envelope), `json` (the arguments struct and the `JsonTools` entry).
-//! The checks of every mode stay in `check`, with every other error.
+//! Each mode's checks are its `check` hook, which the `check` stage calls.
 
 pub(crate) mod classified;
 pub(crate) mod json;

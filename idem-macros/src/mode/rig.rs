@@ -1,6 +1,6 @@
 //! rig mode (`rig` on the `call` of a rig `PortableTool` impl): the wrapper serving rig's
 //! `Result<ToolOutput, ToolExecutionError>`, and the checks of the impl's declared types and
-//! `NAME` it emits. What rig mode refuses is `check`'s.
+//! `NAME` it emits. Its check hook (`check`) says what rig mode refuses.
 
 use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::{ToTokens, quote, quote_spanned};
@@ -9,6 +9,7 @@ use syn::{Ident, Type};
 
 use crate::ast::{Kind, Tool};
 use crate::attr::{Args, Private};
+use crate::ctxt::Ctxt;
 
 /// The wrapper's return type and body in rig mode: the result as rig's
 /// `Result<ToolOutput, ToolExecutionError>`, which the impl's `type Output` and `type Error` name.
@@ -100,4 +101,36 @@ fn spanning(tokens: TokenStream, written: &Type) -> TokenStream {
         token.set_span(if i + 1 == n { last } else { first });
     }
     tokens.into_iter().collect()
+}
+
+/// rig mode: the feature is on, and the attribute is on a method (a tool impl's `call`) that is
+/// not also an MCP tool or a JSON-registered function.
+pub(crate) fn check(cx: &Ctxt, args: &Args, tool: &Tool) {
+    let Some(flag) = &args.rig else { return };
+    if !cfg!(feature = "rig") {
+        cx.error(
+            flag.span(),
+            "`rig` needs idemkit's `rig` feature: `idemkit = { version = \"...\", features = [\"rig\"] }`",
+        );
+        return;
+    }
+    if tool.receiver.is_none() {
+        cx.error(
+            flag.span(),
+            "`rig` goes on the `call` method of a rig tool: `impl PortableTool for Charge { ... async fn call(&self, \
+             args: ChargeArgs) -> Result<T, E> }`; this function has no `self`",
+        );
+    }
+    if tool.mcp.is_some() {
+        cx.error(
+            flag.span(),
+            "`rig` and rmcp's `#[tool]` on one method: a method serves either rig or MCP; remove one",
+        );
+    }
+    if let Some(json) = &args.json {
+        cx.error(
+            json.span(),
+            "`json` registers a free function for `JsonTools`; a rig tool is declared to rig by its own impl: remove `json`",
+        );
+    }
 }
