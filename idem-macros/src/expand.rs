@@ -12,7 +12,7 @@ use syn::{Attribute, FnArg, Ident, Pat};
 use crate::ast::copy_as_written;
 use crate::ast::{Kind, Param, Role, Tool};
 use crate::attr::{Args, Private, private, scoped_operation};
-use crate::lower::{Plan, VerifyArg, VerifyPlan};
+use crate::plan::{Plan, VerifyArg, VerifyPlan};
 
 /// The internal local every attempt's key arrives in; invisible to the body (mixed-site hygiene).
 fn key_local() -> Ident {
@@ -170,7 +170,7 @@ fn previous_lookup(
     name: &TokenStream,
     hasher: &Ident,
     call: &Ident,
-    previous: &crate::lower::Previous,
+    previous: &crate::plan::Previous,
 ) -> TokenStream {
     let n_fields = previous.keys.len();
     let local = Ident::new("__idemkit_previous_key", Span::mixed_site());
@@ -190,7 +190,7 @@ fn previous_lookup(
 }
 
 /// One key field hashed: borrowed at the user's span (C3), normalised first where asked.
-fn key_field(private: &Private, hasher: &Ident, k: &crate::lower::KeyField) -> TokenStream {
+fn key_field(private: &Private, hasher: &Ident, k: &crate::plan::KeyField) -> TokenStream {
     let (field, path) = (&k.name, &k.path);
     let value = match k.normalize {
         None => quote_spanned!(k.span=> &#path),
@@ -203,7 +203,7 @@ fn key_field(private: &Private, hasher: &Ident, k: &crate::lower::KeyField) -> T
 }
 
 /// One fingerprinted argument: `.arg(name, &value)`, without its key fields where it has some.
-fn fingerprint_arg(f: &crate::lower::FingerprintArg) -> TokenStream {
+fn fingerprint_arg(f: &crate::plan::FingerprintArg) -> TokenStream {
     let (arg, ident) = (&f.name, &f.ident);
     let value = quote_spanned!(f.span=> &#ident);
     match f.except.as_slice() {

@@ -25,6 +25,7 @@ mod handed;
 mod lower;
 mod minted;
 mod mode;
+mod plan;
 mod register;
 mod settle;
 mod suggest;

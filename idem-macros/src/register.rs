@@ -8,7 +8,7 @@ use syn::Ident;
 
 use crate::ast::{Kind, Role, Tool};
 use crate::attr::Private;
-use crate::lower::Plan;
+use crate::plan::Plan;
 
 /// Registers the tool in the registry a program can list (`idemkit::tools()`).
 pub(crate) fn registration(private: &Private, tool: &Tool, plan: &Plan) -> TokenStream {
@@ -64,7 +64,7 @@ pub(crate) fn registration(private: &Private, tool: &Tool, plan: &Plan) -> Token
 /// it through the compiler (`type_name` of the field read from the parameter's type), or `"?"`
 /// where the registration, a `static`, cannot name the parameter's type (it mentions the
 /// function's generics, a named lifetime, `Self` or `impl Trait`; a destructured binding, `self`).
-fn key_type(private: &Private, tool: &Tool, field: &crate::lower::KeyField) -> TokenStream {
+fn key_type(private: &Private, tool: &Tool, field: &crate::plan::KeyField) -> TokenStream {
     let unknown = quote!((|| "?") as fn() -> &'static str);
     if field.normalize.is_some() {
         return quote!((|| "str") as fn() -> &'static str);

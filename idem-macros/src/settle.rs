@@ -15,7 +15,7 @@ use syn::{Ident, Type};
 
 use crate::ast::{Kind, Role, Tool};
 use crate::attr::Private;
-use crate::lower::Plan;
+use crate::plan::Plan;
 
 /// How one of the verify function's arguments comes back in the settler.
 enum Form {

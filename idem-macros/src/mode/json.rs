@@ -10,7 +10,7 @@ use syn::Ident;
 use crate::ast::{self, Kind, Role, Tool};
 use crate::attr::{Args, Private};
 use crate::ctxt::Ctxt;
-use crate::lower::{JsonParam, Plan};
+use crate::plan::{JsonParam, Plan};
 
 /// `json`: the arguments struct a JSON call is read into (its schema derived), the call of this
 /// very function with its fields, and the entry `JsonTools` finds it by. The dispatch itself is the
