@@ -11,31 +11,30 @@ use syn::{Attribute, FnArg, Ident, Pat};
 
 use crate::ast::copy_as_written;
 use crate::ast::{Kind, Param, Role, Tool};
-use crate::attr::{Args, Private, private, scoped_operation};
-use crate::plan::{Plan, VerifyArg, VerifyPlan};
+use crate::plan::{Plan, Private, VerifyArg, VerifyPlan};
 
 /// The internal local every attempt's key arrives in; invisible to the body (mixed-site hygiene).
 fn key_local() -> Ident {
     Ident::new("__idemkit_key", Span::mixed_site())
 }
 
-pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
-    let private = private(args);
-    let attrs = crate::mode::mcp::attrs(args, tool, outer_attrs(&tool.item.attrs));
+pub(crate) fn tool(tool: &Tool, plan: &Plan) -> TokenStream {
+    let private = &plan.private;
+    let attrs = plan.mode.attrs(tool, outer_attrs(&tool.item.attrs));
     let vis = &tool.item.vis;
     let mut sig = outer_signature(tool);
     let mut register = if plan.registered {
-        crate::register::registration(&private, tool, plan)
+        crate::register::registration(tool, plan)
     } else {
         TokenStream::new()
     };
-    if let Some(params) = &plan.json {
-        register.extend(crate::mode::json::entry(&private, args, tool, plan, params));
+    if let Some(json) = &plan.json {
+        register.extend(crate::mode::json::entry(tool, plan, json));
     }
-    let mut settings = settings(&private, args, &plan.name_expr);
+    let mut settings = settings(plan);
     // S28: the arguments a tool with `verify` keeps with its record, for the settler.
     let kept = Ident::new("__idemkit_kept", Span::mixed_site());
-    let keep = crate::settle::keep(&private, tool, plan, &kept);
+    let keep = crate::settle::keep(tool, plan, &kept);
     if tool.kind == Kind::SideEffect {
         // Always: a `Tool` built without it re-sends, and S20's default depends on the signature.
         let resend = plan.resend;
@@ -48,13 +47,13 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
         }
     }
     let keep = keep.map(|(statement, _)| statement);
-    let (per_attempt, attempt) = attempt(&private, tool);
+    let (per_attempt, attempt) = attempt(private, tool);
     let call = Ident::new("__idemkit_call", Span::mixed_site());
     let (ok, err) = (&plan.ok, &plan.err);
     let name = &plan.name_expr;
 
-    let checks = type_checks(&private, tool.kind, ok, err);
-    let runner = runner(&private, tool.kind, ok, err);
+    let checks = type_checks(private, tool.kind, ok, err);
+    let runner = runner(private, tool.kind, ok, err);
     let body = match tool.kind {
         Kind::SideEffect => {
             let key = key_local();
@@ -76,18 +75,18 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
             let previous = plan
                 .previous
                 .as_ref()
-                .map(|p| previous_lookup(&private, name, &hasher, &call, p));
+                .map(|p| previous_lookup(private, name, &hasher, &call, p));
             // C3: each value is borrowed at the user's span, so a non-`KeyPart` type is reported there.
-            let key_fields = plan.keys.iter().map(|k| key_field(&private, &hasher, k));
+            let key_fields = plan.keys.iter().map(|k| key_field(private, &hasher, k));
             let fingerprint = plan.fingerprint.iter().map(fingerprint_arg);
             let args_local = Ident::new("__idemkit_args", Span::mixed_site());
             let verify = plan
                 .verify
                 .as_ref()
-                .map(|v| verify_step(&private, v, &call, ok, err));
+                .map(|v| verify_step(private, v, &call, ok, err));
 
             // An MCP tool's `OperationId`: the operation the host named, refused without one.
-            let lookup = scoped_operation(&private, args, name);
+            let lookup = plan.scoped_operation(name);
             let host = tool
                 .params
                 .iter()
@@ -137,23 +136,10 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
             #call.end()
         },
     };
-    let body = match &tool.mcp {
-        None if args.rig.is_some() => {
-            let key_fields: Vec<String> = plan.keys.iter().map(|k| k.name.clone()).collect();
-            let (output, body) =
-                crate::mode::rig::serve_rig(&private, args, tool, ok, err, &key_fields, body);
-            sig = replace_output(sig, output);
-            body
-        }
-        None => body,
-        Some(_) => {
-            let key_fields: Vec<String> = plan.keys.iter().map(|k| k.name.clone()).collect();
-            let (output, body) =
-                crate::mode::mcp::serve(&private, tool, ok, err, &key_fields, body);
-            sig = replace_output(sig, output);
-            body
-        }
-    };
+    let (output, body) = plan.mode.serve(tool, plan, body);
+    if let Some(output) = output {
+        sig = replace_output(sig, output);
+    }
     quote! {
         #(#attrs)*
         #vis #sig {
@@ -464,30 +450,29 @@ fn verify_step(
 }
 
 /// `Tool::new(name)` with the knobs of the attribute.
-fn settings(private: &Private, args: &Args, name: &TokenStream) -> TokenStream {
+fn settings(plan: &Plan) -> TokenStream {
+    let (private, name, knobs) = (&plan.private, &plan.name_expr, &plan.knobs);
     let mut tool = quote!(#private::Tool::new(#name));
-    if let Some((kw, expr)) = &args.idem {
+    if let Some((kw, expr)) = &knobs.idem {
         let method = format_ident!("idem", span = kw.span());
         tool.extend(quote!(.#method(&#expr)));
     }
-    if let Some((kw, expr)) = &args.retry {
+    if let Some((kw, expr)) = &knobs.retry {
         let method = format_ident!("retry", span = kw.span());
         tool.extend(quote!(.#method(#expr)));
     }
-    if let Some((_, n)) = &args.max_attempts {
+    if let Some(n) = &knobs.max_attempts {
         tool.extend(quote!(.max_attempts(#n)));
     }
-    if let Some((_, flag)) = &args.tenant_required
-        && flag.value
-    {
+    if plan.tenant_required {
         tool.extend(quote!(.tenant_required()));
     }
     for (method, value) in [
-        ("lease", &args.lease),
-        ("ttl", &args.ttl),
-        ("in_flight_wait", &args.in_flight_wait),
+        ("lease", &knobs.lease),
+        ("ttl", &knobs.ttl),
+        ("in_flight_wait", &knobs.in_flight_wait),
     ] {
-        if let Some((_, ms)) = value {
+        if let Some(ms) = value {
             let method = format_ident!("{method}");
             let ms = ms.0;
             tool.extend(quote!(.#method(::core::time::Duration::from_millis(#ms))));

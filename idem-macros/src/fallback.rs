@@ -7,14 +7,15 @@ use quote::quote;
 use syn::FnArg;
 
 use crate::ast::Tool;
-use crate::attr::{Args, Private, private};
+use crate::attr::Args;
 use crate::expand::{fake_return, outer_attrs, written_output};
 use crate::mode::mcp::boxed_by_tool;
+use crate::plan::Private;
 
 /// The item as written, minus the injected key parameter (bound to a placeholder inside the
 /// body, so the body still type-checks): what is emitted next to the errors.
 pub(crate) fn fallback(args: &Args, tool: &Tool) -> TokenStream {
-    let private = private(args);
+    let private = Private::of(args);
     let mut attrs = outer_attrs(&tool.item.attrs);
     if let Some(mcp) = &tool.mcp {
         attrs[mcp.index] = crate::mode::mcp::written_tool_attr(tool, mcp);

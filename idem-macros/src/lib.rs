@@ -2,13 +2,15 @@
 //! `#[read_only]`. Use them through the `idemkit` facade, which re-exports them.
 //!
 //! The crate is split by stage, each using only the stages before it: parse (`attr` the
-//! attribute's arguments) → model (`ast`) → check (`check`: every error, nothing built) → lower
-//! (`lower`: the plan) → expand (`expand`), or on any error `fallback` (the item as written plus
-//! the errors, so one mistake gives one error). What is particular to one integration is in
-//! `mode`, one module each: `mode::mcp` (rmcp's `#[tool]` read from the method, its hints, the
-//! wrapper serving MCP results; `mode::classified`, the `#[classified_tools]` attribute),
-//! `mode::rig`, `mode::json`. `describe` is what a model is told a tool does; `suggest` and
-//! `ctxt` serve every stage.
+//! attribute's arguments) → model (`ast`) → check (`check`: every error, nothing built) → plan
+//! (`lower` builds the `plan::Plan` once: the `__private` path, the mode, the name, the key
+//! fields, the knobs; the arguments end there) → expand (`expand`, with `register` and `settle`,
+//! each reading the plan), or on any error `fallback` (the item as written plus the errors, so
+//! one mistake gives one error). What is particular to one integration is in `mode`, one module
+//! each, as hooks the stages call: `mode::mcp` (rmcp's `#[tool]` read from the method, its
+//! hints, its checks, the wrapper serving MCP results; `mode::classified`, the
+//! `#[classified_tools]` attribute), `mode::rig`, `mode::json`. `describe` is what a model is
+//! told a tool does; `suggest` and `ctxt` serve every stage.
 
 use proc_macro::TokenStream;
 use proc_macro2::TokenStream as TokenStream2;
@@ -485,7 +487,7 @@ fn expand(kind: Kind, args: TokenStream2, item: TokenStream2) -> TokenStream2 {
     let tool = ast::Tool::new(kind, func, mcp);
     check::check(&cx, &args, &tool);
     match cx.check() {
-        Ok(()) => expand::tool(&args, &tool, &lower::lower(&args, &tool)),
+        Ok(()) => expand::tool(&tool, &lower::lower(args, &tool)),
         Err(errors) => {
             let item = fallback::fallback(&args, &tool);
             let errors = errors.to_compile_error();

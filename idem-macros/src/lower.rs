@@ -10,10 +10,14 @@ use syn::{Ident, Type};
 use crate::ast::{self, Kind, Role, Tool};
 use crate::attr::{Args, KeyArg, KeyPath};
 use crate::mode::mcp::is_parameters;
-use crate::plan::{FingerprintArg, JsonParam, KeyField, Plan, Previous, VerifyArg, VerifyPlan};
+use crate::plan::{
+    FingerprintArg, JsonParam, JsonPlan, KeyField, Knobs, Mode, Plan, Previous, Private, VerifyArg,
+    VerifyPlan,
+};
 
-/// The plan of a tool that passed every check.
-pub(crate) fn lower(args: &Args, tool: &Tool) -> Plan {
+/// The plan of a tool that passed every check: the arguments end here.
+pub(crate) fn lower(args: Args, tool: &Tool) -> Plan {
+    let private = Private::of(&args);
     let (ok, err) = ast::result_types(&tool.item.sig.output)
         .expect("checked: the return type is `Result<T, E>` or a one-argument alias of it");
     let ok = ok.clone();
@@ -21,7 +25,6 @@ pub(crate) fn lower(args: &Args, tool: &Tool) -> Plan {
         (Some(err), _) => err.clone(),
         // `anyhow::Result<T>` and the like: the compiler names the error type.
         (None, syn::ReturnType::Type(_, ret)) => {
-            let private = crate::attr::private(args);
             syn::parse_quote_spanned!(ret.span()=> <#ret as #private::ToolResult>::Err)
         }
         (None, syn::ReturnType::Default) => unreachable!("checked: a return type"),
@@ -45,11 +48,14 @@ pub(crate) fn lower(args: &Args, tool: &Tool) -> Plan {
             None => tool.item.sig.ident.unraw().to_string(),
         },
     };
-    let json = args.json.as_ref().map(|_| json_params(tool));
+    let json = args.json.as_ref().map(|_| JsonPlan {
+        params: json_params(tool),
+        destructive: args.destructive.as_ref().map(|(_, b)| b.clone()),
+        open_world: args.open_world.as_ref().map(|(_, b)| b.clone()),
+    });
 
     let by_rig_name = args.rig.is_some() && args.name.is_none();
     let name_expr = if by_rig_name {
-        let private = crate::attr::private(args);
         quote!(<Self as #private::rig::Tool>::NAME)
     } else {
         quote!(#name)
@@ -64,7 +70,29 @@ pub(crate) fn lower(args: &Args, tool: &Tool) -> Plan {
         .filter(|_| tool.kind == Kind::SideEffect)
         .map(|(_, path)| verify_plan(tool, path));
     let tenant_required = args.tenant_required.as_ref().is_some_and(|(_, b)| b.value);
+    let mode = if tool.mcp.is_some() {
+        Mode::Mcp {
+            hints: crate::mode::mcp::derived(tool.kind, &args),
+        }
+    } else if args.rig.is_some() {
+        Mode::Rig {
+            pinned: args.name.clone(),
+        }
+    } else {
+        Mode::Plain
+    };
+    let knobs = Knobs {
+        idem: args.idem,
+        retry: args.retry,
+        max_attempts: args.max_attempts.map(|(_, n)| n),
+        lease: args.lease.map(|(_, ms)| ms),
+        ttl: args.ttl.map(|(_, ms)| ms),
+        in_flight_wait: args.in_flight_wait.map(|(_, ms)| ms),
+    };
     Plan {
+        private,
+        mode,
+        knobs,
         resend,
         verify,
         tenant_required,

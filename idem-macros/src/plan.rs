@@ -1,14 +1,23 @@
-//! The plan the expansion follows, built once by `lower` from a tool that passed every check:
-//! the tool's name, its key fields as paths at the user's spans, the arguments fingerprinted, the
-//! output and error types.
+//! The plan the expansion follows, built once by `lower` from the arguments and a tool that
+//! passed every check: where the runtime is (the `__private` path), the mode the tool is served
+//! in, the tool's name, its key fields as paths at the user's spans, the arguments fingerprinted,
+//! the output and error types, the knobs of its `Tool`. The stages after it (`expand`,
+//! `register`, `settle`, and the modes' hooks they call) read the plan, never the arguments.
 
-use proc_macro2::{Span, TokenStream};
-use syn::{Ident, Type};
+use proc_macro2::{Span, TokenStream, TokenTree};
+use quote::{ToTokens, quote};
+use syn::{Expr, Ident, LitBool, LitStr, Type};
 
-use crate::attr::Normalize;
+use crate::attr::{Args, Millis, Normalize};
 
 /// What the expansion needs, once everything checked out.
 pub(crate) struct Plan {
+    /// Where generated code reaches the runtime.
+    pub private: Private,
+    /// Who the wrapper serves: Rust callers, rmcp's router, or rig.
+    pub mode: Mode,
+    /// The knobs of the tool's `Tool::new(name)`, as the attribute wrote them.
+    pub knobs: Knobs,
     /// The tool's name (part of every key), when the macro knows it.
     pub name: String,
     /// The name as the expansion reads it: the literal, or a rig tool's `NAME` when the
@@ -23,8 +32,8 @@ pub(crate) struct Plan {
     pub fingerprint: Vec<FingerprintArg>,
     pub ok: Type,
     pub err: Type,
-    /// `json`: the parameters as the fields of its arguments struct, in order.
-    pub json: Option<Vec<JsonParam>>,
+    /// `json`: callable by name with JSON arguments.
+    pub json: Option<JsonPlan>,
     /// S20: whether an attempt whose outcome is unknown may be sent again: `resend = ...` as
     /// written, else whether the tool passes the key on: it takes the `&IdempotencyKey`, or its
     /// body sends it with `.send_idempotent()` or reads it with `current_key()` (`handed`).
@@ -35,6 +44,39 @@ pub(crate) struct Plan {
     pub tenant_required: bool,
     /// `previous = "..."`: the previous derivation.
     pub previous: Option<Previous>,
+}
+
+/// Who the wrapper serves; each mode's hooks (`mode`) are called by the stages.
+pub(crate) enum Mode {
+    /// Rust callers: the signature as written.
+    Plain,
+    /// rmcp's router (`#[tool]` on the method, `mode::mcp`): the MCP hints the classification
+    /// implies, in `mode::mcp::HINTS`'s order, `None` where it says nothing.
+    Mcp { hints: [Option<bool>; 4] },
+    /// rig (`rig` on a tool's `call`, `mode::rig`): the name pinned with `name = "..."`, which
+    /// must equal the impl's `NAME`.
+    Rig { pinned: Option<LitStr> },
+}
+
+/// The knobs of `Tool::new(name)`: the keyword as written (its span names the method) and the
+/// value.
+pub(crate) struct Knobs {
+    /// `idem = expr`: the runtime to use.
+    pub idem: Option<(Ident, Expr)>,
+    pub retry: Option<(Ident, Expr)>,
+    pub max_attempts: Option<u32>,
+    pub lease: Option<Millis>,
+    pub ttl: Option<Millis>,
+    pub in_flight_wait: Option<Millis>,
+}
+
+/// A tool marked `json` (`mode::json`).
+pub(crate) struct JsonPlan {
+    /// The parameters as the fields of its arguments struct, in order.
+    pub params: Vec<JsonParam>,
+    /// MCP's `destructiveHint` and `openWorldHint` as written, for `JsonToolsServer`.
+    pub destructive: Option<LitBool>,
+    pub open_world: Option<LitBool>,
 }
 
 /// The key derivation a tool had before its key changed (`previous = "..."`): its key fields,
@@ -100,4 +142,48 @@ pub(crate) struct FingerprintArg {
     pub span: Span,
     /// Its fields that are key fields, left out (MCP requests only, see `mode::mcp`).
     pub except: Vec<String>,
+}
+
+/// `::idemkit::__private`, or `<crate = ...>::__private`: where generated code reaches the
+/// runtime, held as separate tokens.
+///
+/// An expansion names it a dozen times. `quote!` appends single tokens to its output without a
+/// call into the compiler, but splicing a `TokenStream` in costs two (one hands over the tokens
+/// gathered so far, the other the stream): spliced as tokens, the path costs neither.
+pub(crate) struct Private(Vec<TokenTree>);
+
+impl Private {
+    /// The path for these arguments (`crate = ...`, else `::idemkit`): built once per expansion,
+    /// by `lower` into the plan, or by `fallback`.
+    pub fn of(args: &Args) -> Self {
+        let path = match &args.krate {
+            Some(path) => quote::quote!(#path::__private),
+            None => quote::quote!(::idemkit::__private),
+        };
+        Private(path.into_iter().collect())
+    }
+}
+
+impl ToTokens for Private {
+    fn to_tokens(&self, tokens: &mut TokenStream) {
+        tokens.extend(self.0.iter().cloned());
+    }
+}
+
+impl std::fmt::Display for Private {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.iter().cloned().collect::<TokenStream>().fmt(f)
+    }
+}
+
+impl Plan {
+    /// The id of the operation the host put in force, in the tool's runtime (`idem = ...`, else
+    /// the one in force), as an awaited `Result<OperationId, idemkit::Error>`.
+    pub fn scoped_operation(&self, name: &TokenStream) -> TokenStream {
+        let private = &self.private;
+        match &self.knobs.idem {
+            Some((_, expr)) => quote!(#private::Idem::scoped_operation(&#expr, #name).await),
+            None => quote!(#private::scoped_operation(#name).await),
+        }
+    }
 }

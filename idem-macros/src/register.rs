@@ -7,11 +7,11 @@ use quote::{ToTokens, quote};
 use syn::Ident;
 
 use crate::ast::{Kind, Role, Tool};
-use crate::attr::Private;
-use crate::plan::Plan;
+use crate::plan::{Plan, Private};
 
 /// Registers the tool in the registry a program can list (`idemkit::tools()`).
-pub(crate) fn registration(private: &Private, tool: &Tool, plan: &Plan) -> TokenStream {
+pub(crate) fn registration(tool: &Tool, plan: &Plan) -> TokenStream {
+    let private = &plan.private;
     let name = &plan.name;
     let kind = match tool.kind {
         Kind::SideEffect => quote!(SideEffect),
@@ -34,7 +34,7 @@ pub(crate) fn registration(private: &Private, tool: &Tool, plan: &Plan) -> Token
         Kind::ReadOnly => (false, false),
     };
     let (outcome_type, outcome_schema) = outcome_shape(private, tool, &plan.ok);
-    let settle_verify = crate::settle::registered(private, tool, plan);
+    let settle_verify = crate::settle::registered(tool, plan);
     quote! {
         #private::inventory::submit! {
             #private::ToolInfo {

@@ -8,20 +8,15 @@ use quote::quote;
 use syn::Ident;
 
 use crate::ast::{self, Kind, Role, Tool};
-use crate::attr::{Args, Private};
+use crate::attr::Args;
 use crate::ctxt::Ctxt;
-use crate::plan::{JsonParam, Plan};
+use crate::plan::{JsonPlan, Plan};
 
 /// `json`: the arguments struct a JSON call is read into (its schema derived), the call of this
 /// very function with its fields, and the entry `JsonTools` finds it by. The dispatch itself is the
 /// runtime's (`idem_runtime::json`).
-pub(crate) fn entry(
-    private: &Private,
-    args_of: &Args,
-    tool: &Tool,
-    plan: &Plan,
-    params: &[JsonParam],
-) -> TokenStream {
+pub(crate) fn entry(tool: &Tool, plan: &Plan, json: &JsonPlan) -> TokenStream {
+    let (private, params) = (&plan.private, &json.params);
     let args = Ident::new("__IdemkitJsonArgs", Span::call_site());
     let serde_crate = format!("{}::serde", private).replace(' ', "");
     let schemars_crate = format!("{}::schemars", private).replace(' ', "");
@@ -33,7 +28,7 @@ pub(crate) fn entry(
     let idents: Vec<&Ident> = from_json().map(|p| &p.ident).collect();
     let (ok, err, name) = (&plan.ok, &plan.err, &plan.name);
     // The host's operation, looked up before the call; refused (as the tool's error) without one.
-    let lookup = crate::attr::scoped_operation(private, args_of, &quote!(#name));
+    let lookup = plan.scoped_operation(&quote!(#name));
     let host = params.iter().filter(|p| p.host).map(|p| {
         let ident = &p.ident;
         quote! {
@@ -59,11 +54,11 @@ pub(crate) fn entry(
         Kind::ReadOnly => quote!(ReadOnly),
     };
     let description = crate::describe::description(&tool.item.attrs);
-    let hint = |flag: &Option<(Ident, syn::LitBool)>| match flag {
-        Some((_, b)) => quote!(::core::option::Option::Some(#b)),
+    let hint = |flag: &Option<syn::LitBool>| match flag {
+        Some(b) => quote!(::core::option::Option::Some(#b)),
         None => quote!(::core::option::Option::None),
     };
-    let (destructive, open_world) = (hint(&args_of.destructive), hint(&args_of.open_world));
+    let (destructive, open_world) = (hint(&json.destructive), hint(&json.open_world));
     quote! {
         #[derive(#private::serde::Deserialize, #private::schemars::JsonSchema)]
         #[serde(crate = #serde_crate, deny_unknown_fields)]

@@ -14,8 +14,9 @@ use syn::spanned::Spanned;
 use syn::{Attribute, Expr, Ident, LitBool, Meta, Token, Type};
 
 use crate::ast::{Func, McpTool, Tool};
-use crate::attr::{Args, Kind, Private};
+use crate::attr::{Args, Kind};
 use crate::ctxt::Ctxt;
+use crate::plan::Plan;
 
 /// The annotation hints, in rmcp's spelling (`#[tool(annotations(read_only_hint = ..))]`).
 pub(crate) const HINTS: [&str; 4] = [
@@ -178,10 +179,9 @@ pub(crate) fn boxed_by_tool(sig: &syn::Signature) -> bool {
 }
 
 /// `#[tool(..., annotations(...))]` with the derived hints (and any consistent hand-written one).
-fn tool_attr(kind: Kind, args: &Args, tool: &Tool, mcp: &McpTool) -> TokenStream {
+fn tool_attr(ours: &[Option<bool>; 4], tool: &Tool, mcp: &McpTool) -> TokenStream {
     let attr = &tool.item.attrs[mcp.index];
     let path = attr.path();
-    let ours = derived(kind, args);
     let mut entries: Vec<TokenStream> = mcp.title.iter().map(ToTokens::to_token_stream).collect();
     for (i, hint) in HINTS.iter().enumerate() {
         let written = mcp
@@ -214,22 +214,21 @@ pub(crate) fn written_tool_attr(tool: &Tool, mcp: &McpTool) -> TokenStream {
 }
 
 /// The outer attributes with `#[tool]` rewritten.
-pub(crate) fn attrs(args: &Args, tool: &Tool, attrs: Vec<TokenStream>) -> Vec<TokenStream> {
+pub(crate) fn attrs(
+    hints: &[Option<bool>; 4],
+    tool: &Tool,
+    attrs: Vec<TokenStream>,
+) -> Vec<TokenStream> {
     let Some(mcp) = &tool.mcp else { return attrs };
     let mut attrs = attrs;
-    attrs[mcp.index] = tool_attr(tool.kind, args, tool, mcp);
+    attrs[mcp.index] = tool_attr(hints, tool, mcp);
     attrs
 }
 
 /// The wrapper's return type and body in MCP mode: the result as rmcp's `CallToolResult`.
-pub(crate) fn serve(
-    private: &Private,
-    tool: &Tool,
-    ok: &Type,
-    err: &Type,
-    key_fields: &[String],
-    body: TokenStream,
-) -> (TokenStream, TokenStream) {
+pub(crate) fn serve(tool: &Tool, plan: &Plan, body: TokenStream) -> (TokenStream, TokenStream) {
+    let (private, ok, err) = (&plan.private, &plan.ok, &plan.err);
+    let key_fields: Vec<String> = plan.keys.iter().map(|k| k.name.clone()).collect();
     let output = quote!(#private::mcp::ToolOutput);
     // How the error is seen as a `std::error::Error` (anyhow's and boxed errors are not one),
     // picked where `E` is concrete; at `E`'s span, so an error type that fits none is reported there.

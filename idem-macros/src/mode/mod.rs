@@ -8,3 +8,35 @@ pub(crate) mod classified;
 pub(crate) mod json;
 pub(crate) mod mcp;
 pub(crate) mod rig;
+
+use proc_macro2::TokenStream;
+
+use crate::ast::Tool;
+use crate::plan::{Mode, Plan};
+
+/// The expand stage's hooks: what each mode changes of the wrapper.
+impl Mode {
+    /// The wrapper's outer attributes: in MCP mode, rmcp's `#[tool]` rewritten with the hints.
+    pub(crate) fn attrs(&self, tool: &Tool, attrs: Vec<TokenStream>) -> Vec<TokenStream> {
+        match self {
+            Mode::Mcp { hints } => mcp::attrs(hints, tool, attrs),
+            Mode::Plain | Mode::Rig { .. } => attrs,
+        }
+    }
+
+    /// The wrapper's body as the mode serves it, and the return type it then has (`None`: the
+    /// one written).
+    pub(crate) fn serve(
+        &self,
+        tool: &Tool,
+        plan: &Plan,
+        body: TokenStream,
+    ) -> (Option<TokenStream>, TokenStream) {
+        let (output, body) = match self {
+            Mode::Plain => return (None, body),
+            Mode::Mcp { .. } => mcp::serve(tool, plan, body),
+            Mode::Rig { pinned } => rig::serve(tool, plan, pinned.as_ref(), body),
+        };
+        (Some(output), body)
+    }
+}

@@ -5,24 +5,24 @@
 use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{Ident, Type};
+use syn::{Ident, LitStr, Type};
 
 use crate::ast::{Kind, Tool};
-use crate::attr::{Args, Private};
+use crate::attr::Args;
 use crate::ctxt::Ctxt;
+use crate::plan::Plan;
 
 /// The wrapper's return type and body in rig mode: the result as rig's
 /// `Result<ToolOutput, ToolExecutionError>`, which the impl's `type Output` and `type Error` name.
 /// A pinned `name = "..."` must equal the tool's `NAME` (checked when the impl is compiled).
-pub(crate) fn serve_rig(
-    private: &Private,
-    args: &Args,
+pub(crate) fn serve(
     tool: &Tool,
-    ok: &Type,
-    err: &Type,
-    key_fields: &[String],
+    plan: &Plan,
+    pinned: Option<&LitStr>,
     body: TokenStream,
 ) -> (TokenStream, TokenStream) {
+    let (private, ok, err) = (&plan.private, &plan.ok, &plan.err);
+    let key_fields: Vec<String> = plan.keys.iter().map(|k| k.name.clone()).collect();
     let output = match &tool.item.sig.output {
         // At the written return type, so a trait whose types are not rig's envelope is reported there.
         syn::ReturnType::Type(_, ty) => spanning(quote!(#private::rig::RigOutput), ty),
@@ -47,7 +47,7 @@ pub(crate) fn serve_rig(
             syn::ReturnType::Default => ok,
         },
     );
-    let same_name = args.name.as_ref().map(|lit| {
+    let same_name = pinned.map(|lit| {
         let message = format!(
             "idemkit: `name = {:?}` differs from the rig tool's `NAME`; the model calls the tool by `NAME`, \
              so pin that one name (or drop `name`: the key then takes `NAME`)",
