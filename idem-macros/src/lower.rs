@@ -1,7 +1,7 @@
 //! Lowering: the plan (`plan::Plan`) made from the arguments and a tool that passed every
-//! check.
+//! check; a mode's part of it comes from the mode's hooks (`mode::mcp::key_path`,
+//! `mode::mcp::derived`).
 
-use proc_macro2::TokenStream;
 use quote::{ToTokens, quote};
 use syn::ext::IdentExt;
 use syn::spanned::Spanned;
@@ -9,7 +9,6 @@ use syn::{Ident, Type};
 
 use crate::ast::{self, Kind, Role, Tool};
 use crate::attr::{Args, KeyArg, KeyPath};
-use crate::mode::mcp::is_parameters;
 use crate::plan::{
     FingerprintArg, JsonParam, JsonPlan, KeyField, Knobs, Mode, Plan, Previous, Private, VerifyArg,
     VerifyPlan,
@@ -157,7 +156,7 @@ fn key_fields(tool: &Tool, key: &KeyArg) -> (Vec<KeyField>, Vec<FingerprintArg>)
             if !whole.contains(&name) {
                 fingerprint.push(FingerprintArg {
                     name,
-                    except: fingerprint_except(tool, key, ident),
+                    except: crate::mode::mcp::fingerprint_except(tool, key, ident),
                     ident: ident.clone(),
                     span: p.arg.ty.span(),
                 });
@@ -191,45 +190,12 @@ fn resolve(tool: &Tool, path: &KeyPath, name: String) -> KeyField {
         }
         None => KeyField {
             name,
-            path: key_path(tool, &path.root, &path.fields)
+            path: crate::mode::mcp::key_path(tool, &path.root, &path.fields)
                 .unwrap_or_else(|| path.to_token_stream()),
             span: path.span,
             normalize: path.normalize,
         },
     }
-}
-
-/// `req.customer_id` for `req: Parameters<Req>` reads the request's field: `req.0.customer_id`.
-fn key_path(tool: &Tool, root: &Ident, fields: &[Ident]) -> Option<TokenStream> {
-    tool.mcp.as_ref()?;
-    if fields.is_empty() {
-        return None;
-    }
-    let param = tool.params.iter().find(|p| match &p.role {
-        Role::Named(ident) => ident == root,
-        _ => false,
-    })?;
-    if !is_parameters(&param.arg.ty) {
-        return None;
-    }
-    let zero = syn::Index {
-        index: 0,
-        span: root.span(),
-    };
-    Some(quote!(#root.#zero #(.#fields)*))
-}
-
-/// The request's fields that are key fields are left out of its fingerprint (MCP mode only, so
-/// other tools' fingerprints do not change): `req.customer_id` excludes `customer_id` from `req`.
-fn fingerprint_except(tool: &Tool, key: &KeyArg, ident: &Ident) -> Vec<String> {
-    if tool.mcp.is_none() {
-        return Vec::new();
-    }
-    key.paths
-        .iter()
-        .filter(|p| p.root == *ident && p.fields.len() == 1)
-        .map(|p| p.key_name())
-        .collect()
 }
 
 /// How the tool's verify function is called, and the signature it must have.

@@ -1,8 +1,10 @@
 //! MCP mode (rmcp's `#[tool]` on the method): its parse stage (the `#[tool(...)]` the attribute
 //! finds on the method as written, and the hints a classification implies) and its expansion
 //! (`#[tool]` rewritten with those hints and the model-facing description, the wrapper serving
-//! `CallToolResult`s, replays and refusals included). Its check hook (`check`) says what MCP mode
-//! refuses; how key paths read a request is `lower`'s.
+//! `CallToolResult`s, replays and refusals included). Its hooks, by the stage that calls them:
+//! `check` (what MCP mode refuses), `key_path` and `fingerprint_except` for the plan (how key
+//! paths read a request), `attrs` and `serve` for the expansion, `written_tool_attr` for the
+//! fallback.
 //!
 //! Attributes expand top to bottom, so ours sees the `async fn` as written with `#[tool(...)]`
 //! still on it.
@@ -13,8 +15,8 @@ use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
 use syn::{Attribute, Expr, Ident, LitBool, Meta, Token, Type};
 
-use crate::ast::{Func, McpTool, Tool};
-use crate::attr::{Args, Kind};
+use crate::ast::{Func, McpTool, Role, Tool};
+use crate::attr::{Args, KeyArg, Kind};
 use crate::ctxt::Ctxt;
 use crate::plan::Plan;
 
@@ -166,6 +168,41 @@ pub(crate) fn derived(kind: Kind, args: &Args) -> [Option<bool>; 4] {
 pub(crate) fn is_parameters(ty: &Type) -> bool {
     matches!(ty, Type::Path(p) if p.qself.is_none()
         && p.path.segments.last().is_some_and(|s| s.ident == "Parameters"))
+}
+
+// The plan stage's hooks: how key paths read a request, and what its fingerprint leaves out.
+
+/// `req.customer_id` for `req: Parameters<Req>` reads the request's field: `req.0.customer_id`.
+pub(crate) fn key_path(tool: &Tool, root: &Ident, fields: &[Ident]) -> Option<TokenStream> {
+    tool.mcp.as_ref()?;
+    if fields.is_empty() {
+        return None;
+    }
+    let param = tool.params.iter().find(|p| match &p.role {
+        Role::Named(ident) => ident == root,
+        _ => false,
+    })?;
+    if !is_parameters(&param.arg.ty) {
+        return None;
+    }
+    let zero = syn::Index {
+        index: 0,
+        span: root.span(),
+    };
+    Some(quote!(#root.#zero #(.#fields)*))
+}
+
+/// The request's fields that are key fields are left out of its fingerprint (MCP mode only, so
+/// other tools' fingerprints do not change): `req.customer_id` excludes `customer_id` from `req`.
+pub(crate) fn fingerprint_except(tool: &Tool, key: &KeyArg, ident: &Ident) -> Vec<String> {
+    if tool.mcp.is_none() {
+        return Vec::new();
+    }
+    key.paths
+        .iter()
+        .filter(|p| p.root == *ident && p.fields.len() == 1)
+        .map(|p| p.key_name())
+        .collect()
 }
 
 /// What a C5 error says when rmcp's `#[tool]` expanded first (it made the `async fn` a boxed
