@@ -381,3 +381,43 @@ fn a_ctxt_dropped_while_panicking_does_not_panic_again() {
     let _cx = crate::ctxt::Ctxt::new();
     panic!("the first panic");
 }
+
+/// JSON mode's glue: the arguments struct (without the host's `OperationId`, looked up in the
+/// tool's runtime instead), the call of the function with its fields (a `&str` lent from a
+/// `String`), and the `JsonTools` entry with the MCP hints as written.
+#[cfg(feature = "json")]
+#[test]
+fn expansion_of_a_json_tool_keyed_on_the_hosts_operation() {
+    let out = crate::expand(
+        Kind::SideEffect,
+        quote!(key = "step", json, destructive = true, idem = IDEM),
+        quote! {
+            /// Sends the customer one apology for the plan step being carried out.
+            async fn send_apology(step: OperationId, to: &str, text: String) -> anyhow::Result<String> {
+                Ok(format!("sent to {to}"))
+            }
+        },
+    );
+    let text = pretty(out);
+    assert!(!text.contains("compile_error"), "{text}");
+    insta::assert_snapshot!(text);
+}
+
+/// rig mode's glue: the wrapper serves rig's envelope, checks the impl's declared types, and a
+/// pinned name against the impl's `NAME`.
+#[cfg(feature = "rig")]
+#[test]
+fn expansion_of_a_rig_tool_with_a_pinned_name() {
+    let out = crate::expand(
+        Kind::SideEffect,
+        quote!(key = "args.order_id", rig, name = "shop.refund"),
+        quote! {
+            async fn call(&self, args: RefundArgs) -> Result<String, ShopError> {
+                self.shop.refund(&args.order_id).await
+            }
+        },
+    );
+    let text = pretty(out);
+    assert!(!text.contains("compile_error"), "{text}");
+    insta::assert_snapshot!(text);
+}
