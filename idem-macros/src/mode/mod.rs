@@ -1,8 +1,13 @@
-//! One module per integration a tool is served to, each with what only it needs from every
-//! stage: `mcp` (rmcp's `#[tool]`: its parse, its hints, the wrapper serving MCP results) and
-//! `classified` (the `#[classified_tools]` attribute, which checks an impl block of them), `rig`
-//! (the wrapper serving rig's envelope), `json` (the arguments struct and the `JsonTools` entry).
-//! Each mode's checks are its `check` hook, which the `check` stage calls.
+//! One module per integration a tool is served to, each a set of hooks the stages call, with
+//! what only it needs from every stage: `mcp` (rmcp's `#[tool]`: its parse, its hints, the
+//! wrapper serving MCP results) and `classified` (the `#[classified_tools]` attribute, which
+//! checks an impl block of them), `rig` (the wrapper serving rig's envelope), `json` (the
+//! arguments struct and the `JsonTools` entry).
+//!
+//! The hooks, by stage: check, each mode's `check` (called by `check`); plan, `mcp::derived`,
+//! `mcp::key_path`, `mcp::fingerprint_except` (called by `lower`); expand, `Mode::attrs` and
+//! `Mode::serve` below (dispatching to `mcp::attrs`, `mcp::serve`, `rig::serve`) and
+//! `json::entry` (called by `expand`, with the plan); fallback, `mcp::written_tool_attr`.
 
 pub(crate) mod classified;
 pub(crate) mod json;
