@@ -62,8 +62,9 @@ fn mcp(
         if cfg!(feature = "rmcp") && boxed_by_tool(sig) {
             // Below `#[tool]`: the router still takes this method; keep it a tool that compiles.
             let boxed = written_output(sig);
+            let output = crate::mode::mcp::output(private);
             sig.output = syn::parse_quote! {
-                -> ::core::pin::Pin<::std::boxed::Box<dyn ::core::future::Future<Output = #private::mcp::ToolOutput> + ::core::marker::Send + '_>>
+                -> ::core::pin::Pin<::std::boxed::Box<dyn ::core::future::Future<Output = #output> + ::core::marker::Send + '_>>
             };
             return quote! {
                 #[allow(unreachable_code, unused_variables, clippy::let_underscore_future)]
@@ -75,11 +76,12 @@ fn mcp(
         return quote!(#key #stmts);
     }
     let pin_output = fake_return(private, &written_output(sig));
-    sig.output = if rig {
-        syn::parse_quote!(-> #private::rig::RigOutput)
+    let output = if rig {
+        crate::mode::rig::output(private)
     } else {
-        syn::parse_quote!(-> #private::mcp::ToolOutput)
+        crate::mode::mcp::output(private)
     };
+    sig.output = syn::parse_quote!(-> #output);
     quote! {
         #[allow(unreachable_code, unused_variables, clippy::let_underscore_future)]
         let _ = async move {

@@ -18,7 +18,7 @@ use syn::{Attribute, Expr, Ident, LitBool, Meta, Token, Type};
 use crate::ast::{Func, McpTool, Role, Tool};
 use crate::attr::{Args, KeyArg, Kind};
 use crate::ctxt::Ctxt;
-use crate::plan::Plan;
+use crate::plan::{Plan, Private};
 
 /// The annotation hints, in rmcp's spelling (`#[tool(annotations(read_only_hint = ..))]`).
 pub(crate) const HINTS: [&str; 4] = [
@@ -262,11 +262,17 @@ pub(crate) fn attrs(
     attrs
 }
 
+/// The return type of a method rmcp's router serves: rmcp's tool result (the wrapper's, and the
+/// fallback's).
+pub(crate) fn output(private: &Private) -> TokenStream {
+    quote!(#private::mcp::ToolOutput)
+}
+
 /// The wrapper's return type and body in MCP mode: the result as rmcp's `CallToolResult`.
 pub(crate) fn serve(tool: &Tool, plan: &Plan, body: TokenStream) -> (TokenStream, TokenStream) {
     let (private, ok, err) = (&plan.private, &plan.ok, &plan.err);
     let key_fields: Vec<String> = plan.keys.iter().map(|k| k.name.clone()).collect();
-    let output = quote!(#private::mcp::ToolOutput);
+    let output = output(private);
     // How the error is seen as a `std::error::Error` (anyhow's and boxed errors are not one),
     // picked where `E` is concrete; at `E`'s span, so an error type that fits none is reported there.
     let as_error = Ident::new("__idemkit_as_error", Span::mixed_site());

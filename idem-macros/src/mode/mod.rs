@@ -7,7 +7,8 @@
 //! The hooks, by stage: check, each mode's `check` (called by `check`); plan, `mcp::derived`,
 //! `mcp::key_path`, `mcp::fingerprint_except` (called by `lower`); expand, `Mode::attrs` and
 //! `Mode::serve` below (dispatching to `mcp::attrs`, `mcp::serve`, `rig::serve`) and
-//! `json::entry` (called by `expand`, with the plan); fallback, `mcp::written_tool_attr`.
+//! `json::entry` (called by `expand`, with the plan); fallback, `mcp::written_tool_attr` and
+//! the served return types `mcp::output`, `rig::output` (which the modes' `serve` use too).
 
 pub(crate) mod classified;
 pub(crate) mod json;

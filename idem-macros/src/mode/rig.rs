@@ -10,7 +10,13 @@ use syn::{Ident, LitStr, Type};
 use crate::ast::{Kind, Tool};
 use crate::attr::Args;
 use crate::ctxt::Ctxt;
-use crate::plan::Plan;
+use crate::plan::{Plan, Private};
+
+/// The return type of a rig tool's `call`: rig's `Result<ToolOutput, ToolExecutionError>` (the
+/// wrapper's, and the fallback's).
+pub(crate) fn output(private: &Private) -> TokenStream {
+    quote!(#private::rig::RigOutput)
+}
 
 /// The wrapper's return type and body in rig mode: the result as rig's
 /// `Result<ToolOutput, ToolExecutionError>`, which the impl's `type Output` and `type Error` name.
@@ -25,8 +31,8 @@ pub(crate) fn serve(
     let key_fields: Vec<String> = plan.keys.iter().map(|k| k.name.clone()).collect();
     let output = match &tool.item.sig.output {
         // At the written return type, so a trait whose types are not rig's envelope is reported there.
-        syn::ReturnType::Type(_, ty) => spanning(quote!(#private::rig::RigOutput), ty),
-        syn::ReturnType::Default => quote!(#private::rig::RigOutput),
+        syn::ReturnType::Type(_, ty) => spanning(output(private), ty),
+        syn::ReturnType::Default => output(private),
     };
     let fail = Ident::new("__idemkit_fail_with", Span::mixed_site());
     let check = quote_spanned! {err.span()=>
