@@ -4,7 +4,7 @@
 //! every mistake in one attribute is reported at once and the rest still expands.
 
 use proc_macro2::{Span, TokenStream, TokenTree};
-use quote::{ToTokens, quote};
+use quote::ToTokens;
 use syn::ext::IdentExt;
 use syn::parse::{ParseStream, Parser};
 use syn::punctuated::Punctuated;
@@ -145,44 +145,6 @@ impl KeyPath {
             Some(n) => format!("{}({s})", n.name()),
             None => s,
         }
-    }
-}
-
-/// `::idemkit::__private`, or `<crate = ...>::__private`: where generated code reaches the
-/// runtime.
-pub(crate) fn private(args: &Args) -> Private {
-    let path = match &args.krate {
-        Some(path) => quote::quote!(#path::__private),
-        None => quote::quote!(::idemkit::__private),
-    };
-    Private(path.into_iter().collect())
-}
-
-/// The path to the runtime's private items, held as separate tokens.
-///
-/// An expansion names it a dozen times. `quote!` appends single tokens to its output without a
-/// call into the compiler, but splicing a `TokenStream` in costs two (one hands over the tokens
-/// gathered so far, the other the stream): spliced as tokens, the path costs neither.
-pub(crate) struct Private(Vec<TokenTree>);
-
-impl ToTokens for Private {
-    fn to_tokens(&self, tokens: &mut TokenStream) {
-        tokens.extend(self.0.iter().cloned());
-    }
-}
-
-impl std::fmt::Display for Private {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.iter().cloned().collect::<TokenStream>().fmt(f)
-    }
-}
-
-/// The id of the operation the host put in force, in the tool's runtime (`idem = ...`, else the
-/// one in force), as an awaited `Result<OperationId, idemkit::Error>`.
-pub(crate) fn scoped_operation(private: &Private, args: &Args, name: &TokenStream) -> TokenStream {
-    match &args.idem {
-        Some((_, expr)) => quote!(#private::Idem::scoped_operation(&#expr, #name).await),
-        None => quote!(#private::scoped_operation(#name).await),
     }
 }
 

@@ -1,5 +1,7 @@
-//! Every semantic check (C1, C2, C4–C7, C9 of the contract, and MCP mode's), apart from code
-//! generation: each failure is recorded in the `Ctxt`; nothing is built here (that is `lower`).
+//! Every semantic check (C1, C2, C4–C7, C9 of the contract), apart from code generation: each
+//! failure is recorded in the `Ctxt`; nothing is built here (that is `lower`). What a mode refuses
+//! is its own check hook (`mode::mcp::check`, `mode::json::check`, `mode::rig::check`), called
+//! from here in a fixed order.
 //!
 //! C3 (a key field that is not `KeyPart`), C8 (the error or output type lacks a trait), C10 (a
 //! `verify` function whose signature does not fit) and a misspelt field inside a struct
@@ -17,7 +19,7 @@ use syn::{Ident, Type};
 use crate::ast::{self, Kind, Role, Tool};
 use crate::attr::{Args, KeyPath};
 use crate::ctxt::Ctxt;
-use crate::mode::mcp::{HINTS, boxed_by_tool, derived};
+use crate::mode::mcp::boxed_by_tool;
 use crate::suggest::closest;
 
 /// Runs every check, recording each failure in `cx`.
@@ -29,11 +31,11 @@ pub(crate) fn check(cx: &Ctxt, args: &Args, tool: &Tool) {
         return;
     }
     arguments(cx, args, tool.kind);
-    mcp(cx, args, tool);
+    crate::mode::mcp::check(cx, args, tool);
     signature(cx, tool);
     output(cx, tool);
-    json(cx, args, tool);
-    rig(cx, args, tool);
+    crate::mode::json::check(cx, args, tool);
+    crate::mode::rig::check(cx, args, tool);
     if tool.kind == Kind::SideEffect {
         crate::minted::check(cx, &tool.item.body);
         if let Some(key) = &args.key {
@@ -162,160 +164,6 @@ fn arguments(cx: &Ctxt, args: &Args, kind: Kind) {
                 );
             }
         }
-    }
-}
-
-/// `json`: the feature is on, and every argument can be read from a JSON object by name into a
-/// free function's call (checked only when asked for: other tools keep any signature).
-fn json(cx: &Ctxt, args: &Args, tool: &Tool) {
-    let Some(flag) = &args.json else { return };
-    if !cfg!(feature = "json") {
-        cx.error(
-            flag.span(),
-            "`json` needs idemkit's `json` feature: `idemkit = { version = \"...\", features = [\"json\"] }`",
-        );
-        return;
-    }
-    if let Some(r) = &tool.receiver {
-        cx.error_spanned(
-            r,
-            "a tool called from JSON (`json`) is a free `async fn`: the dispatcher calls it by name and has no `self` \
-             to call a method on; make it a free function that reaches its client another way (a static, or \
-             `idem = ...` for the runtime), or remove `json`",
-        );
-    }
-    let generics = &tool.item.sig.generics;
-    if let Some(param) = generics
-        .params
-        .iter()
-        .find(|p| !matches!(p, syn::GenericParam::Lifetime(_)))
-    {
-        cx.error_spanned(
-            param,
-            "a tool called from JSON (`json`) cannot be generic: the dispatcher must know the one type each argument \
-             is read into; make the parameter a concrete type, or remove `json`",
-        );
-    }
-    for p in &tool.params {
-        match &p.role {
-            Role::InjectedKey => {}
-            Role::Pattern { .. } => cx.error_spanned(
-                &p.arg.pat,
-                "a tool called from JSON (`json`) takes each argument by name: the JSON object's properties are the \
-                 parameters' names; name this parameter (e.g. `req: ChargeReq`) and key on its fields (`req.customer_id`)",
-            ),
-            Role::Named(ident) => {
-                if let ast::JsonField::No(why) = ast::json_field(&p.arg.ty) {
-                    cx.error_spanned(
-                        &p.arg.ty,
-                        format!("`{ident}` cannot come from a JSON call (`json`): {why}; or remove `json`"),
-                    );
-                }
-            }
-        }
-    }
-}
-
-/// rig mode: the feature is on, and the attribute is on a method (a tool impl's `call`) that is
-/// not also an MCP tool or a JSON-registered function.
-fn rig(cx: &Ctxt, args: &Args, tool: &Tool) {
-    let Some(flag) = &args.rig else { return };
-    if !cfg!(feature = "rig") {
-        cx.error(
-            flag.span(),
-            "`rig` needs idemkit's `rig` feature: `idemkit = { version = \"...\", features = [\"rig\"] }`",
-        );
-        return;
-    }
-    if tool.receiver.is_none() {
-        cx.error(
-            flag.span(),
-            "`rig` goes on the `call` method of a rig tool: `impl PortableTool for Charge { ... async fn call(&self, \
-             args: ChargeArgs) -> Result<T, E> }`; this function has no `self`",
-        );
-    }
-    if tool.mcp.is_some() {
-        cx.error(
-            flag.span(),
-            "`rig` and rmcp's `#[tool]` on one method: a method serves either rig or MCP; remove one",
-        );
-    }
-    if let Some(json) = &args.json {
-        cx.error(
-            json.span(),
-            "`json` registers a free function for `JsonTools`; a rig tool is declared to rig by its own impl: remove `json`",
-        );
-    }
-}
-
-/// MCP mode: the knobs that need it, and hand-written hints that contradict the attribute.
-fn mcp(cx: &Ctxt, args: &Args, tool: &Tool) {
-    for (ident, _) in [&args.destructive, &args.open_world].into_iter().flatten() {
-        // A `json` tool is served to MCP by `idemkit::mcp::JsonToolsServer`, with these hints.
-        if tool.mcp.is_none() && args.json.is_none() {
-            let hint = if ident == "destructive" {
-                "destructiveHint"
-            } else {
-                "openWorldHint"
-            };
-            cx.error(
-                ident.span(),
-                format!(
-                    "`{ident}` sets an MCP tool's `{hint}`: it applies with rmcp's `#[tool]` written below this \
-                     attribute, or with `json` (served by `idemkit::mcp::JsonToolsServer`); remove it"
-                ),
-            );
-        } else if tool.kind == Kind::ReadOnly && ident == "destructive" {
-            cx.error(
-                ident.span(),
-                "`destructive` does not apply to #[read_only]: a read-only tool changes nothing; remove it",
-            );
-        }
-    }
-    let Some(mcp) = &tool.mcp else { return };
-    let ours = derived(tool.kind, args);
-    let attribute = tool.kind.attribute();
-    for (name, value, tokens) in &mcp.hints {
-        let Some(i) = HINTS.iter().position(|h| h == name) else {
-            continue;
-        };
-        let why = match (tool.kind, i, ours[i]) {
-            (_, _, Some(ours)) if ours == *value => continue,
-            (Kind::SideEffect, 0, _) => {
-                "a side-effect tool acts on the world (`readOnlyHint: false`); mark it #[read_only] if it only reads"
-                    .to_owned()
-            }
-            (Kind::SideEffect, 2, _) => {
-                "a repeat with the same arguments returns the recorded outcome and does not act again, so the tool \
-                 is idempotent (`idempotentHint: true`)"
-                    .to_owned()
-            }
-            (Kind::SideEffect, _, Some(ours)) => {
-                let arg = if i == 1 { "destructive" } else { "open_world" };
-                format!(
-                    "the attribute says `{arg} = {ours}`; set it in one place, `#[side_effect({arg} = ...)]`"
-                )
-            }
-            (Kind::ReadOnly, 0, _) => {
-                "a read-only tool changes nothing (`readOnlyHint: true`); use #[side_effect(key = ...)] if it acts on the world"
-                    .to_owned()
-            }
-            (Kind::ReadOnly, 1, _) if *value => "a read-only tool destroys nothing".to_owned(),
-            (Kind::ReadOnly, 2, _) if !*value => {
-                "reading again changes nothing, so a read-only tool is idempotent".to_owned()
-            }
-            (Kind::ReadOnly, 3, Some(ours)) => {
-                format!("the attribute says `open_world = {ours}`; set it in one place, `#[read_only(open_world = ...)]`")
-            }
-            _ => continue,
-        };
-        cx.error_spanned(
-            tokens,
-            format!(
-                "`{name} = {value}` contradicts {attribute}: {why}. idemkit derives the tool's annotations from its \
-                 attribute; remove this hint"
-            ),
-        );
     }
 }
 

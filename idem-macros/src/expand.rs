@@ -11,31 +11,30 @@ use syn::{Attribute, FnArg, Ident, Pat};
 
 use crate::ast::copy_as_written;
 use crate::ast::{Kind, Param, Role, Tool};
-use crate::attr::{Args, Private, private, scoped_operation};
-use crate::lower::{Plan, VerifyArg, VerifyPlan};
+use crate::plan::{Plan, Private, VerifyArg, VerifyPlan};
 
 /// The internal local every attempt's key arrives in; invisible to the body (mixed-site hygiene).
 fn key_local() -> Ident {
     Ident::new("__idemkit_key", Span::mixed_site())
 }
 
-pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
-    let private = private(args);
-    let attrs = crate::mode::mcp::attrs(args, tool, outer_attrs(&tool.item.attrs));
+pub(crate) fn tool(tool: &Tool, plan: &Plan) -> TokenStream {
+    let private = &plan.private;
+    let attrs = plan.mode.attrs(tool, outer_attrs(&tool.item.attrs));
     let vis = &tool.item.vis;
     let mut sig = outer_signature(tool);
     let mut register = if plan.registered {
-        registration(&private, tool, plan)
+        crate::register::registration(tool, plan)
     } else {
         TokenStream::new()
     };
-    if let Some(params) = &plan.json {
-        register.extend(crate::mode::json::entry(&private, args, tool, plan, params));
+    if let Some(json) = &plan.json {
+        register.extend(crate::mode::json::entry(tool, plan, json));
     }
-    let mut settings = settings(&private, args, &plan.name_expr);
+    let mut settings = settings(plan);
     // S28: the arguments a tool with `verify` keeps with its record, for the settler.
     let kept = Ident::new("__idemkit_kept", Span::mixed_site());
-    let keep = crate::settle::keep(&private, tool, plan, &kept);
+    let keep = crate::settle::keep(tool, plan, &kept);
     if tool.kind == Kind::SideEffect {
         // Always: a `Tool` built without it re-sends, and S20's default depends on the signature.
         let resend = plan.resend;
@@ -48,13 +47,13 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
         }
     }
     let keep = keep.map(|(statement, _)| statement);
-    let (per_attempt, attempt) = attempt(&private, tool);
+    let (per_attempt, attempt) = attempt(private, tool);
     let call = Ident::new("__idemkit_call", Span::mixed_site());
     let (ok, err) = (&plan.ok, &plan.err);
     let name = &plan.name_expr;
 
-    let checks = type_checks(&private, tool.kind, ok, err);
-    let runner = runner(&private, tool.kind, ok, err);
+    let checks = type_checks(private, tool.kind, ok, err);
+    let runner = runner(private, tool.kind, ok, err);
     let body = match tool.kind {
         Kind::SideEffect => {
             let key = key_local();
@@ -76,18 +75,18 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
             let previous = plan
                 .previous
                 .as_ref()
-                .map(|p| previous_lookup(&private, name, &hasher, &call, p));
+                .map(|p| previous_lookup(private, name, &hasher, &call, p));
             // C3: each value is borrowed at the user's span, so a non-`KeyPart` type is reported there.
-            let key_fields = plan.keys.iter().map(|k| key_field(&private, &hasher, k));
+            let key_fields = plan.keys.iter().map(|k| key_field(private, &hasher, k));
             let fingerprint = plan.fingerprint.iter().map(fingerprint_arg);
             let args_local = Ident::new("__idemkit_args", Span::mixed_site());
             let verify = plan
                 .verify
                 .as_ref()
-                .map(|v| verify_step(&private, v, &call, ok, err));
+                .map(|v| verify_step(private, v, &call, ok, err));
 
             // An MCP tool's `OperationId`: the operation the host named, refused without one.
-            let lookup = scoped_operation(&private, args, name);
+            let lookup = plan.scoped_operation(name);
             let host = tool
                 .params
                 .iter()
@@ -137,23 +136,10 @@ pub(crate) fn tool(args: &Args, tool: &Tool, plan: &Plan) -> TokenStream {
             #call.end()
         },
     };
-    let body = match &tool.mcp {
-        None if args.rig.is_some() => {
-            let key_fields: Vec<String> = plan.keys.iter().map(|k| k.name.clone()).collect();
-            let (output, body) =
-                crate::mode::rig::serve_rig(&private, args, tool, ok, err, &key_fields, body);
-            sig = replace_output(sig, output);
-            body
-        }
-        None => body,
-        Some(_) => {
-            let key_fields: Vec<String> = plan.keys.iter().map(|k| k.name.clone()).collect();
-            let (output, body) =
-                crate::mode::mcp::serve(&private, tool, ok, err, &key_fields, body);
-            sig = replace_output(sig, output);
-            body
-        }
-    };
+    let (output, body) = plan.mode.serve(tool, plan, body);
+    if let Some(output) = output {
+        sig = replace_output(sig, output);
+    }
     quote! {
         #(#attrs)*
         #vis #sig {
@@ -170,7 +156,7 @@ fn previous_lookup(
     name: &TokenStream,
     hasher: &Ident,
     call: &Ident,
-    previous: &crate::lower::Previous,
+    previous: &crate::plan::Previous,
 ) -> TokenStream {
     let n_fields = previous.keys.len();
     let local = Ident::new("__idemkit_previous_key", Span::mixed_site());
@@ -190,7 +176,7 @@ fn previous_lookup(
 }
 
 /// One key field hashed: borrowed at the user's span (C3), normalised first where asked.
-fn key_field(private: &Private, hasher: &Ident, k: &crate::lower::KeyField) -> TokenStream {
+fn key_field(private: &Private, hasher: &Ident, k: &crate::plan::KeyField) -> TokenStream {
     let (field, path) = (&k.name, &k.path);
     let value = match k.normalize {
         None => quote_spanned!(k.span=> &#path),
@@ -203,7 +189,7 @@ fn key_field(private: &Private, hasher: &Ident, k: &crate::lower::KeyField) -> T
 }
 
 /// One fingerprinted argument: `.arg(name, &value)`, without its key fields where it has some.
-fn fingerprint_arg(f: &crate::lower::FingerprintArg) -> TokenStream {
+fn fingerprint_arg(f: &crate::plan::FingerprintArg) -> TokenStream {
     let (arg, ident) = (&f.name, &f.ident);
     let value = quote_spanned!(f.span=> &#ident);
     match f.except.as_slice() {
@@ -464,167 +450,35 @@ fn verify_step(
 }
 
 /// `Tool::new(name)` with the knobs of the attribute.
-fn settings(private: &Private, args: &Args, name: &TokenStream) -> TokenStream {
+fn settings(plan: &Plan) -> TokenStream {
+    let (private, name, knobs) = (&plan.private, &plan.name_expr, &plan.knobs);
     let mut tool = quote!(#private::Tool::new(#name));
-    if let Some((kw, expr)) = &args.idem {
+    if let Some((kw, expr)) = &knobs.idem {
         let method = format_ident!("idem", span = kw.span());
         tool.extend(quote!(.#method(&#expr)));
     }
-    if let Some((kw, expr)) = &args.retry {
+    if let Some((kw, expr)) = &knobs.retry {
         let method = format_ident!("retry", span = kw.span());
         tool.extend(quote!(.#method(#expr)));
     }
-    if let Some((_, n)) = &args.max_attempts {
+    if let Some(n) = &knobs.max_attempts {
         tool.extend(quote!(.max_attempts(#n)));
     }
-    if let Some((_, flag)) = &args.tenant_required
-        && flag.value
-    {
+    if plan.tenant_required {
         tool.extend(quote!(.tenant_required()));
     }
     for (method, value) in [
-        ("lease", &args.lease),
-        ("ttl", &args.ttl),
-        ("in_flight_wait", &args.in_flight_wait),
+        ("lease", &knobs.lease),
+        ("ttl", &knobs.ttl),
+        ("in_flight_wait", &knobs.in_flight_wait),
     ] {
-        if let Some((_, ms)) = value {
+        if let Some(ms) = value {
             let method = format_ident!("{method}");
             let ms = ms.0;
             tool.extend(quote!(.#method(::core::time::Duration::from_millis(#ms))));
         }
     }
     tool
-}
-
-/// Registers the tool in the registry a program can list (`idemkit::tools()`).
-fn registration(private: &Private, tool: &Tool, plan: &Plan) -> TokenStream {
-    let name = &plan.name;
-    let kind = match tool.kind {
-        Kind::SideEffect => quote!(SideEffect),
-        Kind::ReadOnly => quote!(ReadOnly),
-    };
-    let key_fields = plan.keys.iter().map(|k| &k.name);
-    let key_types = plan.keys.iter().map(|k| key_type(private, tool, k));
-    let previous = plan.previous.as_ref().map_or(&[][..], |p| &p.keys[..]);
-    let previous_fields = previous.iter().map(|k| &k.name);
-    let previous_types = previous.iter().map(|k| key_type(private, tool, k));
-    let description = crate::describe::description(&tool.item.attrs);
-    let tenant_required = plan.tenant_required;
-    let operation_scoped = tool.kind == Kind::SideEffect
-        && tool
-            .params
-            .iter()
-            .any(|p| matches!(p.role, Role::Named(_)) && crate::ast::is_operation_type(&p.arg.ty));
-    let (resend, verify) = match tool.kind {
-        Kind::SideEffect => (plan.resend, plan.verify.is_some()),
-        Kind::ReadOnly => (false, false),
-    };
-    let (outcome_type, outcome_schema) = outcome_shape(private, tool, &plan.ok);
-    let settle_verify = crate::settle::registered(private, tool, plan);
-    quote! {
-        #private::inventory::submit! {
-            #private::ToolInfo {
-                name: #name,
-                kind: #private::ToolKind::#kind,
-                key_fields: &[#(#key_fields),*],
-                key_types: &[#(#key_types),*],
-                previous_fields: &[#(#previous_fields),*],
-                previous_types: &[#(#previous_types),*],
-                tenant_required: #tenant_required,
-                operation_scoped: #operation_scoped,
-                resend: #resend,
-                verify: #verify,
-                settle_verify: #settle_verify,
-                outcome_type: #outcome_type,
-                outcome_schema: #outcome_schema,
-                description: #description,
-                module_path: ::core::module_path!(),
-                file: ::core::file!(),
-                line: ::core::line!(),
-            }
-        }
-    }
-}
-
-/// A key field's type name, for the manifest (`idemkit::tools_manifest`): a function that names
-/// it through the compiler (`type_name` of the field read from the parameter's type), or `"?"`
-/// where the registration, a `static`, cannot name the parameter's type (it mentions the
-/// function's generics, a named lifetime, `Self` or `impl Trait`; a destructured binding, `self`).
-fn key_type(private: &Private, tool: &Tool, field: &crate::lower::KeyField) -> TokenStream {
-    let unknown = quote!((|| "?") as fn() -> &'static str);
-    if field.normalize.is_some() {
-        return quote!((|| "str") as fn() -> &'static str);
-    }
-    let mut tokens = field.path.clone().into_iter();
-    let Some(proc_macro2::TokenTree::Ident(root)) = tokens.next() else {
-        return unknown;
-    };
-    let rest: TokenStream = tokens.collect();
-    let Some(param) = tool
-        .params
-        .iter()
-        .find(|p| matches!(&p.role, Role::Named(i) if *i == root))
-    else {
-        return unknown;
-    };
-    if !crate::ast::nameable_in_static(&param.arg.ty, &tool.item.sig.generics) {
-        return unknown;
-    }
-    let ty = &param.arg.ty;
-    let v = Ident::new("__idemkit_v", Span::mixed_site());
-    // `(*v).field`: a field that does not exist is the same error as the key's own (the
-    // same type and span), which rustc reports once.
-    let read = if rest.is_empty() {
-        quote!(#v)
-    } else {
-        quote!(&(*#v) #rest)
-    };
-    quote!((|| #private::key_type::<#ty, _>(|#v| #read)) as fn() -> &'static str)
-}
-
-/// The outcome type's name and its JSON Schema (where it has one), for the lock
-/// (`idemkit::lock`): functions that name `T` through the compiler, or `"?"` and no schema where
-/// the registration cannot name it (it mentions the function's generics, `Self`, a named
-/// lifetime). The schema is picked by autoref specialisation: `T: JsonSchema` with idemkit's
-/// `json` feature, else none.
-fn outcome_shape(private: &Private, tool: &Tool, ok: &syn::Type) -> (TokenStream, TokenStream) {
-    if !crate::ast::nameable_in_static(ok, &tool.item.sig.generics) {
-        return (
-            quote!((|| "?") as fn() -> &'static str),
-            quote!((|| ::core::option::Option::None) as fn() -> ::core::option::Option<#private::serde_json::Value>),
-        );
-    }
-    let ok = strip_spans(ok);
-    (
-        quote!((|| ::core::any::type_name::<#ok>()) as fn() -> &'static str),
-        quote!((|| {
-            #[allow(unused_imports)]
-            use #private::{OutcomeSchema as _, OutcomeNoSchema as _};
-            (&#private::OutcomeProbe::<#ok>::new()).outcome_schema()
-        }) as fn() -> ::core::option::Option<#private::serde_json::Value>),
-    )
-}
-
-/// `ty` re-spanned at the call site, so that nothing the registration does with it is reported
-/// at the user's type (the checks of C8 report there, once).
-fn strip_spans(ty: &syn::Type) -> TokenStream {
-    fn respan(tokens: TokenStream) -> TokenStream {
-        tokens
-            .into_iter()
-            .map(|tt| match tt {
-                proc_macro2::TokenTree::Group(g) => {
-                    let mut group = proc_macro2::Group::new(g.delimiter(), respan(g.stream()));
-                    group.set_span(Span::call_site());
-                    proc_macro2::TokenTree::Group(group)
-                }
-                mut tt => {
-                    tt.set_span(Span::call_site());
-                    tt
-                }
-            })
-            .collect()
-    }
-    respan(ty.to_token_stream())
 }
 
 /// C8: `T` and `E` named at the user's spans, so an unmet bound is reported there, once, with

@@ -7,14 +7,15 @@ use quote::quote;
 use syn::FnArg;
 
 use crate::ast::Tool;
-use crate::attr::{Args, Private, private};
+use crate::attr::Args;
 use crate::expand::{fake_return, outer_attrs, written_output};
 use crate::mode::mcp::boxed_by_tool;
+use crate::plan::Private;
 
 /// The item as written, minus the injected key parameter (bound to a placeholder inside the
 /// body, so the body still type-checks): what is emitted next to the errors.
 pub(crate) fn fallback(args: &Args, tool: &Tool) -> TokenStream {
-    let private = private(args);
+    let private = Private::of(args);
     let mut attrs = outer_attrs(&tool.item.attrs);
     if let Some(mcp) = &tool.mcp {
         attrs[mcp.index] = crate::mode::mcp::written_tool_attr(tool, mcp);
@@ -61,8 +62,9 @@ fn mcp(
         if cfg!(feature = "rmcp") && boxed_by_tool(sig) {
             // Below `#[tool]`: the router still takes this method; keep it a tool that compiles.
             let boxed = written_output(sig);
+            let output = crate::mode::mcp::output(private);
             sig.output = syn::parse_quote! {
-                -> ::core::pin::Pin<::std::boxed::Box<dyn ::core::future::Future<Output = #private::mcp::ToolOutput> + ::core::marker::Send + '_>>
+                -> ::core::pin::Pin<::std::boxed::Box<dyn ::core::future::Future<Output = #output> + ::core::marker::Send + '_>>
             };
             return quote! {
                 #[allow(unreachable_code, unused_variables, clippy::let_underscore_future)]
@@ -74,11 +76,12 @@ fn mcp(
         return quote!(#key #stmts);
     }
     let pin_output = fake_return(private, &written_output(sig));
-    sig.output = if rig {
-        syn::parse_quote!(-> #private::rig::RigOutput)
+    let output = if rig {
+        crate::mode::rig::output(private)
     } else {
-        syn::parse_quote!(-> #private::mcp::ToolOutput)
+        crate::mode::mcp::output(private)
     };
+    sig.output = syn::parse_quote!(-> #output);
     quote! {
         #[allow(unreachable_code, unused_variables, clippy::let_underscore_future)]
         let _ = async move {

@@ -2,13 +2,15 @@
 //! `#[read_only]`. Use them through the `idemkit` facade, which re-exports them.
 //!
 //! The crate is split by stage, each using only the stages before it: parse (`attr` the
-//! attribute's arguments) → model (`ast`) → check (`check`: every error, nothing built) → lower
-//! (`lower`: the plan) → expand (`expand`), or on any error `fallback` (the item as written plus
-//! the errors, so one mistake gives one error). What is particular to one integration is in
-//! `mode`, one module each: `mode::mcp` (rmcp's `#[tool]` read from the method, its hints, the
-//! wrapper serving MCP results), `mode::rig`, `mode::json`. `describe` is what a model is told
-//! a tool does; `suggest` and `ctxt` serve every stage; `classified` is the
-//! `#[classified_tools]` attribute.
+//! attribute's arguments) → model (`ast`) → check (`check`: every error, nothing built) → plan
+//! (`lower` builds the `plan::Plan` once: the `__private` path, the mode, the name, the key
+//! fields, the knobs; the arguments end there) → expand (`expand`, with `register` and `settle`,
+//! each reading the plan), or on any error `fallback` (the item as written plus the errors, so
+//! one mistake gives one error). What is particular to one integration is in `mode`, one module
+//! each, as hooks the stages call: `mode::mcp` (rmcp's `#[tool]` read from the method, its
+//! hints, its checks, the wrapper serving MCP results; `mode::classified`, the
+//! `#[classified_tools]` attribute), `mode::rig`, `mode::json`. `describe` is what a model is
+//! told a tool does; `suggest` and `ctxt` serve every stage.
 
 use proc_macro::TokenStream;
 use proc_macro2::TokenStream as TokenStream2;
@@ -17,7 +19,6 @@ mod ast;
 mod attr;
 mod calls;
 mod check;
-mod classified;
 mod ctxt;
 mod describe;
 mod expand;
@@ -26,6 +27,8 @@ mod handed;
 mod lower;
 mod minted;
 mod mode;
+mod plan;
+mod register;
 mod settle;
 mod suggest;
 
@@ -458,13 +461,13 @@ pub fn read_only(args: TokenStream, item: TokenStream) -> TokenStream {
 #[cfg(feature = "rmcp")]
 #[proc_macro_attribute]
 pub fn classified_tools(args: TokenStream, item: TokenStream) -> TokenStream {
-    classified::classified_tools(args.into(), item.into()).into()
+    mode::classified::classified_tools(args.into(), item.into()).into()
 }
 
 /// The whole expansion of one attribute: parse → model → check → lower → expand, or, on any
 /// error, the item as written plus every error.
 fn expand(kind: Kind, args: TokenStream2, item: TokenStream2) -> TokenStream2 {
-    let cx = ctxt::Ctxt::default();
+    let cx = ctxt::Ctxt::new();
     let args = attr::parse(&cx, args);
     let func: ast::Func = match syn::parse2(item.clone()) {
         Ok(func) => func,
@@ -476,16 +479,16 @@ fn expand(kind: Kind, args: TokenStream2, item: TokenStream2) -> TokenStream2 {
                     kind.attribute()
                 ),
             ));
-            let errors = cx.finish().map(|e| e.to_compile_error());
+            let errors = cx.check().err().map(|e| e.to_compile_error());
             return quote::quote!(#item #errors);
         }
     };
     let mcp = mode::mcp::find(&cx, kind, &func);
     let tool = ast::Tool::new(kind, func, mcp);
     check::check(&cx, &args, &tool);
-    match cx.finish() {
-        None => expand::tool(&args, &tool, &lower::lower(&args, &tool)),
-        Some(errors) => {
+    match cx.check() {
+        Ok(()) => expand::tool(&tool, &lower::lower(args, &tool)),
+        Err(errors) => {
             let item = fallback::fallback(&args, &tool);
             let errors = errors.to_compile_error();
             quote::quote!(#item #errors)

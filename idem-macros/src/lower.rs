@@ -1,114 +1,22 @@
-//! Lowering: the plan the expansion follows (the tool's name, its key fields as paths at the
-//! user's spans, the arguments fingerprinted, the output and error types), made from a tool
-//! that passed every check.
+//! Lowering: the plan (`plan::Plan`) made from the arguments and a tool that passed every
+//! check; a mode's part of it comes from the mode's hooks (`mode::mcp::key_path`,
+//! `mode::mcp::derived`).
 
-use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, quote};
 use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{Ident, Type};
 
 use crate::ast::{self, Kind, Role, Tool};
-use crate::attr::{Args, KeyArg, KeyPath, Normalize};
-use crate::mode::mcp::is_parameters;
+use crate::attr::{Args, KeyArg, KeyPath};
+use crate::plan::{
+    FingerprintArg, JsonParam, JsonPlan, KeyField, Knobs, Mode, Plan, Previous, Private, VerifyArg,
+    VerifyPlan,
+};
 
-/// What the expansion needs, once everything checked out.
-pub(crate) struct Plan {
-    /// The tool's name (part of every key), when the macro knows it.
-    pub name: String,
-    /// The name as the expansion reads it: the literal, or a rig tool's `NAME` when the
-    /// attribute does not pin one (the macro cannot see the impl's constant).
-    pub name_expr: TokenStream,
-    /// Whether the tool is listed in the registry (`idemkit::tools()`): every tool whose name
-    /// is a literal, so not a rig tool named by its `NAME` alone.
-    pub registered: bool,
-    pub keys: Vec<KeyField>,
-    /// The arguments fingerprinted: every parameter or binding that is not a whole key field,
-    /// sorted by name.
-    pub fingerprint: Vec<FingerprintArg>,
-    pub ok: Type,
-    pub err: Type,
-    /// `json`: the parameters as the fields of its arguments struct, in order.
-    pub json: Option<Vec<JsonParam>>,
-    /// S20: whether an attempt whose outcome is unknown may be sent again: `resend = ...` as
-    /// written, else whether the tool passes the key on: it takes the `&IdempotencyKey`, or its
-    /// body sends it with `.send_idempotent()` or reads it with `current_key()` (`handed`).
-    pub resend: bool,
-    /// `verify = path` (S19).
-    pub verify: Option<VerifyPlan>,
-    /// `tenant_required = true` (S18).
-    pub tenant_required: bool,
-    /// `previous = "..."`: the previous derivation.
-    pub previous: Option<Previous>,
-}
-
-/// The key derivation a tool had before its key changed (`previous = "..."`): its key fields,
-/// and the arguments it fingerprinted (every one that is not one of its whole key fields).
-pub(crate) struct Previous {
-    pub keys: Vec<KeyField>,
-    pub fingerprint: Vec<FingerprintArg>,
-}
-
-/// How the verify function is called: with the tool's parameters, in order.
-pub(crate) struct VerifyPlan {
-    pub path: syn::ExprPath,
-    /// The types the tool's parameters have, in order (`self` first): the signature the function
-    /// must have. The key's borrow is left to inference (the key is lent per attempt), and an
-    /// `impl Trait` type is `_`.
-    pub types: Vec<TokenStream>,
-    /// What each parameter is called with.
-    pub args: Vec<VerifyArg>,
-    /// C10's message: the signature to write.
-    pub signature: String,
-}
-
-/// One argument of the verify call.
-pub(crate) enum VerifyArg {
-    /// `self`.
-    Receiver,
-    /// The attempt's key, lent.
-    Key,
-    /// A parameter: copied when `Copy` as written, else cloned per attempt (at its type's span).
-    Param {
-        ident: Ident,
-        copy: bool,
-        span: Span,
-    },
-}
-
-/// A parameter read from a JSON call.
-pub(crate) struct JsonParam {
-    pub ident: Ident,
-    /// The type its arguments struct holds, at the user's span.
-    pub held: Type,
-    /// Lent to the call (`&held`), or moved.
-    pub lent: bool,
-    /// An `OperationId` of a side-effect tool: not read from JSON, but the id of the operation
-    /// the host put in force (`idemkit::operation_scope`).
-    pub host: bool,
-}
-
-pub(crate) struct KeyField {
-    /// Its name in the key: the last segment of its path.
-    pub name: String,
-    /// The path, as tokens at the user's spans.
-    pub path: TokenStream,
-    /// Where a type error about it points.
-    pub span: Span,
-    /// Normalised first (`nfc(name)`), or byte-exact.
-    pub normalize: Option<Normalize>,
-}
-
-pub(crate) struct FingerprintArg {
-    pub name: String,
-    pub ident: Ident,
-    pub span: Span,
-    /// Its fields that are key fields, left out (MCP requests only, see `mode::mcp`).
-    pub except: Vec<String>,
-}
-
-/// The plan of a tool that passed every check.
-pub(crate) fn lower(args: &Args, tool: &Tool) -> Plan {
+/// The plan of a tool that passed every check: the arguments end here.
+pub(crate) fn lower(args: Args, tool: &Tool) -> Plan {
+    let private = Private::of(&args);
     let (ok, err) = ast::result_types(&tool.item.sig.output)
         .expect("checked: the return type is `Result<T, E>` or a one-argument alias of it");
     let ok = ok.clone();
@@ -116,7 +24,6 @@ pub(crate) fn lower(args: &Args, tool: &Tool) -> Plan {
         (Some(err), _) => err.clone(),
         // `anyhow::Result<T>` and the like: the compiler names the error type.
         (None, syn::ReturnType::Type(_, ret)) => {
-            let private = crate::attr::private(args);
             syn::parse_quote_spanned!(ret.span()=> <#ret as #private::ToolResult>::Err)
         }
         (None, syn::ReturnType::Default) => unreachable!("checked: a return type"),
@@ -140,11 +47,14 @@ pub(crate) fn lower(args: &Args, tool: &Tool) -> Plan {
             None => tool.item.sig.ident.unraw().to_string(),
         },
     };
-    let json = args.json.as_ref().map(|_| json_params(tool));
+    let json = args.json.as_ref().map(|_| JsonPlan {
+        params: json_params(tool),
+        destructive: args.destructive.as_ref().map(|(_, b)| b.clone()),
+        open_world: args.open_world.as_ref().map(|(_, b)| b.clone()),
+    });
 
     let by_rig_name = args.rig.is_some() && args.name.is_none();
     let name_expr = if by_rig_name {
-        let private = crate::attr::private(args);
         quote!(<Self as #private::rig::Tool>::NAME)
     } else {
         quote!(#name)
@@ -159,7 +69,29 @@ pub(crate) fn lower(args: &Args, tool: &Tool) -> Plan {
         .filter(|_| tool.kind == Kind::SideEffect)
         .map(|(_, path)| verify_plan(tool, path));
     let tenant_required = args.tenant_required.as_ref().is_some_and(|(_, b)| b.value);
+    let mode = if tool.mcp.is_some() {
+        Mode::Mcp {
+            hints: crate::mode::mcp::derived(tool.kind, &args),
+        }
+    } else if args.rig.is_some() {
+        Mode::Rig {
+            pinned: args.name.clone(),
+        }
+    } else {
+        Mode::Plain
+    };
+    let knobs = Knobs {
+        idem: args.idem,
+        retry: args.retry,
+        max_attempts: args.max_attempts.map(|(_, n)| n),
+        lease: args.lease.map(|(_, ms)| ms),
+        ttl: args.ttl.map(|(_, ms)| ms),
+        in_flight_wait: args.in_flight_wait.map(|(_, ms)| ms),
+    };
     Plan {
+        private,
+        mode,
+        knobs,
         resend,
         verify,
         tenant_required,
@@ -224,7 +156,7 @@ fn key_fields(tool: &Tool, key: &KeyArg) -> (Vec<KeyField>, Vec<FingerprintArg>)
             if !whole.contains(&name) {
                 fingerprint.push(FingerprintArg {
                     name,
-                    except: fingerprint_except(tool, key, ident),
+                    except: crate::mode::mcp::fingerprint_except(tool, key, ident),
                     ident: ident.clone(),
                     span: p.arg.ty.span(),
                 });
@@ -258,45 +190,12 @@ fn resolve(tool: &Tool, path: &KeyPath, name: String) -> KeyField {
         }
         None => KeyField {
             name,
-            path: key_path(tool, &path.root, &path.fields)
+            path: crate::mode::mcp::key_path(tool, &path.root, &path.fields)
                 .unwrap_or_else(|| path.to_token_stream()),
             span: path.span,
             normalize: path.normalize,
         },
     }
-}
-
-/// `req.customer_id` for `req: Parameters<Req>` reads the request's field: `req.0.customer_id`.
-fn key_path(tool: &Tool, root: &Ident, fields: &[Ident]) -> Option<TokenStream> {
-    tool.mcp.as_ref()?;
-    if fields.is_empty() {
-        return None;
-    }
-    let param = tool.params.iter().find(|p| match &p.role {
-        Role::Named(ident) => ident == root,
-        _ => false,
-    })?;
-    if !is_parameters(&param.arg.ty) {
-        return None;
-    }
-    let zero = syn::Index {
-        index: 0,
-        span: root.span(),
-    };
-    Some(quote!(#root.#zero #(.#fields)*))
-}
-
-/// The request's fields that are key fields are left out of its fingerprint (MCP mode only, so
-/// other tools' fingerprints do not change): `req.customer_id` excludes `customer_id` from `req`.
-fn fingerprint_except(tool: &Tool, key: &KeyArg, ident: &Ident) -> Vec<String> {
-    if tool.mcp.is_none() {
-        return Vec::new();
-    }
-    key.paths
-        .iter()
-        .filter(|p| p.root == *ident && p.fields.len() == 1)
-        .map(|p| p.key_name())
-        .collect()
 }
 
 /// How the tool's verify function is called, and the signature it must have.

@@ -14,8 +14,7 @@ use quote::quote;
 use syn::{Ident, Type};
 
 use crate::ast::{Kind, Role, Tool};
-use crate::attr::Private;
-use crate::lower::Plan;
+use crate::plan::Plan;
 
 /// How one of the verify function's arguments comes back in the settler.
 enum Form {
@@ -121,12 +120,8 @@ fn local(i: usize) -> Ident {
 /// The call's side: the arguments kept with its record (`Option<Vec<u8>>` in `kept`), as the
 /// statement that computes them and the setting that hands them to the claim; nothing for a
 /// tool whose verify the settler cannot call.
-pub(crate) fn keep(
-    private: &Private,
-    tool: &Tool,
-    plan: &Plan,
-    kept: &Ident,
-) -> Option<(TokenStream, TokenStream)> {
+pub(crate) fn keep(tool: &Tool, plan: &Plan, kept: &Ident) -> Option<(TokenStream, TokenStream)> {
+    let private = &plan.private;
     let forms = forms(tool, plan)?;
     let mut owned = Vec::new();
     let mut values = Vec::new();
@@ -156,7 +151,8 @@ pub(crate) fn keep(
 
 /// The registration's `settle_verify`: the tool's verify asked from the arguments a call kept,
 /// or none.
-pub(crate) fn registered(private: &Private, tool: &Tool, plan: &Plan) -> TokenStream {
+pub(crate) fn registered(tool: &Tool, plan: &Plan) -> TokenStream {
+    let private = &plan.private;
     let signature = quote!(fn() -> ::core::option::Option<#private::StoredVerify>);
     let none = quote!((|| ::core::option::Option::None) as #signature);
     let (Some(forms), Some(verify)) = (forms(tool, plan), plan.verify.as_ref()) else {

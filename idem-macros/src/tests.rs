@@ -349,3 +349,75 @@ fn durations_read_as_written() {
     assert_eq!(parse_duration("3x"), None);
     assert_eq!(parse_duration(""), None);
 }
+
+/// serde_derive's rule: a context is checked, and `check` hands back every error it collected,
+/// combined, in the order they were found.
+#[test]
+fn a_checked_ctxt_hands_back_every_error_in_order() {
+    let cx = crate::ctxt::Ctxt::new();
+    assert!(cx.check().is_ok(), "no error, nothing to report");
+    let cx = crate::ctxt::Ctxt::new();
+    cx.error(proc_macro2::Span::call_site(), "first");
+    cx.error_spanned(quote!(a b), "second");
+    let errors = cx.check().expect_err("two errors");
+    let messages: Vec<String> = errors.into_iter().map(|e| e.to_string()).collect();
+    assert_eq!(messages, ["first", "second"]);
+}
+
+/// A context dropped without `check` would lose its errors (the expansion would compile with a
+/// mistake unreported): it panics instead, as serde_derive's does.
+#[test]
+#[should_panic(expected = "dropped a Ctxt without checking it for errors")]
+fn a_ctxt_dropped_unchecked_panics() {
+    let cx = crate::ctxt::Ctxt::new();
+    cx.error(proc_macro2::Span::call_site(), "lost");
+    drop(cx);
+}
+
+/// Unless the thread is already panicking: the first panic's message is the one reported.
+#[test]
+#[should_panic(expected = "the first panic")]
+fn a_ctxt_dropped_while_panicking_does_not_panic_again() {
+    let _cx = crate::ctxt::Ctxt::new();
+    panic!("the first panic");
+}
+
+/// JSON mode's glue: the arguments struct (without the host's `OperationId`, looked up in the
+/// tool's runtime instead), the call of the function with its fields (a `&str` lent from a
+/// `String`), and the `JsonTools` entry with the MCP hints as written.
+#[cfg(feature = "json")]
+#[test]
+fn expansion_of_a_json_tool_keyed_on_the_hosts_operation() {
+    let out = crate::expand(
+        Kind::SideEffect,
+        quote!(key = "step", json, destructive = true, idem = IDEM),
+        quote! {
+            /// Sends the customer one apology for the plan step being carried out.
+            async fn send_apology(step: OperationId, to: &str, text: String) -> anyhow::Result<String> {
+                Ok(format!("sent to {to}"))
+            }
+        },
+    );
+    let text = pretty(out);
+    assert!(!text.contains("compile_error"), "{text}");
+    insta::assert_snapshot!(text);
+}
+
+/// rig mode's glue: the wrapper serves rig's envelope, checks the impl's declared types, and a
+/// pinned name against the impl's `NAME`.
+#[cfg(feature = "rig")]
+#[test]
+fn expansion_of_a_rig_tool_with_a_pinned_name() {
+    let out = crate::expand(
+        Kind::SideEffect,
+        quote!(key = "args.order_id", rig, name = "shop.refund"),
+        quote! {
+            async fn call(&self, args: RefundArgs) -> Result<String, ShopError> {
+                self.shop.refund(&args.order_id).await
+            }
+        },
+    );
+    let text = pretty(out);
+    assert!(!text.contains("compile_error"), "{text}");
+    insta::assert_snapshot!(text);
+}

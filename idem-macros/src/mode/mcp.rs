@@ -1,8 +1,10 @@
 //! MCP mode (rmcp's `#[tool]` on the method): its parse stage (the `#[tool(...)]` the attribute
 //! finds on the method as written, and the hints a classification implies) and its expansion
 //! (`#[tool]` rewritten with those hints and the model-facing description, the wrapper serving
-//! `CallToolResult`s, replays and refusals included). What MCP mode refuses is `check`'s; how
-//! key paths read a request is `lower`'s.
+//! `CallToolResult`s, replays and refusals included). Its hooks, by the stage that calls them:
+//! `check` (what MCP mode refuses), `key_path` and `fingerprint_except` for the plan (how key
+//! paths read a request), `attrs` and `serve` for the expansion, `written_tool_attr` for the
+//! fallback.
 //!
 //! Attributes expand top to bottom, so ours sees the `async fn` as written with `#[tool(...)]`
 //! still on it.
@@ -13,9 +15,10 @@ use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
 use syn::{Attribute, Expr, Ident, LitBool, Meta, Token, Type};
 
-use crate::ast::{Func, McpTool, Tool};
-use crate::attr::{Args, Kind, Private};
+use crate::ast::{Func, McpTool, Role, Tool};
+use crate::attr::{Args, KeyArg, Kind};
 use crate::ctxt::Ctxt;
+use crate::plan::{Plan, Private};
 
 /// The annotation hints, in rmcp's spelling (`#[tool(annotations(read_only_hint = ..))]`).
 pub(crate) const HINTS: [&str; 4] = [
@@ -167,6 +170,41 @@ pub(crate) fn is_parameters(ty: &Type) -> bool {
         && p.path.segments.last().is_some_and(|s| s.ident == "Parameters"))
 }
 
+// The plan stage's hooks: how key paths read a request, and what its fingerprint leaves out.
+
+/// `req.customer_id` for `req: Parameters<Req>` reads the request's field: `req.0.customer_id`.
+pub(crate) fn key_path(tool: &Tool, root: &Ident, fields: &[Ident]) -> Option<TokenStream> {
+    tool.mcp.as_ref()?;
+    if fields.is_empty() {
+        return None;
+    }
+    let param = tool.params.iter().find(|p| match &p.role {
+        Role::Named(ident) => ident == root,
+        _ => false,
+    })?;
+    if !is_parameters(&param.arg.ty) {
+        return None;
+    }
+    let zero = syn::Index {
+        index: 0,
+        span: root.span(),
+    };
+    Some(quote!(#root.#zero #(.#fields)*))
+}
+
+/// The request's fields that are key fields are left out of its fingerprint (MCP mode only, so
+/// other tools' fingerprints do not change): `req.customer_id` excludes `customer_id` from `req`.
+pub(crate) fn fingerprint_except(tool: &Tool, key: &KeyArg, ident: &Ident) -> Vec<String> {
+    if tool.mcp.is_none() {
+        return Vec::new();
+    }
+    key.paths
+        .iter()
+        .filter(|p| p.root == *ident && p.fields.len() == 1)
+        .map(|p| p.key_name())
+        .collect()
+}
+
 /// What a C5 error says when rmcp's `#[tool]` expanded first (it made the `async fn` a boxed
 /// future).
 pub(crate) fn boxed_by_tool(sig: &syn::Signature) -> bool {
@@ -178,10 +216,9 @@ pub(crate) fn boxed_by_tool(sig: &syn::Signature) -> bool {
 }
 
 /// `#[tool(..., annotations(...))]` with the derived hints (and any consistent hand-written one).
-fn tool_attr(kind: Kind, args: &Args, tool: &Tool, mcp: &McpTool) -> TokenStream {
+fn tool_attr(ours: &[Option<bool>; 4], tool: &Tool, mcp: &McpTool) -> TokenStream {
     let attr = &tool.item.attrs[mcp.index];
     let path = attr.path();
-    let ours = derived(kind, args);
     let mut entries: Vec<TokenStream> = mcp.title.iter().map(ToTokens::to_token_stream).collect();
     for (i, hint) in HINTS.iter().enumerate() {
         let written = mcp
@@ -214,23 +251,28 @@ pub(crate) fn written_tool_attr(tool: &Tool, mcp: &McpTool) -> TokenStream {
 }
 
 /// The outer attributes with `#[tool]` rewritten.
-pub(crate) fn attrs(args: &Args, tool: &Tool, attrs: Vec<TokenStream>) -> Vec<TokenStream> {
+pub(crate) fn attrs(
+    hints: &[Option<bool>; 4],
+    tool: &Tool,
+    attrs: Vec<TokenStream>,
+) -> Vec<TokenStream> {
     let Some(mcp) = &tool.mcp else { return attrs };
     let mut attrs = attrs;
-    attrs[mcp.index] = tool_attr(tool.kind, args, tool, mcp);
+    attrs[mcp.index] = tool_attr(hints, tool, mcp);
     attrs
 }
 
+/// The return type of a method rmcp's router serves: rmcp's tool result (the wrapper's, and the
+/// fallback's).
+pub(crate) fn output(private: &Private) -> TokenStream {
+    quote!(#private::mcp::ToolOutput)
+}
+
 /// The wrapper's return type and body in MCP mode: the result as rmcp's `CallToolResult`.
-pub(crate) fn serve(
-    private: &Private,
-    tool: &Tool,
-    ok: &Type,
-    err: &Type,
-    key_fields: &[String],
-    body: TokenStream,
-) -> (TokenStream, TokenStream) {
-    let output = quote!(#private::mcp::ToolOutput);
+pub(crate) fn serve(tool: &Tool, plan: &Plan, body: TokenStream) -> (TokenStream, TokenStream) {
+    let (private, ok, err) = (&plan.private, &plan.ok, &plan.err);
+    let key_fields: Vec<String> = plan.keys.iter().map(|k| k.name.clone()).collect();
+    let output = output(private);
     // How the error is seen as a `std::error::Error` (anyhow's and boxed errors are not one),
     // picked where `E` is concrete; at `E`'s span, so an error type that fits none is reported there.
     let as_error = Ident::new("__idemkit_as_error", Span::mixed_site());
@@ -256,4 +298,75 @@ pub(crate) fn serve(
         },
     };
     (output, body)
+}
+
+/// MCP mode: the knobs that need it, and hand-written hints that contradict the attribute.
+pub(crate) fn check(cx: &Ctxt, args: &Args, tool: &Tool) {
+    for (ident, _) in [&args.destructive, &args.open_world].into_iter().flatten() {
+        // A `json` tool is served to MCP by `idemkit::mcp::JsonToolsServer`, with these hints.
+        if tool.mcp.is_none() && args.json.is_none() {
+            let hint = if ident == "destructive" {
+                "destructiveHint"
+            } else {
+                "openWorldHint"
+            };
+            cx.error(
+                ident.span(),
+                format!(
+                    "`{ident}` sets an MCP tool's `{hint}`: it applies with rmcp's `#[tool]` written below this \
+                     attribute, or with `json` (served by `idemkit::mcp::JsonToolsServer`); remove it"
+                ),
+            );
+        } else if tool.kind == Kind::ReadOnly && ident == "destructive" {
+            cx.error(
+                ident.span(),
+                "`destructive` does not apply to #[read_only]: a read-only tool changes nothing; remove it",
+            );
+        }
+    }
+    let Some(mcp) = &tool.mcp else { return };
+    let ours = derived(tool.kind, args);
+    let attribute = tool.kind.attribute();
+    for (name, value, tokens) in &mcp.hints {
+        let Some(i) = HINTS.iter().position(|h| h == name) else {
+            continue;
+        };
+        let why = match (tool.kind, i, ours[i]) {
+            (_, _, Some(ours)) if ours == *value => continue,
+            (Kind::SideEffect, 0, _) => {
+                "a side-effect tool acts on the world (`readOnlyHint: false`); mark it #[read_only] if it only reads"
+                    .to_owned()
+            }
+            (Kind::SideEffect, 2, _) => {
+                "a repeat with the same arguments returns the recorded outcome and does not act again, so the tool \
+                 is idempotent (`idempotentHint: true`)"
+                    .to_owned()
+            }
+            (Kind::SideEffect, _, Some(ours)) => {
+                let arg = if i == 1 { "destructive" } else { "open_world" };
+                format!(
+                    "the attribute says `{arg} = {ours}`; set it in one place, `#[side_effect({arg} = ...)]`"
+                )
+            }
+            (Kind::ReadOnly, 0, _) => {
+                "a read-only tool changes nothing (`readOnlyHint: true`); use #[side_effect(key = ...)] if it acts on the world"
+                    .to_owned()
+            }
+            (Kind::ReadOnly, 1, _) if *value => "a read-only tool destroys nothing".to_owned(),
+            (Kind::ReadOnly, 2, _) if !*value => {
+                "reading again changes nothing, so a read-only tool is idempotent".to_owned()
+            }
+            (Kind::ReadOnly, 3, Some(ours)) => {
+                format!("the attribute says `open_world = {ours}`; set it in one place, `#[read_only(open_world = ...)]`")
+            }
+            _ => continue,
+        };
+        cx.error_spanned(
+            tokens,
+            format!(
+                "`{name} = {value}` contradicts {attribute}: {why}. idemkit derives the tool's annotations from its \
+                 attribute; remove this hint"
+            ),
+        );
+    }
 }

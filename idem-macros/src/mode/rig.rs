@@ -1,31 +1,38 @@
 //! rig mode (`rig` on the `call` of a rig `PortableTool` impl): the wrapper serving rig's
 //! `Result<ToolOutput, ToolExecutionError>`, and the checks of the impl's declared types and
-//! `NAME` it emits. What rig mode refuses is `check`'s.
+//! `NAME` it emits. Its check hook (`check`) says what rig mode refuses.
 
 use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{Ident, Type};
+use syn::{Ident, LitStr, Type};
 
 use crate::ast::{Kind, Tool};
-use crate::attr::{Args, Private};
+use crate::attr::Args;
+use crate::ctxt::Ctxt;
+use crate::plan::{Plan, Private};
+
+/// The return type of a rig tool's `call`: rig's `Result<ToolOutput, ToolExecutionError>` (the
+/// wrapper's, and the fallback's).
+pub(crate) fn output(private: &Private) -> TokenStream {
+    quote!(#private::rig::RigOutput)
+}
 
 /// The wrapper's return type and body in rig mode: the result as rig's
 /// `Result<ToolOutput, ToolExecutionError>`, which the impl's `type Output` and `type Error` name.
 /// A pinned `name = "..."` must equal the tool's `NAME` (checked when the impl is compiled).
-pub(crate) fn serve_rig(
-    private: &Private,
-    args: &Args,
+pub(crate) fn serve(
     tool: &Tool,
-    ok: &Type,
-    err: &Type,
-    key_fields: &[String],
+    plan: &Plan,
+    pinned: Option<&LitStr>,
     body: TokenStream,
 ) -> (TokenStream, TokenStream) {
+    let (private, ok, err) = (&plan.private, &plan.ok, &plan.err);
+    let key_fields: Vec<String> = plan.keys.iter().map(|k| k.name.clone()).collect();
     let output = match &tool.item.sig.output {
         // At the written return type, so a trait whose types are not rig's envelope is reported there.
-        syn::ReturnType::Type(_, ty) => spanning(quote!(#private::rig::RigOutput), ty),
-        syn::ReturnType::Default => quote!(#private::rig::RigOutput),
+        syn::ReturnType::Type(_, ty) => spanning(output(private), ty),
+        syn::ReturnType::Default => output(private),
     };
     let fail = Ident::new("__idemkit_fail_with", Span::mixed_site());
     let check = quote_spanned! {err.span()=>
@@ -46,7 +53,7 @@ pub(crate) fn serve_rig(
             syn::ReturnType::Default => ok,
         },
     );
-    let same_name = args.name.as_ref().map(|lit| {
+    let same_name = pinned.map(|lit| {
         let message = format!(
             "idemkit: `name = {:?}` differs from the rig tool's `NAME`; the model calls the tool by `NAME`, \
              so pin that one name (or drop `name`: the key then takes `NAME`)",
@@ -100,4 +107,36 @@ fn spanning(tokens: TokenStream, written: &Type) -> TokenStream {
         token.set_span(if i + 1 == n { last } else { first });
     }
     tokens.into_iter().collect()
+}
+
+/// rig mode: the feature is on, and the attribute is on a method (a tool impl's `call`) that is
+/// not also an MCP tool or a JSON-registered function.
+pub(crate) fn check(cx: &Ctxt, args: &Args, tool: &Tool) {
+    let Some(flag) = &args.rig else { return };
+    if !cfg!(feature = "rig") {
+        cx.error(
+            flag.span(),
+            "`rig` needs idemkit's `rig` feature: `idemkit = { version = \"...\", features = [\"rig\"] }`",
+        );
+        return;
+    }
+    if tool.receiver.is_none() {
+        cx.error(
+            flag.span(),
+            "`rig` goes on the `call` method of a rig tool: `impl PortableTool for Charge { ... async fn call(&self, \
+             args: ChargeArgs) -> Result<T, E> }`; this function has no `self`",
+        );
+    }
+    if tool.mcp.is_some() {
+        cx.error(
+            flag.span(),
+            "`rig` and rmcp's `#[tool]` on one method: a method serves either rig or MCP; remove one",
+        );
+    }
+    if let Some(json) = &args.json {
+        cx.error(
+            json.span(),
+            "`json` registers a free function for `JsonTools`; a rig tool is declared to rig by its own impl: remove `json`",
+        );
+    }
 }

@@ -11,7 +11,7 @@ use crate::mode::mcp::is_tool;
 /// `#[read_only]`.
 #[cfg_attr(not(feature = "rmcp"), allow(dead_code))]
 pub(crate) fn classified_tools(args: TokenStream, item: TokenStream) -> TokenStream {
-    let cx = Ctxt::default();
+    let cx = Ctxt::new();
     if !args.is_empty() {
         cx.error_spanned(&args, "#[classified_tools] takes no arguments");
     }
@@ -46,6 +46,6 @@ pub(crate) fn classified_tools(args: TokenStream, item: TokenStream) -> TokenStr
             format!("#[classified_tools] goes on an impl block of MCP tools (with rmcp's #[tool_router]): {e}"),
         )),
     }
-    let errors = cx.finish().map(|e| e.to_compile_error());
+    let errors = cx.check().err().map(|e| e.to_compile_error());
     quote!(#item #errors)
 }
