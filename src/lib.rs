@@ -125,15 +125,14 @@ pub use idem_runtime::{SqliteStore, SqliteStoreBuilder, Synchronous};
 pub use idem_runtime::http;
 #[cfg(feature = "rmcp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rmcp")))]
-pub mod mcp;
+pub use idem_runtime::mcp;
 #[cfg(feature = "rig")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rig")))]
-pub mod rig;
+pub use idem_runtime::rig;
 
-/// What the attributes' expansions reach; not a stable API.
+/// What the attributes' expansions reach (`::idemkit::__private::…`); not a stable API.
 #[doc(hidden)]
-#[path = "private/mod.rs"]
-pub mod __private;
+pub use idem_runtime::__private;
 
 // The README's Rust blocks are not doctests (GitHub would show rustdoc's hidden lines): each is
 // compiled, as written, in `tests/readme/src/twins.rs`, which checks that it holds every one; the

@@ -52,10 +52,16 @@ mod idem;
 pub mod json;
 mod key;
 pub mod lock;
+#[cfg(feature = "rmcp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rmcp")))]
+pub mod mcp;
 mod meters;
 mod observe;
 mod registry;
 mod retry;
+#[cfg(feature = "rig")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rig")))]
+pub mod rig;
 #[doc(hidden)]
 pub mod sentences;
 pub mod settle;
@@ -103,51 +109,5 @@ pub use store::transitions::Store;
 
 /// What generated code reaches, and nothing else should: the paths are not a stable API.
 #[doc(hidden)]
-pub mod __private {
-    pub use crate::explain::success_envelope;
-    pub use crate::fingerprint::sorted::SortedArgs;
-    pub use crate::sentences::replayed as replayed_note;
-    pub use inventory;
-    #[cfg(feature = "json")]
-    pub use schemars;
-    pub use serde;
-    pub use serde_json;
-    pub use uuid;
-
-    /// Picks, by autoref specialisation, an outcome type's JSON Schema for the lock
-    /// ([`crate::lock`]): `T: JsonSchema` with the `json` feature, else none.
-    pub struct OutcomeProbe<T: ?Sized>(std::marker::PhantomData<fn() -> Box<T>>);
-
-    impl<T: ?Sized> OutcomeProbe<T> {
-        /// The probe.
-        #[allow(clippy::new_without_default)]
-        pub fn new() -> Self {
-            OutcomeProbe(std::marker::PhantomData)
-        }
-    }
-
-    /// Picked when `T` has a JSON Schema.
-    pub trait OutcomeSchema {
-        /// The schema.
-        fn outcome_schema(&self) -> Option<serde_json::Value>;
-    }
-
-    #[cfg(feature = "json")]
-    impl<T: schemars::JsonSchema + ?Sized> OutcomeSchema for OutcomeProbe<T> {
-        fn outcome_schema(&self) -> Option<serde_json::Value> {
-            serde_json::to_value(schemars::schema_for!(T)).ok()
-        }
-    }
-
-    /// Picked otherwise: no schema.
-    pub trait OutcomeNoSchema {
-        /// None.
-        fn outcome_schema(&self) -> Option<serde_json::Value>;
-    }
-
-    impl<T: ?Sized> OutcomeNoSchema for &OutcomeProbe<T> {
-        fn outcome_schema(&self) -> Option<serde_json::Value> {
-            None
-        }
-    }
-}
+#[path = "private/mod.rs"]
+pub mod __private;

@@ -13,8 +13,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use idem_runtime::__private::serde_json::{Map, Value};
-use idem_runtime::{
+use serde_json::{Map, Value};
+use crate::{
     Error, Fingerprint, Idem, IdempotencyKey, JsonKeyField, KeyField, Tool, ToolKind, observe,
 };
 use rmcp::model::{
@@ -219,7 +219,7 @@ impl IdempotentClient {
             Ok(ServerResult::CallToolResult(result)) => Ok(result),
             // An answer this client does not drive (input required, a task): the tool may act.
             Ok(_) => Err(Attempt::Upstream(
-                idem_runtime::Failure::Ambiguous,
+                crate::Failure::Ambiguous,
                 rmcp::ServiceError::UnexpectedResponse,
             )),
             Err(e) => Err(Attempt::Upstream(classify_sent(&e), e)),
@@ -291,8 +291,8 @@ impl IdempotentClient {
 }
 
 /// A listing that failed: nothing of the call was sent, whatever the listing's own failure.
-fn classify_unsent_listing(_: &rmcp::ServiceError) -> idem_runtime::Failure {
-    idem_runtime::Failure::Transient
+fn classify_unsent_listing(_: &rmcp::ServiceError) -> crate::Failure {
+    crate::Failure::Transient
 }
 
 /// The key of a call of `tool` (recorded as `key_name`) from its key `fields` in `arguments`,
@@ -326,7 +326,7 @@ fn key_of(
     }
     let fields: Vec<KeyField<'_>> = values
         .iter()
-        .map(|(name, part)| (*name, part as &(dyn idem_runtime::KeyPart + Sync)))
+        .map(|(name, part)| (*name, part as &(dyn crate::KeyPart + Sync)))
         .collect();
     let key = IdempotencyKey::derive(key_name, &fields);
     Ok((key, Fingerprint::of_value(&others)))
@@ -351,7 +351,7 @@ fn remove_path(value: &mut Value, path: &str) {
 /// S21: a remote tool keyed under the name of one of this program's own side-effect tools would
 /// share its keys and records.
 fn refuse_local_namesake(key_name: &str) -> Result<(), Error> {
-    match idem_runtime::tools().find(|t| t.name == key_name && t.kind == ToolKind::SideEffect) {
+    match crate::tools().find(|t| t.name == key_name && t.kind == ToolKind::SideEffect) {
         Some(local) => Err(Error::Settings {
             tool: key_name.to_owned(),
             reason: format!(

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use idem_runtime::{Error, RetryPolicy, Tool};
+use crate::{Error, RetryPolicy, Tool};
 use rmcp::model::ToolAnnotations;
 
 /// How calls of one tool of a remote MCP server are made safe to repeat: its key fields, or that

@@ -75,9 +75,9 @@
 
 use std::error::Error as StdError;
 
-use idem_runtime::__private::serde::Serialize;
-use idem_runtime::__private::serde_json::{self, json};
-use idem_runtime::{CallInfo, Classify, Explanation, Failure, ToolKind};
+use serde::Serialize;
+use serde_json::{self, json};
+use crate::{CallInfo, Classify, Explanation, Failure, ToolKind};
 pub use rig_core::tool::{ToolErrorKind, ToolExecutionError, ToolOutput};
 
 /// What a rig tool's `call` returns when an idemkit attribute is on it.
@@ -116,14 +116,14 @@ where
     let replayed = info.as_ref().is_some_and(|i| i.replayed);
     match result {
         Ok(value) => {
-            let value = crate::__private::success_envelope(
+            let value = crate::explain::success_envelope(
                 to_value(&value)?,
                 Some((replayed, key.as_deref())),
             );
             if !replayed {
                 return Ok(ToolOutput::json(value));
             }
-            let note = crate::__private::replayed_note(key.as_deref());
+            let note = crate::sentences::replayed(key.as_deref());
             ToolOutput::content(vec![
                 rig_core::message::ToolResultContent::text(note),
                 rig_core::message::ToolResultContent::json(value),
@@ -149,7 +149,7 @@ pub(crate) fn read_only_output_as<T: Serialize, E>(
     fail: FailWith<E>,
 ) -> RigOutput {
     match result {
-        Ok(value) => Ok(ToolOutput::json(crate::__private::success_envelope(
+        Ok(value) => Ok(ToolOutput::json(crate::explain::success_envelope(
             to_value(&value)?,
             None,
         ))),
