@@ -37,11 +37,9 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub mod advice;
 mod classify;
 mod error;
 mod exec;
-mod explain;
 mod fingerprint;
 #[cfg(any(feature = "reqwest", feature = "tower"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "reqwest", feature = "tower"))))]
@@ -62,24 +60,21 @@ mod retry;
 #[cfg(feature = "rig")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rig")))]
 pub mod rig;
-#[doc(hidden)]
-pub mod sentences;
 pub mod settle;
 pub mod store;
 mod testing;
+mod told;
 mod wake;
 
 #[cfg(feature = "conformance")]
 #[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
 pub mod conformance;
 
-pub use advice::Advice;
 pub use classify::{Classified, classify_chain};
 pub use error::{Error, StoreError, StoreErrorKind};
 #[doc(hidden)]
 pub use exec::{Attempt, Next, ReadCall, ReadNext, SideEffectCall, VerifyStep};
 pub use exec::{Tool, Verified, Verifying, current_key};
-pub use explain::Explanation;
 pub use fingerprint::{Fingerprint, Fingerprinter};
 pub use idem::{
     AlreadyInstalled, BuildError, Idem, IdemBuilder, MAX_OPERATION_NAME_LEN, as_tenant,
@@ -106,6 +101,11 @@ pub use store::redis::{RedisStore, RedisStoreBuilder};
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use store::sqlite::{SqliteStore, SqliteStoreBuilder, Synchronous};
 pub use store::transitions::Store;
+pub use told::advice;
+pub use told::advice::Advice;
+pub use told::explain::Explanation;
+#[doc(hidden)]
+pub use told::sentences;
 
 /// What generated code reaches, and nothing else should: the paths are not a stable API.
 #[doc(hidden)]

@@ -2,11 +2,11 @@
 
 use super::operations::{as_named_operation, named_operation};
 use super::{ToolOutput, failed, success};
-use serde_json::{Value, json};
 use crate::ToolKind;
 use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ContentBlock};
 use rmcp::service::{RequestContext, RoleServer};
+use serde_json::{Value, json};
 use std::borrow::Cow;
 
 /// Every tool marked `json` ([`JsonTools`](crate::json::JsonTools)) served as MCP tools (features `rmcp`

@@ -107,11 +107,11 @@
 
 use std::error::Error as StdError;
 
-use serde::Serialize;
-use serde_json::{self, Value, json};
 use crate::{CallInfo, Classify, Explanation, Failure, ToolKind};
 use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ContentBlock};
+use serde::Serialize;
+use serde_json::{self, Value, json};
 
 mod client;
 #[cfg(feature = "json")]
@@ -212,9 +212,9 @@ where
 /// after the one sentence a replay starts with.
 fn success(result: Value, side_effect: Option<(bool, Option<&str>)>) -> CallToolResult {
     let mut out =
-        CallToolResult::structured(crate::explain::success_envelope(result, side_effect));
+        CallToolResult::structured(crate::told::explain::success_envelope(result, side_effect));
     if let Some((true, key)) = side_effect {
-        let note = crate::sentences::replayed(key);
+        let note = crate::told::sentences::replayed(key);
         out.content.insert(0, ContentBlock::text(note));
     }
     out

@@ -4,9 +4,9 @@
 
 use std::marker::PhantomData;
 
-pub use crate::explain::success_envelope;
 pub use crate::fingerprint::sorted::SortedArgs;
-pub use crate::sentences::replayed as replayed_note;
+pub use crate::told::explain::success_envelope;
+pub use crate::told::sentences::replayed as replayed_note;
 pub use inventory;
 #[cfg(feature = "json")]
 pub use schemars;

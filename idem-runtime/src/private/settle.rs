@@ -12,10 +12,10 @@ use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
+use crate::{IdempotencyKey, StoredVerify, Verified, VerifyAnswer};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json;
-use crate::{IdempotencyKey, StoredVerify, Verified, VerifyAnswer};
 
 /// Selects whether a call keeps `R` (its arguments, borrowed, as a tuple) for a verify that
 /// takes them back as `O` (the same, owned).

@@ -2,10 +2,10 @@
 //! ([`for_model`]), the one place a remote call's end is rendered for a model, from the runtime's
 //! explanations and sentences.
 
-use serde_json::json;
-use crate::advice::Advice;
+use crate::told::advice::Advice;
 use crate::{Explanation, IdempotencyKey, ToolKind};
 use rmcp::model::{CallToolResult, ContentBlock};
+use serde_json::json;
 
 use super::failure::CallError;
 
@@ -44,7 +44,7 @@ pub fn for_model(
             let mut out = reply.result.clone();
             let key = reply.key.map(|k| k.to_string());
             if reply.replayed {
-                let note = crate::sentences::replayed(key.as_deref());
+                let note = crate::told::sentences::replayed(key.as_deref());
                 out.content.insert(0, ContentBlock::text(note));
             }
             let advice = match (kind, reply.replayed) {

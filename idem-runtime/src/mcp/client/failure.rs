@@ -48,7 +48,7 @@ impl fmt::Display for CallError {
             CallError::InvalidArguments { tool, message } => write!(
                 f,
                 "idemkit: {}: {message}",
-                crate::sentences::was_not_run(&format!("remote tool `{tool}`"))
+                crate::told::sentences::was_not_run(&format!("remote tool `{tool}`"))
             ),
             CallError::Upstream {
                 tool,

@@ -13,7 +13,6 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::{Map, Value};
 use crate::{
     Error, Fingerprint, Idem, IdempotencyKey, JsonKeyField, KeyField, Tool, ToolKind, observe,
 };
@@ -22,6 +21,7 @@ use rmcp::model::{
     ToolAnnotations,
 };
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient};
+use serde_json::{Map, Value};
 
 use self::config::Plan;
 use self::failure::{Attempt, classify_sent, classify_unsent};
