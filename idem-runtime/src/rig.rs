@@ -5,7 +5,7 @@
 //! signature, and declare rig's output and error envelope as the trait's types:
 //!
 //! ```
-//! use idemkit::{Classify, Failure, Idem, IdempotencyKey, MemoryStore, side_effect};
+//! use idemkit::{Classify, Failure, Idem, IdempotencyKey, side_effect, store::MemoryStore};
 //! use idemkit::rig::{ToolExecutionError, ToolOutput};
 //! use rig_core::tool::PortableTool;
 //! use serde::{Deserialize, Serialize};

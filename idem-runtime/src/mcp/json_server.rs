@@ -16,7 +16,7 @@ use std::borrow::Cow;
 ///
 /// ```
 /// use idemkit::mcp::JsonToolsServer;
-/// use idemkit::{Classified, Failure, JsonTools, side_effect};
+/// use idemkit::{Classified, Failure, side_effect, json::JsonTools};
 ///
 /// /// Refunds an order once.
 /// ///

@@ -5,7 +5,7 @@
 //! `#[classified_tools]` above `#[tool_router]` on the impl block:
 //!
 //! ```
-//! use idemkit::{Idem, IdempotencyKey, MemoryStore, classified_tools, read_only, side_effect};
+//! use idemkit::{Idem, IdempotencyKey, classified_tools, read_only, side_effect, store::MemoryStore};
 //! use rmcp::handler::server::wrapper::Parameters;
 //! use rmcp::{tool, tool_router};
 //! # #[derive(Debug)] struct PayError;
