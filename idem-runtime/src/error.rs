@@ -175,7 +175,7 @@ pub enum Error {
     /// The tool runs only on behalf of a tenant, and none was set: the body was not run.
     #[error(
         "idemkit: tool `{tool}` runs only on behalf of a tenant, and none is set here; {not_run}. Run the \
-         call under `idemkit::as_tenant(\"...\", ...)` where the request enters, or give the runtime one with \
+         call under `idemkit::scope::as_tenant(\"...\", ...)` where the request enters, or give the runtime one with \
          `Idem::builder().tenant(\"...\")`",
         not_run = crate::told::sentences::was_not_run("the tool")
     )]
@@ -188,7 +188,7 @@ pub enum Error {
     /// by a model: JSON function calling, MCP), and no operation is in force: the body was not run.
     #[error(
         "idemkit: tool `{tool}` is keyed on an operation the host names, and no operation is in force here; \
-         {not_run}. Run the model's turn under `idemkit::operation_scope(\"plan-42/step-3\", ...)`, naming \
+         {not_run}. Run the model's turn under `idemkit::scope::operation_scope(\"plan-42/step-3\", ...)`, naming \
          the operation from the host's own durable state (the plan step, the ticket), never from the model",
         not_run = crate::told::sentences::was_not_run("the tool")
     )]
