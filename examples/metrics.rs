@@ -8,7 +8,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 
-use idemkit::{Classify, Failure, Idem, IdempotencyKey, MemoryStore, side_effect};
+use idemkit::{Classify, Failure, Idem, IdempotencyKey, side_effect, store::MemoryStore};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 #[derive(Debug)]

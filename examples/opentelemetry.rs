@@ -12,7 +12,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use idemkit::{Classify, Failure, Idem, MemoryStore, Verified, side_effect};
+use idemkit::{Classify, Failure, Idem, Verified, side_effect, store::MemoryStore};
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMetrics};
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};

@@ -6,7 +6,7 @@
 //! returns the first result instead of acting again.
 //!
 //! ```
-//! use idemkit::{Classify, Failure, Idem, IdempotencyKey, MemoryStore, side_effect};
+//! use idemkit::{Classify, Failure, Idem, IdempotencyKey, side_effect, store::MemoryStore};
 //!
 //! #[derive(Debug)]
 //! enum PayError { Declined, Timeout, Idem(idemkit::Error) }
@@ -44,16 +44,36 @@
 //!
 //! Without the attribute, [`Tool`] runs the same protocol by hand.
 //!
+//! # Where things are
+//!
+//! One way in per audience, as tower's root: the few names a tool's author needs are at the
+//! root; the rest is in modules, each item at one path.
+//!
+//! - **The root**, for a tool's author: the attributes ([`side_effect`], [`read_only`],
+//!   `classified_tools`), the runtime ([`Idem`], [`IdemBuilder`], [`Tool`], [`RetryPolicy`]), keys
+//!   ([`IdempotencyKey`], [`KeyPart`], [`OperationId`]), failures ([`Classify`], [`Failure`],
+//!   [`Classified`], [`Error`], [`Explanation`]) and [`Verified`].
+//! - [`scope`], for the host that runs agents: operations, tenants, spawned tasks, what a call did.
+//! - [`store`]: the stores (memory, SQLite, PostgreSQL, Redis), and the traits to write one.
+//! - [`registry`]: every tool in the program, its manifest; [`lock`]: the lock of their identities.
+//! - [`settle`]: the settler of records kept as ambiguous (docs/operating.md).
+//! - [`key`]: keys by hand (the hasher, values, normalisation, arguments' fingerprints).
+//! - [`advice`]: the machine-readable advice beside every answer.
+//! - Each surface its module: `json`, `mcp`, `rig`, `http` (with their features).
+//! - `__private`: what generated code calls; not an API.
+//!
+//! The names the root held before these modules keep working there, hidden from these docs.
+//!
 //! # Feature flags
 //!
 //! Only SQLite is on by default; everything else is compiled in when asked for:
 //!
 //! | feature | what it adds |
 //! | --- | --- |
-//! | `sqlite` (default) | `SqliteStore`, the embedded store opened at `./.idemkit/idemkit.db` when no runtime is installed |
-//! | `postgres` | `PostgresStore` (tokio-postgres + deadpool): many workers on many machines |
-//! | `redis` | `RedisStore` (redis-rs), with its documented durability limits |
-//! | `json` | tools marked `json`: listed with a JSON Schema, called by name with JSON arguments (`JsonTools`) |
+//! | `sqlite` (default) | `store::SqliteStore`, the embedded store opened at `./.idemkit/idemkit.db` when no runtime is installed |
+//! | `postgres` | `store::PostgresStore` (tokio-postgres + deadpool): many workers on many machines |
+//! | `redis` | `store::RedisStore` (redis-rs), with its documented durability limits |
+//! | `json` | tools marked `json`: listed with a JSON Schema, called by name with JSON arguments (`json::JsonTools`) |
 //! | `rmcp` | rmcp tool methods with MCP annotations from the attributes; with `json`, `mcp::JsonToolsServer`; remote MCP servers' tools called through `mcp::IdempotentClient` |
 //! | `rig` | rig tools: `#[side_effect(key = "args.…", rig)]` on a rig `Tool`'s `call` |
 //! | `anyhow` | `anyhow::Error` as a tool's error type |
@@ -79,61 +99,114 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-// What a user needs, named one by one: the runtime crate's own entry points for generated code
-// (`SideEffectCall`, `ReadCall`, …) are reached through `__private`, not here.
-// The attributes' pages are idem-macros' own docs, inlined: their examples are doctests of
-// idem-macros compiled against this crate (a dev-dependency), so what users read here compiles.
+// What a user needs, one path per item. The attributes' pages are idem-macros' own docs,
+// inlined: their examples are doctests of idem-macros compiled against this crate (a
+// dev-dependency), so what users read here compiles.
 #[cfg(feature = "rmcp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rmcp")))]
 #[doc(inline)]
 pub use idem_macros::classified_tools;
 #[doc(inline)]
 pub use idem_macros::{read_only, side_effect};
-#[cfg(feature = "json")]
-#[cfg_attr(docsrs, doc(cfg(feature = "json")))]
-pub use idem_runtime::json::{
-    DEFAULT_MAX_ARGUMENTS_LEN, JsonCallError, JsonReply, JsonTools, ToolDefinition,
-};
 pub use idem_runtime::{
-    AlreadyInstalled, BuildError, CallInfo, CallOutcome, Classified, Classify, DuplicateTools,
-    Error, Failure, Fingerprint, Idem, IdemBuilder, IdempotencyKey, KeyHasher, KeyPart, KeyValue,
-    MAX_OPERATION_NAME_LEN, MemoryStore, OperationId, Records, RetryPolicy, Store, StoreError,
-    StoreErrorKind, Tool, ToolInfo, ToolKind, Verified, as_tenant, check_unique_tool_names,
-    in_current_scope, normalize, observe, operation, operation_name, operation_scope,
-    scoped_operation, store, tools, tools_manifest,
+    AlreadyInstalled, BuildError, Classified, Classify, Error, Explanation, Failure, Idem,
+    IdemBuilder, IdempotencyKey, KeyPart, OperationId, RetryPolicy, Tool, Verified,
 };
-// The lock of every side-effect tool's identity, checked from the application's own tests.
-pub use idem_runtime::lock;
-// What a model is told of a failed call (MCP, rig, JSON): kept apart from the list above.
-pub use idem_runtime::Explanation;
-// The machine-readable advice beside every answer to a model or a client (MCP, rig, JSON, HTTP).
-pub use idem_runtime::advice::{self, Advice};
-// The settler (S28, docs/operating.md): settles records kept as ambiguous without a caller.
-pub use idem_runtime::settle::{Pass, SettleReport, SettleStore, Settled, Settler, SettlerHandle};
-#[cfg(feature = "postgres")]
-#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub use idem_runtime::{PostgresStore, PostgresStoreBuilder};
-#[cfg(feature = "redis")]
-#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use idem_runtime::{RedisStore, RedisStoreBuilder};
-#[cfg(feature = "sqlite")]
-#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
-pub use idem_runtime::{SqliteStore, SqliteStoreBuilder, Synchronous};
 
+// The modules, one per audience.
 #[cfg(any(feature = "reqwest", feature = "tower"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "reqwest", feature = "tower"))))]
 pub use idem_runtime::http;
+#[cfg(feature = "json")]
+#[cfg_attr(docsrs, doc(cfg(feature = "json")))]
+pub use idem_runtime::json;
 #[cfg(feature = "rmcp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rmcp")))]
-pub mod mcp;
+pub use idem_runtime::mcp;
 #[cfg(feature = "rig")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rig")))]
-pub mod rig;
+pub use idem_runtime::rig;
+pub use idem_runtime::{advice, lock, settle};
 
-/// What the attributes' expansions reach; not a stable API.
+/// The scope a call runs in, for the host that runs agents: the operation a tool keyed on
+/// [`OperationId`] belongs to, the tenant its records are kept under, tasks
+/// spawned inside a call, and what a call did ([`observe`]).
+pub mod scope {
+    pub use idem_runtime::{
+        CallInfo, CallOutcome, MAX_OPERATION_NAME_LEN, as_tenant, in_current_scope, observe,
+        operation, operation_name, operation_scope, scoped_operation,
+    };
+}
+
+/// Every tool the attributes registered in this program: listed ([`tools`]), checked for
+/// duplicate names ([`check_unique_tool_names`]) and written as a manifest
+/// ([`tools_manifest`]).
+pub mod registry {
+    pub use idem_runtime::{
+        DuplicateTools, ToolInfo, ToolKind, check_unique_tool_names, tools, tools_manifest,
+    };
+}
+
+/// The stores outcomes are recorded in: [`MemoryStore`] (tests), `SqliteStore` (the default,
+/// feature `sqlite`), `PostgresStore` (feature `postgres`), `RedisStore` (feature `redis`); the
+/// traits a store implements ([`Store`], [`Records`]), the records operators read and resolve, and
+/// the types of a store implementer's API (see the runtime's
+/// [`store`](idem_runtime::store) docs and its conformance suite).
+pub mod store {
+    pub use idem_runtime::store::*;
+    pub use idem_runtime::{MemoryStore, Records, Store, StoreError, StoreErrorKind};
+    #[cfg(feature = "postgres")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+    pub use idem_runtime::{PostgresStore, PostgresStoreBuilder};
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+    pub use idem_runtime::{RedisStore, RedisStoreBuilder};
+    #[cfg(feature = "sqlite")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+    pub use idem_runtime::{SqliteStore, SqliteStoreBuilder, Synchronous};
+}
+
+/// Keys by hand, for [`Tool`] without the attributes and for a [`KeyPart`]
+/// of your own: the [`KeyHasher`] a key part writes into, [`KeyValue`]s, the opt-in
+/// [`normalize`] of text fields, and the [`Fingerprint`] of a call's other arguments.
+///
+/// [`KeyPart`]: crate::KeyPart
+pub mod key {
+    pub use idem_runtime::{Fingerprint, KeyHasher, KeyValue, normalize};
+}
+
+/// What the attribute's expansions reach (`::idemkit::__private::…`): the runtime's, not a stable
+/// API.
 #[doc(hidden)]
-#[path = "private/mod.rs"]
-pub mod __private;
+pub use idem_runtime::__private;
+
+// The names the root held before the modules, each kept where it was (hidden) so that no caller breaks; the
+// path documented is the module's (CHANGELOG). `tests/paths.rs` checks that both name one item.
+#[doc(hidden)]
+pub use idem_runtime::advice::Advice;
+#[doc(hidden)]
+#[cfg(feature = "json")]
+pub use idem_runtime::json::{
+    DEFAULT_MAX_ARGUMENTS_LEN, JsonCallError, JsonReply, JsonTools, ToolDefinition,
+};
+#[doc(hidden)]
+pub use idem_runtime::settle::{Pass, SettleReport, SettleStore, Settled, Settler, SettlerHandle};
+#[doc(hidden)]
+pub use idem_runtime::{
+    CallInfo, CallOutcome, DuplicateTools, Fingerprint, KeyHasher, KeyValue,
+    MAX_OPERATION_NAME_LEN, MemoryStore, Records, Store, StoreError, StoreErrorKind, ToolInfo,
+    ToolKind, as_tenant, check_unique_tool_names, in_current_scope, normalize, observe, operation,
+    operation_name, operation_scope, scoped_operation, tools, tools_manifest,
+};
+#[doc(hidden)]
+#[cfg(feature = "postgres")]
+pub use idem_runtime::{PostgresStore, PostgresStoreBuilder};
+#[doc(hidden)]
+#[cfg(feature = "redis")]
+pub use idem_runtime::{RedisStore, RedisStoreBuilder};
+#[doc(hidden)]
+#[cfg(feature = "sqlite")]
+pub use idem_runtime::{SqliteStore, SqliteStoreBuilder, Synchronous};
 
 // The README's Rust blocks are not doctests (GitHub would show rustdoc's hidden lines): each is
 // compiled, as written, in `tests/readme/src/twins.rs`, which checks that it holds every one; the

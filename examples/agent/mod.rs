@@ -7,7 +7,9 @@ pub mod sms;
 use std::time::Duration;
 
 use fake_provider::{Client, FakeProvider, Fault};
-use idemkit::{Classify, Failure, Idem, IdempotencyKey, MemoryStore, read_only, side_effect};
+use idemkit::{
+    Classify, Failure, Idem, IdempotencyKey, read_only, side_effect, store::MemoryStore,
+};
 use serde_json::json;
 
 #[path = "pay.rs"]

@@ -8,8 +8,10 @@ use std::time::Duration;
 
 use fake_provider::sms::{Lookup, Message, Sent, SmsClient, SmsFault, SmsGateway};
 use idemkit::{
-    CallInfo, CallOutcome, Classify, Error, Failure, Idem, MemoryStore, Verified, observe,
+    Classify, Error, Failure, Idem, Verified,
+    scope::{CallInfo, CallOutcome, observe},
     side_effect,
+    store::MemoryStore,
 };
 
 use super::PayError;

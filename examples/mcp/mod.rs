@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use fake_provider::{Client, FakeProvider};
-use idemkit::{Idem, IdempotencyKey, MemoryStore, classified_tools, read_only, side_effect};
+use idemkit::{Idem, IdempotencyKey, classified_tools, read_only, side_effect, store::MemoryStore};
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::schemars::JsonSchema;
 use rmcp::{ServerHandler, ServiceExt, tool, tool_handler, tool_router};

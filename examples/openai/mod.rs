@@ -18,7 +18,7 @@ use async_openai::types::chat::{
 };
 use fake_provider::model::ScriptedModel;
 use fake_provider::{FakeProvider, Fault};
-use idemkit::{Idem, IdempotencyKey, JsonTools, MemoryStore, side_effect};
+use idemkit::{Idem, IdempotencyKey, json::JsonTools, side_effect, store::MemoryStore};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 

@@ -6,7 +6,7 @@
 
 use fake_provider::FakeProvider;
 use idemkit::mcp::{IdempotentClient, RemoteTool};
-use idemkit::{Idem, MemoryStore};
+use idemkit::{Idem, store::MemoryStore};
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use serde_json::{Value, json};

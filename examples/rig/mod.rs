@@ -11,7 +11,7 @@ use std::time::Duration;
 use fake_provider::model::ScriptedModel;
 use fake_provider::{FakeProvider, Fault, ProviderError};
 use idemkit::rig::{ToolExecutionError, ToolOutput};
-use idemkit::{Idem, IdempotencyKey, MemoryStore, side_effect};
+use idemkit::{Idem, IdempotencyKey, side_effect, store::MemoryStore};
 use rig_agent::AgentBuilder;
 use rig_core::providers::openai::OpenAIConfig;
 use rig_core::tool::PortableTool;

@@ -18,7 +18,7 @@ pub enum Error {
         "idemkit: tool `{tool}` was called with key {key}, which an earlier call made with different arguments; \
          {not_run}. A key names one operation: if this is a new operation, add the field that tells it \
          apart to the tool's key; if it is a retry, pass the same arguments",
-        not_run = crate::sentences::was_not_run("the tool")
+        not_run = crate::told::sentences::was_not_run("the tool")
     )]
     KeyReuse {
         /// The tool's name.
@@ -66,7 +66,7 @@ pub enum Error {
          was stopped and the outcome is unknown: {effect_unknown}. Retry the call with the same \
          arguments: it derives the same key, so the provider can deduplicate it, and it replays the outcome if another \
          caller recorded one",
-        effect_unknown = crate::sentences::EFFECT_UNKNOWN
+        effect_unknown = crate::told::sentences::EFFECT_UNKNOWN
     )]
     LeaseLost {
         /// The tool's name.
@@ -92,8 +92,8 @@ pub enum Error {
          sent again blindly: a tool that passes the key to a provider that deduplicates re-sends it on the next \
          call; otherwise the tool's `verify` settles it, or an operator. {}",
         what_is_unknown(*attempts, *last),
-        crate::sentences::EFFECT_UNKNOWN,
-        crate::sentences::how_to_settle(key)
+        crate::told::sentences::EFFECT_UNKNOWN,
+        crate::told::sentences::how_to_settle(key)
     )]
     Ambiguous {
         /// The tool's name.
@@ -131,8 +131,8 @@ pub enum Error {
     /// run it again). The body was not run.
     #[error(
         "idemkit: tool `{tool}` with key {key} was {}. {}",
-        crate::sentences::done_not_kept(*done, *resolved),
-        crate::sentences::DONE_WHAT_TO_DO
+        crate::told::sentences::done_not_kept(*done, *resolved),
+        crate::told::sentences::DONE_WHAT_TO_DO
     )]
     Expired {
         /// The tool's name.
@@ -149,7 +149,7 @@ pub enum Error {
     #[error(
         "idemkit: the arguments of tool `{tool}` cannot be fingerprinted: {source}; {not_run}. \
          Every argument that is not a key field must serialize with serde (e.g. no map with non-string keys)",
-        not_run = crate::sentences::was_not_run("the tool")
+        not_run = crate::told::sentences::was_not_run("the tool")
     )]
     Arguments {
         /// The tool's name.
@@ -163,7 +163,7 @@ pub enum Error {
     /// not run.
     #[error(
         "idemkit: {}: {reason}",
-        crate::sentences::was_not_run(&format!("tool `{tool}`"))
+        crate::told::sentences::was_not_run(&format!("tool `{tool}`"))
     )]
     Settings {
         /// The tool's name.
@@ -175,9 +175,9 @@ pub enum Error {
     /// The tool runs only on behalf of a tenant, and none was set: the body was not run.
     #[error(
         "idemkit: tool `{tool}` runs only on behalf of a tenant, and none is set here; {not_run}. Run the \
-         call under `idemkit::as_tenant(\"...\", ...)` where the request enters, or give the runtime one with \
+         call under `idemkit::scope::as_tenant(\"...\", ...)` where the request enters, or give the runtime one with \
          `Idem::builder().tenant(\"...\")`",
-        not_run = crate::sentences::was_not_run("the tool")
+        not_run = crate::told::sentences::was_not_run("the tool")
     )]
     NoTenant {
         /// The tool's name.
@@ -188,9 +188,9 @@ pub enum Error {
     /// by a model: JSON function calling, MCP), and no operation is in force: the body was not run.
     #[error(
         "idemkit: tool `{tool}` is keyed on an operation the host names, and no operation is in force here; \
-         {not_run}. Run the model's turn under `idemkit::operation_scope(\"plan-42/step-3\", ...)`, naming \
+         {not_run}. Run the model's turn under `idemkit::scope::operation_scope(\"plan-42/step-3\", ...)`, naming \
          the operation from the host's own durable state (the plan step, the ticket), never from the model",
-        not_run = crate::sentences::was_not_run("the tool")
+        not_run = crate::told::sentences::was_not_run("the tool")
     )]
     NoOperation {
         /// The tool's name.
@@ -214,7 +214,7 @@ pub enum Error {
         "idemkit: tool `{tool}` has no runtime to record its outcome in ({reason}); {not_run}. Install one at \
          start-up with `idemkit::Idem::builder().store(...).build()?.install()`, or enable the `sqlite` feature for \
          the zero-configuration default",
-        not_run = crate::sentences::was_not_run("the tool")
+        not_run = crate::told::sentences::was_not_run("the tool")
     )]
     NotConfigured {
         /// The tool's name.
@@ -231,7 +231,7 @@ pub enum Error {
          records, so one tool's outcome would be replayed as the other's. {not_run_lead}. Give each a distinct \
          name with `#[side_effect(name = \"...\")]` (the name is part of every key: the tool that keeps the old name \
          keeps its records)",
-        not_run_lead = crate::sentences::was_not_run("The tool")
+        not_run_lead = crate::told::sentences::was_not_run("The tool")
     )]
     DuplicateTool {
         /// The shared name.

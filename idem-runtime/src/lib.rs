@@ -37,11 +37,9 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub mod advice;
 mod classify;
 mod error;
 mod exec;
-mod explain;
 mod fingerprint;
 #[cfg(any(feature = "reqwest", feature = "tower"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "reqwest", feature = "tower"))))]
@@ -52,28 +50,31 @@ mod idem;
 pub mod json;
 mod key;
 pub mod lock;
+#[cfg(feature = "rmcp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rmcp")))]
+pub mod mcp;
 mod meters;
 mod observe;
 mod registry;
 mod retry;
-#[doc(hidden)]
-pub mod sentences;
+#[cfg(feature = "rig")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rig")))]
+pub mod rig;
 pub mod settle;
 pub mod store;
 mod testing;
+mod told;
 mod wake;
 
 #[cfg(feature = "conformance")]
 #[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
 pub mod conformance;
 
-pub use advice::Advice;
 pub use classify::{Classified, classify_chain};
 pub use error::{Error, StoreError, StoreErrorKind};
 #[doc(hidden)]
 pub use exec::{Attempt, Next, ReadCall, ReadNext, SideEffectCall, VerifyStep};
 pub use exec::{Tool, Verified, Verifying, current_key};
-pub use explain::Explanation;
 pub use fingerprint::{Fingerprint, Fingerprinter};
 pub use idem::{
     AlreadyInstalled, BuildError, Idem, IdemBuilder, MAX_OPERATION_NAME_LEN, as_tenant,
@@ -100,54 +101,13 @@ pub use store::redis::{RedisStore, RedisStoreBuilder};
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use store::sqlite::{SqliteStore, SqliteStoreBuilder, Synchronous};
 pub use store::transitions::Store;
+pub use told::advice;
+pub use told::advice::Advice;
+pub use told::explain::Explanation;
+#[doc(hidden)]
+pub use told::sentences;
 
 /// What generated code reaches, and nothing else should: the paths are not a stable API.
 #[doc(hidden)]
-pub mod __private {
-    pub use crate::explain::success_envelope;
-    pub use crate::fingerprint::sorted::SortedArgs;
-    pub use crate::sentences::replayed as replayed_note;
-    pub use inventory;
-    #[cfg(feature = "json")]
-    pub use schemars;
-    pub use serde;
-    pub use serde_json;
-    pub use uuid;
-
-    /// Picks, by autoref specialisation, an outcome type's JSON Schema for the lock
-    /// ([`crate::lock`]): `T: JsonSchema` with the `json` feature, else none.
-    pub struct OutcomeProbe<T: ?Sized>(std::marker::PhantomData<fn() -> Box<T>>);
-
-    impl<T: ?Sized> OutcomeProbe<T> {
-        /// The probe.
-        #[allow(clippy::new_without_default)]
-        pub fn new() -> Self {
-            OutcomeProbe(std::marker::PhantomData)
-        }
-    }
-
-    /// Picked when `T` has a JSON Schema.
-    pub trait OutcomeSchema {
-        /// The schema.
-        fn outcome_schema(&self) -> Option<serde_json::Value>;
-    }
-
-    #[cfg(feature = "json")]
-    impl<T: schemars::JsonSchema + ?Sized> OutcomeSchema for OutcomeProbe<T> {
-        fn outcome_schema(&self) -> Option<serde_json::Value> {
-            serde_json::to_value(schemars::schema_for!(T)).ok()
-        }
-    }
-
-    /// Picked otherwise: no schema.
-    pub trait OutcomeNoSchema {
-        /// None.
-        fn outcome_schema(&self) -> Option<serde_json::Value>;
-    }
-
-    impl<T: ?Sized> OutcomeNoSchema for &OutcomeProbe<T> {
-        fn outcome_schema(&self) -> Option<serde_json::Value> {
-            None
-        }
-    }
-}
+#[path = "private/mod.rs"]
+pub mod __private;

@@ -17,9 +17,9 @@ use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
 use reqwest::{RequestBuilder, Response, StatusCode};
 
 use super::{IDEMPOTENCY_KEY, sf_string};
-use crate::advice::Advice;
 use crate::key::IdempotencyKey;
 use crate::retry::{Classify, Failure};
+use crate::told::advice::Advice;
 
 /// The key of the side-effect attempt whose body is running here, or `None` outside any: what
 /// [`IdempotentRequest::send_idempotent`] sends.
@@ -237,7 +237,7 @@ impl HttpError {
             HttpError::NoCall | HttpError::Transport(_) => return None,
         };
         let problem: serde_json::Value = serde_json::from_str(body).ok()?;
-        serde_json::from_value(problem.get(crate::advice::MEMBER)?.clone()).ok()
+        serde_json::from_value(problem.get(crate::told::advice::MEMBER)?.clone()).ok()
     }
 }
 
@@ -283,7 +283,7 @@ impl Classify for HttpError {
 mod tests {
     use super::{Duration, HeaderMap, HeaderValue, RETRY_AFTER, SystemTime, retry_after};
     use super::{HttpError, StatusCode};
-    use crate::advice::State;
+    use crate::told::advice::State;
 
     /// S35: the client reads the advice of an idemkit server's problem, and none from another
     /// server's body.

@@ -1,12 +1,12 @@
 //! What a JSON call answers: a tool's definition for a chat API (`ToolDefinition`), its reply
 //! (`JsonReply`) or why it failed (`JsonCallError`).
 
-use crate::advice::Advice;
-use crate::explain::{Explanation, success_envelope};
 use crate::key::IdempotencyKey;
 use crate::observe::CallInfo;
 use crate::registry::ToolKind;
-use crate::sentences::{replayed, was_not_run};
+use crate::told::advice::Advice;
+use crate::told::explain::{Explanation, success_envelope};
+use crate::told::sentences::{replayed, was_not_run};
 use serde_json::{Value, json};
 use std::fmt;
 

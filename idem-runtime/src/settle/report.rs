@@ -219,7 +219,7 @@ impl SettleReport {
                         out,
                         "needs an operator: {key} ({tool}), verify answered unknown {answers} time(s) \
                          (`idemkit show {key}`). {}",
-                        crate::sentences::how_to_settle(key)
+                        crate::told::sentences::how_to_settle(key)
                     );
                 }
                 Settled::Failed(why) => {
@@ -255,8 +255,8 @@ impl SettleReport {
                 out,
                 "the oldest unknown outcome has waited {} for a decision: {key}, first made {} (an ambiguous \
                  record never expires; it waits for verify or `idemkit resolve`)",
-                crate::sentences::span(age),
-                crate::sentences::utc(since)
+                crate::told::sentences::span(age),
+                crate::told::sentences::utc(since)
             );
         }
     }

@@ -7,7 +7,7 @@
 #[cfg(test)]
 mod twins;
 
-use idemkit::{Classify, Failure, Idem, MemoryStore};
+use idemkit::{Classify, Failure, Idem, store::MemoryStore};
 use serde::{Deserialize, Serialize};
 
 /// A tool's error, as the README's quick start defines it (there, it is its own type).

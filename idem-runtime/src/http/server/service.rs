@@ -5,12 +5,12 @@
 use crate::advice::Advice;
 use crate::error::{Error, StoreErrorKind};
 use crate::exec::Tool;
-use crate::explain::Explanation;
 use crate::fingerprint::Fingerprint;
 use crate::http::{IDEMPOTENCY_KEY, MAX_KEY_LENGTH, parse_sf_string};
 use crate::idem::TaskScope;
 use crate::key::IdempotencyKey;
 use crate::sentences::{self, EFFECT_UNKNOWN};
+use crate::told::explain::Explanation;
 use bytes::Bytes;
 use http::header::CONTENT_LENGTH;
 use http::request::Parts;

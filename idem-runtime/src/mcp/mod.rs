@@ -5,7 +5,7 @@
 //! `#[classified_tools]` above `#[tool_router]` on the impl block:
 //!
 //! ```
-//! use idemkit::{Idem, IdempotencyKey, MemoryStore, classified_tools, read_only, side_effect};
+//! use idemkit::{Idem, IdempotencyKey, classified_tools, read_only, side_effect, store::MemoryStore};
 //! use rmcp::handler::server::wrapper::Parameters;
 //! use rmcp::{tool, tool_router};
 //! # #[derive(Debug)] struct PayError;
@@ -88,7 +88,7 @@
 //!   host) names it from its own durable state, never the model.
 //! - **One definition for JSON and MCP**: a free function marked `json` is served over MCP by
 //!   [`JsonToolsServer`] with the name, description and record it has in
-//!   [`JsonTools`](crate::JsonTools) (feature `json`).
+//!   [`JsonTools`](crate::json::JsonTools) (feature `json`).
 //! - **Errors**: the tool's error type is a `std::error::Error`, `anyhow::Error` (feature
 //!   `anyhow`) or `Box<dyn Error + Send + Sync>`; the error it holds is searched for idemkit's
 //!   own, to name the reason.
@@ -107,11 +107,11 @@
 
 use std::error::Error as StdError;
 
-use idem_runtime::__private::serde::Serialize;
-use idem_runtime::__private::serde_json::{self, Value, json};
-use idem_runtime::{CallInfo, Classify, Explanation, Failure, ToolKind};
+use crate::{CallInfo, Classify, Explanation, Failure, ToolKind};
 use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ContentBlock};
+use serde::Serialize;
+use serde_json::{self, Value, json};
 
 mod client;
 #[cfg(feature = "json")]
@@ -212,9 +212,9 @@ where
 /// after the one sentence a replay starts with.
 fn success(result: Value, side_effect: Option<(bool, Option<&str>)>) -> CallToolResult {
     let mut out =
-        CallToolResult::structured(crate::__private::success_envelope(result, side_effect));
+        CallToolResult::structured(crate::told::explain::success_envelope(result, side_effect));
     if let Some((true, key)) = side_effect {
-        let note = crate::__private::replayed_note(key);
+        let note = crate::told::sentences::replayed(key);
         out.content.insert(0, ContentBlock::text(note));
     }
     out

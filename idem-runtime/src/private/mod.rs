@@ -4,7 +4,52 @@
 
 use std::marker::PhantomData;
 
-pub use idem_runtime::__private::*;
+pub use crate::fingerprint::sorted::SortedArgs;
+pub use crate::told::explain::success_envelope;
+pub use crate::told::sentences::replayed as replayed_note;
+pub use inventory;
+#[cfg(feature = "json")]
+pub use schemars;
+pub use serde;
+pub use serde_json;
+pub use uuid;
+
+/// Picks, by autoref specialisation, an outcome type's JSON Schema for the lock
+/// ([`crate::lock`]): `T: JsonSchema` with the `json` feature, else none.
+pub struct OutcomeProbe<T: ?Sized>(std::marker::PhantomData<fn() -> Box<T>>);
+
+impl<T: ?Sized> OutcomeProbe<T> {
+    /// The probe.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        OutcomeProbe(std::marker::PhantomData)
+    }
+}
+
+/// Picked when `T` has a JSON Schema.
+pub trait OutcomeSchema {
+    /// The schema.
+    fn outcome_schema(&self) -> Option<serde_json::Value>;
+}
+
+#[cfg(feature = "json")]
+impl<T: schemars::JsonSchema + ?Sized> OutcomeSchema for OutcomeProbe<T> {
+    fn outcome_schema(&self) -> Option<serde_json::Value> {
+        serde_json::to_value(schemars::schema_for!(T)).ok()
+    }
+}
+
+/// Picked otherwise: no schema.
+pub trait OutcomeNoSchema {
+    /// None.
+    fn outcome_schema(&self) -> Option<serde_json::Value>;
+}
+
+impl<T: ?Sized> OutcomeNoSchema for &OutcomeProbe<T> {
+    fn outcome_schema(&self) -> Option<serde_json::Value> {
+        None
+    }
+}
 
 /// Text a key field normalisation (`nfc(name)`, `nfc_fold(name)`) can read.
 #[diagnostic::on_unimplemented(
@@ -78,14 +123,14 @@ impl<T, E> ToolResult for Result<T, E> {
     type Ok = T;
     type Err = E;
 }
-pub use idem_runtime::{
+pub use crate::{
     Classify, Error, Fingerprint, Fingerprinter, Idem, IdempotencyKey, KeyHasher, KeyPart, Next,
     ReadCall, ReadNext, SideEffectCall, StoredVerify, Tool, ToolInfo, ToolKind, Verified,
     VerifyAnswer, normalize, scoped_operation,
 };
 
-use idem_runtime::__private::serde::Serialize;
-use idem_runtime::__private::serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 /// The fingerprint of the arguments that are not key fields, keeping the first serialization
 /// failure, which the call reports as `Error::Arguments` without running the tool. The expansion
@@ -286,7 +331,7 @@ impl<T, E> ReadOnlyUnchecked<T, E> for &Probe<T, E> {
 }
 
 // What a tool's expansion runs: a loop over `attempt()` that awaits the body in place (see
-// `idem_runtime::SideEffectCall`). The real runner hands out the runtime's typed call; the one
+// `crate::SideEffectCall`). The real runner hands out the runtime's typed call; the one
 // for types that failed the checks hands out a call with the same methods and no bounds, so
 // the loop does not repeat the checks' errors.
 
@@ -400,7 +445,7 @@ impl<E> Copy for ErrorProbe<E> {}
 /// `JsonEntry` is submitted to the registry.
 #[cfg(feature = "json")]
 pub mod json {
-    pub use idem_runtime::json::{
+    pub use crate::json::{
         Describe, DescribeChain, DescribeDebug, DescribeDisplay, Described, JsonArgs, JsonEntry,
     };
 }

@@ -3,9 +3,9 @@
 use std::error::Error as StdError;
 
 pub use crate::mcp::ToolOutput;
-use idem_runtime::__private::serde::Serialize;
-pub use idem_runtime::observe;
-use idem_runtime::{CallInfo, Classify};
+pub use crate::observe::observe;
+use crate::{CallInfo, Classify};
+use serde::Serialize;
 
 /// The MCP result of a `#[side_effect]` tool, its error seen through `as_error`.
 pub fn side_effect_output<T: Serialize, E: Classify>(

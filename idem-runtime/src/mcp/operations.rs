@@ -1,9 +1,9 @@
 //! The operation a request names in its `_meta` (`Operations`, `OPERATION_META`).
 
-use idem_runtime::__private::serde_json::{self, Value};
 use rmcp::ErrorData;
 use rmcp::model::ProtocolVersion;
 use rmcp::service::{NotificationContext, RequestContext, RoleServer, Service, ServiceRole};
+use serde_json::{self, Value};
 use std::borrow::Cow;
 
 /// The request `_meta` entry a client (the agent's host) names the operation in: a tool that
@@ -24,9 +24,7 @@ pub(super) async fn as_named_operation<F: std::future::Future>(
     fut: F,
 ) -> F::Output {
     match named {
-        Some(op) if idem_runtime::operation_name().is_none() => {
-            idem_runtime::operation_scope(op, fut).await
-        }
+        Some(op) if crate::operation_name().is_none() => crate::operation_scope(op, fut).await,
         _ => fut.await,
     }
 }

@@ -5,7 +5,7 @@
 //! signature, and declare rig's output and error envelope as the trait's types:
 //!
 //! ```
-//! use idemkit::{Classify, Failure, Idem, IdempotencyKey, MemoryStore, side_effect};
+//! use idemkit::{Classify, Failure, Idem, IdempotencyKey, side_effect, store::MemoryStore};
 //! use idemkit::rig::{ToolExecutionError, ToolOutput};
 //! use rig_core::tool::PortableTool;
 //! use serde::{Deserialize, Serialize};
@@ -75,10 +75,10 @@
 
 use std::error::Error as StdError;
 
-use idem_runtime::__private::serde::Serialize;
-use idem_runtime::__private::serde_json::{self, json};
-use idem_runtime::{CallInfo, Classify, Explanation, Failure, ToolKind};
+use crate::{CallInfo, Classify, Explanation, Failure, ToolKind};
 pub use rig_core::tool::{ToolErrorKind, ToolExecutionError, ToolOutput};
+use serde::Serialize;
+use serde_json::{self, json};
 
 /// What a rig tool's `call` returns when an idemkit attribute is on it.
 pub type RigOutput = Result<ToolOutput, ToolExecutionError>;
@@ -116,14 +116,14 @@ where
     let replayed = info.as_ref().is_some_and(|i| i.replayed);
     match result {
         Ok(value) => {
-            let value = crate::__private::success_envelope(
+            let value = crate::told::explain::success_envelope(
                 to_value(&value)?,
                 Some((replayed, key.as_deref())),
             );
             if !replayed {
                 return Ok(ToolOutput::json(value));
             }
-            let note = crate::__private::replayed_note(key.as_deref());
+            let note = crate::told::sentences::replayed(key.as_deref());
             ToolOutput::content(vec![
                 rig_core::message::ToolResultContent::text(note),
                 rig_core::message::ToolResultContent::json(value),
@@ -149,7 +149,7 @@ pub(crate) fn read_only_output_as<T: Serialize, E>(
     fail: FailWith<E>,
 ) -> RigOutput {
     match result {
-        Ok(value) => Ok(ToolOutput::json(crate::__private::success_envelope(
+        Ok(value) => Ok(ToolOutput::json(crate::told::explain::success_envelope(
             to_value(&value)?,
             None,
         ))),

@@ -2,10 +2,10 @@
 
 use std::error::Error as StdError;
 
+pub use crate::observe::observe;
 pub use crate::rig::{RigOutput, same_name};
-use idem_runtime::__private::serde::Serialize;
-pub use idem_runtime::observe;
-use idem_runtime::{CallInfo, Classify};
+use crate::{CallInfo, Classify};
+use serde::Serialize;
 
 /// Whose `NAME` a rig tool's key takes.
 pub use rig_core::tool::Tool;

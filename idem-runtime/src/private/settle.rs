@@ -6,16 +6,16 @@
 //! arguments and registers its verify ([`ToolInfo::settle_verify`]); any other keeps nothing and
 //! registers none (its records are settled as before: a verify listed by hand, or an operator).
 //!
-//! [`ToolInfo::settle_verify`]: idem_runtime::ToolInfo::settle_verify
+//! [`ToolInfo::settle_verify`]: crate::ToolInfo::settle_verify
 
 use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use idem_runtime::__private::serde::Serialize;
-use idem_runtime::__private::serde::de::DeserializeOwned;
-use idem_runtime::__private::serde_json;
-use idem_runtime::{IdempotencyKey, StoredVerify, Verified, VerifyAnswer};
+use crate::{IdempotencyKey, StoredVerify, Verified, VerifyAnswer};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json;
 
 /// Selects whether a call keeps `R` (its arguments, borrowed, as a tuple) for a verify that
 /// takes them back as `O` (the same, owned).

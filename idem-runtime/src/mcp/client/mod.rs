@@ -15,8 +15,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use idem_runtime::__private::serde_json::{Map, Value};
-use idem_runtime::{
+use crate::{
     Error, Fingerprint, Idem, IdempotencyKey, JsonKeyField, KeyField, Tool, ToolKind, Verified,
     observe,
 };
@@ -25,6 +24,7 @@ use rmcp::model::{
     ToolAnnotations,
 };
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient};
+use serde_json::{Map, Value};
 
 use self::config::Plan;
 use self::failure::{Attempt, classify_sent, classify_unsent};
@@ -155,7 +155,7 @@ impl IdempotentClient {
                 // S28/S31: the arguments the verify tool is asked with, kept with the record so
                 // that a settler asks it without the caller (`IdempotentClient::verify_record`).
                 let kept = verify.map(|_| {
-                    idem_runtime::__private::serde_json::to_vec(&arguments).unwrap_or_default()
+                    serde_json::to_vec(&arguments).unwrap_or_default()
                 });
                 let tool = self
                     .entry(&key_name, config)
@@ -242,7 +242,7 @@ impl IdempotentClient {
             Ok(ServerResult::CallToolResult(result)) => Ok(result),
             // An answer this client does not drive (input required, a task): the tool may act.
             Ok(_) => Err(Attempt::Upstream(
-                idem_runtime::Failure::Ambiguous,
+                crate::Failure::Ambiguous,
                 rmcp::ServiceError::UnexpectedResponse,
             )),
             Err(e) => Err(Attempt::Upstream(classify_sent(&e), e)),
@@ -265,7 +265,7 @@ impl IdempotentClient {
     }
 
     /// The names the records of tools with a verify ([`RemoteTool::verify`]) are kept under (a
-    /// tool's [`RemoteTool::key_name`], else its name): what a [`Settler`](idem_runtime::Settler)
+    /// tool's [`RemoteTool::key_name`], else its name): what a [`Settler`](crate::settle::Settler)
     /// is given a verify for, each asking [`IdempotentClient::verify_record`].
     pub fn verified_tools(&self) -> Vec<String> {
         self.tools
@@ -277,7 +277,7 @@ impl IdempotentClient {
 
     /// S28 and S31: whether the operation of `record` (kept as unknown: its answer was lost, or
     /// its caller died mid-call) happened, asked of its tool's verify tool with the arguments
-    /// its call kept, without the caller. For a [`Settler`](idem_runtime::Settler) running
+    /// its call kept, without the caller. For a [`Settler`](crate::settle::Settler) running
     /// beside this client:
     ///
     /// ```no_run
@@ -304,7 +304,7 @@ impl IdempotentClient {
     /// with a verify, or the record kept no arguments); the record stays unknown.
     pub async fn verify_record(
         &self,
-        record: &idem_runtime::store::Record,
+        record: &crate::store::Record,
     ) -> Result<Verified<CallToolResult>, String> {
         let verify = self
             .tools
@@ -324,7 +324,7 @@ impl IdempotentClient {
             )
         })?;
         let arguments: Map<String, Value> =
-            idem_runtime::__private::serde_json::from_slice(kept)
+            serde_json::from_slice(kept)
                 .map_err(|e| format!("the record's arguments are not a JSON object: {e}"))?;
         Ok(self.ask(verify, &arguments, record.key).await)
     }
@@ -401,8 +401,8 @@ impl IdempotentClient {
 }
 
 /// A listing that failed: nothing of the call was sent, whatever the listing's own failure.
-fn classify_unsent_listing(_: &rmcp::ServiceError) -> idem_runtime::Failure {
-    idem_runtime::Failure::Transient
+fn classify_unsent_listing(_: &rmcp::ServiceError) -> crate::Failure {
+    crate::Failure::Transient
 }
 
 /// The key of a call of `tool` (recorded as `key_name`) from its key `fields` in `arguments`,
@@ -436,7 +436,7 @@ fn key_of(
     }
     let fields: Vec<KeyField<'_>> = values
         .iter()
-        .map(|(name, part)| (*name, part as &(dyn idem_runtime::KeyPart + Sync)))
+        .map(|(name, part)| (*name, part as &(dyn crate::KeyPart + Sync)))
         .collect();
     let key = IdempotencyKey::derive(key_name, &fields);
     Ok((key, Fingerprint::of_value(&others)))
@@ -461,7 +461,7 @@ fn remove_path(value: &mut Value, path: &str) {
 /// S21: a remote tool keyed under the name of one of this program's own side-effect tools would
 /// share its keys and records.
 fn refuse_local_namesake(key_name: &str) -> Result<(), Error> {
-    match idem_runtime::tools().find(|t| t.name == key_name && t.kind == ToolKind::SideEffect) {
+    match crate::tools().find(|t| t.name == key_name && t.kind == ToolKind::SideEffect) {
         Some(local) => Err(Error::Settings {
             tool: key_name.to_owned(),
             reason: format!(

@@ -12,13 +12,13 @@
 
 use std::error::Error as StdError;
 
-use crate::advice::Advice;
 use crate::error::{Error, StoreErrorKind};
 use crate::key::IdempotencyKey;
 use crate::observe::{CallInfo, CallOutcome};
 use crate::registry::ToolKind;
 use crate::retry::Failure;
-use crate::sentences::{EFFECT_UNKNOWN, NOT_RUN, how_to_settle};
+use crate::told::advice::Advice;
+use crate::told::sentences::{EFFECT_UNKNOWN, NOT_RUN, how_to_settle};
 
 /// What to tell a caller (a model, most often) about a call that failed: a stable reason word,
 /// whether calling again with the same arguments can help, and a sentence saying what happened.
@@ -213,7 +213,7 @@ impl Explanation {
                      this key: calling again with the same arguments gets this same answer and does nothing; tell the \
                      user it was done. If the user asks for a new operation, change one of {fields} so that it gets a \
                      key of its own.",
-                    crate::sentences::done_not_kept(*done, *resolved)
+                    crate::told::sentences::done_not_kept(*done, *resolved)
                 ),
             ),
             Error::Arguments { source, .. } => Self::new(

@@ -1,10 +1,11 @@
 //! S19 for remote tools: asking a read-only tool of the same server whether an operation whose
 //! outcome is unknown happened ([`RemoteVerify`]), and reading its answer as a [`Verified`]
-//! ([`verdict`]). The runtime's verify machinery ([`Tool::verify`](idem_runtime::Tool::verify))
+//! ([`verdict`]). The runtime's verify machinery ([`Tool::verify`](crate::Tool::verify))
 //! decides when it is asked and what each answer does.
 
-use idem_runtime::__private::serde_json::{Map, Value};
-use idem_runtime::{IdempotencyKey, Verified};
+use serde_json::{Map, Value};
+
+use crate::{IdempotencyKey, Verified};
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 
 /// How an operation of a remote tool whose outcome is unknown is verified: by calling a
@@ -138,7 +139,7 @@ impl RemoteVerify {
         let document = match &answer.structured_content {
             Some(value) => value.clone(),
             None => match answer.content.iter().find_map(|c| c.as_text()) {
-                Some(text) => match idem_runtime::__private::serde_json::from_str(&text.text) {
+                Some(text) => match serde_json::from_str(&text.text) {
                     Ok(value) => value,
                     Err(_) => return Verified::Unknown,
                 },
@@ -168,7 +169,7 @@ fn present(value: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::RemoteVerify;
-    use idem_runtime::Verified;
+    use crate::Verified;
     use rmcp::model::{CallToolResult, ContentBlock};
     use serde_json::json;
 

@@ -2,10 +2,10 @@
 //! ([`for_model`]), the one place a remote call's end is rendered for a model, from the runtime's
 //! explanations and sentences.
 
-use idem_runtime::__private::serde_json::json;
-use idem_runtime::advice::Advice;
-use idem_runtime::{Explanation, IdempotencyKey, ToolKind};
+use crate::told::advice::Advice;
+use crate::{Explanation, IdempotencyKey, ToolKind};
 use rmcp::model::{CallToolResult, ContentBlock};
+use serde_json::json;
 
 use super::failure::CallError;
 
@@ -44,7 +44,7 @@ pub fn for_model(
             let mut out = reply.result.clone();
             let key = reply.key.map(|k| k.to_string());
             if reply.replayed {
-                let note = crate::__private::replayed_note(key.as_deref());
+                let note = crate::told::sentences::replayed(key.as_deref());
                 out.content.insert(0, ContentBlock::text(note));
             }
             let advice = match (kind, reply.replayed) {
@@ -82,8 +82,8 @@ pub fn for_model(
 }
 
 /// The key an idemkit error names, where it names one.
-fn key_of_error(e: &idem_runtime::Error) -> Option<String> {
-    use idem_runtime::Error;
+fn key_of_error(e: &crate::Error) -> Option<String> {
+    use crate::Error;
     match e {
         Error::KeyReuse { key, .. }
         | Error::InFlight { key, .. }

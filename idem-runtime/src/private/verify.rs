@@ -3,7 +3,7 @@
 
 use std::marker::PhantomData;
 
-use idem_runtime::Verified;
+use crate::Verified;
 
 // `verify = path` (S19, C10). The expansion looks at the function through a `VerifyProbe` of the
 // tool's parameter types, `T` and `E`, by autoref specialization: a `Verifier` (which calls it)

@@ -97,8 +97,7 @@ where
     ) -> Result<<RoleServer as ServiceRole>::Resp, ErrorData> {
         match (self.tenant)(&context) {
             Some(tenant) => {
-                idem_runtime::as_tenant(tenant.into(), self.inner.handle_request(request, context))
-                    .await
+                crate::as_tenant(tenant.into(), self.inner.handle_request(request, context)).await
             }
             None => self.inner.handle_request(request, context).await,
         }

@@ -4,7 +4,7 @@
 use std::error::Error as StdError;
 use std::fmt;
 
-use idem_runtime::{Classify, Error, Failure, IdempotencyKey};
+use crate::{Classify, Error, Failure, IdempotencyKey};
 use rmcp::ServiceError;
 use rmcp::model::{CallToolResult, ErrorCode};
 
@@ -48,7 +48,7 @@ impl fmt::Display for CallError {
             CallError::InvalidArguments { tool, message } => write!(
                 f,
                 "idemkit: {}: {message}",
-                idem_runtime::sentences::was_not_run(&format!("remote tool `{tool}`"))
+                crate::told::sentences::was_not_run(&format!("remote tool `{tool}`"))
             ),
             CallError::Upstream {
                 tool,
@@ -187,7 +187,7 @@ fn connection_refused(e: &(dyn StdError + 'static)) -> bool {
 #[cfg(test)]
 mod tests {
     use super::{classify_sent, classify_unsent};
-    use idem_runtime::Failure;
+    use crate::Failure;
     use rmcp::ServiceError;
     use rmcp::model::ErrorData;
     use std::time::Duration;

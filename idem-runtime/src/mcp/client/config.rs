@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use idem_runtime::{Error, RetryPolicy, Tool};
+use crate::{Error, RetryPolicy, Tool};
 use rmcp::model::ToolAnnotations;
 
 use super::verify::RemoteVerify;

@@ -2,21 +2,21 @@
 
 use super::operations::{as_named_operation, named_operation};
 use super::{ToolOutput, failed, success};
-use idem_runtime::__private::serde_json::{Value, json};
-use idem_runtime::ToolKind;
+use crate::ToolKind;
 use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ContentBlock};
 use rmcp::service::{RequestContext, RoleServer};
+use serde_json::{Value, json};
 use std::borrow::Cow;
 
-/// Every tool marked `json` ([`JsonTools`](crate::JsonTools)) served as MCP tools (features `rmcp`
+/// Every tool marked `json` ([`JsonTools`](crate::json::JsonTools)) served as MCP tools (features `rmcp`
 /// and `json`): one annotated function is a JSON function-calling tool and an MCP tool, with one
 /// name, one description (its doc comment, for the model) and one record, so a call from either
 /// surface replays the other's outcome.
 ///
 /// ```
 /// use idemkit::mcp::JsonToolsServer;
-/// use idemkit::{Classified, Failure, JsonTools, side_effect};
+/// use idemkit::{Classified, Failure, side_effect, json::JsonTools};
 ///
 /// /// Refunds an order once.
 /// ///
@@ -33,7 +33,7 @@ use std::borrow::Cow;
 /// # let _ = server;
 /// ```
 ///
-/// Tools come as their [`ToolDefinition`](crate::ToolDefinition)s: `#[read_only]` says
+/// Tools come as their [`ToolDefinition`](crate::json::ToolDefinition)s: `#[read_only]` says
 /// `readOnlyHint: true`, `#[side_effect]` says `readOnlyHint: false, idempotentHint: true`, with
 /// `destructiveHint` and `openWorldHint` from the attribute's `destructive` and `open_world`.
 /// Results and failures read as those of a `#[tool]` method under the attribute (see the module
@@ -41,26 +41,26 @@ use std::borrow::Cow;
 /// runs as that operation, unless the server already runs it under one.
 #[derive(Debug, Clone)]
 pub struct JsonToolsServer {
-    tools: crate::JsonTools,
-    idem: Option<idem_runtime::Idem>,
+    tools: crate::json::JsonTools,
+    idem: Option<crate::Idem>,
 }
 
 impl JsonToolsServer {
-    /// Serves `tools` (e.g. [`JsonTools::all`](crate::JsonTools::all)).
-    pub fn new(tools: crate::JsonTools) -> Self {
+    /// Serves `tools` (e.g. [`JsonTools::all`](crate::json::JsonTools::all)).
+    pub fn new(tools: crate::json::JsonTools) -> Self {
         JsonToolsServer { tools, idem: None }
     }
 
     /// Runs every call under `idem` ([`Idem::scope`](crate::Idem::scope)): rmcp handles each
     /// request on a task of its own, where a runtime scoped around the server is not in force
     /// (default: the installed one, [`Idem::current`](crate::Idem::current)).
-    pub fn idem(mut self, idem: idem_runtime::Idem) -> Self {
+    pub fn idem(mut self, idem: crate::Idem) -> Self {
         self.idem = Some(idem);
         self
     }
 
     /// The tools served.
-    pub fn tools(&self) -> &crate::JsonTools {
+    pub fn tools(&self) -> &crate::json::JsonTools {
         &self.tools
     }
 
@@ -121,7 +121,7 @@ impl JsonToolsServer {
                 let side_effect = key.as_deref().map(|key| (reply.replayed(), Some(key)));
                 Ok(success(reply.value, side_effect))
             }
-            Err(crate::JsonCallError::Failed {
+            Err(crate::json::JsonCallError::Failed {
                 message,
                 info,
                 explanation,
