@@ -38,10 +38,10 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod advice;
-mod classify;
 mod error;
 mod exec;
 mod explain;
+mod failure;
 mod fingerprint;
 #[cfg(any(feature = "reqwest", feature = "tower"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "reqwest", feature = "tower"))))]
@@ -68,12 +68,13 @@ mod wake;
 pub mod conformance;
 
 pub use advice::Advice;
-pub use classify::{Classified, classify_chain};
 pub use error::{Error, StoreError, StoreErrorKind};
 #[doc(hidden)]
 pub use exec::{Attempt, Next, ReadCall, ReadNext, SideEffectCall, VerifyStep};
 pub use exec::{Tool, Verified, Verifying, current_key};
 pub use explain::Explanation;
+pub use failure::chain::classify_chain;
+pub use failure::{Classified, Classify, Failure};
 pub use fingerprint::{Fingerprint, Fingerprinter};
 pub use idem::{
     AlreadyInstalled, BuildError, Idem, IdemBuilder, MAX_OPERATION_NAME_LEN, as_tenant,
@@ -86,7 +87,7 @@ pub use registry::{
     DuplicateTools, StoredVerify, ToolInfo, ToolKind, VerifyAnswer, check_unique_tool_names,
     stored_verifies, tools, tools_manifest,
 };
-pub use retry::{Classify, Failure, RetryPolicy, Schedule};
+pub use retry::{RetryPolicy, Schedule};
 pub use settle::{SettleReport, Settled, Settler, SettlerHandle};
 pub use store::memory::MemoryStore;
 #[cfg(feature = "postgres")]

@@ -39,10 +39,11 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::Error;
+use crate::failure::Classify;
 use crate::fingerprint::Fingerprint;
 use crate::idem::Idem;
 use crate::key::{IdempotencyKey, KeyField};
-use crate::retry::{Classify, RetryPolicy};
+use crate::retry::RetryPolicy;
 
 /// One tool's name and settings: the entry point of the executor.
 ///

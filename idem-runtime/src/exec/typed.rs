@@ -30,9 +30,9 @@ use super::core::{Call, End, Next, Read, ReadNext};
 use super::repeats::InProgress;
 use super::verified::Verified;
 use crate::error::Error;
+use crate::failure::Classify;
 use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
-use crate::retry::Classify;
 use crate::store::Outcome;
 
 /// A side-effect call of a tool returning `Result<T, E>`. Not a stable API.

@@ -7,9 +7,9 @@ use serde::de::DeserializeOwned;
 
 use super::{SideEffectCall, Tool};
 use crate::error::Error;
+use crate::failure::Classify;
 use crate::fingerprint::Fingerprint;
 use crate::key::{IdempotencyKey, KeyField};
-use crate::retry::Classify;
 
 /// What a tool's verify function found at the provider about an operation whose outcome is
 /// unknown (S19): an attempt failed [`Failure::Ambiguous`](crate::Failure::Ambiguous) or was cut

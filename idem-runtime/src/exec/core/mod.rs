@@ -53,10 +53,10 @@ use tokio::time::Sleep;
 
 use super::Tool;
 use crate::error::Error;
+use crate::failure::Failure;
 use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
 use crate::observe::CallOutcome;
-use crate::retry::Failure;
 use crate::store::Outcome;
 
 mod claim;
