@@ -56,6 +56,7 @@ mod meters;
 mod observe;
 mod registry;
 mod retry;
+mod scope;
 #[doc(hidden)]
 pub mod sentences;
 pub mod settle;
@@ -71,15 +72,12 @@ pub use advice::Advice;
 pub use error::{Error, StoreError, StoreErrorKind};
 #[doc(hidden)]
 pub use exec::{Attempt, Next, ReadCall, ReadNext, SideEffectCall, VerifyStep};
-pub use exec::{Tool, Verified, Verifying, current_key};
+pub use exec::{Tool, Verified, Verifying};
 pub use explain::Explanation;
 pub use failure::chain::classify_chain;
 pub use failure::{Classified, Classify, Failure};
 pub use fingerprint::{Fingerprint, Fingerprinter};
-pub use idem::{
-    AlreadyInstalled, BuildError, Idem, IdemBuilder, MAX_OPERATION_NAME_LEN, as_tenant,
-    in_current_scope, operation, operation_name, operation_scope, scoped_operation,
-};
+pub use idem::{AlreadyInstalled, BuildError, Idem, IdemBuilder};
 pub use key::normalize;
 pub use key::{IdempotencyKey, JsonKeyField, KeyField, KeyHasher, KeyPart, KeyValue, OperationId};
 pub use observe::{CallInfo, CallOutcome, observe};
@@ -88,6 +86,11 @@ pub use registry::{
     stored_verifies, tools, tools_manifest,
 };
 pub use retry::{RetryPolicy, Schedule};
+pub use scope::current::current_key;
+pub use scope::{
+    MAX_OPERATION_NAME_LEN, as_tenant, in_current_scope, operation, operation_name,
+    operation_scope, scoped_operation,
+};
 pub use settle::{SettleReport, Settled, Settler, SettlerHandle};
 pub use store::memory::MemoryStore;
 #[cfg(feature = "postgres")]

@@ -13,24 +13,24 @@
 //! too. What a call runs under is set there and nowhere else: the claim (`core::claim`) reads
 //! the tenant and makes the span; `Drop for Call` (`core::dropped`) is the drop guard; the
 //! step futures [`Attempt`] and [`VerifyStep`] make the call's key current while they poll a
-//! step, and `current::made_under` while a [`Tool`] closure makes one (the settler, which asks
+//! step, and `scope::current::made_under` while a [`Tool`] closure makes one (the settler, which asks
 //! verify functions outside any call, makes and polls its steps under the record's key through
-//! `current::under`). The tenant, the operation
+//! `scope::current::under`). The tenant, the operation
 //! (an `OperationId` key field, looked up before the key) and the scoped runtime are
-//! task-locals that the surfaces put in force around a call (`as_tenant`, `operation_scope`,
+//! task-locals (`crate::scope`) that the surfaces put in force around a call (`as_tenant`, `operation_scope`,
 //! `Idem::scope`, MCP's `Tenanted` and `Operations`); the one surface that moves a call to a
 //! task of its own, the HTTP layer, carries all three with it through one `TaskScope`.
 
 mod core;
-pub(crate) mod current;
 mod repeats;
 mod typed;
 mod verified;
 
 pub use self::core::{Next, ReadNext};
-pub use self::current::current_key;
 pub use self::typed::{Attempt, ReadCall, SideEffectCall, VerifyStep};
 pub use self::verified::{Verified, Verifying};
+// The path `http::client` still names (it is being moved in another change).
+pub(crate) use crate::scope::current::current_key;
 
 use std::future::Future;
 use std::time::Duration;

@@ -132,7 +132,7 @@ impl<'a, V> Verifying<'a, V> {
 /// attempt or a verification, made under the call's key ([`made_under`]) and run by the
 /// [`SideEffectCall`] that claims, leases, polls it under the key and ends the call.
 ///
-/// [`made_under`]: super::current::made_under
+/// [`made_under`]: crate::scope::current::made_under
 pub(super) fn drive<'a, T, E, F, Fut, V, VFut>(
     call: SideEffectCall<'a, T, E>,
     attempt: F,
@@ -150,10 +150,10 @@ where
     async move {
         while let Some(key) = call.attempt().await {
             if call.verifying() {
-                let made = super::current::made_under(key, || verify(key));
+                let made = crate::scope::current::made_under(key, || verify(key));
                 call.verify(made).await;
             } else {
-                let made = super::current::made_under(key, || attempt(key));
+                let made = crate::scope::current::made_under(key, || attempt(key));
                 call.run(made).await;
             }
         }

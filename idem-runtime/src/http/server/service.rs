@@ -8,8 +8,8 @@ use crate::exec::Tool;
 use crate::explain::Explanation;
 use crate::fingerprint::Fingerprint;
 use crate::http::{IDEMPOTENCY_KEY, MAX_KEY_LENGTH, parse_sf_string};
-use crate::idem::TaskScope;
 use crate::key::IdempotencyKey;
+use crate::scope::TaskScope;
 use crate::sentences::{self, EFFECT_UNKNOWN};
 use bytes::Bytes;
 use http::header::CONTENT_LENGTH;
@@ -363,8 +363,8 @@ where
     let first = first.into_inner().unwrap_or_else(|p| p.into_inner());
     // The record's key, as `idemkit resolve` takes it: the tenant's own, by the claim's rule (the
     // task's tenant, else the layer's runtime's).
-    let tenant = crate::idem::call_tenant(Some(&config.idem));
-    let record_key = crate::idem::record_key(key, tenant.as_deref());
+    let tenant = crate::scope::call_tenant(Some(&config.idem));
+    let record_key = crate::scope::record_key(key, tenant.as_deref());
     match result {
         Ok(stored) => Ok(match first {
             Some(first) => Response::from_parts(first.0, first.1),
