@@ -9,7 +9,7 @@
 //! attributes' expansion writes its loop over one (`#[side_effect]` on a function or method, the
 //! rmcp and rig modes, which wrap that expansion, and `json` tools, which call it, so
 //! `JsonTools` and `JsonToolsServer` too); [`Tool::side_effect`], [`Tool::run_keyed`] and
-//! [`Tool::verify`] run one loop over one (`verified::drive`), which the HTTP layer's run uses
+//! [`Tool::verify`] run one loop over one (`drive::drive`), which the HTTP layer's run uses
 //! too. What a call runs under is set there and nowhere else: the claim (`core::claim`) reads
 //! the tenant and makes the span; `Drop for Call` (`core::dropped`) is the drop guard; the
 //! step futures [`Attempt`] and [`VerifyStep`] make the call's key current while they poll a
@@ -22,13 +22,14 @@
 //! task of its own, the HTTP layer, carries all three with it through one `TaskScope`.
 
 mod core;
+mod drive;
 mod repeats;
 mod typed;
 mod verified;
 
 pub use self::core::{Next, ReadNext};
 pub use self::typed::{Attempt, ReadCall, SideEffectCall, VerifyStep};
-pub use self::verified::{Verified, Verifying};
+pub use self::verified::Verified;
 // The path `http::client` still names (it is being moved in another change).
 pub(crate) use crate::scope::current::current_key;
 
@@ -323,7 +324,7 @@ impl<'a> Tool<'a> {
         Fut: Future<Output = Result<T, E>>,
     {
         let call = SideEffectCall::new(self, key, fingerprint);
-        verified::drive(call, attempt, verified::unverified::<T, E>)
+        drive::drive(call, attempt, drive::unverified::<T, E>)
     }
 
     /// Runs a read-only tool: retries by [`Classify`], no key, no store. Works without any
@@ -345,5 +346,79 @@ impl<'a> Tool<'a> {
             }
             call.end()
         }
+    }
+}
+
+/// A [`Tool`] with a verify function ([`Tool::verify`]): its calls ask `verify` before anything
+/// whose outcome is unknown is sent again (S19).
+#[must_use]
+#[derive(Debug, Clone, Copy)]
+pub struct Verifying<'a, V> {
+    tool: Tool<'a>,
+    verify: V,
+}
+
+impl<'a, V> Verifying<'a, V> {
+    fn new(tool: Tool<'a>, verify: V) -> Self {
+        Verifying { tool, verify }
+    }
+
+    /// [`Tool::side_effect`], with this verify function: it is given the call's key.
+    pub fn side_effect<T, E, A, F, Fut, VFut>(
+        self,
+        key_fields: &[KeyField<'_>],
+        args: &A,
+        attempt: F,
+    ) -> impl Future<Output = Result<T, E>> + use<'a, T, E, A, F, Fut, V, VFut>
+    where
+        A: Serialize + ?Sized,
+        T: Serialize + DeserializeOwned,
+        E: Classify + From<Error>,
+        F: FnMut(IdempotencyKey) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        V: FnMut(IdempotencyKey) -> VFut,
+        VFut: Future<Output = Result<Verified<T>, E>>,
+    {
+        let key = IdempotencyKey::derive(self.tool.name(), key_fields);
+        self.run_prepared(key, Fingerprint::of(args), attempt)
+    }
+
+    /// [`Tool::run_keyed`], with this verify function: it is given the call's key.
+    pub fn run_keyed<T, E, F, Fut, VFut>(
+        self,
+        key: IdempotencyKey,
+        fingerprint: Fingerprint,
+        attempt: F,
+    ) -> impl Future<Output = Result<T, E>> + use<'a, T, E, F, Fut, V, VFut>
+    where
+        T: Serialize + DeserializeOwned,
+        E: Classify + From<Error>,
+        F: FnMut(IdempotencyKey) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        V: FnMut(IdempotencyKey) -> VFut,
+        VFut: Future<Output = Result<Verified<T>, E>>,
+    {
+        self.run_prepared(key, Ok(fingerprint), attempt)
+    }
+
+    fn run_prepared<T, E, F, Fut, VFut>(
+        self,
+        key: IdempotencyKey,
+        fingerprint: Result<Fingerprint, serde_json::Error>,
+        attempt: F,
+    ) -> impl Future<Output = Result<T, E>> + use<'a, T, E, F, Fut, V, VFut>
+    where
+        T: Serialize + DeserializeOwned,
+        E: Classify + From<Error>,
+        F: FnMut(IdempotencyKey) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        V: FnMut(IdempotencyKey) -> VFut,
+        VFut: Future<Output = Result<Verified<T>, E>>,
+    {
+        drive::drive(
+            SideEffectCall::new(self.tool, key, fingerprint),
+            attempt,
+            self.verify,
+        )
     }
 }
