@@ -61,7 +61,7 @@ mod scope;
 pub mod sentences;
 pub mod settle;
 pub mod store;
-mod testing;
+pub mod testing;
 mod wake;
 
 #[cfg(feature = "conformance")]

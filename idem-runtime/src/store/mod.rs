@@ -89,11 +89,9 @@ pub use self::redact::redacted_url;
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use self::sqlite::{DEFAULT_PATH_ENV, default_path};
 pub use self::token::LeaseToken;
-// A test hook, kept out of this folder; its public path is here, beside what it wraps.
 #[cfg_attr(not(feature = "sqlite"), allow(unused_imports))]
 pub(crate) use self::token::fork_generation;
 pub(crate) use self::transitions::Store;
 pub use self::transitions::{
     AsyncStore, Claim, ClaimRequest, Existing, ExistingState, OperationIds, Takeover, Written,
 };
-pub use crate::testing::{Intercept, Step};
