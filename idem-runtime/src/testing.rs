@@ -14,7 +14,8 @@ use crate::key::IdempotencyKey;
 use crate::store::future::StoreFuture;
 use crate::store::outcome::Outcome;
 use crate::store::record::Record;
-use crate::store::records::{Count, Decision, Forgot, RecordFilter, Records, Released, Resolved};
+use crate::store::records::{Count, Forgot, RecordFilter, Records, Released};
+use crate::store::resolution::{Decision, Resolved};
 use crate::store::token::LeaseToken;
 use crate::store::transitions::{Claim, ClaimRequest, OperationIds, Store, Written};
 
