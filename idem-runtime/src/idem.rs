@@ -3,6 +3,8 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+#[cfg(doc)]
+use crate::error::Error;
 use crate::retry::RetryPolicy;
 use crate::store::{OperationIds, Store};
 use crate::wake::Wakes;
@@ -69,7 +71,7 @@ pub(crate) const BUILT_IN_DEFAULT: Option<fn() -> Result<Idem, String>> =
 /// The runtime used when none is installed or scoped: a [`SqliteStore`](crate::SqliteStore) at
 /// [`default_path`](crate::store::sqlite::default_path), opened by the first call that needs it
 /// (on the store's own thread), so a failure to open it is that call's
-/// [`Error::Store`](crate::Error::Store), naming the file, and the next call tries again.
+/// [`Error::Store`], naming the file, and the next call tries again.
 #[cfg(feature = "sqlite")]
 fn sqlite_default_runtime() -> Result<Idem, String> {
     let path = crate::store::sqlite::default_path().map_err(|e| e.to_string())?;

@@ -10,6 +10,8 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use crate::error::Error;
+#[cfg(doc)]
+use crate::idem::IdemBuilder;
 use crate::idem::{BUILT_IN_DEFAULT, DEFAULT, INSTALLED, Idem};
 use crate::key::{IdempotencyKey, OperationId};
 
