@@ -164,7 +164,14 @@ pub mod store {
     #[cfg(feature = "sqlite")]
     #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
     pub use idem_runtime::{SqliteStore, SqliteStoreBuilder, Synchronous};
+    // The test hook, documented at `testing`, kept here (hidden) for code written before.
+    #[doc(hidden)]
+    pub use idem_runtime::testing::{Intercept, Step};
 }
+
+/// Test hooks for your own agent's tests: [`Intercept`](testing::Intercept) wraps any store with
+/// a hook before each transition, to count what the executor asks or to fail one.
+pub use idem_runtime::testing;
 
 /// Keys by hand, for [`Tool`] without the attributes and for a [`KeyPart`]
 /// of your own: the [`KeyHasher`] a key part writes into, [`KeyValue`]s, the opt-in

@@ -488,8 +488,8 @@ async fn issue30_5_s20_a_json_call_that_may_have_reimbursed_is_told_ambiguous_no
 #[tokio::test(start_paused = true)]
 async fn issue30_5_a_json_call_that_lost_its_lease_is_told_so_even_when_the_error_is_only_display()
 {
-    let store = idemkit::store::Intercept::new(MemoryStore::new(), |step, _| {
-        (step == idemkit::store::Step::Renew)
+    let store = idem_runtime::testing::Intercept::new(MemoryStore::new(), |step, _| {
+        (step == idem_runtime::testing::Step::Renew)
             .then(|| idemkit::StoreError::unavailable("connection refused"))
     });
     let err = Idem::new(store)

@@ -12,6 +12,7 @@ use std::any::TypeId;
 /// ambiguity at its use in `both`.
 #[allow(unused_imports)]
 mod old {
+    pub use idemkit::store::{Intercept, Step};
     pub use idemkit::{
         Advice, CallInfo, CallOutcome, DuplicateTools, Fingerprint, KeyHasher, KeyValue,
         MAX_OPERATION_NAME_LEN, MemoryStore, Pass, Records, SettleReport, SettleStore, Settled,
@@ -54,6 +55,7 @@ mod new {
     pub use idemkit::store::{RedisStore, RedisStoreBuilder};
     #[cfg(feature = "sqlite")]
     pub use idemkit::store::{SqliteStore, SqliteStoreBuilder, Synchronous};
+    pub use idemkit::testing::{Intercept, Step};
 }
 
 #[allow(unused_imports)]
@@ -63,12 +65,13 @@ mod both {
 
     use self::{
         Advice as _, CallInfo as _, CallOutcome as _, DuplicateTools as _, Fingerprint as _,
-        KeyHasher as _, KeyValue as _, MAX_OPERATION_NAME_LEN as _, MemoryStore as _, Pass as _,
-        Records as _, SettleReport as _, SettleStore as _, Settled as _, Settler as _,
-        SettlerHandle as _, Store as _, StoreError as _, StoreErrorKind as _, ToolInfo as _,
-        ToolKind as _, as_tenant as _, check_unique_tool_names as _, in_current_scope as _,
-        normalize as _, observe as _, operation as _, operation_name as _, operation_scope as _,
-        scoped_operation as _, tools as _, tools_manifest as _,
+        Intercept as _, KeyHasher as _, KeyValue as _, MAX_OPERATION_NAME_LEN as _,
+        MemoryStore as _, Pass as _, Records as _, SettleReport as _, SettleStore as _,
+        Settled as _, Settler as _, SettlerHandle as _, Step as _, Store as _, StoreError as _,
+        StoreErrorKind as _, ToolInfo as _, ToolKind as _, as_tenant as _,
+        check_unique_tool_names as _, in_current_scope as _, normalize as _, observe as _,
+        operation as _, operation_name as _, operation_scope as _, scoped_operation as _,
+        tools as _, tools_manifest as _,
     };
     #[cfg(feature = "json")]
     use self::{

@@ -403,8 +403,8 @@ impl Refund {
     fn new() -> Self {
         // Every lease renewal fails, as when the holder cannot reach the store: a call that
         // outlives its lease loses it (S13).
-        let store = idemkit::store::Intercept::new(MemoryStore::new(), |step, _| {
-            (step == idemkit::store::Step::Renew)
+        let store = idem_runtime::testing::Intercept::new(MemoryStore::new(), |step, _| {
+            (step == idem_runtime::testing::Step::Renew)
                 .then(|| idemkit::StoreError::unavailable("connection refused"))
         });
         Refund {

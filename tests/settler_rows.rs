@@ -3,7 +3,8 @@
 //! here, on the memory and SQLite stores, and the table between the `settler-rows` markers is this
 //! run's output (`IDEMKIT_BLESS=1` rewrites it), as the surface × fault matrix is
 //! `tests/surface_faults.rs`'s. The settler's cells run the conformance rows every store runs
-//! (`idem-runtime/src/conformance/settle.rs`, on PostgreSQL and Redis too), and a
+//! (`idem-runtime/src/conformance/settle.rs`, `settle_cut_off.rs` and `settle_bounds.rs`, on
+//! PostgreSQL and Redis too), and a
 //! `#[side_effect(verify = …)]` tool whose holder died, settled by its own verify (S28, one verify
 //! per tool); the operator's cells read records through `Records`, as `idemkit settle`, `list` and
 //! `show` do (how the command renders them: `cli/tests/sqlite.rs`, named in the cells).

@@ -103,7 +103,7 @@ pub enum Error {
         /// Attempts run.
         attempts: u32,
         /// How the last attempt failed.
-        last: crate::retry::Failure,
+        last: crate::failure::Failure,
     },
 
     /// The operation ran and took effect under this key, but its outcome cannot be replayed
@@ -342,8 +342,8 @@ mod tests {
 
 /// What [`Error::Ambiguous`] knows of how the outcome became unknown, said as it happened
 /// (issue 41 #3): no attempt of this call ran, or which one left it unknown.
-fn what_is_unknown(attempts: u32, last: crate::retry::Failure) -> String {
-    use crate::retry::Failure;
+fn what_is_unknown(attempts: u32, last: crate::failure::Failure) -> String {
+    use crate::failure::Failure;
     match (attempts, last) {
         (0, _) => "this call sent nothing: an earlier call of this operation left its outcome unknown (it timed \
                    out or broke off after sending, or its holder stopped before recording the outcome)"
@@ -371,8 +371,8 @@ fn what_is_unknown(attempts: u32, last: crate::retry::Failure) -> String {
 #[cfg(test)]
 mod ambiguous_wording {
     use super::Error;
+    use crate::failure::Failure;
     use crate::key::IdempotencyKey;
-    use crate::retry::Failure;
 
     fn ambiguous(attempts: u32, last: Failure) -> String {
         let key = IdempotencyKey::derive("send_sms", &[("order", &1u64)]);

@@ -37,9 +37,9 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod classify;
 mod error;
 mod exec;
+mod failure;
 mod fingerprint;
 #[cfg(any(feature = "reqwest", feature = "tower"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "reqwest", feature = "tower"))))]
@@ -60,9 +60,10 @@ mod retry;
 #[cfg(feature = "rig")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rig")))]
 pub mod rig;
+mod scope;
 pub mod settle;
 pub mod store;
-mod testing;
+pub mod testing;
 mod told;
 mod wake;
 
@@ -70,16 +71,14 @@ mod wake;
 #[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
 pub mod conformance;
 
-pub use classify::{Classified, classify_chain};
 pub use error::{Error, StoreError, StoreErrorKind};
 #[doc(hidden)]
 pub use exec::{Attempt, Next, ReadCall, ReadNext, SideEffectCall, VerifyStep};
-pub use exec::{Tool, Verified, Verifying, current_key};
+pub use exec::{Tool, Verified, Verifying};
+pub use failure::chain::classify_chain;
+pub use failure::{Classified, Classify, Failure};
 pub use fingerprint::{Fingerprint, Fingerprinter};
-pub use idem::{
-    AlreadyInstalled, BuildError, Idem, IdemBuilder, MAX_OPERATION_NAME_LEN, as_tenant,
-    in_current_scope, operation, operation_name, operation_scope, scoped_operation,
-};
+pub use idem::{AlreadyInstalled, BuildError, Idem, IdemBuilder};
 pub use key::normalize;
 pub use key::{IdempotencyKey, JsonKeyField, KeyField, KeyHasher, KeyPart, KeyValue, OperationId};
 pub use observe::{CallInfo, CallOutcome, observe};
@@ -87,7 +86,12 @@ pub use registry::{
     DuplicateTools, StoredVerify, ToolInfo, ToolKind, VerifyAnswer, check_unique_tool_names,
     stored_verifies, tools, tools_manifest,
 };
-pub use retry::{Classify, Failure, RetryPolicy, Schedule};
+pub use retry::{RetryPolicy, Schedule};
+pub use scope::current::current_key;
+pub use scope::{
+    MAX_OPERATION_NAME_LEN, as_tenant, in_current_scope, operation, operation_name,
+    operation_scope, scoped_operation,
+};
 pub use settle::{SettleReport, Settled, Settler, SettlerHandle};
 pub use store::memory::MemoryStore;
 #[cfg(feature = "postgres")]

@@ -17,8 +17,8 @@
 //! | `idemkit_store_seconds` | histogram | `op` (`claim`, `complete`, `renew`, `release`, `mark_ambiguous`) | how long the store took to answer a transition, failures and timeouts included |
 
 use crate::error::Error;
+use crate::failure::Failure;
 use crate::observe::CallOutcome;
-use crate::retry::Failure;
 
 /// The `outcome` label of a call: `completed`, `replayed`, `unrecorded`, `failed_permanent`,
 /// `failed_transient`, `failed_ambiguous`, `failed_retry_after`, `lease_lost`, `unreplayable`,

@@ -4,8 +4,8 @@ use std::cell::RefCell;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::failure::Failure;
 use crate::key::IdempotencyKey;
-use crate::retry::Failure;
 
 /// What happened in one tool call.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! Test hooks, apart from the production stores: [`Intercept`], a store wrapped with a hook
 //! before each transition, for tests and fault injection (count what the executor asks, fail a
-//! transition, answer later than at once). Its public path is `store::Intercept` (with
-//! [`Step`]), beside the store implementer's API it wraps.
+//! transition, answer later than at once), with [`Step`]. A module of its own above the store,
+//! whose parts it imports: the store re-exports nothing of it.
 
 use std::time::Duration;
 
@@ -14,7 +14,8 @@ use crate::key::IdempotencyKey;
 use crate::store::future::StoreFuture;
 use crate::store::outcome::Outcome;
 use crate::store::record::Record;
-use crate::store::records::{Count, Decision, Forgot, RecordFilter, Records, Released, Resolved};
+use crate::store::records::{Count, Forgot, RecordFilter, Records, Released};
+use crate::store::resolution::{Decision, Resolved};
 use crate::store::token::LeaseToken;
 use crate::store::transitions::{Claim, ClaimRequest, OperationIds, Store, Written};
 
@@ -45,7 +46,7 @@ pub enum Step {
 ///
 /// ```
 /// use std::sync::atomic::{AtomicU32, Ordering};
-/// use idem_runtime::store::{Intercept, Step};
+/// use idem_runtime::testing::{Intercept, Step};
 /// use idem_runtime::{MemoryStore, StoreError};
 ///
 /// // The first two completion writes fail, as with a database that is locked for a while.

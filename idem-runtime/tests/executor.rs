@@ -385,7 +385,7 @@ async fn install_is_once_per_process() {
 /// key is held, on a memory store that answers at once or (`later`) one that answers every
 /// transition later, like a store that does I/O; returns (bodies run, claims, completes).
 async fn run_on(later: bool) -> (usize, usize, usize) {
-    use idem_runtime::store::{Intercept, Step};
+    use idem_runtime::testing::{Intercept, Step};
     use std::sync::atomic::AtomicUsize;
     use std::sync::atomic::Ordering::SeqCst;
     let asked = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
@@ -537,7 +537,7 @@ async fn operation_ids_come_from_the_runtime_in_force_in_one_call() {
 /// the next caller took it over and ran the body again after its success.
 #[tokio::test(start_paused = true)]
 async fn s17_a_completion_retried_near_the_lease_end_renews_the_lease_first() {
-    use idem_runtime::store::{Intercept, Step};
+    use idem_runtime::testing::{Intercept, Step};
     use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::SeqCst};
     let body_running = Arc::new(AtomicBool::new(false));
     let complete_failures = Arc::new(AtomicU32::new(4));

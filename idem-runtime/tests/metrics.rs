@@ -109,7 +109,7 @@ fn a_store_that_answers_later_is_timed_once_per_transition() {
         .unwrap();
     metrics::with_local_recorder(&recorder, || {
         runtime.block_on(async {
-            let store = idem_runtime::store::Intercept::new(MemoryStore::new(), |_, _| None);
+            let store = idem_runtime::testing::Intercept::new(MemoryStore::new(), |_, _| None);
             let idem = Idem::new(store.answer_later());
             let charge = Tool::new("charge").idem(&idem).side_effect(
                 &[("order", &7u32)],

@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use idem_runtime::store::{Intercept, OperationIds, RecordState, Step};
+use idem_runtime::store::{OperationIds, RecordState};
+use idem_runtime::testing::{Intercept, Step};
 use idem_runtime::{
     BuildError, CallOutcome, Classify, Error, Failure, Idem, IdempotencyKey, MemoryStore, Records,
     Store, StoreError, Tool, observe,

@@ -13,7 +13,8 @@ mod memory {
 }
 
 mod sqlite {
-    use idem_runtime::store::{Intercept, OperationIds};
+    use idem_runtime::store::OperationIds;
+    use idem_runtime::testing::Intercept;
     use idem_runtime::{Records, SqliteStore, Store};
 
     /// A `SqliteStore` on a new file in a temporary directory, deleted with the store.

@@ -3,7 +3,8 @@
 //! and `NORMAL` (they run on the caller's thread): each row gets a new file in a temporary
 //! directory.
 
-use idem_runtime::store::{Intercept, OperationIds};
+use idem_runtime::store::OperationIds;
+use idem_runtime::testing::Intercept;
 use idem_runtime::{Records, SqliteStore, Store, Synchronous};
 
 /// A `SqliteStore` on a new file, in a temporary directory that is deleted when the row's store

@@ -12,10 +12,10 @@ use axum::body::{Body, Bytes};
 use axum::http::{Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use idem_runtime::testing::Intercept;
 use idemkit::http::IdempotencyLayer;
 use idemkit::mcp::{JsonToolsServer, ToolOutput};
 use idemkit::rig::{ToolExecutionError, ToolOutput as RigToolOutput};
-use idemkit::store::Intercept;
 use idemkit::{
     CallInfo, Fingerprint, Idem, IdempotencyKey, JsonCallError, JsonReply, JsonTools, MemoryStore,
     SqliteStore, StoreError, Tool, classified_tools, observe, side_effect,

@@ -7,9 +7,8 @@ use std::time::Duration;
 use super::{
     Counted, LEASE, Receipt, StoreUnderTest, TestError, charge, fingerprint_of, key_of, runtime,
 };
-use crate::store::{
-    Claim, ClaimRequest, Intercept, LeaseToken, RecordFilter, RecordState, Takeover, Written,
-};
+use crate::store::{Claim, ClaimRequest, LeaseToken, RecordFilter, RecordState, Takeover, Written};
+use crate::testing::Intercept;
 use crate::{CallOutcome, Failure, StoreError, StoreErrorKind, observe};
 
 /// S8: a holder that died leaves a lease that expires; the next call takes over with the same key.

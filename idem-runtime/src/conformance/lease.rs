@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use super::{Counted, LEASE, StoreUnderTest, TestError, charge, fingerprint_of, key_of, runtime};
 use crate::store::{
-    Claim, ClaimRequest, Existing, ExistingState, Intercept, LeaseToken, RecordState, Step,
-    Takeover, Written,
+    Claim, ClaimRequest, Existing, ExistingState, LeaseToken, RecordState, Takeover, Written,
 };
+use crate::testing::{Intercept, Step};
 use crate::{CallOutcome, StoreError};
 
 pub(super) fn renew_req(

@@ -43,6 +43,8 @@ mod records;
 mod resolve;
 mod restore;
 mod settle;
+mod settle_bounds;
+mod settle_cut_off;
 mod takeover;
 mod tombstones;
 
@@ -110,13 +112,17 @@ pub use self::settle::{
     s28_not_applied_releases_the_record_and_the_next_call_runs,
     s28_the_hosts_settler_task_settles_without_a_caller_and_stops,
     s28_unknown_keeps_the_record_and_counts_it_up_to_the_bound,
+};
+pub use self::settle_bounds::{
+    s32_the_age_bound_counts_from_when_the_operation_was_first_made,
+    s32_the_operator_bound_counts_across_callers_retries,
+    s34_a_pass_reports_the_oldest_unknown_it_left,
+};
+pub use self::settle_cut_off::{
     s30_a_pass_cut_off_mid_verify_gives_the_record_back_at_once,
     s30_a_settler_that_dies_mid_verify_leaves_the_record_listed_once_its_lease_lapses,
     s31_a_dead_callers_record_is_reported_and_settled_without_a_caller,
     s31_a_lapsed_takeover_of_an_ambiguous_record_reads_with_its_note,
-    s32_the_age_bound_counts_from_when_the_operation_was_first_made,
-    s32_the_operator_bound_counts_across_callers_retries,
-    s34_a_pass_reports_the_oldest_unknown_it_left,
 };
 pub use self::takeover::{
     s6_a_claim_of_an_ambiguous_record_is_a_takeover_from_ambiguity,

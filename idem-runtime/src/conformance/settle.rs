@@ -1,5 +1,8 @@
 //! S28: a settler asks verify about records kept as ambiguous, without waiting for a caller, and
 //! takes each over as a caller does ([`Records::settle`] writes its decision under its lease).
+//! The rows of what verify answers, of callers racing the settler and of the host's task; the
+//! other settler rows are in `settle_cut_off` (S30, S31) and `settle_bounds` (S32, S34), which
+//! share this file's helpers.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,10 +18,10 @@ use crate::store::{
 use crate::{Idem, IdempotencyKey, RetryPolicy, StoreError, Tool, Verified};
 
 /// The note the call left with its ambiguous record.
-const NOTE: &str = "timed out; may have taken effect";
+pub(super) const NOTE: &str = "timed out; may have taken effect";
 
 /// A record of `charge` (order `order`, amount 4200) kept as ambiguous by a holder that gave up.
-async fn ambiguous(store: &impl StoreUnderTest, tool: &str, order: u64) {
+pub(super) async fn ambiguous(store: &impl StoreUnderTest, tool: &str, order: u64) {
     let holder = claim_raw(store, tool, order, HOUR, HOUR).await;
     let marked = store
         .mark_ambiguous(key_of(order), holder, NOTE, HOUR)
@@ -27,14 +30,14 @@ async fn ambiguous(store: &impl StoreUnderTest, tool: &str, order: u64) {
     assert_eq!(marked, Written::Applied);
 }
 
-fn receipt() -> Receipt {
+pub(super) fn receipt() -> Receipt {
     Receipt {
         run: 7,
         key: "found at the provider".to_owned(),
     }
 }
 
-fn runtime(store: Arc<impl StoreUnderTest>) -> Idem {
+pub(super) fn runtime(store: Arc<impl StoreUnderTest>) -> Idem {
     Idem::builder()
         .shared_store(store)
         .retry(
@@ -50,7 +53,7 @@ fn runtime(store: Arc<impl StoreUnderTest>) -> Idem {
 }
 
 /// A call of `charge` (order, amount 4200) whose body and verify count their runs.
-async fn call(idem: &Idem, order: u64, runs: &AtomicU32) -> Result<Receipt, TestError> {
+pub(super) async fn call(idem: &Idem, order: u64, runs: &AtomicU32) -> Result<Receipt, TestError> {
     Tool::new("charge")
         .idem(idem)
         .verify(|_key| {
@@ -69,7 +72,7 @@ async fn call(idem: &Idem, order: u64, runs: &AtomicU32) -> Result<Receipt, Test
         .await
 }
 
-fn answers<T: Clone + Send + Sync + 'static>(
+pub(super) fn answers<T: Clone + Send + Sync + 'static>(
     answer: Verified<T>,
     asked: Arc<AtomicU32>,
 ) -> impl Fn(IdempotencyKey) -> std::future::Ready<Result<Verified<T>, String>> + Send + Sync + 'static
@@ -539,358 +542,4 @@ pub async fn s28_the_hosts_settler_task_settles_without_a_caller_and_stops<S: St
     }
     task.stop().await;
     assert_eq!(asked.load(Ordering::SeqCst), 1, "asked once, settled once");
-}
-
-/// Polls `store`'s record of `order` (every 20 ms, for at most 20 s) until `done` holds.
-async fn until_record<S: Records>(store: &S, order: u64, done: impl Fn(&Record) -> bool) -> Record {
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let record = store.get(&key_of(order)).await.unwrap().expect("kept");
-        if done(&record) {
-            return record;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "never came to pass: {record:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-fn is_ambiguous(record: &Record) -> bool {
-    matches!(record.state, RecordState::Ambiguous { .. })
-}
-
-/// The records `store` lists as ambiguous.
-async fn listed_ambiguous(store: &impl Records) -> Vec<IdempotencyKey> {
-    let filter = RecordFilter::new().state(crate::store::StateKind::Ambiguous);
-    let listed = store.list(&filter).await.unwrap();
-    listed.into_iter().map(|r| r.key).collect()
-}
-
-/// S31 (issue 52 #3): a caller whose process died leaves its record Running with its lease
-/// lapsed; without any caller coming back, operators read it as ambiguous (listed, counted, a
-/// note that says its holder's lease lapsed), a settle pass reports it, and the settler settles
-/// it by verify. Failed before: it read as running, and no pass saw it.
-pub async fn s31_a_dead_callers_record_is_reported_and_settled_without_a_caller<
-    S: StoreUnderTest,
->(
-    store: S,
-) {
-    let store = Arc::new(store);
-    let _dead = claim_raw(&*store, "charge", 31, Duration::from_millis(100), HOUR).await;
-    let record = until_record(&*store, 31, is_ambiguous).await;
-    let RecordState::Ambiguous { note } = &record.state else {
-        unreachable!()
-    };
-    assert!(
-        note.contains("lease lapsed") && note.contains("may have started"),
-        "{note}"
-    );
-    assert_eq!(listed_ambiguous(&*store).await, vec![key_of(31)]);
-    assert_eq!(
-        store.counts().await.unwrap(),
-        vec![Count::new("charge", crate::store::StateKind::Ambiguous, 1)]
-    );
-    // `idemkit settle`: reported, as a settler without its verify would.
-    let reporting = Settler::new(store.clone());
-    let report = reporting.run_once(&Pass::new()).await.unwrap();
-    assert_eq!(
-        report.records,
-        vec![(key_of(31), "charge".to_owned(), Settled::NoVerify)]
-    );
-    assert_eq!(report.exit_code(), 4);
-    let asked = Arc::new(AtomicU32::new(0));
-    let settler = Settler::new(store.clone()).verify(
-        "charge",
-        answers(Verified::Applied(receipt()), asked.clone()),
-    );
-    let report = settler.run_once(&Pass::new()).await.unwrap();
-    assert_eq!(
-        report.records,
-        vec![(key_of(31), "charge".to_owned(), Settled::Applied)]
-    );
-    let record = store.get(&key_of(31)).await.unwrap().unwrap();
-    assert!(
-        matches!(record.state, RecordState::Completed { .. }),
-        "{record:?}"
-    );
-    assert_eq!(asked.load(Ordering::SeqCst), 1);
-}
-
-/// S31, S30: a caller that took an ambiguous record over and died leaves it Running with a
-/// lapsed lease: it reads as the ambiguous record it was, its note kept through the takeover,
-/// and a settler's Unknown answer keeps that note.
-pub async fn s31_a_lapsed_takeover_of_an_ambiguous_record_reads_with_its_note<S: StoreUnderTest>(
-    store: S,
-) {
-    let store = Arc::new(store);
-    ambiguous(&*store, "charge", 32).await;
-    let req = ClaimRequest::new(
-        key_of(32),
-        "charge",
-        fingerprint_of(4200),
-        LeaseToken::new(),
-        Duration::from_millis(100),
-        HOUR,
-    );
-    assert_eq!(
-        store.claim(&req).await.unwrap(),
-        Claim::Acquired {
-            takeover: Some(crate::store::Takeover::Ambiguous)
-        }
-    );
-    let record = until_record(&*store, 32, is_ambiguous).await;
-    assert_eq!(
-        record.state,
-        RecordState::Ambiguous {
-            note: NOTE.to_owned()
-        }
-    );
-    assert_eq!(listed_ambiguous(&*store).await, vec![key_of(32)]);
-    let settler = Settler::new(store.clone())
-        .verify(
-            "charge",
-            answers(Verified::<Receipt>::Unknown, Arc::new(AtomicU32::new(0))),
-        )
-        .operator_after(None);
-    let report = settler.run_once(&Pass::new()).await.unwrap();
-    assert!(
-        matches!(report.records[0].2, Settled::Unknown { answers: 1, .. }),
-        "{report:?}"
-    );
-    let record = store.get(&key_of(32)).await.unwrap().unwrap();
-    assert_eq!(
-        record.state,
-        RecordState::Ambiguous {
-            note: NOTE.to_owned()
-        }
-    );
-}
-
-/// A settler whose verify never answers and tells when it was asked.
-fn hanging<S: StoreUnderTest>(
-    store: Arc<S>,
-    entered: tokio::sync::oneshot::Sender<()>,
-    lease: Duration,
-) -> Settler {
-    let entered = Mutex::new(Some(entered));
-    Settler::new(store)
-        .lease(lease)
-        .verify("charge", move |_key| {
-            if let Some(tx) = entered.lock().unwrap().take() {
-                let _ = tx.send(());
-            }
-            std::future::pending::<Result<Verified<Receipt>, String>>()
-        })
-}
-
-/// S30 (issue 52 #1): a settle pass cut off mid-verify (a timeout around `run_once`) gives the
-/// record back at once: it is ambiguous and listed again, with its note, long before the
-/// settler's lease (a minute) would lapse, and the next pass settles it. Failed before: the
-/// record stayed Running under the settler's token, and no pass listed it.
-pub async fn s30_a_pass_cut_off_mid_verify_gives_the_record_back_at_once<S: StoreUnderTest>(
-    store: S,
-) {
-    let store = Arc::new(store);
-    ambiguous(&*store, "charge", 33).await;
-    let (entered_tx, entered_rx) = tokio::sync::oneshot::channel();
-    let settler = hanging(store.clone(), entered_tx, Duration::from_secs(60));
-    let pass = Pass::new();
-    let cut = tokio::time::timeout(Duration::from_millis(300), settler.run_once(&pass)).await;
-    assert!(cut.is_err(), "the pass was cut off");
-    entered_rx.await.expect("verify was asked before the cut");
-    let record = until_record(&*store, 33, is_ambiguous).await;
-    assert_eq!(
-        record.state,
-        RecordState::Ambiguous {
-            note: NOTE.to_owned()
-        },
-        "as it was before the settler's claim"
-    );
-    assert_eq!(listed_ambiguous(&*store).await, vec![key_of(33)]);
-    let settler = Settler::new(store.clone()).verify(
-        "charge",
-        answers(Verified::Applied(receipt()), Arc::new(AtomicU32::new(0))),
-    );
-    let report = settler.run_once(&Pass::new()).await.unwrap();
-    assert_eq!(report.records[0].2, Settled::Applied);
-}
-
-/// S30: a settler that dies mid-verify (its pass never dropped: nothing gives the claim back)
-/// leaves the record ambiguous and listed, with its note, as soon as its lease lapses; the next
-/// pass settles it. Failed before: the record stayed Running, and no pass listed it.
-pub async fn s30_a_settler_that_dies_mid_verify_leaves_the_record_listed_once_its_lease_lapses<
-    S: StoreUnderTest,
->(
-    store: S,
-) {
-    let store = Arc::new(store);
-    ambiguous(&*store, "charge", 34).await;
-    let (entered_tx, entered_rx) = tokio::sync::oneshot::channel();
-    let settler = hanging(store.clone(), entered_tx, Duration::from_millis(400));
-    let pass = Pass::new();
-    let mut dying = Box::pin(settler.run_once(&pass));
-    let mut entered_rx = entered_rx;
-    std::future::poll_fn(|cx| {
-        use std::future::Future as _;
-        if dying.as_mut().poll(cx).is_ready() {
-            panic!("verify never answers");
-        }
-        std::pin::Pin::new(&mut entered_rx).poll(cx)
-    })
-    .await
-    .expect("verify was asked");
-    // The process dies here: its pass is never polled nor dropped again.
-    std::mem::forget(dying);
-    let held = store.get(&key_of(34)).await.unwrap().unwrap();
-    assert!(
-        matches!(held.state, RecordState::Running { .. }),
-        "the settler holds it while its lease is live: {held:?}"
-    );
-    let record = until_record(&*store, 34, is_ambiguous).await;
-    assert_eq!(
-        record.state,
-        RecordState::Ambiguous {
-            note: NOTE.to_owned()
-        }
-    );
-    assert_eq!(listed_ambiguous(&*store).await, vec![key_of(34)]);
-    let settler = Settler::new(store.clone()).verify(
-        "charge",
-        answers(Verified::Applied(receipt()), Arc::new(AtomicU32::new(0))),
-    );
-    let report = settler.run_once(&Pass::new()).await.unwrap();
-    assert_eq!(report.records[0].2, Settled::Applied);
-}
-
-/// S32 (issue 52 #2): the operator bound counts across callers' retries. Three passes whose
-/// verify answers Unknown, with a caller's retry between each (its own verify answering Unknown,
-/// its takeover rewriting `created`): every answer is counted with the record, the settler's
-/// `operator_after_unknowns(3)` fires, and when the operation was first made stays as it was.
-/// Failed before: each caller's mark dropped the count kept in the note (answers 1 every pass,
-/// never needing an operator).
-pub async fn s32_the_operator_bound_counts_across_callers_retries<S: StoreUnderTest>(store: S) {
-    let store = Arc::new(store);
-    ambiguous(&*store, "charge", 35).await;
-    let made = store.get(&key_of(35)).await.unwrap().unwrap().first_made;
-    assert!(made > std::time::UNIX_EPOCH);
-    let settler = Settler::new(store.clone())
-        .verify(
-            "charge",
-            answers(Verified::<Receipt>::Unknown, Arc::new(AtomicU32::new(0))),
-        )
-        .operator_after(None)
-        .operator_after_unknowns(3);
-    let idem = runtime(store.clone());
-    let runs = AtomicU32::new(0);
-    let mut seen = Vec::new();
-    let mut since = None;
-    for _pass in 1..=3u32 {
-        let report = settler.run_once(&Pass::new()).await.unwrap();
-        let Settled::Unknown {
-            answers,
-            needs_operator,
-            ..
-        } = report.records[0].2
-        else {
-            panic!("{report:?}");
-        };
-        seen.push((answers, needs_operator));
-        let record = store.get(&key_of(35)).await.unwrap().unwrap();
-        assert_eq!(record.unknowns, answers);
-        assert_eq!(record.first_made, made, "made: unchanged by every takeover");
-        since = since.or(record.unknown_since);
-        assert_eq!(
-            record.unknown_since, since,
-            "since the first Unknown answer"
-        );
-        // A caller retries: takes the record over, asks its verify (Unknown), keeps it.
-        assert!(call(&idem, 35, &runs).await.is_err());
-        let record = store.get(&key_of(35)).await.unwrap().unwrap();
-        assert_eq!(record.unknowns, answers + 1, "the caller's answer counts");
-        assert_eq!(record.first_made, made);
-    }
-    assert_eq!(seen, vec![(1, false), (3, true), (5, true)]);
-    assert_eq!(
-        runs.load(Ordering::SeqCst),
-        3,
-        "each caller asked verify, ran no body"
-    );
-}
-
-/// S32: the settler's age bound (`operator_after`) counts from when the operation was first
-/// made, which a caller's takeover does not move. Failed before: the caller's takeover rewrote
-/// `created`, from which the age was taken.
-pub async fn s32_the_age_bound_counts_from_when_the_operation_was_first_made<S: StoreUnderTest>(
-    store: S,
-) {
-    let store = Arc::new(store);
-    ambiguous(&*store, "charge", 36).await;
-    let made = store.get(&key_of(36)).await.unwrap().unwrap().first_made;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    // A caller retries, and keeps it ambiguous.
-    let idem = runtime(store.clone());
-    let runs = AtomicU32::new(0);
-    assert!(call(&idem, 36, &runs).await.is_err());
-    let record = store.get(&key_of(36)).await.unwrap().unwrap();
-    assert_eq!(record.first_made, made);
-    assert!(record.created > made, "the takeover restarted `created`");
-    let settler = Settler::new(store.clone())
-        .verify(
-            "charge",
-            answers(Verified::<Receipt>::Unknown, Arc::new(AtomicU32::new(0))),
-        )
-        .operator_after(Duration::from_secs(1));
-    let report = settler.run_once(&Pass::new()).await.unwrap();
-    assert!(
-        matches!(
-            report.records[0].2,
-            Settled::Unknown {
-                answers: 2,
-                needs_operator: true,
-                ..
-            }
-        ),
-        "{report:?}"
-    );
-}
-
-/// S34: a pass reports the record it left with its outcome unknown that has waited longest (an
-/// ambiguous record never expires by time): its key and when its operation was first made, in
-/// the report and its summary; a pass that settles every record reports none.
-pub async fn s34_a_pass_reports_the_oldest_unknown_it_left<S: StoreUnderTest>(store: S) {
-    let store = Arc::new(store);
-    ambiguous(&*store, "charge", 1).await;
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    ambiguous(&*store, "charge", 2).await;
-    let first_made = store
-        .get(&key_of(1))
-        .await
-        .unwrap()
-        .expect("kept")
-        .first_made;
-    // No verify function here: both are left for an operator.
-    let report = Settler::new(store.clone())
-        .run_once(&Pass::new())
-        .await
-        .unwrap();
-    assert_eq!(report.count("no_verify"), 2);
-    assert_eq!(report.oldest_unknown, Some((key_of(1), first_made)));
-    assert!(report.oldest_unknown_age().is_some());
-    let summary = report.summary();
-    assert!(
-        summary.contains("the oldest unknown outcome has waited")
-            && summary.contains(&key_of(1).to_string()),
-        "{summary}"
-    );
-    let asked = Arc::new(AtomicU32::new(0));
-    let settler = Settler::new(store.clone()).verify(
-        "charge",
-        answers(Verified::Applied(receipt()), asked.clone()),
-    );
-    let report = settler.run_once(&Pass::new()).await.unwrap();
-    assert_eq!(report.count("applied"), 2);
-    assert_eq!(report.oldest_unknown, None, "none left");
-    assert!(!report.summary().contains("oldest unknown"));
 }

@@ -9,28 +9,30 @@
 //! attributes' expansion writes its loop over one (`#[side_effect]` on a function or method, the
 //! rmcp and rig modes, which wrap that expansion, and `json` tools, which call it, so
 //! `JsonTools` and `JsonToolsServer` too); [`Tool::side_effect`], [`Tool::run_keyed`] and
-//! [`Tool::verify`] run one loop over one (`verified::drive`), which the HTTP layer's run uses
+//! [`Tool::verify`] run one loop over one (`drive::drive`), which the HTTP layer's run uses
 //! too. What a call runs under is set there and nowhere else: the claim (`core::claim`) reads
 //! the tenant and makes the span; `Drop for Call` (`core::dropped`) is the drop guard; the
 //! step futures [`Attempt`] and [`VerifyStep`] make the call's key current while they poll a
-//! step, and `current::made_under` while a [`Tool`] closure makes one (the settler, which asks
+//! step, and `scope::current::made_under` while a [`Tool`] closure makes one (the settler, which asks
 //! verify functions outside any call, makes and polls its steps under the record's key through
-//! `current::under`). The tenant, the operation
+//! `scope::current::under`). The tenant, the operation
 //! (an `OperationId` key field, looked up before the key) and the scoped runtime are
-//! task-locals that the surfaces put in force around a call (`as_tenant`, `operation_scope`,
+//! task-locals (`crate::scope`) that the surfaces put in force around a call (`as_tenant`, `operation_scope`,
 //! `Idem::scope`, MCP's `Tenanted` and `Operations`); the one surface that moves a call to a
 //! task of its own, the HTTP layer, carries all three with it through one `TaskScope`.
 
 mod core;
-pub(crate) mod current;
+mod drive;
 mod repeats;
 mod typed;
 mod verified;
 
 pub use self::core::{Next, ReadNext};
-pub use self::current::current_key;
 pub use self::typed::{Attempt, ReadCall, SideEffectCall, VerifyStep};
-pub use self::verified::{Verified, Verifying};
+pub use self::verified::Verified;
+// The path `http::client` still names (it is being moved in another change).
+#[cfg(feature = "reqwest")]
+pub(crate) use crate::scope::current::current_key;
 
 use std::future::Future;
 use std::time::Duration;
@@ -39,10 +41,11 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::Error;
+use crate::failure::Classify;
 use crate::fingerprint::Fingerprint;
 use crate::idem::Idem;
 use crate::key::{IdempotencyKey, KeyField};
-use crate::retry::{Classify, RetryPolicy};
+use crate::retry::RetryPolicy;
 
 /// One tool's name and settings: the entry point of the executor.
 ///
@@ -322,7 +325,7 @@ impl<'a> Tool<'a> {
         Fut: Future<Output = Result<T, E>>,
     {
         let call = SideEffectCall::new(self, key, fingerprint);
-        verified::drive(call, attempt, verified::unverified::<T, E>)
+        drive::drive(call, attempt, drive::unverified::<T, E>)
     }
 
     /// Runs a read-only tool: retries by [`Classify`], no key, no store. Works without any
@@ -344,5 +347,79 @@ impl<'a> Tool<'a> {
             }
             call.end()
         }
+    }
+}
+
+/// A [`Tool`] with a verify function ([`Tool::verify`]): its calls ask `verify` before anything
+/// whose outcome is unknown is sent again (S19).
+#[must_use]
+#[derive(Debug, Clone, Copy)]
+pub struct Verifying<'a, V> {
+    tool: Tool<'a>,
+    verify: V,
+}
+
+impl<'a, V> Verifying<'a, V> {
+    fn new(tool: Tool<'a>, verify: V) -> Self {
+        Verifying { tool, verify }
+    }
+
+    /// [`Tool::side_effect`], with this verify function: it is given the call's key.
+    pub fn side_effect<T, E, A, F, Fut, VFut>(
+        self,
+        key_fields: &[KeyField<'_>],
+        args: &A,
+        attempt: F,
+    ) -> impl Future<Output = Result<T, E>> + use<'a, T, E, A, F, Fut, V, VFut>
+    where
+        A: Serialize + ?Sized,
+        T: Serialize + DeserializeOwned,
+        E: Classify + From<Error>,
+        F: FnMut(IdempotencyKey) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        V: FnMut(IdempotencyKey) -> VFut,
+        VFut: Future<Output = Result<Verified<T>, E>>,
+    {
+        let key = IdempotencyKey::derive(self.tool.name(), key_fields);
+        self.run_prepared(key, Fingerprint::of(args), attempt)
+    }
+
+    /// [`Tool::run_keyed`], with this verify function: it is given the call's key.
+    pub fn run_keyed<T, E, F, Fut, VFut>(
+        self,
+        key: IdempotencyKey,
+        fingerprint: Fingerprint,
+        attempt: F,
+    ) -> impl Future<Output = Result<T, E>> + use<'a, T, E, F, Fut, V, VFut>
+    where
+        T: Serialize + DeserializeOwned,
+        E: Classify + From<Error>,
+        F: FnMut(IdempotencyKey) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        V: FnMut(IdempotencyKey) -> VFut,
+        VFut: Future<Output = Result<Verified<T>, E>>,
+    {
+        self.run_prepared(key, Ok(fingerprint), attempt)
+    }
+
+    fn run_prepared<T, E, F, Fut, VFut>(
+        self,
+        key: IdempotencyKey,
+        fingerprint: Result<Fingerprint, serde_json::Error>,
+        attempt: F,
+    ) -> impl Future<Output = Result<T, E>> + use<'a, T, E, F, Fut, V, VFut>
+    where
+        T: Serialize + DeserializeOwned,
+        E: Classify + From<Error>,
+        F: FnMut(IdempotencyKey) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        V: FnMut(IdempotencyKey) -> VFut,
+        VFut: Future<Output = Result<Verified<T>, E>>,
+    {
+        drive::drive(
+            SideEffectCall::new(self.tool, key, fingerprint),
+            attempt,
+            self.verify,
+        )
     }
 }

@@ -76,7 +76,7 @@ pub(crate) fn enter(tool: &str, key: &IdempotencyKey) -> InProgress {
     if ENTRIES.load(Ordering::Acquire) == 0 {
         return in_progress;
     }
-    let id = (crate::idem::task_tenant(), *key);
+    let id = (crate::scope::task_tenant(), *key);
     let mut guard = calls();
     let calls = guard.get_or_insert_with(Calls::default);
     let now = Instant::now();
@@ -133,7 +133,7 @@ impl InProgress {
         if self.retrying.is_some() {
             return;
         }
-        let id = (crate::idem::task_tenant(), self.key);
+        let id = (crate::scope::task_tenant(), self.key);
         let mut guard = calls();
         let calls = guard.get_or_insert_with(Calls::default);
         let n = calls.retrying.entry(id.clone()).or_default();
@@ -155,7 +155,7 @@ impl InProgress {
                 leave(calls, &id);
                 id
             }
-            None => (crate::idem::task_tenant(), self.key),
+            None => (crate::scope::task_tenant(), self.key),
         };
         let now = Instant::now();
         if calls.gave_up.len() >= GAVE_UP && !calls.gave_up.contains_key(&id) {

@@ -30,9 +30,9 @@ use super::core::{Call, End, Next, Read, ReadNext};
 use super::repeats::InProgress;
 use super::verified::Verified;
 use crate::error::Error;
+use crate::failure::Classify;
 use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
-use crate::retry::Classify;
 use crate::store::Outcome;
 
 /// A side-effect call of a tool returning `Result<T, E>`. Not a stable API.
@@ -287,7 +287,7 @@ where
         // S26: the step's key is the current one while it is polled: requests it sends carry
         // it without the tool writing it (`http::IdempotentRequest`), and a verification asks
         // about this call's key, also inside another call's body.
-        let _current = super::current::CurrentKey::enter(this.call.call.step_key());
+        let _current = crate::scope::current::CurrentKey::enter(this.call.call.step_key());
         match this.step.poll(cx) {
             Poll::Ready(answer) => {
                 K::answered(this.call, answer);

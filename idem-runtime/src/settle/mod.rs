@@ -433,10 +433,10 @@ impl Settler {
             armed: true,
         };
         // S26: asked with the record's key current, as a call's verification is.
-        let asked = crate::exec::current::under(record.key, || asker.ask(record.key));
+        let asked = crate::scope::current::under(record.key, || asker.ask(record.key));
         let asked = async {
             match tenant {
-                Some(t) => crate::idem::as_tenant(t, asked).await,
+                Some(t) => crate::scope::as_tenant(t, asked).await,
                 None => asked.await,
             }
         };

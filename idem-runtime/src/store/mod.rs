@@ -71,6 +71,7 @@ pub(crate) mod future;
 pub(crate) mod outcome;
 pub(crate) mod record;
 mod redact;
+pub(crate) mod resolution;
 pub(crate) mod token;
 pub(crate) mod transitions;
 
@@ -81,19 +82,18 @@ pub use self::outcome::Outcome;
 pub use self::record::{Record, RecordState};
 pub(crate) use self::records::Records;
 pub use self::records::{
-    Count, DEFAULT_TOMBSTONES, Decision, Forgot, RecordFilter, Released, Resolution, Resolved,
-    StateKind, UnknownState, check_resolution, count_records,
+    Count, DEFAULT_TOMBSTONES, Forgot, RecordFilter, Released, StateKind, UnknownState,
+    count_records,
 };
 pub use self::redact::redacted_url;
+pub use self::resolution::{Decision, Resolution, Resolved, check_resolution};
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use self::sqlite::{DEFAULT_PATH_ENV, default_path};
 pub use self::token::LeaseToken;
-// A test hook, kept out of this folder; its public path is here, beside what it wraps.
 #[cfg_attr(not(feature = "sqlite"), allow(unused_imports))]
 pub(crate) use self::token::fork_generation;
 pub(crate) use self::transitions::Store;
 pub use self::transitions::{
     AsyncStore, Claim, ClaimRequest, Existing, ExistingState, OperationIds, Takeover, Written,
 };
-pub use crate::testing::{Intercept, Step};

@@ -3,7 +3,7 @@
 use std::time::{Duration, SystemTime};
 
 use super::LeaseToken;
-use super::records::{Decision, Resolution};
+use super::resolution::{Decision, Resolution};
 use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
 

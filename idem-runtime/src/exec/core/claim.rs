@@ -72,12 +72,12 @@ pub(super) fn start(phase: &mut Phase<'_>) {
     let idem = tool.runtime();
     // S18: the task's tenant, else the runtime's; the key the body and the store see is then
     // the tenant's own.
-    let tenant = crate::idem::call_tenant(idem.as_ref().ok());
-    let key = crate::idem::record_key(key, tenant.as_deref());
+    let tenant = crate::scope::call_tenant(idem.as_ref().ok());
+    let key = crate::scope::record_key(key, tenant.as_deref());
     // `previous = "..."`: its key is the tenant's own too.
     let previous = previous.map(|p| {
         (
-            crate::idem::record_key(p.key, tenant.as_deref()),
+            crate::scope::record_key(p.key, tenant.as_deref()),
             p.fingerprint,
         )
     });

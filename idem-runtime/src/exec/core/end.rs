@@ -11,10 +11,11 @@ use super::timed::timed;
 use super::trace::CallTrace;
 use super::{BoxFuture, Ended};
 use crate::error::{Error, StoreError};
+use crate::failure::Failure;
 use crate::idem::Settings;
 use crate::key::IdempotencyKey;
 use crate::observe::CallOutcome;
-use crate::retry::{Failure, RetryPolicy, Schedule};
+use crate::retry::{RetryPolicy, Schedule};
 use crate::store::{LeaseToken, Outcome, Takeover, Written};
 
 /// A call past its claim: the attempts so far, and what the end must record.

@@ -15,10 +15,11 @@ use tracing::field::Empty;
 
 use super::trace::finish_read;
 use crate::exec::Tool;
+use crate::failure::Failure;
 use crate::idem::Idem;
 use crate::key::IdempotencyKey;
 use crate::observe::CallOutcome;
-use crate::retry::{Failure, RetryPolicy, Schedule};
+use crate::retry::{RetryPolicy, Schedule};
 
 /// The protocol of one read, driven by a loop in the caller like [`Call`]'s:
 ///

@@ -4,10 +4,10 @@ use std::borrow::Cow;
 
 use super::fresh;
 use crate::error::{Error, StoreError};
+use crate::failure::Failure;
 use crate::key::IdempotencyKey;
 use crate::meters;
 use crate::observe::{CallInfo, CallOutcome, report};
-use crate::retry::Failure;
 
 /// The tool, key and span of one call: what every log line and [`CallInfo`] names.
 pub(super) struct CallTrace<'a> {

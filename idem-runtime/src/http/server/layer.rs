@@ -1,5 +1,6 @@
-//! The layer: its settings (`IdempotencyLayer`, `Config`) and the refusal of two layers with one
-//! name on one store.
+//! The layer: its settings (`IdempotencyLayer`, `Config`), the refusal of two layers with one
+//! name on one store, and the service it wraps a handler in (`IdempotencyService`; what that
+//! does with a request is `service`'s).
 
 use crate::idem::Idem;
 use http::header::{CONTENT_TYPE, HeaderName};
@@ -287,5 +288,32 @@ pub(super) fn register(config: &Config) {
         *s == store && *name == config.name && layer.as_ptr() == Arc::as_ptr(&config.identity)
     }) {
         layers.push((store, config.name.clone(), Arc::downgrade(&config.identity)));
+    }
+}
+
+impl<S> tower_layer::Layer<S> for IdempotencyLayer {
+    type Service = IdempotencyService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        register(&self.config);
+        IdempotencyService {
+            inner,
+            config: self.config.clone(),
+        }
+    }
+}
+
+/// The service [`IdempotencyLayer`] wraps a handler in.
+#[derive(Clone)]
+pub struct IdempotencyService<S> {
+    pub(super) inner: S,
+    pub(super) config: Arc<Config>,
+}
+
+impl<S> std::fmt::Debug for IdempotencyService<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdempotencyService")
+            .field("name", &self.config.name)
+            .finish_non_exhaustive()
     }
 }

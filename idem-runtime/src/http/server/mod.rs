@@ -18,7 +18,6 @@ mod stored;
 mod tests;
 
 pub use self::body::{Prefixed, ResponseBody};
-pub use self::layer::IdempotencyLayer;
-pub use self::service::IdempotencyService;
+pub use self::layer::{IdempotencyLayer, IdempotencyService};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -1,4 +1,4 @@
-//! The service the layer wraps a handler in, and what it does with a request: let it through,
+//! What the service the layer wraps a handler in does with a request: let it through,
 //! refuse it, or run it as one call of the executor (claimed, spawned apart from its connection,
 //! recorded) and answer with the handler's response, a replay or a problem.
 
@@ -7,8 +7,8 @@ use crate::error::{Error, StoreErrorKind};
 use crate::exec::Tool;
 use crate::fingerprint::Fingerprint;
 use crate::http::{IDEMPOTENCY_KEY, MAX_KEY_LENGTH, parse_sf_string};
-use crate::idem::TaskScope;
 use crate::key::IdempotencyKey;
+use crate::scope::TaskScope;
 use crate::sentences::{self, EFFECT_UNKNOWN};
 use crate::told::explain::Explanation;
 use bytes::Bytes;
@@ -25,23 +25,8 @@ use std::task::{Context, Poll};
 use super::BoxError;
 use super::body::{Read, ResponseBody, Unread, problem, read_bounded, read_request};
 use super::fingerprint::fingerprint;
-use super::layer::{Config, IdempotencyLayer, register};
+use super::layer::{Config, IdempotencyService};
 use super::stored::{Served, Stored};
-
-/// The service [`IdempotencyLayer`](super::IdempotencyLayer) wraps a handler in.
-#[derive(Clone)]
-pub struct IdempotencyService<S> {
-    pub(super) inner: S,
-    pub(super) config: Arc<Config>,
-}
-
-impl<S> std::fmt::Debug for IdempotencyService<S> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("IdempotencyService")
-            .field("name", &self.config.name)
-            .finish_non_exhaustive()
-    }
-}
 
 impl<S, ReqBody, ResBody> tower_service::Service<Request<ReqBody>> for IdempotencyService<S>
 where
@@ -363,8 +348,8 @@ where
     let first = first.into_inner().unwrap_or_else(|p| p.into_inner());
     // The record's key, as `idemkit resolve` takes it: the tenant's own, by the claim's rule (the
     // task's tenant, else the layer's runtime's).
-    let tenant = crate::idem::call_tenant(Some(&config.idem));
-    let record_key = crate::idem::record_key(key, tenant.as_deref());
+    let tenant = crate::scope::call_tenant(Some(&config.idem));
+    let record_key = crate::scope::record_key(key, tenant.as_deref());
     match result {
         Ok(stored) => Ok(match first {
             Some(first) => Response::from_parts(first.0, first.1),
@@ -523,16 +508,4 @@ pub(super) fn refusal<B>(config: &Config, e: &Error) -> Response<ResponseBody<B>
         advice.key = None;
     }
     problem(status, title, &detail, advice)
-}
-
-impl<S> tower_layer::Layer<S> for IdempotencyLayer {
-    type Service = IdempotencyService<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        register(&self.config);
-        IdempotencyService {
-            inner,
-            config: self.config.clone(),
-        }
-    }
 }

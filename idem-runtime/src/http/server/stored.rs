@@ -2,9 +2,9 @@
 
 use crate::advice::Advice;
 use crate::error::Error;
+use crate::failure::{Classify, Failure};
 use crate::http::REPLAYED;
 use crate::key::IdempotencyKey;
-use crate::retry::{Classify, Failure};
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
 use http::{Response, StatusCode, response};

@@ -154,9 +154,7 @@ impl IdempotentClient {
                 let verify = config.and_then(RemoteTool::verification);
                 // S28/S31: the arguments the verify tool is asked with, kept with the record so
                 // that a settler asks it without the caller (`IdempotentClient::verify_record`).
-                let kept = verify.map(|_| {
-                    serde_json::to_vec(&arguments).unwrap_or_default()
-                });
+                let kept = verify.map(|_| serde_json::to_vec(&arguments).unwrap_or_default());
                 let tool = self
                     .entry(&key_name, config)
                     .resend(resend)
@@ -323,9 +321,8 @@ impl IdempotentClient {
                 record.tool
             )
         })?;
-        let arguments: Map<String, Value> =
-            serde_json::from_slice(kept)
-                .map_err(|e| format!("the record's arguments are not a JSON object: {e}"))?;
+        let arguments: Map<String, Value> = serde_json::from_slice(kept)
+            .map_err(|e| format!("the record's arguments are not a JSON object: {e}"))?;
         Ok(self.ask(verify, &arguments, record.key).await)
     }
 

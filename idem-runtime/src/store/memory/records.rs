@@ -8,8 +8,8 @@ use super::rows::{kind, shown_kind};
 use super::{Kept, MemoryStore, State};
 use crate::error::StoreError;
 use crate::key::IdempotencyKey;
-use crate::store::records::check_resolution;
 use crate::store::records::count_records;
+use crate::store::resolution::check_resolution;
 use crate::store::{
     Count, Decision, Forgot, LeaseToken, Outcome, Record, RecordFilter, Records, Released,
     Resolution, Resolved, Written,

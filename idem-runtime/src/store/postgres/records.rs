@@ -11,7 +11,7 @@ use super::sql::{EXPIRED, LIVE, RECORD_COLUMNS, SHOWN_STATE, types};
 use super::{PRUNE_BATCH, PostgresStore, SCHEMA_VERSION};
 use crate::error::{StoreError, StoreErrorKind};
 use crate::key::IdempotencyKey;
-use crate::store::records::check_resolution;
+use crate::store::resolution::check_resolution;
 use crate::store::{Count, Forgot, RecordFilter, Records, Released, Resolved, StateKind};
 use crate::store::{Decision, LeaseToken, Record, Written};
 

@@ -15,8 +15,8 @@ use super::rows::{bad_state, bytes, corrupt_field, fields, int, ms, record_of, u
 use super::scripts::PRELUDE;
 use crate::error::StoreError;
 use crate::key::IdempotencyKey;
-use crate::store::records::check_resolution;
 use crate::store::records::count_records;
+use crate::store::resolution::check_resolution;
 use crate::store::{Count, Decision, Forgot, RecordFilter, Records, Released, Resolved, StateKind};
 use crate::store::{LeaseToken, Record, Written};
 

@@ -15,7 +15,7 @@ use super::transitions::prune_expired;
 use super::{SqliteStore, sql};
 use crate::error::StoreError;
 use crate::key::IdempotencyKey;
-use crate::store::records::check_resolution;
+use crate::store::resolution::check_resolution;
 use crate::store::{Count, Forgot, RecordFilter, Records, Released, Resolved, StateKind};
 use crate::store::{Decision, LeaseToken, Record, Written};
 

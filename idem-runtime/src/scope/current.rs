@@ -1,6 +1,6 @@
 //! The key of the step (an attempt or a verification) being polled on this thread: published by
 //! the executor, read by whatever sends requests on a step's behalf (`http::IdempotentRequest`).
-//! It lives here, with the executor that sets it, so the executor reaches nothing of `http`.
+//! It lives here, below the executor that sets it, so the executor reaches nothing of `http`.
 
 use std::cell::Cell;
 use std::future::Future;
@@ -52,7 +52,7 @@ pub(crate) fn made_under<R>(key: IdempotencyKey, make: impl FnOnce() -> R) -> R 
 
 pin_project_lite::pin_project! {
     /// A step run outside any call (the settler's verification, S28), polled with its key
-    /// current, as [`Attempt`](super::Attempt) and [`VerifyStep`](super::VerifyStep) poll a
+    /// current, as [`Attempt`](crate::Attempt) and [`VerifyStep`](crate::VerifyStep) poll a
     /// call's steps.
     pub(crate) struct Under<F> {
         key: IdempotencyKey,

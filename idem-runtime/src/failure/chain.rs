@@ -17,11 +17,10 @@
 //! | anything else | `Ambiguous` |
 
 use std::error::Error as StdError;
-use std::fmt;
 use std::io::ErrorKind;
 
 use crate::error::{Error, StoreErrorKind};
-use crate::retry::{Classify, Failure};
+use crate::failure::{Classified, Classify, Failure};
 
 /// What idemkit's own errors mean for a retry, so that a tool's error type delegates to it
 /// (`MyError::Idem(e) => e.classify()`):
@@ -66,68 +65,6 @@ impl Classify for Error {
             | Error::NoRuntime { .. }
             | Error::NotConfigured { .. }
             | Error::DuplicateTool { .. } => Failure::Permanent,
-        }
-    }
-}
-
-impl fmt::Display for Failure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Failure::Transient => f.write_str("did not happen (transient): retry"),
-            Failure::Ambiguous => {
-                f.write_str("may have happened (ambiguous): retry with the same key")
-            }
-            Failure::RetryAfter(d) => write!(f, "retry after {d:?}"),
-            Failure::Permanent => f.write_str("will not succeed (permanent): stop"),
-        }
-    }
-}
-
-/// A `Failure` is an error of its own, so that it can ride on another one as its context
-/// (`anyhow::Context`) and be found again in the chain.
-impl StdError for Failure {}
-
-/// An error with the failure it means attached: what [`Failure::to`] makes.
-#[derive(Debug)]
-pub struct Classified {
-    failure: Failure,
-    source: Box<dyn StdError + Send + Sync>,
-}
-
-impl Classified {
-    /// The failure attached.
-    pub fn failure(&self) -> Failure {
-        self.failure
-    }
-}
-
-impl fmt::Display for Classified {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.source, f)
-    }
-}
-
-impl StdError for Classified {
-    fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        Some(&*self.source)
-    }
-}
-
-impl Failure {
-    /// `error`, marked as meaning this failure, for a tool that returns
-    /// `Box<dyn Error + Send + Sync>` (or anyhow):
-    ///
-    /// ```
-    /// use idem_runtime::{Classify, Failure};
-    ///
-    /// let refused = std::io::Error::other("card declined");
-    /// let err: Box<dyn std::error::Error + Send + Sync> = Failure::Permanent.to(refused).into();
-    /// assert_eq!(err.classify(), Failure::Permanent);
-    /// ```
-    pub fn to(self, error: impl Into<Box<dyn StdError + Send + Sync>>) -> Classified {
-        Classified {
-            failure: self,
-            source: error.into(),
         }
     }
 }
