@@ -4,11 +4,7 @@ use std::time::Duration;
 
 use backon::BackoffBuilder;
 
-// Also the path `explain`, `json::entry` and `http::client` still name (they are being moved in
-// another change); the failure kinds and `Classify` live in `crate::failure`.
-#[cfg(feature = "reqwest")]
-pub(crate) use crate::failure::Classify;
-pub(crate) use crate::failure::Failure;
+use crate::failure::Failure;
 
 /// How often and how patiently to retry: exponential backoff with full jitter and a cap,
 /// bounded by attempts and by total time.

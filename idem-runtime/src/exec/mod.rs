@@ -30,9 +30,6 @@ mod verified;
 pub use self::core::{Next, ReadNext};
 pub use self::typed::{Attempt, ReadCall, SideEffectCall, VerifyStep};
 pub use self::verified::Verified;
-// The path `http::client` still names (it is being moved in another change).
-#[cfg(feature = "reqwest")]
-pub(crate) use crate::scope::current::current_key;
 
 use std::future::Future;
 use std::time::Duration;

@@ -17,8 +17,8 @@ use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
 use reqwest::{RequestBuilder, Response, StatusCode};
 
 use super::{IDEMPOTENCY_KEY, sf_string};
+use crate::failure::{Classify, Failure};
 use crate::key::IdempotencyKey;
-use crate::retry::{Classify, Failure};
 use crate::told::advice::Advice;
 
 /// The key of the side-effect attempt whose body is running here, or `None` outside any: what
@@ -27,7 +27,7 @@ use crate::told::advice::Advice;
 /// Set by the executor while it polls an attempt's body, on that thread: a task the body spawns
 /// does not see it (pass the key on, or send from the body itself).
 pub fn current_key() -> Option<IdempotencyKey> {
-    crate::exec::current_key()
+    crate::scope::current::current_key()
 }
 
 /// Sends a reqwest request with an idempotency key, and classifies what comes back.

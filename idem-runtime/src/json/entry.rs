@@ -2,9 +2,9 @@
 //! call of it is prepared and run from JSON.
 
 use super::describe::Described;
+use crate::failure::Failure;
 use crate::observe::{CallInfo, CallOutcome, observe};
 use crate::registry::{ToolInfo, ToolKind};
-use crate::retry::Failure;
 use crate::told::explain::Explanation;
 use schemars::JsonSchema;
 use serde::Serialize;

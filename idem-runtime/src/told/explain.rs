@@ -13,10 +13,10 @@
 use std::error::Error as StdError;
 
 use crate::error::{Error, StoreErrorKind};
+use crate::failure::Failure;
 use crate::key::IdempotencyKey;
 use crate::observe::{CallInfo, CallOutcome};
 use crate::registry::ToolKind;
-use crate::retry::Failure;
 use crate::told::advice::Advice;
 use crate::told::sentences::{EFFECT_UNKNOWN, NOT_RUN, how_to_settle};
 
