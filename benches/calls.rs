@@ -617,7 +617,7 @@ fn bench(c: &mut Criterion) {
     rt.block_on(async {
         let idem = Idem::new(MemoryStore::new());
         let (result, info) =
-            idemkit::observe(idem.scope(charge_lost_reply("cus_1", 1, 4200))).await;
+            idemkit::scope::observe(idem.scope(charge_lost_reply("cus_1", 1, 4200))).await;
         assert_eq!(result.unwrap().order_id, 1);
         assert!(
             info.unwrap().verified,

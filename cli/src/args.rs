@@ -152,7 +152,7 @@ pub(crate) enum Command {
     /// [--tool NAME] [--tenant NAME]`.
     ///
     /// Settling asks each tool's verify function, which is code of your program: the program
-    /// settles them itself (`idemkit::Settler`, as a task beside its agents or as its own
+    /// settles them itself (`idemkit::settle::Settler`, as a task beside its agents or as its own
     /// `settle` subcommand through `Settler::run_cli`, same options and exit codes). This
     /// command, which has no verify functions, changes nothing: it lists what waits and exits
     /// 0 when nothing does, 4 when records wait for a verify function or an operator
@@ -194,7 +194,7 @@ pub(crate) enum Command {
     /// uuid:…, op:plan-42/step-3 (the id the operation of that name has in the store: an
     /// `OperationId` field), text:… (for text that contains a colon). Fields in the order the
     /// tool lists them; `--check tools.json` checks them against the application's manifest
-    /// (`idemkit::tools_manifest()`). `idemkit key --operation NAME` prints an operation's id.
+    /// (`idemkit::registry::tools_manifest()`). `idemkit key --operation NAME` prints an operation's id.
     Key {
         /// The tool's name (its `name = "…"`, else the function's name).
         #[arg(required_unless_present = "operation")]
@@ -206,7 +206,7 @@ pub(crate) enum Command {
         #[arg(long)]
         tenant: Option<String>,
         /// Checks the fields against the tool manifest in this file (what
-        /// `idemkit::tools_manifest()` wrote): an unknown, missing or misplaced field, or a value
+        /// `idemkit::registry::tools_manifest()` wrote): an unknown, missing or misplaced field, or a value
         /// of another kind, is refused (exit 2) instead of printing another tool's key.
         #[arg(long, value_name = "MANIFEST")]
         check: Option<std::path::PathBuf>,

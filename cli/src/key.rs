@@ -1,6 +1,6 @@
 //! `idemkit key TOOL FIELD=VALUE…`: key fields as typed on a command line, derived by the
 //! runtime's own encoding (v1, and the tenant extension); checked against the application's
-//! tool manifest (`idemkit::tools_manifest()`) with `--check`.
+//! tool manifest (`idemkit::registry::tools_manifest()`) with `--check`.
 
 use idem_runtime::{IdempotencyKey, KeyPart, KeyValue};
 use uuid::Uuid;
@@ -122,10 +122,13 @@ pub fn check(
     fields: &[(String, Value)],
 ) -> Result<Vec<String>, String> {
     let manifest: serde_json::Value = serde_json::from_str(manifest).map_err(|e| {
-        format!("the manifest is not JSON ({e}); write it with `idemkit::tools_manifest()`")
+        format!(
+            "the manifest is not JSON ({e}); write it with `idemkit::registry::tools_manifest()`"
+        )
     })?;
     let tools = manifest["tools"].as_array().ok_or(
-        "the manifest has no `tools` list; write it with `idemkit::tools_manifest()`".to_owned(),
+        "the manifest has no `tools` list; write it with `idemkit::registry::tools_manifest()`"
+            .to_owned(),
     )?;
     let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
     let Some(entry) = tools.iter().find(|t| t["name"] == tool) else {

@@ -140,7 +140,7 @@ impl Tool {
 
     /// Whether `p` is the operation the host names (an MCP tool method's `OperationId`
     /// parameter): not in the signature rmcp's router sees, bound from
-    /// `idemkit::operation_scope` when the call starts.
+    /// `idemkit::scope::operation_scope` when the call starts.
     pub fn host_operation(&self, p: &Param) -> bool {
         self.mcp.is_some()
             && self.kind == Kind::SideEffect
@@ -172,7 +172,7 @@ pub(crate) fn is_key_type(ty: &Type) -> bool {
 }
 
 /// `OperationId` or `&OperationId` (any path ending so): in a tool a model calls (`json`), the
-/// operation the host names (`idemkit::operation_scope`), never a property the model sends.
+/// operation the host names (`idemkit::scope::operation_scope`), never a property the model sends.
 pub(crate) fn is_operation_type(ty: &Type) -> bool {
     let ty = match peel(ty) {
         Type::Reference(r) if r.mutability.is_none() => peel(&r.elem),

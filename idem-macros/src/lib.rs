@@ -142,7 +142,7 @@ use ast::Kind;
 /// | `idem` | `idem = self.idem` | the runtime to use (an `Idem`, `&Idem` or `Arc<Idem>`); default: the runtime in force (`Idem::current`). |
 /// | `verify` | `verify = welcome_sent`, `verify = Self::was_voided` | S19: an `async fn` asked, before anything is sent again, whether an attempt whose outcome is unknown took effect (see below). |
 /// | `resend` | `resend = false` | S20: whether an attempt whose outcome is unknown (it answered `Ambiguous`, was cancelled or panicked, lost its lease) may be sent again under the same key. Default: `true` iff the tool passes the key on, so the provider can deduplicate: it takes the `&IdempotencyKey`, or its body sends it with `.send_idempotent()` or reads it with `current_key()` (`idemkit::http`; seen in the body's own code, not in a helper it calls); otherwise the call ends in `idemkit::Error::Ambiguous` and the record is kept until a verification or an operator (`idemkit resolve`) settles it. |
-/// | `tenant_required` | `tenant_required = true` | the tool never runs without a tenant in force (`idemkit::as_tenant`, S18): `idemkit::Error::NoTenant` instead. |
+/// | `tenant_required` | `tenant_required = true` | the tool never runs without a tenant in force (`idemkit::scope::as_tenant`, S18): `idemkit::Error::NoTenant` instead. |
 /// | `json` | `#[side_effect(key = "order_id", json)]` | callable by name with JSON arguments (feature `json`): listed by `idemkit::JsonTools` (JSON function calling) and served over MCP by `idemkit::mcp::JsonToolsServer`, one definition for both. A free function whose parameters each come from a JSON object's property of the same name; an `OperationId` parameter comes from the host instead (see below). |
 /// | `destructive` | `destructive = true` | MCP's `destructiveHint` (feature `rmcp`), with rmcp's `#[tool]` below the attribute, or with `json`; the other hints follow from the attribute. |
 /// | `open_world` | `open_world = false` | MCP's `openWorldHint`, as `destructive`. |
@@ -164,7 +164,7 @@ use ast::Kind;
 /// takes the tool's parameters, in the same order and of the same types (the `&IdempotencyKey`
 /// too where the tool takes it, `&self` first for a method; owned arguments are cloned for it as
 /// for an attempt), and answers `Result<idemkit::Verified<T>, E>` with the tool's own `T` and `E`.
-/// `Applied(t)` completes the call with `t` (replayed from then on; `idemkit::observe` says
+/// `Applied(t)` completes the call with `t` (replayed from then on; `idemkit::scope::observe` says
 /// `verified`), `NotApplied` lets it send again, `Unknown` (or an error) keeps it ambiguous (S19).
 /// A `check` whose signature does not fit is a compile error at its path (C10) that names the
 /// signature to write.
@@ -257,7 +257,7 @@ use ast::Kind;
 /// A tool with no natural key (an e-mail, a message) keys on an `OperationId` parameter. Called
 /// by a model (`json`), that parameter is **not** among the properties the model sends: the
 /// host names the operation from its own durable state (a plan step, a ticket) around the model's
-/// turn with `idemkit::operation_scope("plan-42/step-3", ...)`, and the call gets its id
+/// turn with `idemkit::scope::operation_scope("plan-42/step-3", ...)`, and the call gets its id
 /// (`idem.operation("plan-42/step-3")`, minted once and stored). A retried turn (a new
 /// `tool_call_id`, the same step) or the same step after the agent restarts derives the same
 /// key, so the mail goes out once; without an operation in force the call is refused
@@ -339,7 +339,7 @@ use ast::Kind;
 /// - Not caught: a key minted in a **helper function** the body calls (`fresh_key()` returning a
 ///   UUID): the macro sees only the body's own tokens. Keep keys out of helpers: a helper that
 ///   needs the key takes the injected `&IdempotencyKey` as an argument, and an operation with no
-///   natural identity keys on an `OperationId` (`idemkit::operation("...")`), minted once and
+///   natural identity keys on an `OperationId` (`idemkit::scope::operation("...")`), minted once and
 ///   stored.
 #[proc_macro_attribute]
 pub fn side_effect(args: TokenStream, item: TokenStream) -> TokenStream {

@@ -23,7 +23,7 @@ pub(crate) struct Plan {
     /// The name as the expansion reads it: the literal, or a rig tool's `NAME` when the
     /// attribute does not pin one (the macro cannot see the impl's constant).
     pub name_expr: TokenStream,
-    /// Whether the tool is listed in the registry (`idemkit::tools()`): every tool whose name
+    /// Whether the tool is listed in the registry (`idemkit::registry::tools()`): every tool whose name
     /// is a literal, so not a rig tool named by its `NAME` alone.
     pub registered: bool,
     pub keys: Vec<KeyField>,
@@ -121,7 +121,7 @@ pub(crate) struct JsonParam {
     /// Lent to the call (`&held`), or moved.
     pub lent: bool,
     /// An `OperationId` of a side-effect tool: not read from JSON, but the id of the operation
-    /// the host put in force (`idemkit::operation_scope`).
+    /// the host put in force (`idemkit::scope::operation_scope`).
     pub host: bool,
 }
 

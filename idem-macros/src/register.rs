@@ -1,4 +1,4 @@
-//! What a tool registers in the registry a program can list (`idemkit::tools()`): its
+//! What a tool registers in the registry a program can list (`idemkit::registry::tools()`): its
 //! `ToolInfo`, with the key fields' and the outcome's type names (for the manifest and the lock)
 //! and the verify a settler asks.
 
@@ -9,7 +9,7 @@ use syn::Ident;
 use crate::ast::{Kind, Role, Tool};
 use crate::plan::{Plan, Private};
 
-/// Registers the tool in the registry a program can list (`idemkit::tools()`).
+/// Registers the tool in the registry a program can list (`idemkit::registry::tools()`).
 pub(crate) fn registration(tool: &Tool, plan: &Plan) -> TokenStream {
     let private = &plan.private;
     let name = &plan.name;

@@ -103,7 +103,7 @@ pub fn tools() -> impl Iterator<Item = &'static ToolInfo> {
 
 /// Every tool of this program as JSON, for `idemkit key --check FILE`: an application writes it
 /// (to a file next to its binary, at build or start-up: `std::fs::write("tools.json",
-/// idemkit::tools_manifest())`) so that an operator's key derivation is checked against the
+/// idemkit::registry::tools_manifest())`) so that an operator's key derivation is checked against the
 /// tools as they are: each side-effect tool's name and its key fields in key order, with their
 /// Rust types and the kind the key encodes them as (`text`, `int`, `bool`, `bytes`, `uuid`, or
 /// `any` when not known).

@@ -73,7 +73,7 @@ impl JsonTools {
     /// `#[side_effect(key = "order_id", json)]` or `#[read_only(json)]` on a free `async fn`
     /// whose parameters are the JSON object's properties (`idemkit = { version = "...",
     /// features = ["json"] }`). An `OperationId` parameter is not a property: it is the
-    /// operation the host put in force with `idemkit::operation_scope`.
+    /// operation the host put in force with `idemkit::scope::operation_scope`.
     ///
     /// A name two of them share is neither listed nor called: a call of it is refused with
     /// [`JsonCallError::DuplicateTool`], naming both places (side-effect tools of one name are

@@ -279,7 +279,7 @@ impl IdempotentClient {
     /// beside this client:
     ///
     /// ```no_run
-    /// # fn run(client: idemkit::mcp::IdempotentClient, store: std::sync::Arc<idemkit::SqliteStore>) {
+    /// # fn run(client: idemkit::mcp::IdempotentClient, store: std::sync::Arc<idemkit::store::SqliteStore>) {
     /// use idemkit::{Records, Settler};
     ///
     /// let mut settler = Settler::new(store.clone());
