@@ -136,6 +136,21 @@ impl Upstream {
         );
     }
 
+    /// docs/proxy.md's payments server's `list_charges` (served while the file `payments`
+    /// exists): the charges `create_charge` committed for a customer and invoice.
+    fn list_charges(&self, args: &Value) -> CallToolResult {
+        let charges: Vec<Value> = lines(&self.dir.join("effects"))
+            .into_iter()
+            .filter(|e| {
+                e["tool"] == "create_charge"
+                    && e["args"]["customer_id"] == args["customer_id"]
+                    && e["args"]["invoice_id"] == args["invoice_id"]
+            })
+            .map(|e| e["answer"].clone())
+            .collect();
+        CallToolResult::structured(json!({ "charges": charges }))
+    }
+
     /// `charge`'s verify tool: looks the charge up by its customer and invoice in the effects
     /// committed; answers an error (it cannot tell) while the file `verify_fails` exists.
     fn find_charge(&self, args: &Value) -> CallToolResult {
@@ -176,7 +191,9 @@ impl ServerHandler for Upstream {
             &json!({"tool": name, "key": key, "args": args}),
         );
         let result = match name.as_str() {
-            "balance" => CallToolResult::structured(json!({"cents": 4200})),
+            "balance" | "get_balance" => CallToolResult::structured(json!({"cents": 4200})),
+            "list_charges" => self.list_charges(&args),
+            "create_charge" | "refund_charge" => self.side_effect(&name, key, args).await,
             "find_charge" => self.find_charge(&args),
             // Changes the listing (`report` appears, read-only) and says so.
             "relist" => {
@@ -205,6 +222,15 @@ impl ServerHandler for Upstream {
                 None,
             ))
         };
+        // docs/proxy.md's payments server, as the README's line runs it.
+        if self.dir.join("payments").exists() {
+            return Ok(ListToolsResult::with_all_items(vec![
+                upstream_tool("create_charge", hints(false, false)),
+                upstream_tool("refund_charge", hints(false, false)),
+                upstream_tool("get_balance", hints(true, true)),
+                upstream_tool("list_charges", hints(true, true)),
+            ]));
+        }
         let mut tools = vec![
             upstream_tool("balance", hints(true, true)),
             upstream_tool("charge", hints(false, false)),
@@ -955,6 +981,78 @@ async fn proxy_page_configurations_run_as_written() {
         assert_eq!(tools.len(), 6, "{block}");
         drop(proxy);
     }
+}
+
+/// The README's line for the proxy, run as written: `idemkit proxy --config payments.toml --
+/// payments-mcp-server`, in a folder holding docs/proxy.md's `payments.toml` as the page shows
+/// it, with a `payments-mcp-server` on the PATH (this file's upstream, serving that page's
+/// payments tools). A charge the server commits and whose answer it drops is charged once: the
+/// repeat is looked up with `list_charges` (the page's verify) and answered with the listing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_runs_from_the_readmes_line_as_written() {
+    let readme = include_str!("../../README.md");
+    let line = readme
+        .split('`')
+        .find(|s| s.starts_with("idemkit proxy --config payments.toml"))
+        .expect("the README shows the proxy's command line");
+    let page = include_str!("../../docs/proxy.md");
+    let config = page
+        .split("```toml\n")
+        .map(|b| b.split("```").next().unwrap())
+        .find(|b| b.starts_with("# payments.toml"))
+        .expect("docs/proxy.md shows payments.toml");
+    let rig = Rig::new("");
+    let dir = rig.dir.path();
+    std::fs::write(dir.join("payments.toml"), config).unwrap();
+    std::fs::write(dir.join("payments"), "").unwrap();
+    let bin = dir.join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(words[0], "idemkit");
+    let server = bin.join(words.last().unwrap());
+    std::fs::write(
+        &server,
+        format!(
+            "#!/bin/sh\nexec '{}' upstream_entry --exact --quiet --nocapture --test-threads=1\n",
+            std::env::current_exe().unwrap().display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&server, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemkit"));
+    command
+        .args(&words[1..])
+        .current_dir(dir)
+        .env("PATH", path)
+        .env(UPSTREAM, dir)
+        .env_remove("IDEMKIT_STORE")
+        .env_remove("IDEMKIT_DB");
+    let transport = TokioChildProcess::new(command).expect("the proxy starts");
+    let client = ().serve(transport).await.expect("the MCP handshake");
+    let proxy = Proxy { client, pid: 0 };
+    assert_eq!(proxy.client.list_all_tools().await.unwrap().len(), 4);
+
+    let charge = json!({"customer_id": "cus_1", "invoice_id": "inv_1", "cents": 4200});
+    rig.fault("drop");
+    let first = proxy.call("create_charge", charge.clone()).await;
+    let repeat = proxy.call("create_charge", charge.clone()).await;
+    assert_ne!(
+        repeat.is_error,
+        Some(true),
+        "first: {first:?}; repeat: {repeat:?}"
+    );
+    assert_eq!(
+        structured(&repeat),
+        json!({"charges": [{"charge": "ch_1", "cents": 4200}]}),
+        "the listing answers the lost charge"
+    );
+    assert_eq!(rig.effects("create_charge"), 1);
+    assert_eq!(rig.requests("create_charge").len(), 1, "never sent again");
+    assert!(
+        dir.join("payments.db").exists(),
+        "records in the file the configuration names, next to it"
+    );
 }
 
 /// The official Python MCP SDK as the proxy's client (cli/tests/proxy_client.py). Left out by
