@@ -305,7 +305,10 @@ fn s32_an_operator_reads_when_it_was_first_made_and_its_unknowns(kind: &'static 
 
 // ---- the table ----
 
-fn table(results: &[Vec<Vec<(&'static str, Vec<&'static str>)>>]) -> String {
+/// One check of a cell: its name, and the stores on which it failed.
+type Checked = (&'static str, Vec<&'static str>);
+
+fn table(results: &[Vec<Vec<Checked>>]) -> String {
     let mut out = String::new();
     writeln!(out, "| actor | {} |", COLUMNS.join(" | ")).unwrap();
     writeln!(out, "|---|{}", "---|".repeat(COLUMNS.len())).unwrap();
@@ -342,7 +345,7 @@ const END: &str = "<!-- settler-rows:end -->";
 /// in `docs/reliability.md` is this run's.
 #[test]
 fn the_settlers_and_the_operators_rows_hold_as_documented() {
-    let results: Vec<Vec<Vec<(&'static str, Vec<&'static str>)>>> = rows()
+    let results: Vec<Vec<Vec<Checked>>> = rows()
         .iter()
         .map(|(_, cells)| {
             cells
