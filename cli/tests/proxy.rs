@@ -1585,19 +1585,43 @@ fn rendered(result: &CallToolResult) -> String {
     let mut out = format!("isError: {:?}\n", result.is_error);
     for content in &result.content {
         if let Some(text) = content.as_text() {
-            out.push_str(&format!("--- text:\n{}\n", text.text));
+            // A JSON text with its keys sorted, as below.
+            let text = match serde_json::from_str::<Value>(&text.text) {
+                Ok(json) => serde_json::to_string(&sorted(&json)).unwrap(),
+                Err(_) => text.text.clone(),
+            };
+            out.push_str(&format!("--- text:\n{text}\n"));
         }
     }
     if let Some(structured) = &result.structured_content {
-        let pretty = serde_json::to_string_pretty(structured).unwrap();
+        let pretty = serde_json::to_string_pretty(&sorted(structured)).unwrap();
         out.push_str(&format!("--- structuredContent:\n{pretty}\n"));
     }
     if let Some(meta) = &result.meta {
-        let pretty = serde_json::to_string_pretty(&meta.0).unwrap();
+        let pretty = serde_json::to_string_pretty(&sorted(&Value::Object(meta.0.clone()))).unwrap();
         out.push_str(&format!("--- _meta:\n{pretty}\n"));
     }
     let out = redact(&out, "done on 2", "done on ", "Z", "DATE");
     redact(&out, "(waited ", "(waited ", ")", "TIME)")
+}
+
+/// `value` with every object's keys in sorted order: serde_json keeps insertion order where a
+/// crate of the build turns on its `preserve_order` (the workspace's full build does, a build of
+/// this package alone does not), and a snapshot must not depend on which build ran it.
+fn sorted(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            Value::Object(
+                keys.into_iter()
+                    .map(|k| (k.clone(), sorted(&map[k])))
+                    .collect(),
+            )
+        }
+        Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
+        other => other.clone(),
+    }
 }
 
 /// Each `start…end` in `text` (`keep` of it kept) replaced by `with`.
