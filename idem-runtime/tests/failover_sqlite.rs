@@ -44,7 +44,7 @@ use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{E, Effects, Tally, ambiguous, charge, signal, wait_until};
 use idem_runtime::{Idem, SqliteStore, Synchronous};
@@ -181,6 +181,32 @@ fn child() {
             other => panic!("unknown role {other}"),
         }
     });
+    // The runtime's tasks may hold the store too.
+    drop(rt);
+    store_thread_ended();
+}
+
+/// Waits until the store's thread has closed its database and ended. The store does not join
+/// that thread when it is dropped, so without this wait the child could exit while the close
+/// still syncs (its WAL checkpoint): a kill at such a sync then raced the process's exit, and
+/// the every-fsync sweep saw the sync entered but the child ending well (1 run in a few dozen
+/// with two test runs side by side).
+fn store_thread_ended() {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let alive = std::fs::read_dir("/proc/self/task").unwrap().any(|task| {
+            std::fs::read_to_string(task.unwrap().path().join("comm"))
+                .is_ok_and(|name| name.trim() == "idemkit-sqlite")
+        });
+        if !alive {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the store's thread did not end within a minute of the store being dropped"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }
 
 fn spawn_child(work: &Path, role: &str, sync: &str, first: u64) -> Child {
