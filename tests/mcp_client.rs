@@ -926,71 +926,9 @@ async fn client_s31_a_settler_asks_the_verify_tool_with_the_arguments_the_call_k
     );
 }
 
-/// What a model reads of a result: `isError`, each text, the structured content, the result's
-/// `_meta` (the advice beside a tool's own answer); the date of an S33 answer as `DATE`.
-fn rendered(result: &CallToolResult) -> String {
-    let mut out = format!("isError: {:?}\n", result.is_error);
-    for content in &result.content {
-        if let Some(text) = content.as_text() {
-            // A JSON text with its keys sorted, as below.
-            let text = match serde_json::from_str::<Value>(&text.text) {
-                Ok(json) => serde_json::to_string(&sorted(&json)).unwrap(),
-                Err(_) => text.text.clone(),
-            };
-            out.push_str(&format!("--- text:\n{text}\n"));
-        }
-    }
-    if let Some(structured) = &result.structured_content {
-        let pretty = serde_json::to_string_pretty(&sorted(structured)).unwrap();
-        out.push_str(&format!("--- structuredContent:\n{pretty}\n"));
-    }
-    if let Some(meta) = &result.meta {
-        let pretty = serde_json::to_string_pretty(&sorted(&Value::Object(meta.0.clone()))).unwrap();
-        out.push_str(&format!("--- _meta:\n{pretty}\n"));
-    }
-    redact_dates(&out)
-}
-
-/// "done on 2026-12-05T01:16:16.626Z" as "done on DATE", and "(waited 3.8µs)" as "(waited
-/// TIME)": the parts of an answer that change from run to run.
-fn redact_dates(text: &str) -> String {
-    let text = redact(text, "done on 2", "done on ", "Z", "DATE");
-    redact(&text, "(waited ", "(waited ", ")", "TIME)")
-}
-
-/// `value` with every object's keys in sorted order: serde_json keeps insertion order where a
-/// crate of the build turns on its `preserve_order` (the workspace's full build does, a build of
-/// this package alone does not), and a snapshot must not depend on which build ran it.
-fn sorted(value: &Value) -> Value {
-    match value {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            Value::Object(
-                keys.into_iter()
-                    .map(|k| (k.clone(), sorted(&map[k])))
-                    .collect(),
-            )
-        }
-        Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
-        other => other.clone(),
-    }
-}
-
-/// Each `start…end` in `text` (`keep` of it kept) replaced by `with`.
-fn redact(text: &str, start: &str, keep: &str, end: &str, with: &str) -> String {
-    let mut out = String::new();
-    let mut rest = text;
-    while let Some(at) = rest.find(start) {
-        out.push_str(&rest[..at + keep.len()]);
-        let after = &rest[at + keep.len()..];
-        let stop = after.find(end).map_or(0, |e| e + end.len());
-        out.push_str(with);
-        rest = &after[stop..];
-    }
-    out.push_str(rest);
-    out
-}
+#[path = "support/mcp_answers.rs"]
+mod mcp_answers;
+use mcp_answers::rendered;
 
 /// S35: the client's answers as a model reads them, one per situation: a first call, its
 /// replay, key reuse, a tool refused as unconfigured, a call in flight elsewhere, a repeat past

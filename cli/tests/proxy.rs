@@ -1029,8 +1029,9 @@ async fn proxy_runs_from_the_readmes_line_as_written() {
         .env_remove("IDEMKIT_STORE")
         .env_remove("IDEMKIT_DB");
     let transport = TokioChildProcess::new(command).expect("the proxy starts");
+    let pid = transport.id().expect("the proxy's pid");
     let client = ().serve(transport).await.expect("the MCP handshake");
-    let proxy = Proxy { client, pid: 0 };
+    let proxy = Proxy { client, pid };
     assert_eq!(proxy.client.list_all_tools().await.unwrap().len(), 4);
 
     let charge = json!({"customer_id": "cus_1", "invoice_id": "inv_1", "cents": 4200});
@@ -1579,65 +1580,9 @@ async fn proxy_served_over_streamable_http_two_clients_repeat_and_the_upstream_a
 
 // ---- S35: the proxy's answers as a model reads them (snapshots, reviewed as contract) ----
 
-/// What a model reads of a result: `isError`, each text, the structured content, the result's
-/// `_meta`; the parts that change from run to run (an S33 date, a wait) redacted.
-fn rendered(result: &CallToolResult) -> String {
-    let mut out = format!("isError: {:?}\n", result.is_error);
-    for content in &result.content {
-        if let Some(text) = content.as_text() {
-            // A JSON text with its keys sorted, as below.
-            let text = match serde_json::from_str::<Value>(&text.text) {
-                Ok(json) => serde_json::to_string(&sorted(&json)).unwrap(),
-                Err(_) => text.text.clone(),
-            };
-            out.push_str(&format!("--- text:\n{text}\n"));
-        }
-    }
-    if let Some(structured) = &result.structured_content {
-        let pretty = serde_json::to_string_pretty(&sorted(structured)).unwrap();
-        out.push_str(&format!("--- structuredContent:\n{pretty}\n"));
-    }
-    if let Some(meta) = &result.meta {
-        let pretty = serde_json::to_string_pretty(&sorted(&Value::Object(meta.0.clone()))).unwrap();
-        out.push_str(&format!("--- _meta:\n{pretty}\n"));
-    }
-    let out = redact(&out, "done on 2", "done on ", "Z", "DATE");
-    redact(&out, "(waited ", "(waited ", ")", "TIME)")
-}
-
-/// `value` with every object's keys in sorted order: serde_json keeps insertion order where a
-/// crate of the build turns on its `preserve_order` (the workspace's full build does, a build of
-/// this package alone does not), and a snapshot must not depend on which build ran it.
-fn sorted(value: &Value) -> Value {
-    match value {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            Value::Object(
-                keys.into_iter()
-                    .map(|k| (k.clone(), sorted(&map[k])))
-                    .collect(),
-            )
-        }
-        Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
-        other => other.clone(),
-    }
-}
-
-/// Each `start…end` in `text` (`keep` of it kept) replaced by `with`.
-fn redact(text: &str, start: &str, keep: &str, end: &str, with: &str) -> String {
-    let mut out = String::new();
-    let mut rest = text;
-    while let Some(at) = rest.find(start) {
-        out.push_str(&rest[..at + keep.len()]);
-        let after = &rest[at + keep.len()..];
-        let stop = after.find(end).map_or(0, |e| e + end.len());
-        out.push_str(with);
-        rest = &after[stop..];
-    }
-    out.push_str(rest);
-    out
-}
+#[path = "../../tests/support/mcp_answers.rs"]
+mod mcp_answers;
+use mcp_answers::rendered;
 
 /// S35 through the proxy: its answers as the model reads them, one per situation: a first call,
 /// its replay, key reuse, a tool refused as unconfigured (in the proxy's words: what to add to
